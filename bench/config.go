@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Workload names.
+const (
+	WorkloadEnqueue  = "enqueue"
+	WorkloadFire     = "fire"
+	WorkloadBacklog  = "backlog"
+	WorkloadFailover = "failover"
+)
+
+// Workloads lists the workloads in the order the help shows them.
+func Workloads() []string {
+	return []string{WorkloadEnqueue, WorkloadFire, WorkloadBacklog, WorkloadFailover}
+}
+
+// AllTargets lists every target the harness knows.
+func AllTargets() []string {
+	return []string{TargetDelaywheel, TargetRedis, TargetBeanstalkd}
+}
+
+// Config is one run of the harness. Zero fields take the defaults of
+// [Config.withDefaults].
+type Config struct {
+	Workload string   // enqueue, fire, backlog or failover
+	Targets  []string // delaywheel, redis, beanstalkd
+
+	// The delaywheel target: Addrs of a running cluster, or Spawn nodes (1 or
+	// 3) of Binary, started by the harness. Neither means Spawn 1.
+	Addrs     []string
+	Spawn     int
+	Binary    string
+	TokenFile string // bearer token for the delaywheel API
+
+	Messages  int // enqueue and backlog: how many
+	Producers int
+	Batch     int
+	BodySize  int
+	Delay     time.Duration // enqueue: how far ahead the messages are due
+
+	Rate       int           // fire, failover: messages coming due per second
+	Duration   time.Duration // fire, failover: how long messages come due
+	Consumers  int
+	ReserveMax int           // most messages per reserve
+	Wait       time.Duration // long-poll wait of a reserve
+	Lead       time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
+	Grace      time.Duration // fire: how long after the last due time a delivery still counts
+
+	RedisPoll time.Duration // Redis: the poll interval of the Lua pop
+
+	// BeanstalkdFsync is beanstalkd's -f: fsync the binlog at most this
+	// often. 0 fsyncs every write, the durability of the other targets.
+	BeanstalkdFsync time.Duration
+
+	KillAfter time.Duration // failover: from the first due time to the kill; 0 = a third of Duration
+	Down      time.Duration // failover: how long the killed leader stays down
+
+	TempDir string    // where spawned servers live ("" = the system's)
+	Stderr  io.Writer // logs and the progress line; nil = none
+	TTY     bool      // Stderr is a terminal: the progress line is \r-updated
+	Verbose bool      // log at debug level
+	Keep    bool      // keep the spawned servers' directories and logs
+
+	// Set by withDefaults.
+	runID    string
+	logger   *slog.Logger
+	progress *progress
+}
+
+// Defaults of the harness.
+const (
+	DefaultEnqueueMessages = 100_000
+	DefaultBacklogMessages = 10_000_000
+	DefaultProducers       = 4
+	DefaultBatch           = 100
+	DefaultBodySize        = 100
+	DefaultRate            = 10_000
+	DefaultConsumers       = 4
+	DefaultReserveMax      = 100
+	DefaultDuration        = 30 * time.Second
+	DefaultWait            = 2 * time.Second
+	DefaultRedisPoll       = 10 * time.Millisecond
+)
+
+// withDefaults returns cfg with every zero field set to its default.
+func (cfg Config) withDefaults() Config {
+	if len(cfg.Targets) == 0 {
+		cfg.Targets = AllTargets()
+	}
+	if len(cfg.Addrs) == 0 && cfg.Spawn == 0 {
+		cfg.Spawn = 1
+		if cfg.Workload == WorkloadFailover {
+			cfg.Spawn = 3
+		}
+	}
+	if cfg.Messages == 0 {
+		cfg.Messages = DefaultEnqueueMessages
+		if cfg.Workload == WorkloadBacklog {
+			cfg.Messages = DefaultBacklogMessages
+		}
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defd := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&cfg.Producers, DefaultProducers)
+	def(&cfg.Batch, DefaultBatch)
+	def(&cfg.BodySize, DefaultBodySize)
+	def(&cfg.Rate, DefaultRate)
+	def(&cfg.Consumers, DefaultConsumers)
+	def(&cfg.ReserveMax, DefaultReserveMax)
+	defd(&cfg.Delay, 30*time.Minute)
+	defd(&cfg.Duration, DefaultDuration)
+	defd(&cfg.Wait, DefaultWait)
+	defd(&cfg.RedisPoll, DefaultRedisPoll)
+	defd(&cfg.Down, 3*time.Second)
+	if cfg.Grace == 0 {
+		cfg.Grace = 10 * time.Second
+		if cfg.Workload == WorkloadFailover {
+			cfg.Grace = 20 * time.Second
+		}
+	}
+	if cfg.KillAfter == 0 {
+		cfg.KillAfter = cfg.Duration / 3
+	}
+	if cfg.Stderr == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	} else {
+		cfg.progress = newProgress(cfg.Stderr, cfg.TTY)
+		level := slog.LevelInfo
+		if cfg.Verbose {
+			level = slog.LevelDebug
+		}
+		cfg.logger = slog.New(slog.NewTextHandler(cfg.progress.ClearingWriter(cfg.Stderr), &slog.HandlerOptions{Level: level}))
+	}
+	if cfg.runID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.runID = time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+	}
+	return cfg
+}
+
+// validate checks a config with its defaults applied.
+func (cfg Config) validate() error {
+	var errs []error
+	if !slices.Contains(Workloads(), cfg.Workload) {
+		errs = append(errs, fmt.Errorf("workload %q: want one of %s", cfg.Workload, strings.Join(Workloads(), ", ")))
+	}
+	for _, t := range cfg.Targets {
+		if !slices.Contains(AllTargets(), t) {
+			errs = append(errs, fmt.Errorf("--targets: unknown target %q: want some of %s", t, strings.Join(AllTargets(), ",")))
+		}
+	}
+	if len(cfg.Addrs) > 0 && cfg.Spawn != 0 {
+		errs = append(errs, errors.New("--addr and --spawn exclude each other: bench a running cluster, or spawn one"))
+	}
+	if cfg.Spawn != 0 && cfg.Spawn != 1 && cfg.Spawn != 3 {
+		errs = append(errs, fmt.Errorf("--spawn %d: want 1 or 3 nodes", cfg.Spawn))
+	}
+	if cfg.Workload == WorkloadFailover && cfg.Spawn != 3 {
+		errs = append(errs, errors.New("failover needs --spawn 3: the harness kills and restarts the leader's process"))
+	}
+	positive := func(name string, v int, limit int) {
+		if v < 1 || v > limit {
+			errs = append(errs, fmt.Errorf("%s %d: must be between 1 and %d", name, v, limit))
+		}
+	}
+	positive("--messages", cfg.Messages, 1_000_000_000)
+	positive("--producers", cfg.Producers, 1024)
+	positive("--batch", cfg.Batch, 10_000)
+	positive("--body-size", cfg.BodySize, 1<<20)
+	positive("--rate", cfg.Rate, 10_000_000)
+	positive("--consumers", cfg.Consumers, 1024)
+	positive("--reserve-max", cfg.ReserveMax, 1000)
+	if cfg.Duration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--duration %s: must be at least 100ms", cfg.Duration))
+	}
+	if n := cfg.fireMessages(); (cfg.Workload == WorkloadFire || cfg.Workload == WorkloadFailover) && n > 100_000_000 {
+		errs = append(errs, fmt.Errorf("--rate × --duration = %d messages: at most 100,000,000", n))
+	}
+	if cfg.Wait < 0 || cfg.Lead < 0 || cfg.Grace < 0 || cfg.RedisPoll <= 0 || cfg.Down < 0 || cfg.Delay < 0 || cfg.BeanstalkdFsync < 0 {
+		errs = append(errs, errors.New("durations must not be negative (and --redis-poll must be positive)"))
+	}
+	if cfg.Workload == WorkloadFailover && (cfg.KillAfter <= 0 || cfg.KillAfter >= cfg.Duration) {
+		errs = append(errs, fmt.Errorf("--kill-after %s: must fall inside --duration %s", cfg.KillAfter, cfg.Duration))
+	}
+	return errors.Join(errs...)
+}
+
+// fireMessages is how many messages a fire run schedules.
+func (cfg Config) fireMessages() int {
+	return int(float64(cfg.Rate) * cfg.Duration.Seconds())
+}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// svgSeries parses every <svg> of an HTML page as XML and returns, per
+// chart title, the data-series (and data-group) attributes of its paths and
+// bars.
+func svgSeries(t *testing.T, page string) map[string][]string {
+	t.Helper()
+	svgs := regexp.MustCompile(`(?s)<svg .*?</svg>`).FindAllString(page, -1)
+	if len(svgs) == 0 {
+		t.Fatal("no <svg> in the page")
+	}
+	out := map[string][]string{}
+	for _, svg := range svgs {
+		dec := xml.NewDecoder(strings.NewReader(svg))
+		title, inTitle := "", false
+		var names []string
+		for {
+			tok, err := dec.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("invalid SVG: %v\n%s", err, svg)
+			}
+			switch el := tok.(type) {
+			case xml.StartElement:
+				inTitle = el.Name.Local == "title" && title == ""
+				for _, a := range el.Attr {
+					if a.Name.Local == "data-series" || a.Name.Local == "data-group" {
+						names = append(names, a.Name.Local+":"+a.Value)
+					}
+				}
+				if el.Name.Local == "path" && hasAttr(el, "class", "series") && !regexp.MustCompile(`^M[\d.]+ [\d.]+( L[\d.]+ [\d.]+)*$`).MatchString(attr(el, "d")) {
+					t.Fatalf("path d=%q is not a polyline", attr(el, "d"))
+				}
+			case xml.CharData:
+				if inTitle {
+					title += string(el)
+				}
+			case xml.EndElement:
+				inTitle = false
+			}
+		}
+		out[title] = names
+	}
+	return out
+}
+
+func attr(el xml.StartElement, name string) string {
+	for _, a := range el.Attr {
+		if a.Name.Local == name {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+func hasAttr(el xml.StartElement, name, value string) bool { return attr(el, name) == value }
+
+func fireReport() *Report {
+	mk := func(name string, scale float64) Result {
+		h := newHist()
+		for i := 1; i <= 1000; i++ {
+			recordMicros(h, int64(float64(i)*scale))
+		}
+		tl := newTimeline(time.Unix(0, 0))
+		for i := range 300 {
+			tl.Add(time.Unix(0, 0).Add(time.Duration(i)*10*time.Millisecond), 100)
+		}
+		return Result{Target: name, Fire: &FireResult{Outcome: Outcome{Sent: 1000, Received: 1000, Lateness: summarize(h), CDF: cdf(h)}},
+			Throughput: tl.Rates(50), ThroughputOf: "delivered"}
+	}
+	return &Report{
+		Workload: WorkloadFire, Started: time.Unix(1_700_000_000, 0).UTC(), Command: "delaywheel bench fire <&>",
+		Params:  Params{Messages: 1000, Rate: 10000, DurationS: 30, Consumers: 4, Spawn: 1},
+		Results: []Result{mk("delaywheel", 1), mk("redis", 10), mk("beanstalkd", 1000), {Target: "other", Skipped: "other not installed"}},
+	}
+}
+
+func TestHTMLReportFire(t *testing.T) {
+	var buf bytes.Buffer
+	if err := fireReport().WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, bad := range []string{"<script", "http://", "https://", "<&>"} {
+		if bad == "http://" && strings.Count(page, bad) != strings.Count(page, `xmlns="http://www.w3.org/2000/svg"`) {
+			t.Fatalf("the page links to something: %q", bad)
+		} else if bad != "http://" && strings.Contains(page, bad) {
+			t.Fatalf("the page contains %q", bad)
+		}
+	}
+	charts := svgSeries(t, page)
+	want := []string{"data-series:delaywheel", "data-series:redis", "data-series:beanstalkd"}
+	var cdfChart, tpChart []string
+	for title, names := range charts {
+		switch {
+		case strings.HasPrefix(title, "Lateness"):
+			cdfChart = names
+		case strings.HasPrefix(title, "Throughput"):
+			tpChart = names
+		}
+	}
+	if !slices.Equal(cdfChart, want) || !slices.Equal(tpChart, want) {
+		t.Fatalf("charts %v: want the lateness CDF and the throughput with series %v", charts, want)
+	}
+	if !strings.Contains(page, "skipped: other not installed") || !strings.Contains(page, "p99 lateness: delaywheel = 0.100× redis") {
+		t.Fatalf("the page lacks the table's skip line or the comparison:\n%s", page)
+	}
+}
+
+func TestHTMLReportBacklog(t *testing.T) {
+	r := &Report{Workload: WorkloadBacklog, Params: Params{Messages: 100}, Results: []Result{
+		{Target: "delaywheel", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 3.5, RSSRestartedPerMsg: 2, DiskPerMsg: 150}},
+		{Target: "redis", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 180, RSSRestartedPerMsg: 170, DiskPerMsg: 120}},
+	}}
+	var buf bytes.Buffer
+	if err := r.WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	charts := svgSeries(t, buf.String())
+	mem := charts["Resident memory per pending message"]
+	want := []string{"data-series:after the fill", "data-group:delaywheel", "data-series:after a restart", "data-group:delaywheel",
+		"data-series:after the fill", "data-group:redis", "data-series:after a restart", "data-group:redis"}
+	if !slices.Equal(mem, want) {
+		t.Fatalf("memory chart bars %v, want %v", mem, want)
+	}
+	if len(charts["Disk per pending message"]) != 4 {
+		t.Fatalf("disk chart bars %v", charts["Disk per pending message"])
+	}
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "resident bytes per pending message: delaywheel = 0.0194× redis") {
+		t.Fatalf("table:\n%s", table.String())
+	}
+}
+
+func TestAxisAndLabels(t *testing.T) {
+	a := axis{lo: -2, hi: 3, log: true, from: 0, to: 500}
+	if got := a.pos(1); got != 200 {
+		t.Fatalf("log axis: 1 ms at %v, want 200", got)
+	}
+	if got := a.pos(0); got != 0 {
+		t.Fatalf("log axis: 0 clamps to the lowest decade, got %v", got)
+	}
+	if ticks := a.ticks(); len(ticks) != 6 || ticks[0] != 0.01 || ticks[5] != 1000 {
+		t.Fatalf("log ticks %v", ticks)
+	}
+	lin := axis{lo: 0, hi: 12345, from: 0, to: 100}
+	if ticks := lin.ticks(); len(ticks) != 5 || ticks[1] != 2500 {
+		t.Fatalf("linear ticks %v", ticks)
+	}
+	for ms, want := range map[float64]string{0.05: "50 µs", 2.5: "2.5 ms", 1500: "1.5 s"} {
+		if got := fmtMs(ms); got != want {
+			t.Fatalf("fmtMs(%v) = %q, want %q", ms, got, want)
+		}
+	}
+	if lineChart("t", "x", "y", []series{{Name: "a"}}, true, fmtMs, fmtFraction) != "" {
+		t.Fatal("a chart without points")
+	}
+}

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write JSON report: %w", err)
+	}
+	return nil
+}
+
+// Title describes the run in one line.
+func (r *Report) Title() string {
+	p := r.Params
+	switch r.Workload {
+	case WorkloadEnqueue:
+		return fmt.Sprintf("enqueue: %d messages, %d producers, batches of %d, %d-byte bodies", p.Messages, p.Producers, p.Batch, p.BodySize)
+	case WorkloadFire, WorkloadFailover:
+		s := fmt.Sprintf("%s: %d messages coming due at %d/s for %s, %d consumers (reserve max %d, wait %d ms), Redis poll %s",
+			r.Workload, p.Messages, p.Rate, time.Duration(p.DurationS*float64(time.Second)), p.Consumers, p.ReserveMax, p.WaitMs,
+			time.Duration(p.RedisPollMs*float64(time.Millisecond)))
+		if r.Workload == WorkloadFailover {
+			s += "; the leader is killed with SIGKILL and restarted"
+		}
+		return s
+	case WorkloadBacklog:
+		return fmt.Sprintf("backlog: %d messages pending 1–24 h ahead, %d producers, batches of %d, %d-byte bodies", p.Messages, p.Producers, p.Batch, p.BodySize)
+	}
+	return r.Workload
+}
+
+// target describes where delaywheel ran.
+func (r *Report) target() string {
+	if len(r.Params.Addrs) > 0 {
+		return "delaywheel at " + strings.Join(r.Params.Addrs, ",")
+	}
+	return fmt.Sprintf("delaywheel spawned, %d node(s)", r.Params.Spawn)
+}
+
+// WriteTable writes the report as a human-readable table.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n%s; %d CPUs, %s/%s", r.Title(), r.target(), r.Host.CPUs, r.Host.OS, r.Host.Arch)
+	if r.Host.LoadAvg != "" {
+		fmt.Fprintf(&b, ", load average %s at the start", r.Host.LoadAvg)
+	}
+	b.WriteString("\n")
+	if d := r.durability(); d != "" {
+		b.WriteString(d + "\n")
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(cells ...any) {
+		for _, c := range cells {
+			fmt.Fprintf(tw, "%v\t", c)
+		}
+		fmt.Fprintln(tw)
+	}
+	ran := r.ran()
+	switch r.Workload {
+	case WorkloadEnqueue:
+		row("target", "messages", "seconds", "msg/s", "call p50 ms", "p90", "p99", "p99.9", "max")
+		for _, res := range ran {
+			e := res.Enqueue
+			row(res.Target, e.Messages, f3(e.Seconds), f0(e.PerSec), f2(e.Latency.P50), f2(e.Latency.P90), f2(e.Latency.P99), f2(e.Latency.P999), f2(e.Latency.Max))
+		}
+	case WorkloadFire, WorkloadFailover:
+		head := []any{"target", "sent", "received", "lost", "early", "dup", "late p50 ms", "p90", "p99", "p99.9", "max"}
+		if r.Workload == WorkloadFailover {
+			head = append(head, "killed", "election ms", "gap ms")
+		}
+		row(head...)
+		for _, res := range ran {
+			f := res.Fire
+			l := f.Lateness
+			cells := []any{res.Target, f.Sent, f.Received, f.Lost, f.Early, f.Duplicates, f2(l.P50), f2(l.P90), f2(l.P99), f2(l.P999), f2(l.Max)}
+			if fo := res.Failover; fo != nil {
+				cells = append(cells, fo.KilledNode, f0(fo.ElectionMs), f0(fo.GapMs))
+			}
+			row(cells...)
+		}
+	case WorkloadBacklog:
+		row("target", "pending", "fill msg/s", "RSS", "RSS B/msg", "ΔRSS B/msg", "disk", "disk B/msg", "stop s", "restart→ready s", "RSS after restart")
+		for _, res := range ran {
+			k := res.Backlog
+			row(res.Target, k.Pending, f0(k.Fill.PerSec), bytesStr(k.RSSFull), f1(k.RSSPerMsg), f1(k.RSSDeltaPerMsg),
+				bytesStr(k.DiskFull), f1(k.DiskPerMsg), f2(k.StopS), f3(k.RestartToReadyS), bytesStr(k.RSSRestarted))
+		}
+	}
+	tw.Flush()
+	for _, res := range r.Results {
+		switch {
+		case res.Skipped != "":
+			fmt.Fprintf(&b, "skipped: %s\n", res.Skipped)
+		case res.Error != "":
+			fmt.Fprintf(&b, "%s failed: %s\n", res.Target, res.Error)
+		}
+		for _, n := range res.Notes {
+			fmt.Fprintf(&b, "%s: %s\n", res.Target, n)
+		}
+	}
+	for _, c := range r.Comparisons() {
+		fmt.Fprintln(&b, c)
+	}
+	_, err := io.WriteString(w, b.String())
+	if err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+// ran are the results that carry the workload's numbers.
+func (r *Report) ran() []Result {
+	var out []Result
+	for _, res := range r.Results {
+		ok := false
+		switch r.Workload {
+		case WorkloadEnqueue:
+			ok = res.Enqueue != nil
+		case WorkloadFire, WorkloadFailover:
+			ok = res.Fire != nil
+		case WorkloadBacklog:
+			ok = res.Backlog != nil
+		}
+		if ok {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// Comparisons are delaywheel's figures as ratios of each alternative's, the
+// way the targets of the benchmark issue are stated.
+func (r *Report) Comparisons() []string {
+	var dw *Result
+	ran := r.ran()
+	for i := range ran {
+		if strings.HasPrefix(ran[i].Target, TargetDelaywheel) {
+			dw = &ran[i]
+			break
+		}
+	}
+	if dw == nil || dw.Error != "" {
+		return nil
+	}
+	var out []string
+	for _, alt := range ran {
+		if alt.Target == dw.Target || alt.Error != "" {
+			continue
+		}
+		switch r.Workload {
+		case WorkloadEnqueue:
+			if alt.Enqueue.PerSec > 0 {
+				out = append(out, fmt.Sprintf("enqueue rate: delaywheel = %.2f× %s", dw.Enqueue.PerSec/alt.Enqueue.PerSec, alt.Target))
+			}
+		case WorkloadFire:
+			if alt.Fire.Lateness.P99 > 0 {
+				out = append(out, fmt.Sprintf("p99 lateness: delaywheel = %.3f× %s", dw.Fire.Lateness.P99/alt.Fire.Lateness.P99, alt.Target))
+			}
+		case WorkloadBacklog:
+			if alt.Backlog.RSSPerMsg > 0 && dw.Backlog.RSSPerMsg > 0 {
+				out = append(out, fmt.Sprintf("resident bytes per pending message: delaywheel = %.4f× %s (after restart: %.4f×)",
+					dw.Backlog.RSSPerMsg/alt.Backlog.RSSPerMsg, alt.Target, ratio(dw.Backlog.RSSRestartedPerMsg, alt.Backlog.RSSRestartedPerMsg)))
+			}
+		}
+	}
+	return out
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 || a < 0 {
+		return 0
+	}
+	return a / b
+}
+
+func f0(v float64) string { return fmt.Sprintf("%.0f", v) }
+func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
+func f3(v float64) string { return fmt.Sprintf("%.3f", v) }
+
+// bytesStr formats a byte count with a binary unit; "?" when unknown.
+func bytesStr(n int64) string {
+	switch {
+	case n < 0:
+		return "?"
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// durability says how the alternatives that ran persist what they accept.
+func (r *Report) durability() string {
+	var parts []string
+	for _, res := range r.Results {
+		if res.Skipped != "" {
+			continue
+		}
+		switch res.Target {
+		case TargetRedis:
+			parts = append(parts, "redis: AOF appendfsync always")
+		case TargetBeanstalkd:
+			if r.Params.BeanstalkdFsyncMs > 0 {
+				parts = append(parts, fmt.Sprintf("beanstalkd: binlog fsync at most every %d ms", r.Params.BeanstalkdFsyncMs))
+			} else {
+				parts = append(parts, "beanstalkd: binlog fsync on every write")
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "delaywheel: Raft log fsync before each answer; " + strings.Join(parts, "; ")
+}

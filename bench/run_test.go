@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string // "" = valid
+	}{
+		{Config{Workload: WorkloadFire}, ""},
+		{Config{Workload: WorkloadFailover}, ""}, // spawns 3 by default
+		{Config{Workload: "nap"}, `workload "nap"`},
+		{Config{Workload: WorkloadFire, Targets: []string{"kafka"}}, `unknown target "kafka"`},
+		{Config{Workload: WorkloadFire, Addrs: []string{"x:1"}, Spawn: 1}, "exclude each other"},
+		{Config{Workload: WorkloadFire, Spawn: 2}, "--spawn 2"},
+		{Config{Workload: WorkloadFailover, Spawn: 1}, "failover needs --spawn 3"},
+		{Config{Workload: WorkloadEnqueue, Batch: 20_000}, "--batch 20000"},
+		{Config{Workload: WorkloadFailover, Duration: time.Second, KillAfter: 2 * time.Second}, "--kill-after"},
+	} {
+		err := tc.cfg.withDefaults().validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	d := Config{Workload: WorkloadBacklog}.withDefaults()
+	if d.Messages != DefaultBacklogMessages || d.Spawn != 1 || len(d.Targets) != 3 {
+		t.Fatalf("backlog defaults %+v", d)
+	}
+}
+
+// TestSkipUninstalled: an alternative whose server is not on PATH is skipped
+// with a line that says how to install it.
+func TestSkipUninstalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	cfg := Config{Workload: WorkloadFire}.withDefaults()
+	for name, bin := range map[string]string{TargetRedis: "redis-server", TargetBeanstalkd: "beanstalkd"} {
+		res := runTarget(t.Context(), cfg, filepath.Join(t.TempDir(), name), name)
+		want := bin + " not installed (apt-get install " + bin + ")"
+		if res.Skipped != want {
+			t.Fatalf("%s: skipped %q, want %q", name, res.Skipped, want)
+		}
+	}
+	cfg = Config{Workload: WorkloadFailover}.withDefaults()
+	if res := runTarget(t.Context(), cfg, t.TempDir(), TargetRedis); !strings.Contains(res.Skipped, "failover applies to a replicated delaywheel cluster only") {
+		t.Fatalf("failover on redis: %+v", res)
+	}
+}
+
+func TestRunNeedsBinaryToSpawn(t *testing.T) {
+	_, err := Run(t.Context(), Config{Workload: WorkloadEnqueue, Targets: []string{TargetDelaywheel}})
+	if err == nil || !strings.Contains(err.Error(), "--binary") {
+		t.Fatalf("Run without a binary: %v", err)
+	}
+}
+
+// TestProcLifecycle starts a process, stops it with SIGTERM and sees it
+// exit; a process that exits early fails waitReady, quoting its output.
+func TestProcLifecycle(t *testing.T) {
+	sh, err := lookSh()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	p := newProc(Config{}.withDefaults().logger, "sleeper", dir, sh, "-c", "echo started; exec sleep 60")
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Running() || p.PID() == 0 {
+		t.Fatal("not running after Start")
+	}
+	if rss, err := p.RSS(); err != nil || rss <= 0 {
+		t.Logf("rss %d %v (no /proc here?)", rss, err)
+	}
+	if _, err := p.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p.Running() {
+		t.Fatal("running after Stop")
+	}
+	q := newProc(p.logger, "quitter", dir, sh, "-c", "echo boom; exit 3")
+	if err := q.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err = waitReady(t.Context(), q, 10*time.Second, func(context.Context) error { return errors.New("not yet") })
+	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("waitReady of an exited process: %v", err)
+	}
+}
+
+func lookSh() (string, error) {
+	for _, p := range []string{"/bin/sh", "/usr/bin/sh"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no /bin/sh")
+}
+
+func TestDirSize(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, size := range map[string]int{"x": 100, "a/b/y": 23} {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := dirSize(dir); err != nil || n != 123 {
+		t.Fatalf("dirSize = %d, %v", n, err)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	var buf strings.Builder
+	p := newProgress(&buf, true)
+	p.show("enqueue: 10/100")
+	p.show("enqueue: 9")
+	w := p.ClearingWriter(&buf)
+	io.WriteString(w, "log line\n")
+	got := buf.String()
+	want := "\renqueue: 10/100\renqueue: 9     \r" + strings.Repeat(" ", 10) + "\rlog line\n"
+	if got != want {
+		t.Fatalf("progress output %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a server process the harness started. Its output goes to a log
+// file in its directory, whose tail is quoted when it fails.
+type proc struct {
+	name   string
+	bin    string
+	args   []string
+	dir    string // working directory
+	log    string // stdout and stderr
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{} // closed once the process exited
+	exitErr error
+}
+
+func newProc(logger *slog.Logger, name, dir, bin string, args ...string) *proc {
+	return &proc{name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, name+".log"), logger: logger}
+}
+
+// Start starts the process. It runs in its own process group, so that a
+// Ctrl-C at the terminal reaches only the harness, which stops it itself.
+func (p *proc) Start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Dir = p.dir
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s (%s): %w", p.name, p.bin, err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.exitErr = cmd, done, nil
+	p.mu.Unlock()
+	p.logger.Debug("started", "process", p.name, "pid", cmd.Process.Pid, "args", strings.Join(p.args, " "))
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.exitErr = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// state returns the running command and its exit channel (nil before Start,
+// and for a nil proc: a target the harness did not spawn).
+func (p *proc) state() (*exec.Cmd, chan struct{}) {
+	if p == nil {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done
+}
+
+// Exited is closed once the process exited; nil before Start.
+func (p *proc) Exited() <-chan struct{} {
+	_, done := p.state()
+	return done
+}
+
+// Running reports whether the process was started and has not exited.
+func (p *proc) Running() bool {
+	_, done := p.state()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// PID is the process id, 0 before Start.
+func (p *proc) PID() int {
+	cmd, _ := p.state()
+	if cmd == nil || cmd.Process == nil {
+		return 0
+	}
+	return cmd.Process.Pid
+}
+
+// Stop sends SIGTERM and waits for the exit, then SIGKILL after timeout. It
+// returns how long the process took to exit.
+func (p *proc) Stop(timeout time.Duration) (time.Duration, error) {
+	cmd, done := p.state()
+	if cmd == nil || !p.Running() {
+		return 0, nil
+	}
+	t0 := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return 0, fmt.Errorf("stop %s: %w", p.name, err)
+	}
+	select {
+	case <-done:
+		return time.Since(t0), nil
+	case <-time.After(timeout):
+	}
+	p.logger.Warn("process did not stop in time; killing it", "process", p.name, "timeout", timeout)
+	if err := p.Kill(); err != nil {
+		return time.Since(t0), err
+	}
+	return time.Since(t0), fmt.Errorf("stop %s: no exit within %s of SIGTERM, killed", p.name, timeout)
+}
+
+// Kill sends SIGKILL and waits for the exit.
+func (p *proc) Kill() error {
+	cmd, done := p.state()
+	if cmd == nil || !p.Running() {
+		return nil
+	}
+	if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	<-done
+	return nil
+}
+
+// RSS is the process's resident memory, from /proc/<pid>/status.
+func (p *proc) RSS() (int64, error) {
+	if p == nil {
+		return -1, errNotSpawned
+	}
+	pid := p.PID()
+	if pid == 0 || !p.Running() {
+		return -1, fmt.Errorf("rss of %s: not running", p.name)
+	}
+	return rssOf(pid)
+}
+
+// rssOf reads VmRSS of a process.
+func rssOf(pid int) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return -1, fmt.Errorf("rss of pid %d: %w", pid, err)
+	}
+	return parseVmRSS(b)
+}
+
+// parseVmRSS finds "VmRSS: <n> kB" in a /proc/<pid>/status file.
+func parseVmRSS(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			break
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return -1, fmt.Errorf("VmRSS %q: %w", rest, err)
+		}
+		return kb * 1024, nil
+	}
+	return -1, errors.New("no VmRSS line in /proc status")
+}
+
+// LogTail returns the last n lines of the process's output.
+func (p *proc) LogTail(n int) string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// failure wraps err with the process's last output lines.
+func (p *proc) failure(err error) error {
+	tail := p.LogTail(15)
+	if tail == "" {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	return fmt.Errorf("%s: %w; its last output (%s):\n%s", p.name, err, p.log, tail)
+}
+
+// waitReady calls probe every few milliseconds until it succeeds, the process
+// exits, timeout passes or ctx ends.
+func waitReady(parent context.Context, p *proc, timeout time.Duration, probe func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		last = probe(pctx)
+		pcancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.Exited():
+			return p.failure(errors.New("exited before it was ready"))
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("%s: waiting until ready: %w", p.name, parent.Err())
+			}
+			return p.failure(fmt.Errorf("not ready after %s: %w", timeout, last))
+		case <-tick.C:
+		}
+	}
+}
+
+// freePorts returns n distinct free TCP ports on the loopback interface.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// dirSize is the total size of the regular files under dir.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // a file deleted while walking
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		return -1, fmt.Errorf("size of %s: %w", dir, err)
+	}
+	return n, nil
+}
+
+// BuildBinary builds the delaywheel server binary from the module that
+// contains dir (any directory inside the repository) into outDir and returns
+// its path.
+func BuildBinary(ctx context.Context, dir, outDir string) (string, error) {
+	out := filepath.Join(outDir, "delaywheel")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/delaywheel/delaywheel/cmd/delaywheel")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/delaywheel: %w: %s", err, strings.TrimSpace(string(b)))
+	}
+	return out, nil
+}
+
+// mkdirAll creates dir and its parents.
+func mkdirAll(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return nil
+}
+
+// footprint is the resident memory of p and the size of the files under dir.
+func footprint(p *proc, dir string) (resources, error) {
+	rss, err := p.RSS()
+	if err != nil {
+		return resources{RSSBytes: -1, DiskBytes: -1}, err
+	}
+	disk, err := dirSize(dir)
+	return resources{RSSBytes: rss, DiskBytes: disk}, err
+}
+
+// restartProc stops p with SIGTERM, starts it again and waits until ready
+// succeeds.
+func restartProc(ctx context.Context, p *proc, ready func(context.Context) error) (restartTimes, error) {
+	var rt restartTimes
+	var err error
+	if rt.Stop, err = p.Stop(time.Minute); err != nil {
+		return rt, fmt.Errorf("restart: %w", err)
+	}
+	t0 := time.Now()
+	if err := p.Start(); err != nil {
+		return rt, fmt.Errorf("restart: %w", err)
+	}
+	if err := ready(ctx); err != nil {
+		return rt, fmt.Errorf("restart: %w", err)
+	}
+	rt.Ready = time.Since(t0)
+	return rt, nil
+}

@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// offlineReader reads the wheel of a stopped node's data directory.
+type offlineReader interface {
+	Wheel() (wheel.WheelInfo, error)
+	Slot(slot int, records bool) (wheel.SlotInfo, error)
+	Close() error
+}
+
+// openOfflineFunc opens a data directory for offlineReader; nil when the
+// binary has no offline mode.
+type openOfflineFunc func(dataDir string) (offlineReader, error)
+
+// errNoOffline answers --data-dir when there is no offline reader.
+var errNoOffline = errors.New("offline mode not available: --data-dir cannot be read by this build; use --addr")
+
+// admin holds what the admin commands share.
+type admin struct {
+	openOffline openOfflineFunc
+}
+
+// adminCommands returns the commands that talk to a node over HTTP (or, for
+// wheel and slot with --data-dir, read a stopped node's directory through
+// openOffline, which may be nil).
+func adminCommands(openOffline openOfflineFunc) []*cli.Command {
+	a := &admin{openOffline: openOffline}
+	dataDir := func() cli.Flag {
+		return &cli.StringFlag{Name: "data-dir", Usage: "read this stopped node's data directory instead of calling --addr"}
+	}
+	return []*cli.Command{
+		withCommonFlags(&cli.Command{
+			Name: "push", Usage: "enqueue one message", ArgsUsage: "TOPIC BODY (BODY - reads stdin)",
+			Flags: []cli.Flag{
+				&cli.DurationFlag{Name: "delay", Usage: "deliver after this long (e.g. 30m, 1500ms)"},
+				&cli.StringFlag{Name: "deliver-at", Usage: "deliver at this instant: RFC 3339 or Unix milliseconds"},
+				&cli.StringFlag{Name: "key", Usage: "dedupe and cancel key"},
+				&cli.Int64Flag{Name: "priority", Usage: "higher first among messages due the same millisecond"},
+				&cli.DurationFlag{Name: "ttr", Usage: "lease length once reserved (server default 30s)"},
+				&cli.IntFlag{Name: "max-attempts", Usage: "deliveries before it goes dead (server default 10)"},
+				&cli.StringSliceFlag{Name: "header", Usage: "header k=v (repeat the flag for more)"},
+			},
+			Action: a.push,
+		}),
+		withCommonFlags(&cli.Command{
+			Name: "reserve", Usage: "take due messages of a topic", ArgsUsage: "TOPIC",
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "max", Value: 1, Usage: "at most this many messages"},
+				&cli.DurationFlag{Name: "wait", Usage: "long-poll up to this long for the first message"},
+				&cli.DurationFlag{Name: "ttr", Usage: "lease length (default: each message's own)"},
+				&cli.BoolFlag{Name: "ack", Usage: "ack the messages right away"},
+			},
+			Action: a.reserve,
+		}),
+		withCommonFlags(&cli.Command{Name: "topics", Usage: "list topics and their counts by state", Action: a.topics}),
+		withCommonFlags(&cli.Command{Name: "message", Usage: "show a pending message", ArgsUsage: "ID", Action: a.message}),
+		withCommonFlags(&cli.Command{
+			Name: "cancel", Usage: "cancel a delayed or ready message by id, or by --topic and --key", ArgsUsage: "[ID]",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "topic", Usage: "with --key: cancel by key on this topic"},
+				&cli.StringFlag{Name: "key", Usage: "with --topic: the key to cancel"},
+			},
+			Action: a.cancel,
+		}),
+		withCommonFlags(&cli.Command{Name: "wheel", Usage: "describe the timing wheel", Flags: []cli.Flag{dataDir()}, Action: a.wheel}),
+		withCommonFlags(&cli.Command{
+			Name: "slot", Usage: "describe one slot of the wheel", ArgsUsage: "N (0-7199)",
+			Flags:  []cli.Flag{dataDir(), &cli.BoolFlag{Name: "records", Usage: "list the slot file's records"}},
+			Action: a.slot,
+		}),
+		withCommonFlags(&cli.Command{Name: "cluster", Usage: "show the cluster's members", Action: a.cluster}),
+		withCommonFlags(&cli.Command{
+			Name: "dead", Usage: "list a topic's dead letters", ArgsUsage: "TOPIC",
+			Flags:  []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many (server default 100)"}},
+			Action: a.dead,
+		}),
+		withCommonFlags(&cli.Command{Name: "redrive", Usage: "move dead letters back to ready", ArgsUsage: "TOPIC [ID...] (no ids: all)", Action: a.redrive}),
+	}
+}
+
+// withCommonFlags adds --addr, --token-file and --json to cmd.
+func withCommonFlags(cmd *cli.Command) *cli.Command {
+	cmd.Flags = append(cmd.Flags,
+		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "HTTP address of any node"},
+		&cli.StringFlag{Name: "token-file", EnvVars: []string{"DELAYWHEEL_TOKEN_FILE"}, Usage: "file holding the bearer token"},
+		&cli.BoolFlag{Name: "json", Usage: "print the raw JSON answer, indented"},
+	)
+	return cmd
+}
+
+// session is one command's connection and output.
+type session struct {
+	c   *cli.Context
+	cl  *client.Client
+	raw []byte // the last JSON answer
+}
+
+// newSession checks the number of arguments and builds the client.
+func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
+	if n := c.NArg(); n < minArgs || (maxArgs >= 0 && n > maxArgs) {
+		return nil, fmt.Errorf("usage: %s %s [flags] %s (flags go before the arguments)", c.App.Name, c.Command.Name, c.Command.ArgsUsage)
+	}
+	s := &session{c: c}
+	opts := []client.Option{client.WithRawResponse(func(b []byte) { s.raw = b })}
+	if path := c.String("token-file"); path != "" {
+		tok, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading the token file: %w", err)
+		}
+		opts = append(opts, client.WithToken(strings.TrimSpace(string(tok))))
+	}
+	s.cl = client.New(c.String("addr"), opts...)
+	return s, nil
+}
+
+// print writes the last answer: its raw JSON, indented, with --json, or else
+// the table that table writes.
+func (s *session) print(table func(w io.Writer)) error {
+	out := s.c.App.Writer
+	if s.c.Bool("json") {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, bytes.TrimSpace(s.raw), "", "  "); err != nil {
+			return fmt.Errorf("indenting the answer: %w", err)
+		}
+		buf.WriteByte('\n')
+		_, err := buf.WriteTo(out)
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// show runs a command that makes one call: it checks the arguments, gets
+// the answer with fetch and prints it (as JSON with --json, else with table).
+func show[T any](c *cli.Context, minArgs, maxArgs int, fetch func(*session) (T, error), table func(io.Writer, T)) error {
+	s, err := newSession(c, minArgs, maxArgs)
+	if err != nil {
+		return err
+	}
+	v, err := fetch(s)
+	if err != nil {
+		return err
+	}
+	return s.print(func(w io.Writer) { table(w, v) })
+}
+
+// row writes one tab-separated table row.
+func row(w io.Writer, cells ...any) {
+	for i, c := range cells {
+		if i > 0 {
+			fmt.Fprint(w, "\t")
+		}
+		fmt.Fprint(w, c)
+	}
+	fmt.Fprintln(w)
+}
+
+func (a *admin) push(c *cli.Context) error {
+	return show(c, 2, 2, func(s *session) ([]api.Result, error) {
+		m, err := messageOf(c)
+		if err != nil {
+			return nil, err
+		}
+		return s.cl.Enqueue(c.Context, []api.Message{m})
+	}, func(w io.Writer, res []api.Result) {
+		row(w, "ID", "DELIVER_AT", "DUPLICATE")
+		for _, r := range res {
+			row(w, r.ID, instant(r.DeliverAtMs), r.Duplicate)
+		}
+	})
+}
+
+// messageOf builds the message of a push from its arguments and flags.
+func messageOf(c *cli.Context) (api.Message, error) {
+	m := api.Message{Topic: c.Args().Get(0), Key: c.String("key"), Priority: c.Int64("priority")}
+	body := []byte(c.Args().Get(1))
+	if c.Args().Get(1) == "-" {
+		var err error
+		if body, err = io.ReadAll(c.App.Reader); err != nil {
+			return m, fmt.Errorf("reading the body from stdin: %w", err)
+		}
+	}
+	m.Payload = api.PayloadOf(body)
+	if c.IsSet("delay") {
+		m.DelayMs = api.Ptr(c.Duration("delay").Milliseconds())
+	}
+	if c.IsSet("deliver-at") {
+		at, err := parseInstant(c.String("deliver-at"))
+		if err != nil {
+			return m, err
+		}
+		m.DeliverAtMs = &at
+	}
+	if c.IsSet("ttr") {
+		m.TTRMs = api.Ptr(c.Duration("ttr").Milliseconds())
+	}
+	if c.IsSet("max-attempts") {
+		m.MaxAttempts = api.Ptr(int32(c.Int("max-attempts")))
+	}
+	for _, h := range c.StringSlice("header") {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok {
+			return m, fmt.Errorf("--header %q: want k=v", h)
+		}
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		m.Headers[k] = v
+	}
+	return m, nil
+}
+
+// parseInstant parses RFC 3339 or Unix milliseconds.
+func parseInstant(s string) (int64, error) {
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return ms, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, fmt.Errorf("--deliver-at %q: want RFC 3339 (2025-01-02T15:04:05Z) or Unix milliseconds", s)
+	}
+	return t.UnixMilli(), nil
+}
+
+// instant renders Unix milliseconds as UTC RFC 3339 with milliseconds.
+func instant(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func (a *admin) reserve(c *cli.Context) error {
+	s, err := newSession(c, 1, 1)
+	if err != nil {
+		return err
+	}
+	req := api.ReserveRequest{Max: api.Ptr(c.Int("max")), WaitMs: c.Duration("wait").Milliseconds()}
+	if c.IsSet("ttr") {
+		req.TTRMs = api.Ptr(c.Duration("ttr").Milliseconds())
+	}
+	ds, err := s.cl.Reserve(c.Context, c.Args().Get(0), req)
+	if err != nil {
+		return err
+	}
+	err = s.print(func(w io.Writer) {
+		row(w, "ID", "ATTEMPT", "DELIVER_AT", "LEASE_EXPIRES", "RECEIPT", "BODY")
+		for _, d := range ds {
+			row(w, d.ID, d.Attempt, instant(d.DeliverAtMs), instant(d.LeaseExpiresMs), d.Receipt, bodyText(d.Payload))
+		}
+	})
+	if err != nil || !c.Bool("ack") || len(ds) == 0 {
+		return err
+	}
+	receipts := make([]string, len(ds))
+	for i, d := range ds {
+		receipts[i] = d.Receipt
+	}
+	acked, err := s.cl.Ack(c.Context, receipts)
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		out = c.App.ErrWriter // keep stdout one JSON document
+	}
+	_, err = fmt.Fprintf(out, "acked %d, stale %d\n", acked.Acked, acked.Stale)
+	return err
+}
+
+// bodyText renders a body for a table: text cut to a line, or base64.
+func bodyText(p api.Payload) string {
+	const maxLen = 60
+	s := ""
+	switch {
+	case p.Body != nil:
+		s = strconv.Quote(*p.Body)
+	case p.BodyBase64 != nil:
+		s = "base64:" + *p.BodyBase64
+	}
+	if len(s) > maxLen {
+		s = s[:maxLen] + "…"
+	}
+	return s
+}
+
+func (a *admin) topics(c *cli.Context) error {
+	return show(c, 0, 0, func(s *session) ([]api.TopicCounts, error) {
+		return s.cl.Topics(c.Context)
+	}, func(w io.Writer, ts []api.TopicCounts) {
+		row(w, "TOPIC", "DELAYED", "READY", "RESERVED", "DEAD")
+		for _, t := range ts {
+			row(w, t.Topic, t.Delayed, t.Ready, t.Reserved, t.Dead)
+		}
+	})
+}
+
+func (a *admin) message(c *cli.Context) error {
+	return show(c, 1, 1, func(s *session) (api.MessageView, error) {
+		return s.cl.Get(c.Context, c.Args().Get(0))
+	}, func(w io.Writer, m api.MessageView) {
+		row(w, "id:", m.ID)
+		row(w, "topic:", m.Topic)
+		row(w, "state:", m.State)
+		row(w, "deliver_at:", instant(m.DeliverAtMs))
+		row(w, "attempts:", m.Attempts)
+		row(w, "key:", m.Key)
+		row(w, "priority:", m.Priority)
+		for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+			row(w, "header:", k+"="+m.Headers[k])
+		}
+		row(w, "body:", bodyText(m.Payload))
+	})
+}
+
+func (a *admin) cancel(c *cli.Context) error {
+	byKey := c.IsSet("topic") || c.IsSet("key")
+	nargs := 1
+	if byKey {
+		nargs = 0
+	}
+	return show(c, nargs, nargs, func(s *session) (api.Cancelled, error) {
+		switch {
+		case byKey && (c.String("topic") == "" || c.String("key") == ""):
+			return api.Cancelled{}, errors.New("cancel by key needs both --topic and --key")
+		case byKey:
+			return s.cl.CancelKey(c.Context, c.String("topic"), c.String("key"))
+		default:
+			return s.cl.Cancel(c.Context, c.Args().Get(0))
+		}
+	}, func(w io.Writer, got api.Cancelled) {
+		row(w, "ID", "STATE")
+		row(w, got.ID, got.State)
+	})
+}
+
+// readOffline reads a data directory with read, and keeps the answer's JSON
+// for --json as if a node had sent it.
+func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error)) (T, error) {
+	var zero T
+	if a.openOffline == nil {
+		return zero, errNoOffline
+	}
+	r, err := a.openOffline(s.c.String("data-dir"))
+	if err != nil {
+		return zero, fmt.Errorf("opening %s: %w", s.c.String("data-dir"), err)
+	}
+	v, err := read(r)
+	if cerr := r.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("closing %s: %w", s.c.String("data-dir"), cerr)
+	}
+	if err != nil {
+		return zero, err
+	}
+	s.raw, err = json.Marshal(v)
+	return v, err
+}
+
+func (a *admin) wheel(c *cli.Context) error {
+	return show(c, 0, 0, func(s *session) (api.Wheel, error) {
+		if !c.IsSet("data-dir") {
+			return s.cl.Wheel(c.Context)
+		}
+		return readOffline(a, s, func(r offlineReader) (api.Wheel, error) {
+			info, err := r.Wheel()
+			return transport.WheelView(info), err
+		})
+	}, func(tw io.Writer, w api.Wheel) {
+		row(tw, "cursor:", instant(w.CursorMs))
+		row(tw, "horizon:", instant(w.HorizonMs))
+		row(tw, "slots:", fmt.Sprintf("%d of %d ms", w.Slots, w.TickMs))
+		row(tw, "open segments:", w.OpenSegments)
+		row(tw, "overflow messages:", w.OverflowMessages)
+		row(tw)
+		row(tw, "SLOT", "SECOND", "DUE", "MESSAGES", "BYTES")
+		for _, n := range w.NonEmpty {
+			row(tw, n.Slot, n.Second, instant(n.Second*w.TickMs), n.Messages, n.Bytes)
+		}
+	})
+}
+
+func (a *admin) slot(c *cli.Context) error {
+	records := c.Bool("records")
+	return show(c, 1, 1, func(s *session) (api.Slot, error) {
+		n, err := strconv.Atoi(c.Args().Get(0))
+		if err != nil || n < 0 || n >= wheel.Slots {
+			return api.Slot{}, fmt.Errorf("slot %q: want a number from 0 to %d", c.Args().Get(0), wheel.Slots-1)
+		}
+		if !c.IsSet("data-dir") {
+			return s.cl.Slot(c.Context, n, records)
+		}
+		return readOffline(a, s, func(r offlineReader) (api.Slot, error) {
+			info, err := r.Slot(n, records)
+			return transport.SlotView(info, records), err
+		})
+	}, func(w io.Writer, sl api.Slot) {
+		row(w, "slot:", sl.Slot)
+		row(w, "second:", fmt.Sprintf("%d (%s)", sl.Second, instant(sl.Second*wheel.TickMs)))
+		row(w, "file:", sl.File)
+		row(w, "messages:", sl.Messages)
+		row(w, "bytes:", sl.Bytes)
+		if !records {
+			return
+		}
+		row(w)
+		row(w, "OFFSET", "TYPE", "INDEX", "ID", "TOPIC", "DUE", "ATTEMPTS", "BYTES", "LIVE")
+		for _, r := range sl.Records {
+			row(w, r.Offset, r.Type, r.Index, r.ID, r.Topic, instant(r.DueMs), r.Attempts, r.Bytes, r.Live)
+		}
+	})
+}
+
+func (a *admin) cluster(c *cli.Context) error {
+	return show(c, 0, 0, func(s *session) (api.Cluster, error) {
+		return s.cl.Cluster(c.Context)
+	}, func(w io.Writer, cl api.Cluster) {
+		row(w, "leader:", cl.Leader)
+		row(w, "term:", cl.Term)
+		row(w)
+		row(w, "ID", "RAFT_ADDR", "HTTP_ADDR", "SUFFRAGE", "STATE", "APPLIED")
+		for _, n := range cl.Nodes {
+			row(w, n.ID, n.RaftAddr, n.HTTPAddr, n.Suffrage, n.State, n.AppliedIndex)
+		}
+	})
+}
+
+func (a *admin) dead(c *cli.Context) error {
+	return show(c, 1, 1, func(s *session) ([]api.MessageView, error) {
+		return s.cl.Dead(c.Context, c.Args().Get(0), c.Int("limit"))
+	}, func(w io.Writer, ms []api.MessageView) {
+		row(w, "ID", "ATTEMPTS", "DELIVER_AT", "KEY", "BODY")
+		for _, m := range ms {
+			row(w, m.ID, m.Attempts, instant(m.DeliverAtMs), m.Key, bodyText(m.Payload))
+		}
+	})
+}
+
+func (a *admin) redrive(c *cli.Context) error {
+	return show(c, 1, -1, func(s *session) (int, error) {
+		return s.cl.Redrive(c.Context, c.Args().Get(0), c.Args().Tail())
+	}, func(w io.Writer, n int) { row(w, "redriven:", n) })
+}

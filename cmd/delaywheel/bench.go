@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/delaywheel/delaywheel/bench"
+)
+
+// benchCommand is `delaywheel bench <workload>`.
+func benchCommand() *cli.Command {
+	describe := map[string]string{
+		bench.WorkloadEnqueue:  "N messages from P producers in batches of B: messages/s and enqueue-call latency",
+		bench.WorkloadFire:     "R messages/s coming due for D, C consumers long-polling: lateness percentiles, lost, early, duplicated",
+		bench.WorkloadBacklog:  "N messages pending 1–24 h ahead: resident memory and disk per pending message, restart-to-ready time",
+		bench.WorkloadFailover: "fire on a spawned 3-node cluster while the leader is killed (SIGKILL) and restarted",
+	}
+	var subs []*cli.Command
+	for _, w := range bench.Workloads() {
+		subs = append(subs, &cli.Command{
+			Name:   w,
+			Usage:  describe[w],
+			Flags:  benchFlags(),
+			Action: func(c *cli.Context) error { return runBench(c, w) },
+		})
+	}
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "load-test delaywheel side by side with Redis and beanstalkd",
+		Description: "Runs one workload against each target in turn: delaywheel (a cluster at --addr, or\n" +
+			"--spawn 1|3 nodes of this binary in temporary directories), Redis (a sorted set popped\n" +
+			"by a Lua script every --redis-poll, AOF appendfsync always) and beanstalkd (binlog,\n" +
+			"fsync on every write). The alternatives are spawned on free loopback ports when their\n" +
+			"server is installed, and skipped otherwise. Prints a table (or --json) and can write\n" +
+			"a self-contained HTML report with charts (--report). Ctrl-C stops cleanly and removes\n" +
+			"everything the run spawned.",
+		Subcommands: subs,
+	}
+}
+
+func benchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "targets", Value: cli.NewStringSlice(bench.AllTargets()...), Usage: "targets to run, comma-separated: " + strings.Join(bench.AllTargets(), ",")},
+		&cli.IntFlag{Name: "spawn", Usage: "spawn a delaywheel cluster of `N` nodes (1 or 3); default 1 without --addr (3 for failover)"},
+		&cli.StringSliceFlag{Name: "addr", Usage: "HTTP addresses of a running delaywheel cluster, comma-separated"},
+		&cli.StringFlag{Name: "binary", Usage: "delaywheel binary to spawn (default: this executable)"},
+		&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token of the delaywheel API (spawned nodes require it too)"},
+		&cli.IntFlag{Name: "messages", Aliases: []string{"n"}, Usage: fmt.Sprintf("messages to enqueue (default %d; backlog %d; fire: rate × duration)", bench.DefaultEnqueueMessages, bench.DefaultBacklogMessages)},
+		&cli.IntFlag{Name: "producers", Value: bench.DefaultProducers, Usage: "concurrent producers"},
+		&cli.IntFlag{Name: "batch", Value: bench.DefaultBatch, Usage: "messages per enqueue call"},
+		&cli.IntFlag{Name: "body-size", Value: bench.DefaultBodySize, Usage: "message body size in bytes"},
+		&cli.DurationFlag{Name: "delay", Usage: "enqueue: how far ahead the messages are due (default 30m)"},
+		&cli.IntFlag{Name: "rate", Value: bench.DefaultRate, Usage: "fire, failover: messages coming due per second"},
+		&cli.DurationFlag{Name: "duration", Value: bench.DefaultDuration, Usage: "fire, failover: how long messages come due"},
+		&cli.IntFlag{Name: "consumers", Value: bench.DefaultConsumers, Usage: "fire, failover: concurrent consumers"},
+		&cli.IntFlag{Name: "reserve-max", Value: bench.DefaultReserveMax, Usage: "most messages per reserve (delaywheel) or pop (Redis)"},
+		&cli.DurationFlag{Name: "wait", Value: bench.DefaultWait, Usage: "long-poll wait of a reserve"},
+		&cli.DurationFlag{Name: "redis-poll", Value: bench.DefaultRedisPoll, Usage: "Redis: interval between polls of the Lua pop"},
+		&cli.DurationFlag{Name: "beanstalkd-fsync", Usage: "beanstalkd -f: fsync its binlog at most this often (default 0: every write, the durability of the others)"},
+		&cli.DurationFlag{Name: "lead", Usage: "fire: from the start of enqueueing to the first due time (default: estimated per target)"},
+		&cli.DurationFlag{Name: "grace", Usage: "fire: how long after the last due time deliveries are awaited (default 10s; failover 20s)"},
+		&cli.DurationFlag{Name: "kill-after", Usage: "failover: from the first due time to the kill (default a third of --duration)"},
+		&cli.DurationFlag{Name: "down", Usage: "failover: how long the killed leader stays down (default 3s)"},
+		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON instead of a table"},
+		&cli.StringFlag{Name: "report", Usage: "also write a self-contained HTML report with charts to `FILE`"},
+		&cli.BoolFlag{Name: "verbose", Usage: "log what the harness spawns"},
+		&cli.BoolFlag{Name: "keep", Usage: "keep the spawned servers' data directories and logs (their path is logged)"},
+	}
+}
+
+// runBench runs one workload with the flags of c.
+func runBench(c *cli.Context, workload string) error {
+	if c.Args().Present() {
+		return fmt.Errorf("bench %s takes no arguments, got %q (flags go before or after the workload, e.g. --spawn 1)", workload, c.Args().Slice())
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	stderr := c.App.ErrWriter
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	stdout := c.App.Writer
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	var targets []string
+	for _, t := range c.StringSlice("targets") {
+		if t = strings.TrimSpace(t); t != "" {
+			targets = append(targets, t)
+		}
+	}
+	binary := c.String("binary")
+	if binary == "" && len(c.StringSlice("addr")) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this executable to spawn (set --binary): %w", err)
+		}
+		binary = exe
+	}
+	cfg := bench.Config{
+		Workload:        workload,
+		Targets:         targets,
+		Addrs:           c.StringSlice("addr"),
+		Spawn:           c.Int("spawn"),
+		Binary:          binary,
+		TokenFile:       c.String("token-file"),
+		Messages:        c.Int("messages"),
+		Producers:       c.Int("producers"),
+		Batch:           c.Int("batch"),
+		BodySize:        c.Int("body-size"),
+		Delay:           c.Duration("delay"),
+		Rate:            c.Int("rate"),
+		Duration:        c.Duration("duration"),
+		Consumers:       c.Int("consumers"),
+		ReserveMax:      c.Int("reserve-max"),
+		Wait:            c.Duration("wait"),
+		RedisPoll:       c.Duration("redis-poll"),
+		BeanstalkdFsync: c.Duration("beanstalkd-fsync"),
+		Lead:            c.Duration("lead"),
+		Grace:           c.Duration("grace"),
+		KillAfter:       c.Duration("kill-after"),
+		Down:            c.Duration("down"),
+		Stderr:          stderr,
+		TTY:             isTerminal(stderr),
+		Verbose:         c.Bool("verbose"),
+		Keep:            c.Bool("keep"),
+	}
+	rep, runErr := bench.Run(ctx, cfg)
+	if rep == nil {
+		return runErr
+	}
+	rep.Command = "delaywheel " + strings.Join(os.Args[1:], " ")
+	var err error
+	if c.Bool("json") {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	if path := c.String("report"); path != "" {
+		err = errors.Join(err, writeHTMLReport(path, rep))
+	}
+	if runErr != nil {
+		if errors.Is(runErr, ctx.Err()) && ctx.Err() != nil {
+			runErr = fmt.Errorf("interrupted; the results so far are above: %w", runErr)
+		}
+		return errors.Join(runErr, err)
+	}
+	return err
+}
+
+func writeHTMLReport(path string, rep *bench.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	if err := rep.WriteHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--report %s: %w", path, err)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

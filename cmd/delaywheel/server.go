@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// envs names the environment variable of a server flag: DELAYWHEEL_<FLAG>.
+func envs(flag string) []string {
+	return []string{"DELAYWHEEL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+func serverFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "node-id", Value: "n1", Usage: "this node's id", EnvVars: envs("node-id")},
+		&cli.StringFlag{Name: "data-dir", Value: "./data", Usage: "where segments, the index and the Raft log live", EnvVars: envs("data-dir")},
+		&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:7070", Usage: "client API listen and advertised address", EnvVars: envs("http-addr")},
+		&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:7071", Usage: "Raft listen and advertised address", EnvVars: envs("raft-addr")},
+		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
+		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
+		&cli.StringFlag{Name: "join", Usage: "HTTP address of any member: join that cluster as a voter", EnvVars: envs("join")},
+		&cli.StringFlag{Name: "auth-token-file", Usage: "file holding the bearer token every /v1 call must present", EnvVars: envs("auth-token-file")},
+		&cli.StringFlag{Name: "tls-cert-file", Usage: "serve the client API over HTTPS with this PEM certificate", EnvVars: envs("tls-cert-file")},
+		&cli.StringFlag{Name: "tls-key-file", Usage: "PEM key of --tls-cert-file", EnvVars: envs("tls-key-file")},
+		&cli.StringFlag{Name: "tls-ca-file", Usage: "CA bundle to verify other nodes' HTTPS when forwarding (default: system roots)", EnvVars: envs("tls-ca-file")},
+		&cli.StringFlag{Name: "raft-tls-cert-file", Usage: "mutual TLS between nodes: this node's PEM certificate", EnvVars: envs("raft-tls-cert-file")},
+		&cli.StringFlag{Name: "raft-tls-key-file", Usage: "mutual TLS between nodes: this node's PEM key", EnvVars: envs("raft-tls-key-file")},
+		&cli.StringFlag{Name: "raft-tls-ca-file", Usage: "mutual TLS between nodes: the CA every node's certificate chains to", EnvVars: envs("raft-tls-ca-file")},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: envs("log-format")},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error", EnvVars: envs("log-level")},
+		&cli.DurationFlag{Name: "redelivery-backoff", Value: time.Second, Usage: "added to an expired lease before redelivery, times the attempt (capped at 1m)", EnvVars: envs("redelivery-backoff")},
+		&cli.DurationFlag{Name: "expire-grace", Value: 500 * time.Millisecond, Usage: "how long after a second ends its slot expires to the ready queues", EnvVars: envs("expire-grace")},
+		&cli.IntFlag{Name: "max-topics", Value: 10000, Usage: "distinct topics the cluster accepts", EnvVars: envs("max-topics")},
+		&cli.IntFlag{Name: "max-pending-applies", Value: 4096, Usage: "proposals waiting for the log before writes answer 429", EnvVars: envs("max-pending-applies")},
+		&cli.IntFlag{Name: "max-body-bytes", Value: 1 << 20, Usage: "largest message body in bytes", EnvVars: envs("max-body-bytes")},
+		&cli.IntFlag{Name: "max-batch", Value: 10000, Usage: "most messages per enqueue (and receipts per ack)", EnvVars: envs("max-batch")},
+		&cli.Int64Flag{Name: "max-request-bytes", Value: 32 << 20, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
+		&cli.DurationFlag{Name: "max-delay", Value: 10 * 365 * 24 * time.Hour, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
+		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
+		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 16384, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
+		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
+		&cli.Int64Flag{Name: "cache-bytes", Value: 16 << 20, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
+	}
+}
+
+// configFlags wraps the server flags so that each can also come from the
+// --config file (YAML, TOML or JSON, keys named like the flags). Precedence:
+// command line, then environment, then the file, then the default.
+func configFlags() ([]cli.Flag, cli.BeforeFunc) {
+	var out []cli.Flag
+	for _, f := range serverFlags() {
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			out = append(out, altsrc.NewStringFlag(f))
+		case *cli.IntFlag:
+			out = append(out, altsrc.NewIntFlag(f))
+		case *cli.Int64Flag:
+			out = append(out, altsrc.NewInt64Flag(f))
+		case *cli.Uint64Flag:
+			out = append(out, altsrc.NewUint64Flag(f))
+		case *cli.DurationFlag:
+			out = append(out, altsrc.NewDurationFlag(f))
+		default:
+			out = append(out, f)
+		}
+	}
+	out = append(out, &cli.StringFlag{Name: "config", Usage: "optional config file (.yaml, .toml or .json) whose keys are these flags' names", EnvVars: envs("config")})
+	load := func(c *cli.Context) (altsrc.InputSourceContext, error) {
+		path := c.String("config")
+		switch strings.ToLower(filepath.Ext(path)) {
+		case ".toml":
+			return altsrc.NewTomlSourceFromFile(path)
+		case ".json":
+			return altsrc.NewJSONSourceFromFile(path)
+		default:
+			return altsrc.NewYamlSourceFromFile(path)
+		}
+	}
+	before := func(c *cli.Context) error {
+		if c.String("config") == "" {
+			return nil
+		}
+		if err := altsrc.InitInputSourceWithContext(out, load)(c); err != nil {
+			return fmt.Errorf("--config %s: %w", c.String("config"), err)
+		}
+		return nil
+	}
+	return out, before
+}
+
+func serverCommand() *cli.Command {
+	flags, before := configFlags()
+	return &cli.Command{
+		Name:  "server",
+		Usage: "run a node (with no flags: a single-node cluster in ./data on 127.0.0.1:7070)",
+		Description: "Starts a delaywheel node. A node restarted with the same --data-dir rejoins with its\n" +
+			"state and ignores --initial-cluster and --join. SIGTERM or SIGINT shut it down\n" +
+			"cleanly: leadership moves to a follower, long-polls answer empty, the store is synced.",
+		Flags:  flags,
+		Before: before,
+		Action: runServer,
+	}
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// parseInitialCluster parses "n1=host:port,n2=host:port".
+func parseInitialCluster(s string) ([]wheel.Node, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []wheel.Node
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--initial-cluster: %q is not id=raftaddr", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--initial-cluster: %s: %w", id, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("--initial-cluster: node id %q appears twice", id)
+		}
+		seen[id] = true
+		out = append(out, wheel.Node{ID: id, RaftAddr: addr})
+	}
+	return out, nil
+}
+
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--auth-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--auth-token-file %s is empty", path)
+	}
+	return tok, nil
+}
+
+func baseURL(addr string) string {
+	if strings.Contains(addr, "://") {
+		return strings.TrimRight(addr, "/")
+	}
+	return "http://" + addr
+}
+
+func runServer(c *cli.Context) error {
+	logger, err := newLogger(c.App.ErrWriter, c.String("log-format"), c.String("log-level"))
+	if err != nil {
+		return err
+	}
+	members, err := parseInitialCluster(c.String("initial-cluster"))
+	if err != nil {
+		return err
+	}
+	if len(members) > 0 && c.String("join") != "" {
+		return errors.New("--initial-cluster and --join exclude each other: start a new cluster, or join one")
+	}
+	id := c.String("node-id")
+	if len(members) > 0 {
+		found := false
+		for _, m := range members {
+			found = found || m.ID == id
+		}
+		if !found {
+			return fmt.Errorf("--initial-cluster does not list this node (--node-id %s)", id)
+		}
+	}
+	token, err := readToken(c.String("auth-token-file"))
+	if err != nil {
+		return err
+	}
+	dataDir, err := filepath.Abs(c.String("data-dir"))
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	tcfg := transport.Config{Logger: logger, AuthToken: token}
+	var serverTLS *tls.Config
+	if cert, key := c.String("tls-cert-file"), c.String("tls-key-file"); cert != "" || key != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+		}
+		serverTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{kp}}
+		tcfg.LeaderScheme = "https"
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if ca := c.String("tls-ca-file"); ca != "" {
+			pool, err := replication.LoadCAPool(ca)
+			if err != nil {
+				return fmt.Errorf("--tls-ca-file: %w", err)
+			}
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+		}
+		tcfg.LeaderTransport = tr
+	}
+	var raftServerTLS, raftClientTLS *tls.Config
+	if c.String("raft-tls-cert-file") != "" || c.String("raft-tls-key-file") != "" || c.String("raft-tls-ca-file") != "" {
+		raftServerTLS, raftClientTLS, err = replication.PeerTLS(c.String("raft-tls-cert-file"), c.String("raft-tls-key-file"), c.String("raft-tls-ca-file"))
+		if err != nil {
+			return fmt.Errorf("--raft-tls-*: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", c.String("http-addr"))
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS)
+	}
+	httpAddr := c.String("http-addr")
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	node, err := replication.Open(replication.Config{
+		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr,
+		InitialCluster: members, Join: c.String("join"), Logger: logger,
+		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
+		MaxTopics: c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
+		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
+		Store:         wheel.Options{CacheBytes: c.Int64("cache-bytes")},
+		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	reg.MustRegister(node.Collector())
+	limits := transport.DefaultLimits()
+	limits.MaxBodyBytes = c.Int("max-body-bytes")
+	limits.MaxBatch = c.Int("max-batch")
+	limits.MaxRequestBytes = c.Int64("max-request-bytes")
+	limits.MaxDelayMs = c.Duration("max-delay").Milliseconds()
+	limits.MaxWaiters = c.Int("max-waiters")
+	tcfg.Gatherer, tcfg.Registerer, tcfg.Limits = reg, reg, limits
+	srv := transport.NewServer(tcfg, node)
+
+	sigCtx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(httpCtx, ln) }()
+	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr}
+	if adv := c.String("raft-advertise"); adv != "" {
+		self.RaftAddr = adv
+	}
+	scheme := "http"
+	if serverTLS != nil {
+		scheme = "https"
+	}
+	go announce(sigCtx, logger, node, self, c.String("join"), token, scheme, tcfg.LeaderTransport)
+	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "raft", c.String("raft-addr"), "data", dataDir)
+
+	select {
+	case <-sigCtx.Done():
+		logger.Info("shutting down")
+	case err := <-served:
+		logger.Error("http server stopped", "err", err)
+	}
+	// Hand leadership over first: the dispatcher stops and long-polls answer
+	// empty, so the HTTP server can drain quickly; then stop Raft and sync.
+	node.StepDown()
+	stopHTTP()
+	if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
+		logger.Warn("http shutdown", "err", err)
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := node.Close(closeCtx); err != nil {
+		return fmt.Errorf("close node: %w", err)
+	}
+	logger.Info("stopped cleanly")
+	return nil
+}
+
+// nonZero maps an explicit 0 to "no backoff" (the node treats 0 as default).
+func nonZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// announce makes sure the replicated metadata holds this node's addresses:
+// a joining node asks the member it was given to add it; a member of an
+// initial cluster asks the leader to record its HTTP address.
+func announce(ctx context.Context, log *slog.Logger, node *replication.Node, self api.Node, join, token, scheme string, rt http.RoundTripper) {
+	opts := []client.Option{client.WithToken(token)}
+	if rt != nil {
+		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: rt}))
+	}
+	for attempt := 0; ; attempt++ {
+		if node.HasSelf() {
+			return
+		}
+		target := ""
+		if addr, isLeader, known := node.LeaderHTTP(); known && !isLeader {
+			target = addr
+		} else if !known && join != "" {
+			target = join
+		}
+		if target != "" {
+			if !strings.Contains(target, "://") {
+				target = scheme + "://" + target
+			}
+			cl := client.New(target, opts...)
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := cl.AddNode(rctx, self)
+			cancel()
+			if err != nil && attempt%10 == 0 {
+				log.Info("announcing this node to the cluster", "via", target, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package systemtest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// wantCleanRefusal waits for n, started on damaged files, to exit, and
+// fails unless it exited non-zero with a log that names what is damaged
+// (one of names) and is an error message, not a Go crash.
+func wantCleanRefusal(t *testing.T, n *Node, names ...string) {
+	t.Helper()
+	select {
+	case <-n.Exited():
+	case <-time.After(30 * time.Second):
+		if err := n.WaitReady(ctxFor(t, time.Second)); err == nil {
+			t.Fatalf("%s started and serves on damaged files", n.ID)
+		}
+		t.Fatalf("%s neither exited nor became ready in 30 s on damaged files; log:\n%s", n.ID, n.LogTail(20))
+	}
+	log := n.Log()
+	if i := strings.LastIndex(log, " start #"); i >= 0 {
+		log = log[i:]
+	}
+	if n.ExitCode() == 0 {
+		t.Fatalf("%s exited 0 on damaged files; log:\n%s", n.ID, log)
+	}
+	for _, crash := range []string{"fatal error:", "panic:", "unexpected fault address", "SIGBUS", "SIGSEGV", "goroutine "} {
+		if strings.Contains(log, crash) {
+			t.Fatalf("%s crashed (%q) instead of refusing the damaged files with an error; log:\n%s", n.ID, crash, firstLines(log, 12))
+		}
+	}
+	named := false
+	for _, name := range names {
+		named = named || strings.Contains(log, name)
+	}
+	if !named {
+		t.Fatalf("%s exited with code %d without naming any of %v; log:\n%s", n.ID, n.ExitCode(), names, log)
+	}
+	t.Logf("%s refused to start (exit code %d):\n%s", n.ID, n.ExitCode(), lastLines(log, 4))
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestDamagedFilesClearErrors damages a stopped node's files beyond what a
+// crash can tear, and requires that the node refuse to start with an error
+// that names the file, rather than crash or serve wrong data. The remedy
+// in a cluster is to replace the node with an empty one
+// (TestChaosReplaceNode).
+func TestDamagedFilesClearErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("not with -short")
+	}
+	t.Parallel()
+
+	// The Raft log cut back to its first four pages: bolt's meta pages
+	// survive but the pages they point to are gone. bolt maps the file, so
+	// reading a missing page is a bus error unless the node checks first.
+	t.Run("RaftLogCutIntoItsPages", func(t *testing.T) {
+		t.Parallel()
+		c := NewCluster(t, binary(t), Options{Nodes: 1})
+		n := c.Nodes()[0]
+		ctx := ctxFor(t, 30*time.Second)
+		for i := 0; i < 50; i++ {
+			var msgs []api.Message
+			for j := 0; j < 20; j++ {
+				msgs = append(msgs, api.Message{Topic: "damaged", Payload: api.TextBody(strings.Repeat("x", 200)), DelayMs: api.Ptr(int64(3_600_000))})
+			}
+			if _, err := n.Client.Enqueue(ctx, msgs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n.Kill()
+		db := filepath.Join(n.DataDir, "raft", "raft.db")
+		fi, err := os.Stat(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const keep = 4*4096 + 100
+		if fi.Size() <= keep {
+			t.Fatalf("raft.db is only %d bytes", fi.Size())
+		}
+		truncateBy(t, db, fi.Size()-keep)
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wantCleanRefusal(t, n, "raft.db", "raft log")
+	})
+
+	// A segment cut into bytes the snapshot covers: those were synced, so
+	// no crash tears them. The snapshot's checkpoint hard-links the live
+	// segment files, so it is damaged too and cannot be restored.
+	t.Run("SegmentCutIntoItsSnapshot", func(t *testing.T) {
+		t.Parallel()
+		c := NewCluster(t, binary(t), Options{Nodes: 1, Flags: SnapshotFlags})
+		n := c.Nodes()[0]
+		ctx := ctxFor(t, 30*time.Second)
+		at := NowMs() + 3_600_000
+		for i := 0; i < 70; i++ {
+			msgs := []api.Message{{Topic: "damaged", Payload: api.TextBody(fmt.Sprint("m", i)), DeliverAtMs: api.Ptr(at)}}
+			if _, err := n.Client.Enqueue(ctx, msgs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		name := segment.FileName(at / 1000)
+		err := Eventually(ctxFor(t, 60*time.Second), 100*time.Millisecond, func() error {
+			_, covered := segmentTails(t, n.DataDir)
+			fi, err := os.Stat(filepath.Join(n.DataDir, "fsm", "segments", name))
+			if err != nil {
+				return err
+			}
+			if covered[name] != fi.Size() {
+				return fmt.Errorf("snapshot covers %d of %s's %d bytes", covered[name], name, fi.Size())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("no snapshot covering the segment: %v", err)
+		}
+		n.Kill()
+		truncateBy(t, filepath.Join(n.DataDir, "fsm", "segments", name), 3)
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wantCleanRefusal(t, n, name)
+	})
+}

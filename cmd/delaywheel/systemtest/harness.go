@@ -1,0 +1,630 @@
+package systemtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+)
+
+// Build compiles ./cmd/delaywheel of the module that holds the working
+// directory into dir and returns the binary's path. The binary is static
+// (CGO_ENABLED=0), as the Docker image needs, so one build serves both.
+func Build(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside a Go module")
+	}
+	bin := filepath.Join(dir, "delaywheel")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/delaywheel")
+	cmd.Dir = filepath.Dir(gomod)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/delaywheel: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// ipSeq hands out loopback addresses; Linux routes all of 127/8 to lo.
+var ipSeq atomic.Uint32
+
+// NextIP returns a loopback address no other node of this process uses:
+// 127.0.0.11, 127.0.0.12, …
+func NextIP() string {
+	n := 11 + ipSeq.Add(1) - 1
+	// Keep the last octet in 1…254.
+	hi, lo := n/254, n%254+1
+	return fmt.Sprintf("127.0.%d.%d", hi, lo)
+}
+
+// FreePort returns a TCP port that is free on ip right now.
+func FreePort(ip string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// DefaultFlags are the server flags every node of a test cluster gets
+// unless Options.Flags replaces them: no redelivery backoff, so an expired
+// lease comes back at once.
+var DefaultFlags = []string{"--redelivery-backoff", "0", "--log-level", "info"}
+
+// SnapshotFlags make snapshots happen often, so catch-up by snapshot and
+// log truncation are exercised.
+var SnapshotFlags = []string{"--snapshot-threshold", "64", "--trailing-logs", "32"}
+
+// Options configure NewCluster.
+type Options struct {
+	// Nodes is the number of nodes (default 1). One node starts with no
+	// cluster flags (it bootstraps itself); more start with --initial-cluster.
+	Nodes int
+	// Flags are extra server flags for every node, after DefaultFlags.
+	Flags []string
+	// NoWait returns without waiting for a leader and ready nodes.
+	NoWait bool
+}
+
+// Cluster is a set of delaywheel processes started by a test.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	base  string
+	flags []string
+
+	mu    sync.Mutex
+	nodes []*Node
+	seq   int
+}
+
+// NewCluster starts opts.Nodes nodes of the binary bin and, unless
+// opts.NoWait, waits until they agree on a leader and all answer /readyz.
+// Every process is killed when the test ends; on failure the tail of each
+// node's log is printed.
+func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
+	t.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	c := &Cluster{t: t, bin: bin, base: t.TempDir(), flags: append(append([]string{}, DefaultFlags...), opts.Flags...)}
+	t.Cleanup(c.cleanup)
+	var members []string
+	for i := 0; i < opts.Nodes; i++ {
+		n, err := c.newNode()
+		if err != nil {
+			t.Fatalf("new node: %v", err)
+		}
+		members = append(members, n.ID+"="+n.Advertise)
+	}
+	if opts.Nodes > 1 {
+		for _, n := range c.Nodes() {
+			n.clusterArgs = []string{"--initial-cluster", strings.Join(members, ",")}
+		}
+	}
+	for _, n := range c.Nodes() {
+		if err := n.Start(); err != nil {
+			t.Fatalf("start %s: %v", n.ID, err)
+		}
+	}
+	if !opts.NoWait {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := c.WaitLeader(ctx); err != nil {
+			t.Fatalf("cluster did not come up: %v", err)
+		}
+		if err := c.WaitReady(ctx); err != nil {
+			t.Fatalf("cluster did not become ready: %v", err)
+		}
+	}
+	return c
+}
+
+// newNode allocates an IP, ports, a data dir and a Raft proxy for a node.
+func (c *Cluster) newNode() (*Node, error) {
+	c.mu.Lock()
+	c.seq++
+	id := "n" + strconv.Itoa(c.seq)
+	c.mu.Unlock()
+	ip := NextIP()
+	hp, err := FreePort(ip)
+	if err != nil {
+		return nil, fmt.Errorf("%s on %s: %w (is 127.0.0.0/8 routed to lo?)", id, ip, err)
+	}
+	rp, err := FreePort(ip)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		ID:       id,
+		IP:       ip,
+		HTTPAddr: net.JoinHostPort(ip, strconv.Itoa(hp)),
+		RaftAddr: net.JoinHostPort(ip, strconv.Itoa(rp)),
+		DataDir:  filepath.Join(c.base, id, "data"),
+		LogPath:  filepath.Join(c.base, id, "node.log"),
+		bin:      c.bin,
+		flags:    c.flags,
+	}
+	if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
+		return nil, err
+	}
+	n.Proxy, err = NewProxy(net.JoinHostPort(ip, "0"), n.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raft proxy of %s: %w", id, err)
+	}
+	n.Advertise = n.Proxy.Addr()
+	n.Client = client.New("http://"+n.HTTPAddr, client.WithHTTPClient(newHTTPClient()))
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	return n, nil
+}
+
+// AddJoiner creates a node with an empty data dir that joins the cluster
+// through the member at joinHTTP (--join) and starts it. It does not wait.
+func (c *Cluster) AddJoiner(joinHTTP string) (*Node, error) {
+	n, err := c.newNode()
+	if err != nil {
+		return nil, err
+	}
+	n.clusterArgs = []string{"--join", joinHTTP}
+	return n, n.Start()
+}
+
+func (c *Cluster) cleanup() {
+	for _, n := range c.Nodes() {
+		n.Kill()
+		n.Proxy.Close()
+	}
+	if c.t.Failed() {
+		for _, n := range c.Nodes() {
+			c.t.Logf("---- last lines of %s (%s, http %s, raft %s via %s) ----\n%s",
+				n.ID, n.IP, n.HTTPAddr, n.RaftAddr, n.Advertise, n.LogTail(60))
+		}
+	}
+}
+
+// Nodes returns every node the cluster has created, dead or alive.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.nodes...)
+}
+
+// Node returns the node with the given id, or nil.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes() {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// Live returns the nodes that are running and not paused.
+func (c *Cluster) Live() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes() {
+		if n.Running() && !n.Paused() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Others returns the live nodes other than the given ones.
+func (c *Cluster) Others(not ...*Node) []*Node {
+	var out []*Node
+	for _, n := range c.Live() {
+		skip := false
+		for _, x := range not {
+			skip = skip || x == n
+		}
+		if !skip {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Leader returns the live node that considers itself leader and that every
+// other live node of excluding none names as leader, or an error.
+func (c *Cluster) Leader(ctx context.Context) (*Node, api.Cluster, error) {
+	return c.leader(ctx, nil)
+}
+
+func (c *Cluster) leader(ctx context.Context, exclude map[*Node]bool) (*Node, api.Cluster, error) {
+	live := c.Live()
+	var leader string
+	var view api.Cluster
+	for _, n := range live {
+		if exclude[n] {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		v, err := n.Client.Cluster(rctx)
+		cancel()
+		if err != nil {
+			return nil, view, fmt.Errorf("%s: %w", n.ID, err)
+		}
+		if v.Leader == "" {
+			return nil, view, fmt.Errorf("%s knows no leader", n.ID)
+		}
+		if leader != "" && v.Leader != leader {
+			return nil, view, fmt.Errorf("nodes disagree on the leader: %s and %s", leader, v.Leader)
+		}
+		leader, view = v.Leader, v
+	}
+	if leader == "" {
+		return nil, view, errors.New("no live node")
+	}
+	l := c.Node(leader)
+	if l == nil || exclude[l] || !l.Running() || l.Paused() {
+		return nil, view, fmt.Errorf("leader %s is not a live node of this cluster", leader)
+	}
+	return l, view, nil
+}
+
+// WaitLeader waits until the live nodes, except the ones given, agree on a
+// leader that is itself live and not one of the given nodes.
+func (c *Cluster) WaitLeader(ctx context.Context, except ...*Node) (*Node, error) {
+	ex := map[*Node]bool{}
+	for _, n := range except {
+		ex[n] = true
+	}
+	var last error
+	for {
+		l, _, err := c.leader(ctx, ex)
+		if err == nil {
+			return l, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no leader: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// WaitReady waits until every live node answers /readyz.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	for _, n := range c.Live() {
+		if err := n.WaitReady(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Isolate cuts n's Raft traffic off from every other node of the cluster,
+// both ways: n's proxy refuses (and drops) connections from their IPs and
+// theirs refuse n's. HTTP is not affected.
+func (c *Cluster) Isolate(n *Node) {
+	for _, o := range c.Nodes() {
+		if o == n {
+			continue
+		}
+		n.Proxy.Block(o.IP)
+		o.Proxy.Block(n.IP)
+	}
+}
+
+// Blackhole makes n's peers unreachable from n and n from them without a
+// reset: connections hang, as when a host vanishes (a stopped container).
+func (c *Cluster) Blackhole(n *Node) {
+	for _, o := range c.Nodes() {
+		if o == n {
+			continue
+		}
+		n.Proxy.Blackhole(o.IP)
+		o.Proxy.Blackhole(n.IP)
+	}
+}
+
+// Heal lifts every block of every proxy.
+func (c *Cluster) Heal() {
+	for _, n := range c.Nodes() {
+		n.Proxy.UnblockAll()
+	}
+}
+
+// newHTTPClient is the HTTP client of a node's Client: every call is
+// bounded (a long-poll reserve gets its wait on top), and idle connections
+// are kept for concurrent callers.
+func newHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// Node is one delaywheel process of a Cluster (or its data dir while it is
+// not running).
+type Node struct {
+	ID        string
+	IP        string
+	HTTPAddr  string // client API, listen and advertised
+	RaftAddr  string // Raft listen address (--raft-addr)
+	Advertise string // the proxy's address (--raft-advertise)
+	DataDir   string
+	LogPath   string // stdout and stderr of every run, appended
+	Proxy     *Proxy
+	Client    *client.Client
+
+	bin         string
+	flags       []string
+	clusterArgs []string
+
+	mu     sync.Mutex
+	proc   *proc
+	paused bool
+	starts int
+}
+
+type proc struct {
+	cmd   *exec.Cmd
+	done  chan struct{}
+	state *os.ProcessState
+	err   error
+}
+
+// Args returns the command line the node runs with (without the binary).
+func (n *Node) Args() []string {
+	args := []string{"server",
+		"--node-id", n.ID,
+		"--data-dir", n.DataDir,
+		"--http-addr", n.HTTPAddr,
+		"--raft-addr", n.RaftAddr,
+		"--raft-advertise", n.Advertise,
+	}
+	args = append(args, n.clusterArgs...)
+	return append(args, n.flags...)
+}
+
+// SetFlags replaces the extra server flags used from the next Start on.
+func (n *Node) SetFlags(flags ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.flags = flags
+}
+
+// Start starts the process; it fails if it is already running.
+func (n *Node) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc != nil && !n.exitedLocked() {
+		return fmt.Errorf("%s is already running", n.ID)
+	}
+	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	n.starts++
+	args := n.Args()
+	fmt.Fprintf(f, "==== %s start #%d: delaywheel %s\n", time.Now().Format(time.RFC3339Nano), n.starts, strings.Join(args, " "))
+	cmd := exec.Command(n.bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", n.ID, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	n.proc, n.paused = p, false
+	go func() {
+		p.err = cmd.Wait()
+		p.state = cmd.ProcessState
+		fmt.Fprintf(f, "==== %s exit: %v\n", time.Now().Format(time.RFC3339Nano), p.state)
+		f.Close()
+		close(p.done)
+	}()
+	return nil
+}
+
+func (n *Node) exitedLocked() bool {
+	select {
+	case <-n.proc.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Running reports whether the process is running (paused counts).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proc != nil && !n.exitedLocked()
+}
+
+// Paused reports whether the process is stopped by SIGSTOP.
+func (n *Node) Paused() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.paused
+}
+
+// Exited returns a channel closed when the current process exits (nil when
+// never started).
+func (n *Node) Exited() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil {
+		return nil
+	}
+	return n.proc.done
+}
+
+// ExitCode is the exit code of the last process once it has exited: -1
+// when killed by a signal or still running.
+func (n *Node) ExitCode() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil || n.proc.state == nil {
+		return -1
+	}
+	return n.proc.state.ExitCode()
+}
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil || n.exitedLocked() {
+		return fmt.Errorf("%s is not running", n.ID)
+	}
+	if err := n.proc.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		n.paused = true
+	case syscall.SIGCONT:
+		n.paused = false
+	}
+	return nil
+}
+
+// Kill sends SIGKILL and waits for the process to go. It does nothing when
+// the node is not running.
+func (n *Node) Kill() {
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	n.mu.Lock()
+	n.paused = false
+	n.mu.Unlock()
+}
+
+// Stop sends SIGTERM and waits for the process to exit, up to ctx. It
+// returns an error unless the process exited with code 0.
+func (n *Node) Stop(ctx context.Context) error {
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("%s was never started", n.ID)
+	}
+	if err := n.signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return fmt.Errorf("%s did not exit after SIGTERM: %w", n.ID, ctx.Err())
+	}
+	if code := p.state.ExitCode(); code != 0 {
+		return fmt.Errorf("%s exited with %v after SIGTERM; log:\n%s", n.ID, p.state, n.LogTail(20))
+	}
+	return nil
+}
+
+// Pause stops the process with SIGSTOP.
+func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process with SIGCONT.
+func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
+
+// Restart kills the process if it runs and starts it again on the same
+// data dir, addresses and flags.
+func (n *Node) Restart() error {
+	n.Kill()
+	return n.Start()
+}
+
+// WaitReady waits until the node answers /readyz with 200. It gives up
+// early, with the log's tail, when the process exits.
+func (n *Node) WaitReady(ctx context.Context) error {
+	exited := n.Exited()
+	var last error
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		last = n.Client.Readyz(rctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited (code %d) before it became ready; log:\n%s", n.ID, n.ExitCode(), n.LogTail(30))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w (last: %v)", n.ID, ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Log returns everything the node has written so far, over all its runs.
+func (n *Node) Log() string {
+	b, _ := os.ReadFile(n.LogPath)
+	return string(b)
+}
+
+// LogContains reports whether the log has a line containing s.
+func (n *Node) LogContains(s string) bool {
+	return strings.Contains(n.Log(), s)
+}
+
+// LogCount counts the log lines containing s.
+func (n *Node) LogCount(s string) int {
+	return strings.Count(n.Log(), s)
+}
+
+// LogTail returns the last lines of the node's log.
+func (n *Node) LogTail(lines int) string {
+	b, err := os.ReadFile(n.LogPath)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	var all []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		all = append(all, sc.Text())
+	}
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// Eventually calls f until it returns nil or ctx ends, and returns f's last
+// error then.
+func Eventually(ctx context.Context, every time.Duration, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(every):
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// The methods below are what the HTTP API needs from a node (transport.Backend).
+
+// LeaderHTTP returns the leader's HTTP address, whether this node leads,
+// and whether a leader is known.
+func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return "", false, false
+	}
+	if string(id) == n.cfg.ID {
+		return n.cfg.HTTPAddr, n.raft.State() == raft.Leader, true
+	}
+	for _, m := range n.store().Nodes() {
+		if m.ID == string(id) && m.HTTPAddr != "" {
+			return m.HTTPAddr, false, true
+		}
+	}
+	return "", false, false
+}
+
+// Ready reports whether a leader is known and this node has applied the log
+// up to the commit index it knows of.
+func (n *Node) Ready() bool {
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return false
+	}
+	if n.raft.State() == raft.Leader {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.disp != nil
+	}
+	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+}
+
+// result unwraps the single result of a one-command proposal.
+func (n *Node) result(ctx context.Context, cmd wheel.Command) (any, error) {
+	res, err := n.propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Value, res[0].Err
+}
+
+// Enqueue schedules messages as one log entry.
+func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+	st := n.store()
+	if have := st.NumTopics(); have >= n.cfg.MaxTopics {
+		for i, m := range msgs {
+			if !st.HasTopic(m.Topic) {
+				return nil, fmt.Errorf("%w: messages[%d].topic: %q would be topic number %d; the limit is %d topics",
+					wheel.ErrInvalid, i, m.Topic, have+1, n.cfg.MaxTopics)
+			}
+		}
+	}
+	v, err := n.result(ctx, wheel.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]wheel.Enqueued), nil
+}
+
+// Get returns a message from local state.
+func (n *Node) Get(_ context.Context, id wheel.ID) (wheel.View, error) { return n.store().Get(id) }
+
+// Cancel removes a delayed or ready message.
+func (n *Node) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
+	if d := n.dispatcher(); d != nil && c.Topic == "" && d.inFlight(c.ID) {
+		return wheel.ID{}, fmt.Errorf("%w: message %s is being handed to a consumer", wheel.ErrConflict, c.ID)
+	}
+	v, err := n.result(ctx, c)
+	if err != nil {
+		return wheel.ID{}, err
+	}
+	return v.(wheel.ID), nil
+}
+
+// Reschedule moves a delayed or ready message.
+func (n *Node) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) (int64, error) {
+	v, err := n.result(ctx, wheel.Reschedule{ID: id, DeliverAtMs: deliverAtMs})
+	if err != nil {
+		return 0, err
+	}
+	return v.(int64), nil
+}
+
+func (n *Node) dispatcher() *dispatcher {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.disp
+}
+
+// Reserve hands out due messages; only the leader can.
+func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+	d := n.dispatcher()
+	if d == nil {
+		return nil, wheel.ErrNotLeader
+	}
+	return d.reserve(ctx, topic, max, wait, ttr)
+}
+
+func (n *Node) counted(ctx context.Context, cmd wheel.Command) (wheel.Counted, error) {
+	v, err := n.result(ctx, cmd)
+	if err != nil {
+		return wheel.Counted{}, err
+	}
+	return v.(wheel.Counted), nil
+}
+
+// Ack finishes reserved messages.
+func (n *Node) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+	return n.counted(ctx, wheel.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
+}
+
+// Nack returns reserved messages to delayed.
+func (n *Node) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+	return n.counted(ctx, wheel.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs})
+}
+
+// Touch extends leases.
+func (n *Node) Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+	return n.counted(ctx, wheel.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
+}
+
+// Topics returns local per-topic counts.
+func (n *Node) Topics(context.Context) ([]wheel.TopicCounts, error) { return n.store().Topics(), nil }
+
+// Dead lists dead messages from local state.
+func (n *Node) Dead(_ context.Context, topic string, limit int) ([]wheel.View, error) {
+	return n.store().Dead(topic, limit)
+}
+
+// Redrive moves dead messages back to ready.
+func (n *Node) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error) {
+	v, err := n.result(ctx, wheel.Redrive{NowMs: n.clock.Now().UnixMilli(), Topic: topic, IDs: ids})
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// Wheel describes the local wheel.
+func (n *Node) Wheel(context.Context) (wheel.WheelInfo, error) { return n.store().Wheel() }
+
+// Slot describes one local slot.
+func (n *Node) Slot(_ context.Context, slot int, records bool) (wheel.SlotInfo, error) {
+	return n.store().Slot(slot, records)
+}
+
+// Cluster returns the membership with each node's metadata.
+func (n *Node) Cluster(context.Context) (wheel.ClusterInfo, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return wheel.ClusterInfo{}, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+	}
+	meta := map[string]wheel.Node{}
+	for _, m := range n.store().Nodes() {
+		meta[m.ID] = m
+	}
+	_, leader := n.raft.LeaderWithID()
+	info := wheel.ClusterInfo{Leader: string(leader), Term: n.raft.CurrentTerm()}
+	for _, s := range f.Configuration().Servers {
+		ns := wheel.NodeStatus{Node: meta[string(s.ID)], Suffrage: "voter", State: "follower"}
+		ns.ID, ns.RaftAddr = string(s.ID), string(s.Address)
+		if s.Suffrage != raft.Voter {
+			ns.Suffrage = "nonvoter"
+		}
+		switch {
+		case s.ID == leader:
+			ns.State = "leader"
+		case leader == "":
+			ns.State = "unknown"
+		}
+		if string(s.ID) == n.cfg.ID {
+			ns.AppliedIndex = n.raft.AppliedIndex()
+			ns.State = stateName(n.raft.State())
+		}
+		info.Nodes = append(info.Nodes, ns)
+	}
+	return info, nil
+}
+
+func stateName(s raft.RaftState) string {
+	switch s {
+	case raft.Leader:
+		return "leader"
+	case raft.Candidate:
+		return "candidate"
+	case raft.Follower:
+		return "follower"
+	default:
+		return "unknown"
+	}
+}
+
+// AddNode adds a voter (or updates its addresses) and records its metadata.
+func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
+	if n.raft.State() != raft.Leader {
+		return wheel.ErrNotLeader
+	}
+	if err := n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("%w: add voter %s: %w", wheel.ErrUnavailable, m.ID, err)
+	}
+	_, err := n.result(ctx, wheel.SetNode{Node: m})
+	if err == nil {
+		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr)
+	}
+	return err
+}
+
+// RemoveNode removes a member and forgets its metadata.
+func (n *Node) RemoveNode(ctx context.Context, id string) error {
+	if n.raft.State() != raft.Leader {
+		return wheel.ErrNotLeader
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+	}
+	found := false
+	for _, s := range f.Configuration().Servers {
+		found = found || string(s.ID) == id
+	}
+	if !found {
+		return fmt.Errorf("%w: node %q is not a member", wheel.ErrNotFound, id)
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("%w: remove %s: %w", wheel.ErrUnavailable, id, err)
+	}
+	_, err := n.result(ctx, wheel.RemoveNode{ID: id})
+	if err == nil {
+		n.log.Info("node removed", "id", id)
+	}
+	return err
+}

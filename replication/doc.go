@@ -1,0 +1,21 @@
+// Package replication owns the Raft node: the FSM that applies committed
+// entries to the wheel store, snapshots (checkpoints of the store streamed
+// as a tar), membership, the start-up decision between resuming from the
+// on-disk state and restoring a snapshot, and the leader's dispatcher (the
+// tick loop that stamps Expire/Promote into the log, the precision heap, and
+// hand-offs to long-polling consumers).
+//
+// # Design
+//
+// The FSM's state is on disk and every apply records its Raft index in the
+// same Pebble batch, so a restart does not re-restore the local snapshot
+// (NoSnapshotRestoreOnStart): Raft replays the log after the snapshot and the
+// store skips entries at or below its applied index. That is only safe when
+// the store covers the latest snapshot — otherwise Raft would resume after
+// entries the store never saw. Open checks exactly that, and when the store
+// is behind, or its files do not cover its own applied index, it moves the
+// store aside and lets Raft restore the snapshot instead.
+//
+// It must not know about HTTP: the transport package calls the node through
+// a small interface.
+package replication

@@ -1,0 +1,137 @@
+package replication
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the node's Prometheus metrics. Histograms are observed where
+// things happen; everything else is read from the node when scraped.
+type metrics struct {
+	n         *Node
+	apply     prometheus.Histogram
+	lateness  prometheus.Histogram
+	messages  *prometheus.Desc
+	pending   *prometheus.Desc
+	slots     *prometheus.Desc
+	handles   *prometheus.Desc
+	overflow  *prometheus.Desc
+	disk      *prometheus.Desc
+	raftState *prometheus.Desc
+	term      *prometheus.Desc
+	commit    *prometheus.Desc
+	applied   *prometheus.Desc
+	leader    *prometheus.Desc
+	inflight  *prometheus.Desc
+}
+
+func newMetrics(n *Node) *metrics {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("delaywheel_"+name, help, labels, nil)
+	}
+	return &metrics{
+		n: n,
+		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaywheel_apply_seconds",
+			Help:    "Time from proposing a log entry on the leader until it is applied.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaywheel_delivery_lateness_seconds",
+			Help:    "Hand-off time minus deliver_at_ms, measured on the leader when the lease commits.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		messages:  d("messages_total", "Message transitions applied by this replica since it started, by topic and event.", "topic", "event"),
+		pending:   d("pending_messages", "Messages by topic and state.", "topic", "state"),
+		slots:     d("slots_nonempty", "Wheel slots holding a segment file."),
+		handles:   d("open_segment_handles", "Open segment file handles."),
+		overflow:  d("overflow_messages", "Messages due beyond the two-hour horizon, kept in the index."),
+		disk:      d("disk_bytes", "Bytes on disk by kind: segments, index, raft.", "kind"),
+		raftState: d("raft_state", "1 for this node's Raft state.", "state"),
+		term:      d("raft_term", "Current Raft term."),
+		commit:    d("raft_commit_index", "Raft commit index."),
+		applied:   d("raft_applied_index", "Raft applied index."),
+		leader:    d("raft_leader", "1 while this node is the leader."),
+		inflight:  d("pending_applies", "Proposals waiting to commit (back-pressure answers 429 past --max-pending-applies)."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.apply.Describe(ch)
+	m.lateness.Describe(ch)
+	for _, d := range []*prometheus.Desc{m.messages, m.pending, m.slots, m.handles, m.overflow, m.disk,
+		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.apply.Collect(ch)
+	m.lateness.Collect(ch)
+	st := m.n.store()
+	c := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, t, v, labels...)
+	}
+	for _, s := range st.Stats() {
+		c(m.messages, prometheus.CounterValue, float64(s.Enqueued), s.Topic, "enqueued")
+		c(m.messages, prometheus.CounterValue, float64(s.Delivered), s.Topic, "delivered")
+		c(m.messages, prometheus.CounterValue, float64(s.Acked), s.Topic, "acked")
+		c(m.messages, prometheus.CounterValue, float64(s.Nacked), s.Topic, "nacked")
+		c(m.messages, prometheus.CounterValue, float64(s.ExpiredLeases), s.Topic, "expired_lease")
+		c(m.messages, prometheus.CounterValue, float64(s.Dead), s.Topic, "dead")
+		c(m.messages, prometheus.CounterValue, float64(s.Cancelled), s.Topic, "cancelled")
+	}
+	for _, t := range st.Topics() {
+		c(m.pending, prometheus.GaugeValue, float64(t.Delayed), t.Topic, "delayed")
+		c(m.pending, prometheus.GaugeValue, float64(t.Ready), t.Topic, "ready")
+		c(m.pending, prometheus.GaugeValue, float64(t.Reserved), t.Topic, "reserved")
+		c(m.pending, prometheus.GaugeValue, float64(t.Dead), t.Topic, "dead")
+	}
+	if g, err := st.Gauges(); err == nil {
+		c(m.slots, prometheus.GaugeValue, float64(g.NonEmptySlots))
+		c(m.handles, prometheus.GaugeValue, float64(g.OpenSegments))
+		c(m.overflow, prometheus.GaugeValue, float64(g.OverflowMessages))
+		c(m.disk, prometheus.GaugeValue, float64(g.SegmentBytes), "segments")
+	}
+	c(m.disk, prometheus.GaugeValue, float64(st.DiskBytes()), "index")
+	c(m.disk, prometheus.GaugeValue, float64(dirBytes(filepath.Join(m.n.cfg.DataDir, "raft"))), "raft")
+	state := m.n.raft.State()
+	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		c(m.raftState, prometheus.GaugeValue, v, stateName(s))
+	}
+	c(m.term, prometheus.GaugeValue, float64(m.n.raft.CurrentTerm()))
+	c(m.commit, prometheus.GaugeValue, float64(m.n.raft.CommitIndex()))
+	c(m.applied, prometheus.GaugeValue, float64(m.n.raft.AppliedIndex()))
+	leader := 0.0
+	if state == raft.Leader {
+		leader = 1
+	}
+	c(m.leader, prometheus.GaugeValue, leader)
+	c(m.inflight, prometheus.GaugeValue, float64(m.n.pending.Load()))
+}
+
+// dirBytes sums the sizes of the regular files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// Collector returns the node's Prometheus metrics for registration.
+func (n *Node) Collector() prometheus.Collector { return n.met }

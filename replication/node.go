@@ -1,0 +1,514 @@
+package replication
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Config configures a node.
+type Config struct {
+	ID       string
+	DataDir  string
+	RaftAddr string // listen and advertised Raft address
+	HTTPAddr string // advertised client API address, replicated as metadata
+
+	// InitialCluster lists every member of a new cluster (id → Raft address).
+	// Empty with no Join: a single-node cluster of this node.
+	InitialCluster []wheel.Node
+	// Join is the HTTP address of a member to join as a voter. The caller
+	// (the server command) performs the join; the node only starts unbootstrapped.
+	Join string
+
+	Logger *slog.Logger
+	Clock  wheel.Clock
+
+	// Raft tuning; zero values take the defaults documented on each.
+	HeartbeatTimeout  time.Duration // 500 ms
+	ElectionTimeout   time.Duration // 500 ms
+	SnapshotThreshold uint64        // 16384 entries
+	SnapshotInterval  time.Duration // 10 s: how often the threshold is checked
+	TrailingLogs      uint64        // 4096 entries
+	// ApplyTimeout bounds how long a proposal waits to be committed (10 s).
+	ApplyTimeout time.Duration
+
+	// Wheel timing.
+	ExpireGrace time.Duration // how long after a second ends it expires (500 ms)
+	Preload     time.Duration // how far ahead slots are loaded into the heap (1 s)
+	// RedeliveryBackoff is added to a lease's expiry before an unacked message
+	// comes back; it grows with attempts up to 60 s. Default 1 s; negative: 0.
+	RedeliveryBackoff time.Duration
+
+	// Limits.
+	MaxTopics       int // distinct topics (default 10000)
+	MaxPendingApply int // proposals in flight before enqueues answer 429 (default 4096)
+	MaxLeaseBatch   int // hand-offs per Lease entry (default 1024)
+
+	// RaftAdvertise is the Raft address peers dial (default RaftAddr), for a
+	// node behind NAT or a proxy.
+	RaftAdvertise string
+	// RaftServerTLS and RaftClientTLS, both set, make Raft traffic mutual TLS.
+	RaftServerTLS, RaftClientTLS *tls.Config
+	// Store options (Pebble cache sizes…); FS and Logger are set by the node.
+	Store wheel.Options
+}
+
+// advertised is the Raft address peers use for this node.
+func (c *Config) advertised() string {
+	if c.RaftAdvertise != "" {
+		return c.RaftAdvertise
+	}
+	return c.RaftAddr
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, 500*time.Millisecond)
+	def(&c.ElectionTimeout, 500*time.Millisecond)
+	def(&c.SnapshotInterval, 10*time.Second)
+	def(&c.ApplyTimeout, 10*time.Second)
+	def(&c.ExpireGrace, 500*time.Millisecond)
+	def(&c.Preload, time.Second)
+	def(&c.RedeliveryBackoff, time.Second)
+	if c.RedeliveryBackoff < 0 {
+		c.RedeliveryBackoff = 0
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 16384
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 4096
+	}
+	if c.MaxTopics == 0 {
+		c.MaxTopics = 10000
+	}
+	if c.MaxPendingApply == 0 {
+		c.MaxPendingApply = 4096
+	}
+	if c.MaxLeaseBatch == 0 {
+		c.MaxLeaseBatch = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = wheel.SystemClock{}
+	}
+}
+
+// Node is one replica: the Raft instance, the FSM over the wheel store, and,
+// while leader, the dispatcher that hands out due messages.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	clock wheel.Clock
+	raft  *raft.Raft
+	fsm   *fsm
+	trans *raft.NetworkTransport
+	logs  *raftboltdb.BoltStore
+
+	pending atomic.Int64 // proposals in flight
+	met     *metrics
+
+	mu       sync.Mutex
+	disp     *dispatcher // non-nil while leader
+	closed   bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	observer *raft.Observer
+}
+
+// Open starts a node. On a data directory that already holds a cluster's
+// state it rejoins with that state and ignores InitialCluster.
+func Open(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
+		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
+	n.met = newMetrics(n)
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	raftDir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(raftDir, 0o755); err != nil {
+		return nil, fmt.Errorf("raft dir: %w", err)
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
+	snaps, err := newSnapStore(raftDir, 2, n.log, hl)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	logs, err := openRaftLog(filepath.Join(raftDir, "raft.db"))
+	if err != nil {
+		return nil, fmt.Errorf("raft log: %w", err)
+	}
+	n.logs = logs
+	fail := func(err error) (*Node, error) {
+		logs.Close()
+		return nil, err
+	}
+
+	// Decide whether the FSM's on-disk state can be used as is. It can when
+	// it opens cleanly and its applied index covers the latest snapshot
+	// (otherwise Raft would resume after entries the state never saw). If
+	// not, move it aside and let Raft restore the snapshot.
+	sopts := cfg.Store
+	sopts.Logger = n.log.With("component", "store")
+	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log}
+	latest, err := snaps.List()
+	if err != nil {
+		return fail(fmt.Errorf("list snapshots: %w", err))
+	}
+	var snapIndex uint64
+	if len(latest) > 0 {
+		snapIndex = latest[0].Index
+	}
+	st, err := wheel.Open(f.dir, sopts)
+	switch {
+	case err == nil && st.AppliedIndex() >= snapIndex:
+	case err == nil || errors.Is(err, wheel.ErrInconsistent):
+		if err == nil {
+			n.log.Warn("store is behind the latest snapshot; restoring the snapshot", "applied", st.AppliedIndex(), "snapshot", snapIndex)
+			st.Close()
+		} else {
+			n.log.Warn("store does not cover its applied index; restoring from snapshot", "err", err)
+		}
+		if len(latest) == 0 && err != nil {
+			return fail(fmt.Errorf("%w and there is no snapshot to restore: remove %s to rebuild this node from its peers", err, f.dir))
+		}
+		aside := f.dir + ".damaged-" + time.Now().UTC().Format("20060102T150405")
+		if rerr := os.Rename(f.dir, aside); rerr != nil {
+			return fail(fmt.Errorf("move damaged store aside: %w", rerr))
+		}
+		if st, err = wheel.Open(f.dir, sopts); err != nil {
+			return fail(err)
+		}
+		snapIndex = 0 // restore it on start
+	default:
+		return fail(err)
+	}
+	f.store = st
+	f.onRestore = n.onRestore
+	n.fsm = f
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	rc.NoSnapshotRestoreOnStart = snapIndex > 0
+	rc.Logger = hl
+
+	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftServerTLS, cfg.RaftClientTLS)
+	if err != nil {
+		st.Close()
+		return fail(err)
+	}
+	// 2 s bounds each RPC on a hung connection (and so a shutdown with
+	// vanished peers); snapshot transfers scale it with their size.
+	n.trans = raft.NewNetworkTransportWithLogger(stream, 5, 2*time.Second, hl)
+	cache, err := raft.NewLogCache(1024, logs)
+	if err != nil {
+		st.Close()
+		return fail(err)
+	}
+	existing, err := raft.HasExistingState(cache, logs, snaps)
+	if err != nil {
+		st.Close()
+		return fail(fmt.Errorf("raft state: %w", err))
+	}
+	r, err := raft.NewRaft(rc, f, cache, logs, snaps, n.trans)
+	if err != nil {
+		n.trans.Close()
+		f.Store().Close()
+		return fail(fmt.Errorf("start raft: %w", err))
+	}
+	n.raft = r
+	if !existing && cfg.Join == "" {
+		servers := []raft.Server{{ID: raft.ServerID(cfg.ID), Address: raft.ServerAddress(cfg.advertised())}}
+		if len(cfg.InitialCluster) > 0 {
+			servers = servers[:0]
+			for _, m := range cfg.InitialCluster {
+				servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr)})
+			}
+		}
+		if err := r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			n.Close(context.Background())
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped new cluster", "members", len(servers))
+	} else if existing {
+		n.log.Info("rejoining with existing state", "applied_index", f.Store().AppliedIndex(), "snapshot_index", snapIndex)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Add(1)
+	go n.watchLeadership(ctx)
+	return n, nil
+}
+
+// slogWriter turns hclog's lines into slog records.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	switch {
+	case strings.Contains(line, "[ERROR]"):
+		level = slog.LevelError
+	case strings.Contains(line, "[WARN]"):
+		level = slog.LevelWarn
+	}
+	w.l.Log(context.Background(), level, line, "component", "raft")
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}
+
+func (n *Node) onRestore(st *wheel.Store) {
+	n.mu.Lock()
+	d := n.disp
+	n.mu.Unlock()
+	if d != nil {
+		d.reattach(st)
+	}
+}
+
+// store returns the current store.
+func (n *Node) store() *wheel.Store { return n.fsm.Store() }
+
+// watchLeadership starts the dispatcher when this node becomes leader and
+// stops it when it loses leadership.
+func (n *Node) watchLeadership(ctx context.Context) {
+	defer n.wg.Done()
+	ch := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		_, ok2 := o.Data.(raft.RaftState)
+		return ok || ok2
+	})
+	n.raft.RegisterObserver(obs)
+	defer n.raft.DeregisterObserver(obs)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	lastLeader := ""
+	for {
+		isLeader := n.raft.State() == raft.Leader
+		n.mu.Lock()
+		running := n.disp != nil
+		n.mu.Unlock()
+		if isLeader && !running {
+			n.startDispatcher(ctx)
+		} else if !isLeader && running {
+			n.stopDispatcher()
+		}
+		if _, id := n.raft.LeaderWithID(); string(id) != lastLeader {
+			lastLeader = string(id)
+			n.log.Info("leader changed", "leader", lastLeader, "term", n.raft.CurrentTerm())
+		}
+		select {
+		case <-ctx.Done():
+			n.stopDispatcher()
+			return
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+func (n *Node) startDispatcher(ctx context.Context) {
+	// The FSM must have applied everything a previous leader committed
+	// before the heap is built from it.
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("barrier after election failed", "err", err)
+		return
+	}
+	d := newDispatcher(n)
+	if err := d.start(ctx); err != nil {
+		n.log.Error("starting dispatcher", "err", err)
+		return
+	}
+	n.mu.Lock()
+	n.disp = d
+	n.mu.Unlock()
+	n.log.Info("leading: dispatcher started", "cursor", n.store().Cursor())
+	go n.registerSelf(ctx)
+}
+
+func (n *Node) stopDispatcher() {
+	n.mu.Lock()
+	d := n.disp
+	n.disp = nil
+	n.mu.Unlock()
+	if d != nil {
+		d.stop()
+		n.log.Info("dispatcher stopped")
+	}
+}
+
+// registerSelf records the leader's own HTTP address in the replicated node
+// metadata, so followers can forward to it.
+func (n *Node) registerSelf(ctx context.Context) {
+	for _, m := range n.store().Nodes() {
+		if m.ID == n.cfg.ID && m.HTTPAddr == n.cfg.HTTPAddr && m.RaftAddr == n.cfg.advertised() {
+			return
+		}
+	}
+	self := wheel.Node{ID: n.cfg.ID, RaftAddr: n.cfg.advertised(), HTTPAddr: n.cfg.HTTPAddr}
+	if _, err := n.propose(ctx, wheel.SetNode{Node: self}); err != nil {
+		n.log.Warn("recording own address", "err", err)
+	}
+}
+
+// Close stops the node. A leader first hands leadership to a follower so
+// the cluster keeps serving without waiting for an election timeout.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	if n.raft != nil && n.raft.State() == raft.Leader && n.voters() > 1 {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer before shutdown failed", "err", err)
+		} else {
+			n.log.Info("leadership transferred before shutdown")
+		}
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	var errs []error
+	if n.raft != nil {
+		errs = append(errs, n.raft.Shutdown().Error())
+	}
+	if n.trans != nil {
+		errs = append(errs, n.trans.Close())
+	}
+	if n.fsm != nil {
+		errs = append(errs, n.fsm.Store().Close())
+	}
+	if n.logs != nil {
+		errs = append(errs, n.logs.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	v := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
+}
+
+// Raft exposes the Raft instance to tests and metrics.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// Store exposes the wheel store to tests, metrics and offline tools.
+func (n *Node) Store() *wheel.Store { return n.store() }
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// propose commits commands as one log entry and returns their results. It
+// answers ErrNotLeader on a follower and ErrOverloaded when too many
+// proposals are in flight.
+func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, wheel.ErrNotLeader
+	}
+	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
+		n.pending.Add(-1)
+		return nil, fmt.Errorf("%w: %d proposals waiting for the log", wheel.ErrOverloaded, n.cfg.MaxPendingApply)
+	}
+	defer n.pending.Add(-1)
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	start := time.Now()
+	f := n.raft.Apply(wheel.EncodeCommands(cmds), timeout)
+	err := f.Error()
+	n.met.apply.Observe(time.Since(start).Seconds())
+	if err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, fmt.Errorf("%w: %w", wheel.ErrNotLeader, err)
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, fmt.Errorf("%w: %w", wheel.ErrOverloaded, err)
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+	}
+	res, ok := f.Response().([]wheel.Result)
+	if !ok || len(res) != len(cmds) {
+		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, f.Response())
+	}
+	return res, nil
+}
+
+// PendingApplies is the number of proposals waiting to commit.
+func (n *Node) PendingApplies() int64 { return n.pending.Load() }
+
+// StepDown hands leadership to a follower (when there is one) and stops
+// the dispatcher, so waiting long-polls answer empty. Shutdown calls it
+// before closing the HTTP server.
+func (n *Node) StepDown() {
+	if n.raft.State() == raft.Leader && n.voters() > 1 {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer failed", "err", err)
+		} else {
+			n.log.Info("leadership transferred")
+		}
+	}
+	n.stopDispatcher()
+}
+
+// HasSelf reports whether the replicated metadata holds this node's
+// current addresses.
+func (n *Node) HasSelf() bool {
+	for _, m := range n.store().Nodes() {
+		if m.ID == n.cfg.ID {
+			return m.HTTPAddr == n.cfg.HTTPAddr && m.RaftAddr == n.cfg.advertised()
+		}
+	}
+	return false
+}

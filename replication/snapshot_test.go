@@ -1,0 +1,90 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// A follower that misses entries compacted out of the leader's log catches
+// up by installing a snapshot, and ends with the same state.
+func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
+	c := NewTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotThreshold = 32
+		cfg.TrailingLogs = 8
+		cfg.SnapshotInterval = 200 * time.Millisecond
+	})
+	leader := c.Leader()
+	lagging := -1
+	for i, tn := range c.Nodes {
+		if tn != leader {
+			lagging = i
+			break
+		}
+	}
+	c.Stop(lagging)
+	var ids []string
+	for i := 0; i < 200; i++ {
+		res := enqueue(t, leader.Client, api.Message{Topic: fmt.Sprintf("t%d", i%3), Payload: api.TextBody("b"),
+			DelayMs: ptr(int64(10*60_000 + i)), Key: fmt.Sprintf("k%d", i)})
+		ids = append(ids, res[0].ID)
+	}
+	WaitFor(t, 20*time.Second, "leader snapshot past the stopped follower", func() bool {
+		return leader.Node.Raft().Stats()["last_snapshot_index"] != "0"
+	})
+	c.Start(lagging)
+	ctx := context.Background()
+	want, _ := leader.Client.Topics(ctx)
+	f := c.Nodes[lagging]
+	WaitFor(t, 30*time.Second, "follower to converge", func() bool {
+		got, err := f.Client.Topics(ctx)
+		return err == nil && reflect.DeepEqual(got, want)
+	})
+	for _, id := range ids {
+		if _, err := f.Client.Get(ctx, id); err != nil {
+			t.Fatalf("follower lacks %s: %v", id, err)
+		}
+	}
+}
+
+// A node whose store is gone (or behind its snapshot) restores its own
+// latest snapshot at start — a reference to a kept checkpoint — and then
+// replays the log after it. Old checkpoints are pruned with their snapshots.
+func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	l := c.Leader()
+	var ids []string
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 20; i++ {
+			res := enqueue(t, l.Client, api.Message{Topic: "s", Payload: api.TextBody("b"), DelayMs: ptr(int64(3600_000 + i))})
+			ids = append(ids, res[0].ID)
+		}
+		if err := l.Node.Raft().Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+	}
+	// Entries after the last snapshot must come back from the log.
+	res := enqueue(t, l.Client, api.Message{Topic: "s", Payload: api.TextBody("after")})
+	ids = append(ids, res[0].ID)
+	ckpts, _ := os.ReadDir(filepath.Join(l.Cfg.DataDir, "raft", "checkpoints"))
+	if len(ckpts) > 2 {
+		t.Fatalf("%d checkpoints kept, want at most 2 (the retained snapshots)", len(ckpts))
+	}
+	c.Stop(0)
+	if err := os.RemoveAll(filepath.Join(l.Cfg.DataDir, "fsm")); err != nil {
+		t.Fatal(err)
+	}
+	c.Start(0)
+	l = c.Leader()
+	for _, id := range ids {
+		if _, err := l.Client.Get(context.Background(), id); err != nil {
+			t.Fatalf("after restoring the local snapshot, %s: %v", id, err)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package replication
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// refMagic starts a snapshot that refers to a checkpoint directory kept on
+// this node instead of holding its bytes.
+const refMagic = "DWCKPT1\n"
+
+// snapStore is Raft's file snapshot store, made cheap for a large state.
+// Persisting a snapshot taken on this node moves its checkpoint (hard
+// links: no bytes copied) into <raft>/checkpoints/<snapshot id> and stores
+// only a reference. The tar that followers and restores read is built when
+// a snapshot is opened, which happens only to send it to a follower or to
+// restore it. Snapshots received from a leader are ordinary tars.
+// Checkpoints are removed with the snapshots Raft reaps.
+type snapStore struct {
+	*raft.FileSnapshotStore
+	dir string // checkpoints
+	log *slog.Logger
+}
+
+func newSnapStore(raftDir string, retain int, log *slog.Logger, hl hclog.Logger) (*snapStore, error) {
+	fs, err := raft.NewFileSnapshotStoreWithLogger(raftDir, retain, hl)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(raftDir, "checkpoints")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("checkpoints dir: %w", err)
+	}
+	s := &snapStore{FileSnapshotStore: fs, dir: dir, log: log}
+	if stale, _ := filepath.Glob(filepath.Join(dir, "*.tar")); len(stale) > 0 {
+		for _, f := range stale { // tars a crash left behind while a snapshot was being sent
+			os.Remove(f)
+		}
+	}
+	s.prune()
+	return s, nil
+}
+
+// refSink is a sink of this store; Persist recognizes it.
+type refSink struct {
+	raft.SnapshotSink
+	store *snapStore
+}
+
+// Create starts a snapshot.
+func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	return &refSink{SnapshotSink: sink, store: s}, nil
+}
+
+// Close finishes the snapshot; Raft reaps old ones, and their checkpoints go too.
+func (r *refSink) Close() error {
+	err := r.SnapshotSink.Close()
+	r.store.prune()
+	return err
+}
+
+// keep moves a checkpoint under the sink's snapshot id and writes the reference.
+func (r *refSink) keep(cp string) error {
+	dst := filepath.Join(r.store.dir, r.ID())
+	if err := os.Rename(cp, dst); err != nil {
+		return fmt.Errorf("keep checkpoint: %w", err)
+	}
+	if err := syncDir(r.store.dir); err != nil {
+		return err
+	}
+	_, err := io.WriteString(r, refMagic+r.ID()+"\n")
+	return err
+}
+
+// prune removes checkpoints whose snapshot Raft no longer keeps.
+func (s *snapStore) prune() {
+	metas, err := s.FileSnapshotStore.List()
+	if err != nil {
+		return
+	}
+	keep := map[string]bool{}
+	for _, m := range metas {
+		keep[m.ID] = true
+	}
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !keep[e.Name()] && !strings.HasSuffix(e.Name(), ".tar") {
+			if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+				s.log.Warn("removing an old checkpoint", "dir", e.Name(), "err", err)
+			}
+		}
+	}
+}
+
+// Open returns a snapshot's tar: its bytes, or, for a reference, a tar built
+// from the kept checkpoint into a temporary file (Raft needs the exact size
+// up front to send it).
+func (s *snapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.FileSnapshotStore.Open(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReader(rc)
+	head, _ := br.Peek(len(refMagic))
+	if !bytes.Equal(head, []byte(refMagic)) {
+		return meta, struct {
+			io.Reader
+			io.Closer
+		}{br, rc}, nil
+	}
+	ref, err := io.ReadAll(br)
+	rc.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read snapshot %s: %w", id, err)
+	}
+	name := strings.TrimSpace(strings.TrimPrefix(string(ref), refMagic))
+	if name != id {
+		return nil, nil, fmt.Errorf("snapshot %s refers to checkpoint %q", id, name)
+	}
+	f, err := os.CreateTemp(s.dir, id+"-*.tar")
+	if err != nil {
+		return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
+	}
+	fail := func(err error) (*raft.SnapshotMeta, io.ReadCloser, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
+	}
+	if err := writeCheckpointTar(f, filepath.Join(s.dir, id)); err != nil {
+		return fail(err)
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fail(err)
+	}
+	m := *meta
+	m.Size = size
+	return &m, &tempFile{f}, nil
+}
+
+// tempFile is removed when closed.
+type tempFile struct{ *os.File }
+
+func (t *tempFile) Close() error {
+	err := t.File.Close()
+	os.Remove(t.Name())
+	return err
+}

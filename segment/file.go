@@ -1,0 +1,251 @@
+package segment
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+// Entry is a decoded record and its offset in the file.
+type Entry struct {
+	Offset int64
+	Record
+}
+
+// Scan decodes the segment image data (a whole file) and calls fn for each
+// record in order. It returns the length of the valid prefix. A torn tail
+// stops the scan and is reported only through the returned length being
+// shorter than data; corruption before the tail returns a *CorruptionError
+// naming path and the offset. Payloads passed to fn alias data.
+func Scan(path string, data []byte, fn func(Entry) error) (valid int64, err error) {
+	if len(data) < HeaderSize {
+		if allZero(data) || headerPrefix(data) {
+			return 0, nil // created but its header never (wholly) reached the disk
+		}
+		return 0, &CorruptionError{Path: path, Offset: 0, Err: fmt.Errorf("%w: %d bytes", ErrBadHeader, len(data))}
+	}
+	if _, err := DecodeHeader(data); err != nil {
+		if allZero(data) {
+			return 0, nil
+		}
+		return 0, &CorruptionError{Path: path, Offset: 0, Err: err}
+	}
+	off := HeaderSize
+	for off < len(data) {
+		rec, n, err := DecodeRecord(data[off:])
+		if err != nil {
+			if tornTail(data[off:], err) {
+				return int64(off), nil
+			}
+			return int64(off), &CorruptionError{Path: path, Offset: int64(off), Err: err}
+		}
+		if fn != nil {
+			if err := fn(Entry{Offset: int64(off), Record: rec}); err != nil {
+				return int64(off), err
+			}
+		}
+		off += n
+	}
+	return int64(off), nil
+}
+
+// tornTail reports whether a decode failure at the start of rest is the
+// damage a crash in the middle of an append leaves behind.
+func tornTail(rest []byte, err error) bool {
+	if errors.Is(err, ErrTruncated) {
+		return true
+	}
+	if allZero(rest) {
+		return true
+	}
+	if errors.Is(err, ErrChecksum) && len(rest) >= 4 {
+		// A whole frame whose checksum fails is torn only if it is the last one.
+		n := int(uint32(rest[0]) | uint32(rest[1])<<8 | uint32(rest[2])<<16 | uint32(rest[3])<<24)
+		return FrameHeaderSize+n >= len(rest)
+	}
+	return false
+}
+
+// headerPrefix reports whether b, shorter than a header, is the start of a
+// torn header write: its magic, version and flags bytes match. The second
+// is checked by Repair, which knows it.
+func headerPrefix(b []byte) bool {
+	h := AppendHeader(nil, 0)[:8]
+	return len(b) > 0 && bytes.HasPrefix(h, b[:min(len(b), len(h))])
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadFile reads and decodes a whole segment file. Any damage, including a
+// torn tail, is an error: callers read files that were repaired on open.
+func ReadFile(path string) (second int64, entries []Entry, err error) {
+	return ReadFileFS(vfs.Default, path)
+}
+
+// ReadFileFS is ReadFile on the file system fs.
+func ReadFileFS(fs vfs.FS, path string) (second int64, entries []Entry, err error) {
+	data, err := readAll(fs, path)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read segment: %w", err)
+	}
+	if len(data) >= HeaderSize {
+		second, _ = DecodeHeader(data)
+	}
+	entries = make([]Entry, 0, len(data)/128)
+	valid, err := Scan(path, data, func(e Entry) error {
+		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	if valid != int64(len(data)) {
+		return 0, nil, &CorruptionError{Path: path, Offset: valid, Err: ErrTruncated}
+	}
+	return second, entries, nil
+}
+
+// ReadAt reads the single record at offset off of the segment file path.
+func ReadAt(path string, off int64) (Record, error) { return ReadAtFS(vfs.Default, path, off) }
+
+// ReadAtFS is ReadAt on the file system fs.
+func ReadAtFS(fs vfs.FS, path string, off int64) (Record, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return Record{}, fmt.Errorf("read segment record: %w", err)
+	}
+	defer f.Close()
+	var hdr [FrameHeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], off); err != nil {
+		return Record{}, &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w: %v", ErrTruncated, err)}
+	}
+	n := int(uint32(hdr[0]) | uint32(hdr[1])<<8 | uint32(hdr[2])<<16 | uint32(hdr[3])<<24)
+	if n > MaxPayload {
+		return Record{}, &CorruptionError{Path: path, Offset: off, Err: ErrBadFrame}
+	}
+	buf := make([]byte, FrameHeaderSize+n)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return Record{}, &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w: %v", ErrTruncated, err)}
+	}
+	rec, _, err := DecodeRecord(buf)
+	if err != nil {
+		return Record{}, &CorruptionError{Path: path, Offset: off, Err: err}
+	}
+	return rec, nil
+}
+
+// RepairResult says what Repair found.
+type RepairResult struct {
+	Size      int64 // length of the file after repair
+	Truncated int64 // bytes cut from a torn tail
+	Records   int   // whole records kept
+}
+
+// Repair makes path a well-formed segment file for second: a torn tail is
+// truncated to the last whole record and a file whose header never reached
+// the disk gets its header rewritten. Corruption before the tail returns a
+// *CorruptionError and leaves the file untouched.
+func Repair(path string, second int64) (RepairResult, error) {
+	return RepairFS(vfs.Default, path, second)
+}
+
+// RepairFS is Repair on the file system fs.
+func RepairFS(fs vfs.FS, path string, second int64) (RepairResult, error) {
+	data, err := readAll(fs, path)
+	if err != nil {
+		return RepairResult{}, fmt.Errorf("repair segment: %w", err)
+	}
+	var res RepairResult
+	valid, err := Scan(path, data, func(Entry) error { res.Records++; return nil })
+	if err != nil {
+		return RepairResult{}, err
+	}
+	if valid >= HeaderSize {
+		if s, _ := DecodeHeader(data); s != second {
+			return RepairResult{}, &CorruptionError{Path: path, Offset: 8, Err: fmt.Errorf("%w: header names second %d, file name %d", ErrBadHeader, s, second)}
+		}
+	} else if !allZero(data) && !bytes.HasPrefix(AppendHeader(nil, second), data) {
+		return RepairResult{}, &CorruptionError{Path: path, Offset: 8, Err: fmt.Errorf("%w: partial header is not one for second %d", ErrBadHeader, second)}
+	}
+	res.Size, res.Truncated = valid, int64(len(data))-valid
+	if res.Truncated == 0 && valid > 0 {
+		return res, nil
+	}
+	keep := data[:valid]
+	if valid == 0 {
+		keep = AppendHeader(nil, second)
+	}
+	if err := writeFileAtomic(fs, path, keep); err != nil {
+		return RepairResult{}, fmt.Errorf("repair segment: %w", err)
+	}
+	res.Size = int64(len(keep))
+	return res, nil
+}
+
+func readAll(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		// One allocation of the right size; ReadFull then EOF check.
+		buf := make([]byte, st.Size())
+		n, err := io.ReadFull(f, buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, err
+		}
+		buf = buf[:n]
+		rest, err := io.ReadAll(f) // grown since the stat
+		return append(buf, rest...), err
+	}
+	return io.ReadAll(f)
+}
+
+// truncateFile cuts path to size bytes. vfs has no truncate, so the kept
+// prefix is written to a temporary file, synced and renamed over path.
+func truncateFile(fs vfs.FS, path string, size int64) error {
+	data, err := readAll(fs, path)
+	if err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	if int64(len(data)) < size {
+		return fmt.Errorf("truncate segment %s: %d bytes, shorter than %d", path, len(data), size)
+	}
+	return writeFileAtomic(fs, path, data[:size])
+}
+
+// writeFileAtomic replaces path with data: write a temporary file, sync it,
+// rename it over path and sync the directory.
+func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	if _, err := f.Write(append([]byte(nil), data...)); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return syncDir(fs, fs.PathDir(path))
+}

@@ -1,0 +1,114 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+)
+
+// readBody reads the request body, which the server has already bounded with
+// http.MaxBytesReader.
+func readBody(r *http.Request) ([]byte, error) {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge("request body: over the limit of %d bytes (%s)", mbe.Limit, humanBytes(mbe.Limit))
+		}
+		return nil, invalid("request body: could not be read: %v", err)
+	}
+	return data, nil
+}
+
+// decodeBody reads the request body and decodes it strictly into v. An empty
+// body is an error unless allowEmpty, in which case v keeps its zero value.
+func decodeBody(r *http.Request, v any, allowEmpty bool) error {
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if allowEmpty && len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	return decodeStrict(data, v, "")
+}
+
+// decodeStrict decodes exactly one JSON value from data into v, rejecting
+// unknown fields. where names the value in error messages ("" for the
+// request body, or "messages[3]").
+func decodeStrict(data []byte, v any, where string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, where)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("%s: must hold exactly one JSON value, found more after it", fieldPath(where, ""))
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a 400 that names the field.
+func jsonError(err error, where string) *Error {
+	var (
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("%s: is empty; expected a JSON object", fieldPath(where, ""))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("%s: malformed JSON: unexpected end of input", fieldPath(where, ""))
+	case errors.As(err, &syn):
+		return invalid("%s: malformed JSON at byte %d: %s", fieldPath(where, ""), syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		return invalid("%s: must be %s, got JSON %s", fieldPath(where, typ.Field), jsonKind(typ.Type), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return invalid("%s: %s", fieldPath(where, ""), strings.TrimPrefix(err.Error(), "json: "))
+	default:
+		return invalid("%s: malformed JSON: %s", fieldPath(where, ""), strings.TrimPrefix(err.Error(), "json: "))
+	}
+}
+
+// jsonKind names the JSON shape a Go type wants.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("an integer that fits %s", t.Kind())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("a non-negative integer that fits %s", t.Kind())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	default:
+		return t.String()
+	}
+}
+
+// fieldPath joins a location and a field name: "messages[3]" and "delay_ms"
+// give "messages[3].delay_ms". With neither it names the request body.
+func fieldPath(where, field string) string {
+	switch {
+	case where != "" && field != "":
+		return where + "." + field
+	case where != "":
+		return where
+	case field != "":
+		return field
+	default:
+		return "request body"
+	}
+}

@@ -1,0 +1,35 @@
+// Package transport owns the HTTP API of API.md: routing, authentication,
+// strict decoding and validation of requests, the mapping of domain errors to
+// status codes, leader forwarding (a follower reverse-proxies writes and
+// reserves to the leader), the long-poll limit, and the health, readiness and
+// metrics endpoints.
+//
+// It talks to the rest of the server only through the [Backend] interface,
+// which the Raft node implements; it must not know about Raft, Pebble or
+// segment files. The JSON wire types live in package transport/api and the Go
+// client in transport/client. [NewFakeBackend] is an in-memory Backend for
+// tests of this and other packages.
+//
+// # Answers
+//
+// Requests are decoded strictly (unknown fields, trailing data and
+// malformed JSON are 400 invalid_argument) and validated whole before the
+// backend is called, so a 4xx never changes anything. Messages name the
+// field, the index within the batch and the limit, for example
+// "messages[3].delay_ms: must be between 0 and 315360000000 (10 years), got -1".
+//
+// Choices beyond API.md:
+//   - A list over its limit (more than [Limits].MaxBatch messages, receipts
+//     or ids), a body over MaxBodyBytes and a request over MaxRequestBytes are
+//     413 too_large; an empty list is 400.
+//   - A malformed message id in a path is 404 (it names no message); a
+//     malformed receipt or id in a body is 400 naming receipts[i] or ids[i].
+//   - A slot outside 0..7199 is 404. An invalid topic in a path is 400.
+//   - Reserve and redrive accept an empty body (all defaults); reschedule
+//     needs exactly one of delay_ms and deliver_at_ms.
+//   - A known path called with another method is 405 method_not_allowed with
+//     an Allow header; an unknown path is 404. Both use the error body.
+//   - A long-poll (wait_ms > 0) past [Limits].MaxWaiters is 429 overloaded.
+//   - A backend timeout is 503 unavailable; a client that went away is
+//     logged at Debug, not as an error.
+package transport

@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Error is an answer other than 2xx: a status, a code of package api and a
+// message that names the field and the limit.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	// RetryAfter, in whole seconds, is sent as the Retry-After header when
+	// positive.
+	RetryAfter int
+	// Err is the backend error behind the answer, if any (for logs).
+	Err error
+
+	allow string // the Allow header of a 405
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Unwrap returns the backend error behind the answer.
+func (e *Error) Unwrap() error { return e.Err }
+
+// invalid is a 400 invalid_argument.
+func invalid(format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: api.CodeInvalidArgument, Message: fmt.Sprintf(format, args...)}
+}
+
+// tooLarge is a 413 too_large.
+func tooLarge(format string, args ...any) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge, Message: fmt.Sprintf(format, args...)}
+}
+
+// notFound is a 404 not_found.
+func notFound(format string, args ...any) *Error {
+	return &Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
+// unavailable is a 503 unavailable with Retry-After: 1.
+func unavailable(format string, args ...any) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: fmt.Sprintf(format, args...), RetryAfter: 1}
+}
+
+// overloaded is a 429 overloaded with Retry-After: 1.
+func overloaded(format string, args ...any) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Code: api.CodeOverloaded, Message: fmt.Sprintf(format, args...), RetryAfter: 1}
+}
+
+// toError maps any error to the answer it gets. An *Error stays as it is;
+// a backend error is classified with errors.Is; anything else is a 500.
+func toError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	status, code, retry := classify(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error; see the server log"
+	}
+	return &Error{Status: status, Code: code, Message: msg, RetryAfter: retry, Err: err}
+}
+
+// classify maps a backend error class to its status, code and Retry-After.
+func classify(err error) (status int, code string, retryAfter int) {
+	switch {
+	case errors.Is(err, wheel.ErrNotFound):
+		return http.StatusNotFound, api.CodeNotFound, 0
+	case errors.Is(err, wheel.ErrConflict):
+		return http.StatusConflict, api.CodeConflict, 0
+	case errors.Is(err, wheel.ErrInvalid):
+		return http.StatusBadRequest, api.CodeInvalidArgument, 0
+	case errors.Is(err, wheel.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, api.CodeTooLarge, 0
+	case errors.Is(err, wheel.ErrOverloaded):
+		return http.StatusTooManyRequests, api.CodeOverloaded, 1
+	case errors.Is(err, wheel.ErrUnavailable), errors.Is(err, wheel.ErrNotLeader),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, api.CodeUnavailable, 1
+	default:
+		return http.StatusInternalServerError, api.CodeInternal, 0
+	}
+}

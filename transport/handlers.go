@@ -1,0 +1,297 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Handlers return (answer, nil) or (anything, err): the caller encodes the
+// answer only when err is nil, so a handler may return a converted zero value
+// together with a backend error.
+
+func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }
+
+func (s *Server) healthz(*http.Request) (any, error) { return api.Status{Status: "ok"}, nil }
+
+func (s *Server) readyz(*http.Request) (any, error) {
+	if !s.b.Ready() {
+		return nil, unavailable("not ready: no leader is known or the log is not applied up to the commit index yet")
+	}
+	return api.Status{Status: "ready"}, nil
+}
+
+func (s *Server) enqueue(r *http.Request) (any, error) {
+	data, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := decodeEnqueue(data, s.cfg.Limits, s.nowMs())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.b.Enqueue(r.Context(), msgs)
+	return api.EnqueueResponse{Results: resultsOf(res)}, err
+}
+
+func (s *Server) get(r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.b.Get(r.Context(), id)
+	return viewOf(v), err
+}
+
+func (s *Server) cancel(r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	return cancelled(s.b.Cancel(r.Context(), wheel.Cancel{ID: id}))
+}
+
+func (s *Server) cancelKey(r *http.Request) (any, error) {
+	topic, err := s.pathTopic(r)
+	if err != nil {
+		return nil, err
+	}
+	key := r.PathValue("key")
+	if key == "" || len(key) > s.cfg.Limits.MaxKeyLen {
+		return nil, invalid("key: must be 1 to %d bytes, got %d", s.cfg.Limits.MaxKeyLen, len(key))
+	}
+	return cancelled(s.b.Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
+}
+
+func cancelled(id wheel.ID, err error) (any, error) {
+	return api.Cancelled{ID: id.String(), State: api.StateCancelled}, err
+}
+
+func (s *Server) reschedule(r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	var req api.RescheduleRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	at, err := resolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
+	if err != nil {
+		return nil, err
+	}
+	got, err := s.b.Reschedule(r.Context(), id, at)
+	return api.Rescheduled{ID: id.String(), DeliverAtMs: got}, err
+}
+
+func (s *Server) reserve(r *http.Request) (any, error) {
+	var req api.ReserveRequest
+	topic, err := s.topicAndBody(r, &req)
+	if err != nil {
+		return nil, err
+	}
+	n, waitMs, ttrMs, err := validateReserve(req, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	if waitMs > 0 {
+		release, err := s.acquireWaiter()
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.drain, cancel)()
+	ds, err := s.b.Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	if err != nil && s.drain.Err() != nil && r.Context().Err() == nil {
+		return nil, unavailable("this node is shutting down; retry on another node")
+	}
+	return api.ReserveResponse{Messages: deliveriesOf(ds)}, err
+}
+
+// acquireWaiter takes a long-poll slot, or answers 429 when all are taken.
+func (s *Server) acquireWaiter() (release func(), err error) {
+	select {
+	case s.waiters <- struct{}{}:
+		return func() { <-s.waiters }, nil
+	default:
+		return nil, overloaded("too many consumers are long-polling this node (limit %d); retry later, use a shorter wait_ms, or spread consumers over the nodes",
+			cap(s.waiters))
+	}
+}
+
+func (s *Server) ack(r *http.Request) (any, error) {
+	var req api.ReceiptsRequest
+	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
+		c, err := s.b.Ack(ctx, rs)
+		return api.AckResponse{Acked: c.Done, Stale: c.Stale}, err
+	})
+}
+
+func (s *Server) nack(r *http.Request) (any, error) {
+	var req api.NackRequest
+	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
+		lim := s.cfg.Limits
+		if err := inRange("delay_ms", req.DelayMs, 0, lim.MaxDelayMs, humanMs(lim.MaxDelayMs)); err != nil {
+			return nil, err
+		}
+		c, err := s.b.Nack(ctx, rs, req.DelayMs)
+		return api.NackResponse{Nacked: c.Done, Stale: c.Stale}, err
+	})
+}
+
+func (s *Server) touch(r *http.Request) (any, error) {
+	var req api.ReceiptsRequest
+	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
+		c, err := s.b.Touch(ctx, rs)
+		return api.TouchResponse{Touched: c.Done, Stale: c.Stale}, err
+	})
+}
+
+// settle decodes an ack, nack or touch body into req, parses the receipts
+// it holds in *list and calls do with them.
+func (s *Server) settle(r *http.Request, req any, list *[]string, do func(context.Context, []wheel.Receipt) (any, error)) (any, error) {
+	if err := decodeBody(r, req, false); err != nil {
+		return nil, err
+	}
+	rs, err := parseReceipts(*list, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	return do(r.Context(), rs)
+}
+
+func (s *Server) topics(r *http.Request) (any, error) {
+	ts, err := s.b.Topics(r.Context())
+	return api.TopicsResponse{Topics: topicsOf(ts)}, err
+}
+
+func (s *Server) dead(r *http.Request) (any, error) {
+	topic, err := s.pathTopic(r)
+	if err != nil {
+		return nil, err
+	}
+	lim := s.cfg.Limits
+	limit, err := queryInt(r, "limit", lim.DefaultDeadLimit, 1, lim.MaxDeadLimit)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := s.b.Dead(r.Context(), topic, limit)
+	return api.DeadResponse{Messages: viewsOf(vs)}, err
+}
+
+func (s *Server) redrive(r *http.Request) (any, error) {
+	var req api.RedriveRequest
+	topic, err := s.topicAndBody(r, &req)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := parseIDs(req.IDs, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.b.Redrive(r.Context(), topic, ids)
+	return api.RedriveResponse{Redriven: n}, err
+}
+
+func (s *Server) wheel(r *http.Request) (any, error) {
+	w, err := s.b.Wheel(r.Context())
+	return WheelView(w), err
+}
+
+func (s *Server) slot(r *http.Request) (any, error) {
+	raw := r.PathValue("slot")
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 || n >= wheel.Slots {
+		return nil, notFound("slot %s: no such slot (slots are 0 to %d)", quoteShort(raw), wheel.Slots-1)
+	}
+	records := false
+	if q := r.URL.Query().Get("records"); q != "" {
+		if records, err = strconv.ParseBool(q); err != nil {
+			return nil, invalid("records: must be true or false, got %s", quoteShort(q))
+		}
+	}
+	si, err := s.b.Slot(r.Context(), n, records)
+	return SlotView(si, records), err
+}
+
+func (s *Server) cluster(r *http.Request) (any, error) {
+	c, err := s.b.Cluster(r.Context())
+	return clusterOf(c), err
+}
+
+func (s *Server) addNode(r *http.Request) (any, error) {
+	var n api.Node
+	if err := decodeBody(r, &n, false); err != nil {
+		return nil, err
+	}
+	if err := validateNode(n, s.cfg.Limits); err != nil {
+		return nil, err
+	}
+	return n, s.b.AddNode(r.Context(), wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr})
+}
+
+func (s *Server) removeNode(r *http.Request) (any, error) {
+	id := r.PathValue("id")
+	return api.NodeRemoved{ID: id, Removed: true}, s.b.RemoveNode(r.Context(), id)
+}
+
+// pathID parses the {id} of the path. A malformed id names no message, so it
+// is a 404.
+func pathID(r *http.Request) (wheel.ID, error) {
+	raw := r.PathValue("id")
+	id, err := wheel.ParseID(raw)
+	if err != nil {
+		return wheel.ID{}, notFound("message %s not found (a message id is 24 hex digits)", quoteShort(raw))
+	}
+	return id, nil
+}
+
+// pathTopic checks the {topic} of the path.
+func (s *Server) pathTopic(r *http.Request) (string, error) {
+	topic := r.PathValue("topic")
+	return topic, validateTopic("topic", topic, s.cfg.Limits)
+}
+
+// topicAndBody checks the {topic} of the path and decodes the optional
+// body into v.
+func (s *Server) topicAndBody(r *http.Request, v any) (string, error) {
+	topic, err := s.pathTopic(r)
+	if err != nil {
+		return "", err
+	}
+	return topic, decodeBody(r, v, true)
+}
+
+// queryInt parses an optional integer query parameter in [lo, hi].
+func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
+	q := r.URL.Query().Get(name)
+	if q == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(q)
+	if err != nil {
+		return 0, invalid("%s: must be an integer between %d and %d, got %s", name, lo, hi, quoteShort(q))
+	}
+	return v, inRange(name, int64(v), int64(lo), int64(hi), "")
+}
+
+// backup streams a tar of the node's state: a checkpoint of its store.
+func (s *Server) backup(r *http.Request) (any, error) {
+	b, ok := s.b.(Backuper)
+	if !ok {
+		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node cannot take backups"}
+	}
+	return stream(func(w http.ResponseWriter) error {
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.WriteHeader(http.StatusOK)
+		_, err := b.Backup(r.Context(), w)
+		return err
+	}), nil
+}

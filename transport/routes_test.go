@@ -1,0 +1,248 @@
+package transport_test
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+func TestMessagesLifecycle(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.mustEnqueue(
+		api.Message{Topic: "orders.close", Payload: api.TextBody("close order 42"), DelayMs: api.Ptr(int64(1800000)),
+			Key: "order-42", Priority: 3, Headers: map[string]string{"tenant": "a"}},
+		api.Message{Topic: "orders.close", Payload: api.BinaryBody([]byte{0xff, 0x00, 0x01})},
+		api.Message{Topic: "orders.close", Payload: api.TextBody("past"), DeliverAtMs: api.Ptr(startMs - 5000)},
+	)
+	equal(t, "results", len(res), 3)
+	equal(t, "delayed deliver_at", res[0].DeliverAtMs, startMs+1800000)
+	equal(t, "now deliver_at", res[1].DeliverAtMs, startMs)
+	equal(t, "past deliver_at", res[2].DeliverAtMs, startMs)
+	equal(t, "id length", len(res[0].ID), 24)
+
+	dup := e.mustEnqueue(api.Message{Topic: "orders.close", Key: "order-42", DelayMs: api.Ptr(int64(5))})
+	equal(t, "duplicate", dup[0].Duplicate, true)
+	equal(t, "duplicate id", dup[0].ID, res[0].ID)
+
+	v, err := e.c.Get(ctx, res[0].ID)
+	check(t, "get", err)
+	equal(t, "state", v.State, api.StateDelayed)
+	equal(t, "body", *v.Body, "close order 42")
+	equal(t, "key", v.Key, "order-42")
+	equal(t, "priority", v.Priority, int64(3))
+	equal(t, "header", v.Headers["tenant"], "a")
+	bin, err := e.c.Get(ctx, res[1].ID)
+	check(t, "get binary", err)
+	if bin.Body != nil || bin.BodyBase64 == nil {
+		t.Fatalf("binary body should come as body_base64: %+v", bin.Payload)
+	}
+	raw, err := bin.Bytes()
+	check(t, "decode body", err)
+	equal(t, "binary body", string(raw), "\xff\x00\x01")
+	equal(t, "ready state", bin.State, api.StateReady)
+
+	rs, err := e.c.Reschedule(ctx, res[0].ID, api.RescheduleRequest{DelayMs: api.Ptr(int64(60000))})
+	check(t, "reschedule", err)
+	equal(t, "rescheduled", rs.DeliverAtMs, startMs+60000)
+
+	c, err := e.c.CancelKey(ctx, "orders.close", "order-42")
+	check(t, "cancel by key", err)
+	equal(t, "cancelled id", c.ID, res[0].ID)
+	equal(t, "cancelled state", c.State, "cancelled")
+	c, err = e.c.Cancel(ctx, res[2].ID)
+	check(t, "cancel", err)
+	equal(t, "cancelled", c.ID, res[2].ID)
+	_, err = e.c.Get(ctx, res[2].ID)
+	if !client.HasCode(err, api.CodeNotFound) {
+		t.Fatalf("get after cancel: %v, want not_found", err)
+	}
+}
+
+func TestConsuming(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.mustEnqueue(
+		api.Message{Topic: "t", Payload: api.TextBody("low")},
+		api.Message{Topic: "t", Payload: api.TextBody("high"), Priority: 5, TTRMs: api.Ptr(int64(10000))},
+		api.Message{Topic: "t", Payload: api.TextBody("later"), DelayMs: api.Ptr(int64(1000))},
+	)
+	ds, err := e.c.Reserve(ctx, "t", api.ReserveRequest{Max: api.Ptr(10)})
+	check(t, "reserve", err)
+	equal(t, "due messages", len(ds), 2)
+	equal(t, "first by priority", ds[0].ID, res[1].ID)
+	equal(t, "attempt", ds[0].Attempt, int32(1))
+	equal(t, "lease", ds[0].LeaseExpiresMs, startMs+10000)
+	equal(t, "default ttr lease", ds[1].LeaseExpiresMs, startMs+30000)
+	if !strings.HasPrefix(ds[0].Receipt, ds[0].ID+".") {
+		t.Fatalf("receipt %q does not name the id", ds[0].Receipt)
+	}
+
+	touched, err := e.c.Touch(ctx, []string{ds[0].Receipt})
+	check(t, "touch", err)
+	equal(t, "touched", touched, api.TouchResponse{Touched: 1})
+	nacked, err := e.c.Nack(ctx, []string{ds[1].Receipt}, 500)
+	check(t, "nack", err)
+	equal(t, "nacked", nacked, api.NackResponse{Nacked: 1})
+	acked, err := e.c.Ack(ctx, []string{ds[0].Receipt, ds[1].Receipt})
+	check(t, "ack", err)
+	equal(t, "acked", acked, api.AckResponse{Acked: 1, Stale: 1})
+
+	// Nothing due now; a reserve with ttr_ms override after the clock moves.
+	ds, err = e.c.Reserve(ctx, "t", api.ReserveRequest{Max: api.Ptr(10)})
+	check(t, "reserve nothing", err)
+	equal(t, "nothing due", len(ds), 0)
+	e.advance(time.Second)
+	ds, err = e.c.Reserve(ctx, "t", api.ReserveRequest{Max: api.Ptr(10), TTRMs: api.Ptr(int64(2000))})
+	check(t, "reserve later", err)
+	equal(t, "due after a second", len(ds), 2)
+	equal(t, "ttr override", ds[0].LeaseExpiresMs, e.now()+2000)
+
+	topics, err := e.c.Topics(ctx)
+	check(t, "topics", err)
+	equal(t, "topics", len(topics), 1)
+	equal(t, "counts", topics[0], api.TopicCounts{Topic: "t", Reserved: 2})
+}
+
+func TestLongPollGetsMessageEnqueuedLater(t *testing.T) {
+	e := newEnv(t)
+	type got struct {
+		ds  []api.Delivery
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		ds, err := e.c.Reserve(t.Context(), "lp", api.ReserveRequest{WaitMs: 60000})
+		done <- got{ds, err}
+	}()
+	check(t, "wait for the long-poll", e.fb.WaitForWaiters(t.Context(), 1))
+	res := e.mustEnqueue(api.Message{Topic: "lp", Payload: api.TextBody("x")})
+	g := <-done
+	check(t, "long-poll", g.err)
+	equal(t, "delivered", len(g.ds), 1)
+	equal(t, "id", g.ds[0].ID, res[0].ID)
+}
+
+func TestDeadAndRedrive(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.mustEnqueue(
+		api.Message{Topic: "d", Payload: api.TextBody("a"), MaxAttempts: api.Ptr(int32(1)), TTRMs: api.Ptr(int64(1))},
+		api.Message{Topic: "d", Payload: api.TextBody("b"), MaxAttempts: api.Ptr(int32(1)), TTRMs: api.Ptr(int64(1))},
+	)
+	_, err := e.c.Reserve(ctx, "d", api.ReserveRequest{Max: api.Ptr(2)})
+	check(t, "reserve", err)
+	e.advance(time.Millisecond)
+	dead, err := e.c.Dead(ctx, "d", 0)
+	check(t, "dead", err)
+	equal(t, "dead", len(dead), 2)
+	equal(t, "dead state", dead[0].State, api.StateDead)
+	dead, err = e.c.Dead(ctx, "d", 1)
+	check(t, "dead limit", err)
+	equal(t, "dead limited", len(dead), 1)
+
+	n, err := e.c.Redrive(ctx, "d", []string{res[0].ID})
+	check(t, "redrive one", err)
+	equal(t, "redriven", n, 1)
+	n, err = e.c.Redrive(ctx, "d", nil)
+	check(t, "redrive all", err)
+	equal(t, "redriven all", n, 1)
+	// An empty body means all as well.
+	a := e.do(http.MethodPost, "/v1/topics/d/dead/redrive", "")
+	equal(t, "empty redrive body", a.status, http.StatusOK)
+}
+
+func TestWheelAndSlot(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.mustEnqueue(
+		api.Message{Topic: "w", Payload: api.TextBody("12345"), DelayMs: api.Ptr(int64(3000))},
+		api.Message{Topic: "w", Payload: api.TextBody("far"), DelayMs: api.Ptr(int64(3 * 3600 * 1000))},
+	)
+	w, err := e.c.Wheel(ctx)
+	check(t, "wheel", err)
+	equal(t, "slots", w.Slots, 7200)
+	equal(t, "tick", w.TickMs, int64(1000))
+	equal(t, "cursor", w.CursorMs, startMs)
+	equal(t, "horizon", w.HorizonMs, startMs+7200*1000)
+	equal(t, "overflow", w.OverflowMessages, int64(1))
+	equal(t, "nonempty", len(w.NonEmpty), 1)
+	sec := (startMs + 3000) / 1000
+	equal(t, "nonempty slot", w.NonEmpty[0], api.SlotSummary{Slot: wheel.SlotOf(sec), Second: sec, Messages: 1, Bytes: 5})
+
+	s, err := e.c.Slot(ctx, wheel.SlotOf(sec), false)
+	check(t, "slot", err)
+	equal(t, "slot second", s.Second, sec)
+	if s.Records != nil {
+		t.Fatalf("records without ?records=true: %+v", s.Records)
+	}
+	s, err = e.c.Slot(ctx, wheel.SlotOf(sec), true)
+	check(t, "slot records", err)
+	equal(t, "records", len(s.Records), 1)
+	equal(t, "record id", s.Records[0].ID, res[0].ID)
+	empty := e.do(http.MethodGet, "/v1/wheel/slots/0?records=true", "")
+	if !strings.Contains(string(empty.body), `"records":[]`) {
+		t.Fatalf("an empty slot asked for records should list none: %s", empty.body)
+	}
+}
+
+func TestClusterRoutes(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	check(t, "add node", e.c.AddNode(ctx, api.Node{ID: "n2", RaftAddr: "127.0.0.1:7081", HTTPAddr: "127.0.0.1:7080"}))
+	c, err := e.c.Cluster(ctx)
+	check(t, "cluster", err)
+	equal(t, "leader", c.Leader, "n1")
+	equal(t, "term", c.Term, uint64(1))
+	equal(t, "nodes", len(c.Nodes), 2)
+	equal(t, "new node", c.Nodes[1].Node, api.Node{ID: "n2", RaftAddr: "127.0.0.1:7081", HTTPAddr: "127.0.0.1:7080"})
+	check(t, "remove node", e.c.RemoveNode(ctx, "n2"))
+	err = e.c.RemoveNode(ctx, "n2")
+	if !client.HasCode(err, api.CodeNotFound) {
+		t.Fatalf("removing a removed node: %v", err)
+	}
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	check(t, "healthz", e.c.Healthz(ctx))
+	check(t, "readyz", e.c.Readyz(ctx))
+	e.fb.SetReady(false)
+	err := e.c.Readyz(ctx)
+	var ce *client.Error
+	if !asClientError(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.RetryAfter != time.Second {
+		t.Fatalf("readyz when not ready: %v", err)
+	}
+	check(t, "healthz when not ready", e.c.Healthz(ctx))
+	m := e.do(http.MethodGet, "/metrics", "")
+	equal(t, "metrics status", m.status, http.StatusOK)
+	if !strings.HasPrefix(m.header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("metrics content type %q", m.header.Get("Content-Type"))
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	e := newEnv(t)
+	a := e.do(http.MethodGet, "/v2/nothing", "")
+	equal(t, "unknown route", a.status, http.StatusNotFound)
+	equal(t, "code", a.errBody(t).Code, api.CodeNotFound)
+	a = e.do(http.MethodPut, "/v1/messages", "{}")
+	equal(t, "wrong method", a.status, http.StatusMethodNotAllowed)
+	equal(t, "allow", a.header.Get("Allow"), "POST")
+	a = e.do(http.MethodPatch, "/v1/messages/0123456789abcdef01234567", "")
+	equal(t, "wrong method on id", a.status, http.StatusMethodNotAllowed)
+	allow := strings.Split(a.header.Get("Allow"), ", ")
+	if !slices.Contains(allow, "GET") || !slices.Contains(allow, "DELETE") {
+		t.Fatalf("allow = %v", allow)
+	}
+	if calls := e.fb.Calls(); len(calls) != 0 {
+		t.Fatalf("backend called: %v", calls)
+	}
+}

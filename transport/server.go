@@ -1,0 +1,300 @@
+package transport
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// ForwardedHeader marks a request a follower forwarded to the leader. A node
+// that is not the leader answers such a request 503 instead of forwarding it
+// again, so forwarding never loops.
+const ForwardedHeader = "X-Delaywheel-Forwarded"
+
+// Server serves the HTTP API of API.md on top of a Backend.
+type Server struct {
+	cfg      Config
+	b        Backend
+	log      *slog.Logger
+	handler  http.Handler
+	waiters  chan struct{} // one token per running long-poll
+	tokenSum [sha256.Size]byte
+	metrics  *httpMetrics // nil without a Registerer
+
+	// drain ends running long-polls when Serve shuts down.
+	drain     context.Context
+	stopDrain context.CancelFunc
+}
+
+// access says who answers a route.
+type access int
+
+const (
+	open   access = iota // no auth, answered here: health and readiness
+	local                // /v1 read, answered from this node's state
+	leader               // /v1 write or reserve, forwarded to the leader
+)
+
+// handlerFunc answers a request with a value to encode as JSON (status 200)
+// or an error to map to an error body.
+type handlerFunc func(r *http.Request) (any, error)
+
+type route struct {
+	pattern string // "METHOD /path"
+	access  access
+	h       handlerFunc
+}
+
+// NewServer returns a server for b; unset fields of cfg take their defaults.
+func NewServer(cfg Config, b Backend) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{
+		cfg:      cfg,
+		b:        b,
+		log:      cfg.Logger.With("component", "http"),
+		waiters:  make(chan struct{}, cfg.Limits.MaxWaiters),
+		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
+		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
+	}
+	s.drain, s.stopDrain = context.WithCancel(context.Background())
+	s.handler = s.newMux()
+	return s
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves on ln until ctx ends, then shuts down gracefully: it stops
+// accepting, ends running long-polls, and waits up to
+// Config.ShutdownTimeout for requests in flight. It returns nil after a
+// clean shutdown. A Server serves once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	srv.RegisterOnShutdown(s.stopDrain)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.stopDrain()
+		return fmt.Errorf("transport: serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		err = errors.Join(fmt.Errorf("transport: graceful shutdown: %w", err), srv.Close())
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, fmt.Errorf("transport: serve %s: %w", ln.Addr(), serr))
+	}
+	return err
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /healthz", open, s.healthz},
+		{"GET /readyz", open, s.readyz},
+		{"POST /v1/messages", leader, s.enqueue},
+		{"GET /v1/messages/{id}", local, s.get},
+		{"DELETE /v1/messages/{id}", leader, s.cancel},
+		{"POST /v1/messages/{id}/reschedule", leader, s.reschedule},
+		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
+		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
+		{"POST /v1/ack", leader, s.ack},
+		{"POST /v1/nack", leader, s.nack},
+		{"POST /v1/touch", leader, s.touch},
+		{"GET /v1/topics", local, s.topics},
+		{"GET /v1/topics/{topic}/dead", local, s.dead},
+		{"POST /v1/topics/{topic}/dead/redrive", leader, s.redrive},
+		{"GET /v1/wheel", local, s.wheel},
+		{"GET /v1/wheel/slots/{slot}", local, s.slot},
+		{"GET /v1/cluster", local, s.cluster},
+		{"GET /v1/backup", local, s.backup},
+		{"POST /v1/cluster/nodes", leader, s.addNode},
+		{"DELETE /v1/cluster/nodes/{id}", leader, s.removeNode},
+	}
+}
+
+// newMux registers every route, a JSON 405 for a known path called with
+// another method, and a JSON 404 for everything else.
+func (s *Server) newMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	methods := map[string][]string{}
+	for _, rt := range s.routes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		methods[path] = append(methods[path], method)
+		mux.Handle(rt.pattern, s.wrap(rt))
+	}
+	for path, ms := range methods {
+		sort.Strings(ms)
+		allow := strings.Join(ms, ", ")
+		mux.Handle(path, s.wrap(route{path, open, func(r *http.Request) (any, error) {
+			return nil, &Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed,
+				Message: fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, path, allow), allow: allow}
+		}}))
+	}
+	metrics := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
+		return nil, notFound("no route %s %s; see API.md for the endpoints", r.Method, r.URL.Path)
+	}}))
+	return mux
+}
+
+// wrap serves one route: auth, forwarding, body limit, the handler, the
+// answer, the log line and the metrics.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		s.serveRoute(rec, r, rt)
+		s.observe(rt.pattern, r, rec, time.Since(start))
+	})
+}
+
+func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
+	if rt.access != open {
+		if err := s.authorize(r); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	if rt.access == leader && s.forward(w, r) {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes)
+	v, err := rt.h(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if st, ok := v.(stream); ok {
+		if err := st(w); err != nil {
+			// The status is sent; a cut body is how the client learns.
+			w.err = err
+			s.log.Warn("streaming answer failed", "route", rt.pattern, "err", err)
+		}
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// stream is a handler result written as a raw body instead of JSON.
+type stream func(w http.ResponseWriter) error
+
+// authorize checks the bearer token when auth is on. Both sides are hashed
+// first so that the constant-time comparison does not leak the length.
+func (s *Server) authorize(r *http.Request) error {
+	if s.cfg.AuthToken == "" {
+		return nil
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+			Message: "missing bearer token: send \"Authorization: Bearer <token>\""}
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated, Message: "wrong bearer token"}
+	}
+	return nil
+}
+
+// fail answers err as an error body.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	e := toError(err)
+	if rec, ok := w.(*recorder); ok {
+		rec.err = err
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delaywheel"`)
+	}
+	if e.allow != "" {
+		w.Header().Set("Allow", e.allow)
+	}
+	writeJSON(w, e.Status, api.ErrorBody{Error: api.ErrorDetail{Code: e.Code, Message: e.Message}})
+}
+
+// writeJSON writes v with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeInternal, Message: "could not encode the answer"}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// observe logs a request (Debug; Warn for a 5xx the client did not cause by
+// going away) and records its metrics.
+func (s *Server) observe(pattern string, r *http.Request, rec *recorder, took time.Duration) {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.metrics.observe(pattern, status, took)
+	attrs := []any{"method", r.Method, "route", pattern, "path", r.URL.Path, "status", status,
+		"took_ms", took.Milliseconds(), "forwarded", rec.forwarded}
+	clientGone := r.Context().Err() != nil
+	if rec.err != nil {
+		attrs = append(attrs, "err", rec.err)
+	}
+	if status >= 500 && !clientGone {
+		s.log.Warn("request failed", attrs...)
+		return
+	}
+	s.log.Debug("request", attrs...)
+}
+
+// recorder remembers the status and the error of an answer for the log.
+type recorder struct {
+	http.ResponseWriter
+	status    int
+	err       error
+	forwarded bool
+}
+
+// WriteHeader records the status.
+func (w *recorder) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+// Write records an implicit 200.
+func (w *recorder) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,266 @@
+package wheel
+
+import (
+	"bufio"
+	"flag"
+	"io/fs"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Benchmarks on the real file system. For example:
+//
+//	go test ./wheel -run XXX -bench . -benchtime 3x
+//	DELAYWHEEL_BACKLOG=1 go test ./wheel -run XXX -bench Backlog -benchtime 1x -backlog.n 1000000 -timeout 1h
+
+var (
+	benchBacklog  = flag.Bool("backlog", false, "run BenchmarkBacklog (also DELAYWHEEL_BACKLOG=1)")
+	benchBacklogN = flag.Int("backlog.n", 10_000_000, "messages BenchmarkBacklog schedules")
+)
+
+const benchBatch = 1000 // messages per Apply
+
+// benchBodies returns n random (incompressible) 100-byte bodies.
+func benchBodies(rng *rand.Rand, n int) [][]byte {
+	out := make([][]byte, n)
+	buf := make([]byte, 100*n)
+	rng.Read(buf)
+	for i := range out {
+		out[i] = buf[i*100 : (i+1)*100 : (i+1)*100]
+	}
+	return out
+}
+
+var benchMaxOpen = flag.Int("bench.maxopen", 0, "Options.MaxOpenSegments for BenchmarkSchedule (0: the default)")
+
+// benchStore opens a store in a fresh directory and starts its wheel at
+// the second of now.
+func benchStore(b *testing.B, opts Options, now int64) (*Store, string) {
+	b.Helper()
+	dir := b.TempDir()
+	s, err := Open(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if _, err := s.Apply([]Entry{{Index: 1, Cmds: []Command{Expire{Before: now / TickMs}}}}); err != nil {
+		b.Fatal(err)
+	}
+	return s, dir
+}
+
+// BenchmarkSchedule applies batches of 1,000 messages with 100-byte
+// bodies and reports messages per second. The simulated clock moves 10 ms
+// per batch (100,000 msgs/s). With sync=batch every Apply is durable
+// (Options.SyncEveryBatch); with sync=second the store is synced once per
+// simulated second (every 100 batches), as the Expire of each second does
+// under Raft. Before timing, every slot file of the horizon is created.
+func BenchmarkSchedule(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		due  func(rng *rand.Rand, now int64) int64
+	}{
+		// Due in the next few seconds, as a steady load of short delays.
+		{"near", func(rng *rand.Rand, now int64) int64 { return now + 1000 + rng.Int63n(3000) }},
+		// Spread over the whole two-hour horizon: one file per second.
+		{"horizon", func(rng *rand.Rand, now int64) int64 { return now + rng.Int63n(Slots*TickMs) }},
+		// Beyond the horizon: Pebble overflow.
+		{"overflow", func(rng *rand.Rand, now int64) int64 { return now + Slots*TickMs + rng.Int63n(22*3600_000) }},
+	} {
+		for _, syncEvery := range []bool{true, false} {
+			name := bc.name + "/sync=batch"
+			if !syncEvery {
+				name = bc.name + "/sync=second"
+			}
+			b.Run(name, func(b *testing.B) {
+				now := int64(1_700_000_000_000)
+				s, _ := benchStore(b, Options{SyncEveryBatch: syncEvery, MaxOpenSegments: *benchMaxOpen}, now)
+				rng := rand.New(rand.NewSource(1))
+				bodies := benchBodies(rng, benchBatch)
+				body := bodies[0]
+				msgs := make([]NewMessage, benchBatch)
+				idx := uint64(1)
+				// Steady state: every slot file of the horizon exists already
+				// (a file is created once per lap, when its second enters the
+				// horizon).
+				var warm []NewMessage
+				for sec := int64(0); sec < Slots; sec++ {
+					warm = append(warm, NewMessage{Topic: "bench", Body: body, DeliverAtMs: now + sec*TickMs})
+				}
+				idx++
+				if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: warm}}}}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(benchBatch * 100)
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					now += 10
+					for j := range msgs {
+						msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: bc.due(rng, now)}
+					}
+					idx++
+					if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+						b.Fatal(err)
+					}
+					if !syncEvery && (i%100 == 99 || i == b.N-1) {
+						if _, err := s.Sync(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				el := time.Since(start)
+				b.ReportMetric(float64(b.N*benchBatch)/el.Seconds(), "msgs/s")
+				b.ReportMetric(float64(el.Microseconds())/float64(b.N)/1000, "ms/batch")
+			})
+		}
+	}
+}
+
+// BenchmarkLoadSlot times loading one slot of 100,000 messages into a
+// fresh loader: what the leader does for each second it is about to fire.
+func BenchmarkLoadSlot(b *testing.B) {
+	const n = 100_000
+	now := int64(1_700_000_000_000)
+	s, _ := benchStore(b, Options{}, now)
+	rng := rand.New(rand.NewSource(1))
+	bodies := benchBodies(rng, benchBatch)
+	slot := now/TickMs + 5
+	idx := uint64(1)
+	for i := 0; i < n; i += benchBatch {
+		msgs := make([]NewMessage, benchBatch)
+		for j := range msgs {
+			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], Priority: int64(rng.Intn(3)), DeliverAtMs: slot*TickMs + rng.Int63n(TickMs)}
+		}
+		idx++
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l := NewLoader()
+		s.AttachLoader(l)
+		got, err := s.LoadThrough(slot)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got != n || l.Len() != n {
+			b.Fatalf("loaded %d, want %d", got, n)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/slot")
+}
+
+// BenchmarkBacklog schedules a large backlog spread over 24 hours (most of
+// it beyond the horizon, in overflow) and reports the resident memory and
+// disk use per message. It is big: it runs only with -backlog or
+// DELAYWHEEL_BACKLOG=1; -backlog.n sets its size.
+func BenchmarkBacklog(b *testing.B) {
+	if !*benchBacklog && os.Getenv("DELAYWHEEL_BACKLOG") != "1" {
+		b.Skip("set DELAYWHEEL_BACKLOG=1 or -backlog to run")
+	}
+	n := *benchBacklogN
+	for i := 0; i < b.N; i++ {
+		now := int64(1_700_000_000_000)
+		s, dir := benchStore(b, Options{}, now)
+		rng := rand.New(rand.NewSource(int64(i)))
+		bodies := benchBodies(rng, benchBatch)
+		msgs := make([]NewMessage, benchBatch)
+		idx := uint64(1)
+		rssBefore := residentBytes(b)
+		start := time.Now()
+		for done := 0; done < n; done += benchBatch {
+			m := min(benchBatch, n-done)
+			for j := 0; j < m; j++ {
+				rng.Read(bodies[j]) // fresh random bytes: nothing to compress
+				msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: now + rng.Int63n(24*3600_000)}
+			}
+			idx++
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs[:m]}}}}); err != nil {
+				b.Fatal(err)
+			}
+			if idx%100 == 0 { // a checkpoint now and then, as under Raft
+				if _, err := s.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if _, err := s.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(start)
+		w, err := s.Wheel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss := residentBytes(b)
+		disk := dirBytes(b, dir)
+		raw := float64(n) * 100
+		b.ReportMetric(float64(n)/el.Seconds(), "msgs/s")
+		b.ReportMetric(float64(rss)/float64(n), "rss-B/msg")
+		b.ReportMetric(float64(rss-rssBefore)/float64(n), "rss-growth-B/msg")
+		b.ReportMetric(float64(disk)/float64(n), "disk-B/msg")
+		b.ReportMetric(float64(disk)/raw, "disk/raw")
+		b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
+		b.ReportMetric(float64(w.OverflowMessages)/float64(n), "overflow-frac")
+		b.Logf("%d messages in %v: rss %.1f MiB (before %.1f MiB), disk %.1f MiB, %d slot files, %d in overflow",
+			n, el.Round(time.Millisecond), float64(rss)/(1<<20), float64(rssBefore)/(1<<20), float64(disk)/(1<<20), len(w.NonEmpty), w.OverflowMessages)
+	}
+}
+
+// residentBytes is VmRSS of this process after a garbage collection.
+func residentBytes(b *testing.B) int64 {
+	runtime.GC()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		b.Skipf("no /proc/self/status: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+func dirBytes(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}

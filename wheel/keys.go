@@ -1,0 +1,217 @@
+package wheel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Pebble key space. Every key starts with one prefix byte:
+//
+//	'm' id                             → meta (state and location of a message)
+//	'k' topicID key                    → id: the pending message holding a key
+//	'o' due_ms id                      → type byte + message: overflow beyond the horizon
+//	'r' topicID due_ms prio^ id        → message: a topic's ready queue
+//	'd' topicID id                     → message: a topic's dead letters
+//	'l' second                         → segment length: the bytes of the slot file the state covers
+//	't' topic                          → topicID
+//	'c' topicID                        → counts (delayed, ready, reserved, dead)
+//	'n' node id                        → node metadata
+//	's' name                           → scalars: applied index, cursor, next topic id, overflow count
+//
+// Integers in keys are big-endian so keys sort numerically; due_ms is never
+// negative, and prio^ is the priority with its sign bit flipped and then
+// inverted so that higher priorities sort first.
+const (
+	pMeta     = 'm'
+	pKey      = 'k'
+	pOverflow = 'o'
+	pReady    = 'r'
+	pDead     = 'd'
+	pSegLen   = 'l'
+	pTopic    = 't'
+	pCounts   = 'c'
+	pNode     = 'n'
+	pScalar   = 's'
+)
+
+var (
+	keyApplied   = []byte("sapplied")
+	keyCursor    = []byte("scursor")
+	keyNextTopic = []byte("snexttopic")
+	keyOverflow  = []byte("soverflow")
+)
+
+func metaKey(id ID) []byte {
+	b := id.Bytes()
+	return append([]byte{pMeta}, b[:]...)
+}
+
+func keyIndexKey(tid uint32, key string) []byte {
+	k := make([]byte, 0, 5+len(key))
+	k = append(k, pKey)
+	k = binary.BigEndian.AppendUint32(k, tid)
+	return append(k, key...)
+}
+
+func overflowKey(dueMs int64, id ID) []byte {
+	k := make([]byte, 0, 1+8+IDLen)
+	k = append(k, pOverflow)
+	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
+	b := id.Bytes()
+	return append(k, b[:]...)
+}
+
+func prioBits(p int64) uint64 { return ^(uint64(p) ^ (1 << 63)) }
+
+func readyPrefix(tid uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{pReady}, tid)
+}
+
+func readyKey(tid uint32, dueMs, prio int64, id ID) []byte {
+	k := make([]byte, 0, 1+4+8+8+IDLen)
+	k = append(k, readyPrefix(tid)...)
+	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
+	k = binary.BigEndian.AppendUint64(k, prioBits(prio))
+	b := id.Bytes()
+	return append(k, b[:]...)
+}
+
+func deadPrefix(tid uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{pDead}, tid)
+}
+
+func deadKey(tid uint32, id ID) []byte {
+	b := id.Bytes()
+	return append(deadPrefix(tid), b[:]...)
+}
+
+func segLenKey(second int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{pSegLen}, uint64(second))
+}
+
+func topicKey(name string) []byte { return append([]byte{pTopic}, name...) }
+
+func countsKey(tid uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{pCounts}, tid)
+}
+
+func nodeKey(id string) []byte { return append([]byte{pNode}, id...) }
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// location says where a message's full record lives.
+type location uint8
+
+const (
+	locSegment  location = 1
+	locOverflow location = 2
+	locReady    location = 3
+	locDead     location = 4
+)
+
+// meta is the index entry of a message: its state and where its full record
+// is. It is fixed-size: 1+1+4+8+8+8+8+8+8 = 54 bytes.
+type meta struct {
+	State      State
+	Loc        location
+	TopicID    uint32
+	DueMs      int64 // deliver_at_ms of the record at Loc
+	Priority   int64
+	Second     int64 // locSegment: the slot second
+	Offset     int64 // locSegment: the record's offset in the file
+	Receipt    uint64
+	LeaseExpMs int64
+}
+
+const metaLen = 54
+
+func (m *meta) encode() []byte {
+	b := make([]byte, metaLen)
+	b[0] = byte(m.State)
+	b[1] = byte(m.Loc)
+	binary.BigEndian.PutUint32(b[2:6], m.TopicID)
+	binary.BigEndian.PutUint64(b[6:14], uint64(m.DueMs))
+	binary.BigEndian.PutUint64(b[14:22], uint64(m.Priority))
+	binary.BigEndian.PutUint64(b[22:30], uint64(m.Second))
+	binary.BigEndian.PutUint64(b[30:38], uint64(m.Offset))
+	binary.BigEndian.PutUint64(b[38:46], m.Receipt)
+	binary.BigEndian.PutUint64(b[46:54], uint64(m.LeaseExpMs))
+	return b
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	if len(b) != metaLen {
+		return meta{}, fmt.Errorf("%w: meta of %d bytes", ErrCorruptCommand, len(b))
+	}
+	return meta{
+		State:      State(b[0]),
+		Loc:        location(b[1]),
+		TopicID:    binary.BigEndian.Uint32(b[2:6]),
+		DueMs:      int64(binary.BigEndian.Uint64(b[6:14])),
+		Priority:   int64(binary.BigEndian.Uint64(b[14:22])),
+		Second:     int64(binary.BigEndian.Uint64(b[22:30])),
+		Offset:     int64(binary.BigEndian.Uint64(b[30:38])),
+		Receipt:    binary.BigEndian.Uint64(b[38:46]),
+		LeaseExpMs: int64(binary.BigEndian.Uint64(b[46:54])),
+	}, nil
+}
+
+// counts are a topic's per-state message counts.
+type counts struct{ Delayed, Ready, Reserved, Dead int64 }
+
+func (c *counts) add(s State, d int64) {
+	switch s {
+	case StateDelayed:
+		c.Delayed += d
+	case StateReady:
+		c.Ready += d
+	case StateReserved:
+		c.Reserved += d
+	case StateDead:
+		c.Dead += d
+	}
+}
+
+func (c counts) encode() []byte {
+	b := make([]byte, 32)
+	binary.BigEndian.PutUint64(b[0:], uint64(c.Delayed))
+	binary.BigEndian.PutUint64(b[8:], uint64(c.Ready))
+	binary.BigEndian.PutUint64(b[16:], uint64(c.Reserved))
+	binary.BigEndian.PutUint64(b[24:], uint64(c.Dead))
+	return b
+}
+
+func decodeCounts(b []byte) counts {
+	if len(b) != 32 {
+		return counts{}
+	}
+	return counts{
+		Delayed:  int64(binary.BigEndian.Uint64(b[0:])),
+		Ready:    int64(binary.BigEndian.Uint64(b[8:])),
+		Reserved: int64(binary.BigEndian.Uint64(b[16:])),
+		Dead:     int64(binary.BigEndian.Uint64(b[24:])),
+	}
+}
+
+func u64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+func putU64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// MaxDueMs is the largest due time the wheel stores (year 2255 or so).
+const MaxDueMs = math.MaxInt64 / 1024

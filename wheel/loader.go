@@ -1,0 +1,349 @@
+package wheel
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/segment"
+)
+
+// Clock is the source of time for everything that waits. Production uses
+// SystemClock; tests inject a FakeClock.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// After is time.After.
+func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// EventKind says what an applied batch did that the loader must know.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventPlaced  EventKind = 1 // a message or lease record now lives in a loaded slot
+	EventRemoved EventKind = 2 // a record of a loaded slot no longer lives there
+	EventReady   EventKind = 3 // a message moved to its topic's ready queue
+	EventExpired EventKind = 4 // slots before Second have expired
+)
+
+// Event is one change the loader follows.
+type Event struct {
+	Kind   EventKind
+	Second int64
+	ID     ID
+	Msg    *Message
+	Lease  bool
+	Topic  string
+}
+
+type item struct {
+	msg    Message
+	second int64
+	idx    int
+}
+
+type itemHeap []*item
+
+func (h itemHeap) Len() int { return len(h) }
+func (h itemHeap) Less(i, j int) bool {
+	a, b := &h[i].msg, &h[j].msg
+	if a.DeliverAtMs != b.DeliverAtMs {
+		return a.DeliverAtMs < b.DeliverAtMs
+	}
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.ID.Less(b.ID)
+}
+func (h itemHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *itemHeap) Push(x any) {
+	it := x.(*item)
+	it.idx = len(*h)
+	*h = append(*h, it)
+}
+func (h *itemHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	it.idx = -1
+	return it
+}
+
+// Loader is the precision heap: the messages of the slots near the cursor,
+// ordered by (due_ms, -priority, id), yielded at their exact due millisecond.
+// Its memory is bounded by the loaded slots, not by the backlog. The store
+// keeps it current: records placed into or removed from loaded slots reach
+// it as events under the store's lock.
+type Loader struct {
+	mu      sync.Mutex
+	h       itemHeap
+	byID    map[ID]*item
+	changed chan struct{} // closed when the head may be earlier or topics became ready
+	ready   map[string]bool
+}
+
+// NewLoader returns an empty loader.
+func NewLoader() *Loader {
+	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}}
+}
+
+// Len is the number of loaded messages not yet yielded.
+func (l *Loader) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.h)
+}
+
+func (l *Loader) signal() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// push adds or replaces a message; l.mu is held.
+func (l *Loader) push(m Message, second int64) {
+	if old := l.byID[m.ID]; old != nil {
+		heap.Remove(&l.h, old.idx)
+	}
+	it := &item{msg: m, second: second}
+	heap.Push(&l.h, it)
+	l.byID[m.ID] = it
+	if it.idx == 0 {
+		l.signal()
+	}
+}
+
+// pushAll adds a freshly loaded slot: one heap.Init instead of a push each.
+func (l *Loader) pushAll(msgs []liveMessage, second int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(msgs) == 0 {
+		return
+	}
+	oldHead := ID{}
+	if len(l.h) > 0 {
+		oldHead = l.h[0].msg.ID
+	}
+	items := make([]item, len(msgs))
+	for i := range msgs {
+		if old := l.byID[msgs[i].ID]; old != nil {
+			heap.Remove(&l.h, old.idx)
+		}
+		it := &items[i]
+		it.msg, it.second, it.idx = msgs[i].Message, second, len(l.h)
+		l.h = append(l.h, it)
+		l.byID[it.msg.ID] = it
+	}
+	heap.Init(&l.h)
+	if len(l.h) > 0 && l.h[0].msg.ID != oldHead {
+		l.signal()
+	}
+}
+
+func (l *Loader) remove(id ID, second int64) {
+	if it := l.byID[id]; it != nil && it.second == second {
+		heap.Remove(&l.h, it.idx)
+		delete(l.byID, id)
+	}
+}
+
+// applied follows a committed batch's events; the store's lock is held.
+func (l *Loader) applied(events []Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range events {
+		switch e.Kind {
+		case EventPlaced:
+			if !(e.Lease && e.Msg.Attempts >= e.Msg.MaxAttempts) {
+				l.push(*e.Msg, e.Second)
+			} else {
+				l.remove(e.ID, l.secondOf(e.ID))
+			}
+		case EventRemoved:
+			l.remove(e.ID, e.Second)
+		case EventReady:
+			if !l.ready[e.Topic] {
+				l.ready[e.Topic] = true
+				l.signal()
+			}
+		case EventExpired:
+			for len(l.h) > 0 && l.h[0].second < e.Second {
+				it := heap.Pop(&l.h).(*item)
+				delete(l.byID, it.msg.ID)
+			}
+		}
+	}
+}
+
+func (l *Loader) secondOf(id ID) int64 {
+	if it := l.byID[id]; it != nil {
+		return it.second
+	}
+	return -1
+}
+
+// TakeReadyTopics returns and clears the topics that received ready
+// messages since the last call.
+func (l *Loader) TakeReadyTopics() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.ready))
+	for t := range l.ready {
+		out = append(out, t)
+	}
+	clear(l.ready)
+	slices.Sort(out)
+	return out
+}
+
+// PopDue removes and returns the loaded messages due at or before nowMs, in
+// order, and the next due instant (-1 when none is loaded).
+func (l *Loader) PopDue(nowMs int64) ([]Message, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Message
+	for len(l.h) > 0 && l.h[0].msg.DeliverAtMs <= nowMs {
+		it := heap.Pop(&l.h).(*item)
+		delete(l.byID, it.msg.ID)
+		out = append(out, it.msg)
+	}
+	next := int64(-1)
+	if len(l.h) > 0 {
+		next = l.h[0].msg.DeliverAtMs
+	}
+	return out, next
+}
+
+// Changed returns a channel closed when the head of the heap may have moved
+// earlier or a topic became ready.
+func (l *Loader) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// Next blocks until the earliest loaded message is due by clk and returns
+// it. It never returns a message before its due millisecond.
+func (l *Loader) Next(ctx context.Context, clk Clock) (Message, error) {
+	for {
+		l.mu.Lock()
+		now := clk.Now()
+		var wait time.Duration = -1
+		if len(l.h) > 0 {
+			top := l.h[0]
+			if top.msg.DeliverAtMs <= now.UnixMilli() {
+				heap.Pop(&l.h)
+				delete(l.byID, top.msg.ID)
+				l.mu.Unlock()
+				return top.msg, nil
+			}
+			wait = time.UnixMilli(top.msg.DeliverAtMs).Sub(now)
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		var timer <-chan time.Time
+		if wait >= 0 {
+			timer = clk.After(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return Message{}, ctx.Err()
+		case <-changed:
+		case <-timer:
+		}
+	}
+}
+
+// AttachLoader makes l follow this store: from now on records placed into
+// or removed from loaded slots reach it. The leader attaches one; followers
+// have none. It replaces any loader attached before.
+func (s *Store) AttachLoader(l *Loader) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loader = l
+	s.loadedThrough = s.cursor - 1
+}
+
+// DetachLoader stops feeding the attached loader.
+func (s *Store) DetachLoader() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loader = nil
+	s.loadedThrough = -1
+}
+
+// LoadThrough loads every slot up to and including second into the attached
+// loader and returns how many messages it added. Loading a slot reads its
+// file once; later changes arrive as events.
+func (s *Store) LoadThrough(second int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.loader
+	if l == nil {
+		return 0, fmt.Errorf("load slots: no loader attached")
+	}
+	second = min(second, s.cursor+HorizonSecs-1)
+	n := 0
+	for sec := max(s.loadedThrough+1, s.cursor); sec <= second; sec++ {
+		msgs, err := s.liveMessages(sec)
+		if err != nil {
+			return n, err
+		}
+		l.pushAll(msgs, sec)
+		n += len(msgs)
+		s.loadedThrough = sec
+	}
+	return n, nil
+}
+
+type liveMessage struct {
+	Message
+	Lease  bool
+	Offset int64
+}
+
+// liveMessages decodes the deliverable records of one committed slot file:
+// live messages, and live leases that still have attempts left. s.mu is held.
+func (s *Store) liveMessages(sec int64) ([]liveMessage, error) {
+	v, err := s.get(segLenKey(sec))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	_, entries, err := segment.ReadFileFS(s.fs, s.segs.Path(sec))
+	if err != nil {
+		return nil, err
+	}
+	live := liveEntries(entries)
+	out := make([]liveMessage, 0, len(live))
+	intern := map[string]string{}
+	for _, e := range live {
+		m, err := decodeMessage(e.Payload, intern)
+		if err != nil {
+			return nil, fmt.Errorf("slot second %d offset %d: %w", sec, e.Offset, err)
+		}
+		lease := e.Type == segment.TypeLease
+		if lease && m.Attempts >= m.MaxAttempts {
+			continue // goes dead when the slot expires
+		}
+		out = append(out, liveMessage{Message: m, Lease: lease, Offset: e.Offset})
+	}
+	return out, nil
+}
+
+func sortInt64s(s []int64) { slices.Sort(s) }

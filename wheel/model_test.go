@@ -1,0 +1,1545 @@
+package wheel
+
+// The randomized model test, in the spirit of Pebble's metamorphic tests: a
+// generator produces random command sequences against a plain in-memory
+// reference model (maps, no files, no Pebble), the same log is applied to a
+// real Store on a strict in-memory file system, and after every step the
+// store's visible state is compared with the model's. At random points the
+// store "loses power" (CrashForTest), segment tails are damaged, the store
+// is reopened and the log suffix replayed from AppliedIndex()+1 (or all of
+// it, to check idempotency).
+//
+// Run a longer hunt with, for example:
+//
+//	go test ./wheel -run TestModel -model.seed 7 -model.seeds 20 -model.steps 20000
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/delaywheel/delaywheel/segment"
+)
+
+var (
+	modelSeed  = flag.Int64("model.seed", 1, "seed of the randomized model test")
+	modelSeeds = flag.Int("model.seeds", 1, "number of consecutive seeds to run, starting at -model.seed")
+	modelSteps = flag.Int("model.steps", 3000, "steps (Apply calls) per seed")
+	modelFull  = flag.Int("model.full", 10, "Get every message ever created every n steps (1: every step)")
+	modelTrace = flag.Bool("model.trace", false, "log every applied entry")
+)
+
+func TestModel(t *testing.T) {
+	for i := 0; i < *modelSeeds; i++ {
+		seed := *modelSeed + int64(i)
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			runModel(t, seed, *modelSteps)
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The reference model.
+
+type mLoc uint8
+
+const (
+	mlWheel    mLoc = iota + 1 // a record in the slot file of its due second
+	mlOverflow                 // beyond the horizon
+	mlReady                    // on its topic's ready queue
+	mlDead                     // in its topic's dead letters
+)
+
+func (l mLoc) String() string {
+	return [...]string{"?", "wheel", "overflow", "ready", "dead"}[l]
+}
+
+type mMsg struct {
+	Message       // what Get must return
+	state   State //
+	loc     mLoc
+	lease   bool // its wheel or overflow record is a lease redelivery
+	gen     int  // bumped every time a record is written into a wheel slot
+}
+
+type mTopicKey struct{ topic, key string }
+
+// refModel is the reference: what the store must look like after a log.
+type refModel struct {
+	cursor  int64
+	msgs    map[ID]*mMsg // messages that exist (not acked or cancelled)
+	created []ID         // every id ever created, in creation (= id) order
+	order   []ID         // a superset of the existing ids, in id order; see live
+	keys    map[mTopicKey]ID
+	topics  map[string]bool
+	nodes   map[string]Node
+	gen     int
+	index   uint64
+	seq     uint32
+	dirty   map[ID]bool // ids changed since the harness last looked
+}
+
+func newRefModel() *refModel {
+	return &refModel{msgs: map[ID]*mMsg{}, keys: map[mTopicKey]ID{}, topics: map[string]bool{},
+		nodes: map[string]Node{}, dirty: map[ID]bool{}}
+}
+
+func mClamp(ms int64) int64 {
+	if ms < 0 {
+		return 0
+	}
+	if ms > MaxDueMs {
+		return MaxDueMs
+	}
+	return ms
+}
+
+func (md *refModel) begin(index uint64) { md.index, md.seq = index, 0 }
+
+// live returns the existing ids in id order.
+func (md *refModel) live() []ID {
+	if len(md.order) > 2*len(md.msgs)+16 {
+		kept := md.order[:0]
+		for _, id := range md.order {
+			if md.msgs[id] != nil {
+				kept = append(kept, id)
+			}
+		}
+		md.order = kept
+	}
+	return md.order
+}
+
+func (md *refModel) apply(c Command) Result {
+	switch c := c.(type) {
+	case Schedule:
+		return md.schedule(c)
+	case Cancel:
+		return md.cancel(c)
+	case Reschedule:
+		return md.reschedule(c)
+	case Lease:
+		return md.lease(c)
+	case Ack:
+		return md.ack(c)
+	case Nack:
+		return md.nack(c)
+	case Touch:
+		return md.touch(c)
+	case Expire:
+		md.expire(c.Before)
+		return Result{}
+	case Promote:
+		return Result{Value: md.promote(c.Before)}
+	case Redrive:
+		return md.redrive(c)
+	case SetNode:
+		md.nodes[c.Node.ID] = c.Node
+		return Result{}
+	case RemoveNode:
+		delete(md.nodes, c.ID)
+		return Result{}
+	}
+	panic(fmt.Sprintf("model: unknown command %T", c))
+}
+
+func clearLeaseM(m *mMsg) {
+	m.Receipt, m.LeaseExpiresMs, m.LeaseMs = 0, 0, 0
+	m.lease = false
+}
+
+// place files a message by its due second: before the cursor it is due
+// already (ready; an expired lease out of attempts is dead), inside the
+// horizon it goes to its slot, beyond it to overflow.
+func (md *refModel) place(m *mMsg, lease bool) {
+	md.dirty[m.ID] = true
+	sec := m.DeliverAtMs / TickMs
+	switch {
+	case sec < md.cursor:
+		if lease && m.Attempts >= m.MaxAttempts {
+			md.kill(m)
+		} else {
+			md.toReady(m)
+		}
+		return
+	case sec < md.cursor+Slots:
+		m.loc = mlWheel
+		md.gen++
+		m.gen = md.gen
+	default:
+		m.loc = mlOverflow
+	}
+	m.lease = lease
+	m.state = StateDelayed
+	if lease {
+		m.state = StateReserved
+	}
+}
+
+func (md *refModel) toReady(m *mMsg) {
+	md.dirty[m.ID] = true
+	clearLeaseM(m)
+	m.loc, m.state = mlReady, StateReady
+}
+
+func (md *refModel) kill(m *mMsg) {
+	md.dirty[m.ID] = true
+	clearLeaseM(m)
+	m.loc, m.state = mlDead, StateDead
+	md.releaseKey(m)
+}
+
+func (md *refModel) releaseKey(m *mMsg) {
+	if m.Key == "" {
+		return
+	}
+	tk := mTopicKey{m.Topic, m.Key}
+	if id, ok := md.keys[tk]; ok && id == m.ID {
+		delete(md.keys, tk)
+	}
+}
+
+func (md *refModel) finish(m *mMsg) {
+	md.dirty[m.ID] = true
+	md.releaseKey(m)
+	delete(md.msgs, m.ID)
+}
+
+func (md *refModel) schedule(c Schedule) Result {
+	out := make([]Enqueued, 0, len(c.Messages))
+	for _, nm := range c.Messages {
+		md.topics[nm.Topic] = true
+		if nm.Key != "" {
+			if id, ok := md.keys[mTopicKey{nm.Topic, nm.Key}]; ok {
+				out = append(out, Enqueued{ID: id, DeliverAtMs: md.msgs[id].DeliverAtMs, Duplicate: true})
+				continue
+			}
+		}
+		id := ID{Index: md.index, Seq: md.seq}
+		md.seq++
+		m := &mMsg{Message: Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: append([]byte(nil), nm.Body...),
+			Headers: nm.Headers, Priority: nm.Priority, DeliverAtMs: mClamp(nm.DeliverAtMs), TTRMs: nm.TTRMs,
+			MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}}
+		if m.TTRMs <= 0 {
+			m.TTRMs = DefaultTTRMs
+		}
+		if m.MaxAttempts <= 0 {
+			m.MaxAttempts = DefaultMaxAttempts
+		}
+		md.msgs[id] = m
+		md.created = append(md.created, id)
+		md.order = append(md.order, id)
+		if nm.Key != "" {
+			md.keys[mTopicKey{nm.Topic, nm.Key}] = id
+		}
+		md.place(m, false)
+		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
+	}
+	return Result{Value: out}
+}
+
+func (md *refModel) cancel(c Cancel) Result {
+	id := c.ID
+	if c.Topic != "" {
+		var ok bool
+		if id, ok = md.keys[mTopicKey{c.Topic, c.Key}]; !ok {
+			return Result{Err: ErrNotFound}
+		}
+	}
+	m := md.msgs[id]
+	switch {
+	case m == nil:
+		return Result{Err: ErrNotFound}
+	case m.state == StateReserved:
+		return Result{Err: ErrConflict}
+	}
+	md.finish(m)
+	return Result{Value: id}
+}
+
+func (md *refModel) reschedule(c Reschedule) Result {
+	m := md.msgs[c.ID]
+	switch {
+	case m == nil:
+		return Result{Err: ErrNotFound}
+	case m.state != StateDelayed && m.state != StateReady:
+		return Result{Err: ErrConflict}
+	}
+	m.DeliverAtMs = mClamp(c.DeliverAtMs)
+	md.place(m, false)
+	return Result{Value: m.DeliverAtMs}
+}
+
+func (md *refModel) lease(c Lease) Result {
+	took := make([]bool, len(c.Items))
+	for i, it := range c.Items {
+		m := md.msgs[it.ID]
+		if m == nil {
+			continue
+		}
+		leasable := m.state == StateDelayed || m.state == StateReady ||
+			(m.state == StateReserved && m.LeaseExpiresMs < c.NowMs)
+		if !leasable || m.Attempts >= m.MaxAttempts {
+			continue
+		}
+		m.Attempts++
+		m.Receipt = it.Nonce
+		m.LeaseExpiresMs = it.ExpiresMs
+		m.LeaseMs = it.ExpiresMs - c.NowMs
+		m.DeliverAtMs = mClamp(max(it.RedeliverMs, it.ExpiresMs))
+		md.place(m, true)
+		took[i] = true
+	}
+	return Result{Value: took}
+}
+
+// held returns the message a receipt holds if the receipt is valid at now.
+func (md *refModel) held(r Receipt, now int64) *mMsg {
+	m := md.msgs[r.ID]
+	if m == nil || m.state != StateReserved || m.Receipt != r.Nonce || now > m.LeaseExpiresMs {
+		return nil
+	}
+	return m
+}
+
+func (md *refModel) ack(c Ack) Result {
+	var n Counted
+	for _, r := range c.Receipts {
+		m := md.held(r, c.NowMs)
+		if m == nil {
+			n.Stale++
+			continue
+		}
+		md.finish(m)
+		n.Done++
+	}
+	return Result{Value: n}
+}
+
+func (md *refModel) nack(c Nack) Result {
+	var n Counted
+	for _, r := range c.Receipts {
+		m := md.held(r, c.NowMs)
+		if m == nil {
+			n.Stale++
+			continue
+		}
+		if m.Attempts >= m.MaxAttempts {
+			md.kill(m)
+		} else {
+			clearLeaseM(m)
+			m.DeliverAtMs = mClamp(c.NowMs + max(c.DelayMs, 0))
+			md.place(m, false)
+		}
+		n.Done++
+	}
+	return Result{Value: n}
+}
+
+func (md *refModel) touch(c Touch) Result {
+	var n Counted
+	for _, r := range c.Receipts {
+		m := md.held(r, c.NowMs)
+		if m == nil {
+			n.Stale++
+			continue
+		}
+		// The redelivery keeps its distance from the lease expiry.
+		backoff := max(m.DeliverAtMs-m.LeaseExpiresMs, 0)
+		m.LeaseExpiresMs = c.NowMs + m.LeaseMs
+		m.DeliverAtMs = mClamp(m.LeaseExpiresMs + backoff)
+		md.place(m, true)
+		n.Done++
+	}
+	return Result{Value: n}
+}
+
+// expire fires every slot before the second before and reports whether the
+// cursor moved.
+func (md *refModel) expire(before int64) bool {
+	if before <= md.cursor {
+		return false
+	}
+	for _, id := range md.live() {
+		m := md.msgs[id]
+		if m == nil || m.loc != mlWheel || m.DeliverAtMs/TickMs >= before {
+			continue
+		}
+		if m.lease && m.Attempts >= m.MaxAttempts {
+			md.kill(m)
+		} else {
+			md.toReady(m)
+		}
+	}
+	md.cursor = before
+	return true
+}
+
+func (md *refModel) promote(before int64) int {
+	b := min(before, md.cursor+Slots)
+	if b <= 0 {
+		return 0
+	}
+	var move []*mMsg
+	for _, id := range md.live() {
+		if m := md.msgs[id]; m != nil && m.loc == mlOverflow && m.DeliverAtMs < b*TickMs {
+			move = append(move, m)
+		}
+	}
+	for _, m := range move {
+		md.place(m, m.lease)
+	}
+	return len(move)
+}
+
+func (md *refModel) redrive(c Redrive) Result {
+	if !md.topics[c.Topic] {
+		return Result{Value: 0}
+	}
+	ids := c.IDs
+	if len(ids) == 0 {
+		for _, id := range md.live() {
+			if m := md.msgs[id]; m != nil && m.state == StateDead && m.Topic == c.Topic {
+				ids = append(ids, id)
+			}
+		}
+	}
+	n := 0
+	for _, id := range ids {
+		m := md.msgs[id]
+		if m == nil || m.state != StateDead || m.Topic != c.Topic {
+			continue
+		}
+		m.Attempts = 0
+		m.DeliverAtMs = mClamp(c.NowMs)
+		if m.Key != "" {
+			tk := mTopicKey{m.Topic, m.Key}
+			if _, taken := md.keys[tk]; taken {
+				m.Key = "" // a newer message holds the key
+			} else {
+				md.keys[tk] = id
+			}
+		}
+		md.toReady(m)
+		n++
+	}
+	return Result{Value: n}
+}
+
+// ---------------------------------------------------------------------------
+// The harness: generator, store, log, checks.
+
+type logEntry struct {
+	index uint64
+	data  []byte   // the encoded entry, as Raft would carry it
+	want  []Result // the model's results
+	now   int64
+}
+
+type modelHarness struct {
+	t      *testing.T
+	seed   int64
+	rng    *rand.Rand
+	fs     *vfs.MemFS
+	dir    string
+	s      *Store
+	opts   Options
+	l      *Loader
+	md     *refModel
+	log    []*logEntry
+	now    int64
+	nonce  uint64
+	issued []Receipt
+	// durable is the highest index the store must keep through a crash:
+	// the last Sync, Close, or Apply under SyncEveryBatch.
+	durable uint64
+	// popped holds, per id, the placement generation the loader yielded.
+	popped map[ID]int
+	step   int
+	phase  string // what the step is doing, for failure messages
+	stats  map[string]int
+}
+
+var (
+	modelTopics = []string{"alpha", "beta", "gamma"}
+	modelKeys   = []string{"k1", "k2", "k3", "k4"}
+)
+
+func runModel(t *testing.T, seed int64, steps int) {
+	h := &modelHarness{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), fs: vfs.NewStrictMem(),
+		dir: "/db", md: newRefModel(), popped: map[ID]int{}, stats: map[string]int{}}
+	h.now = 1_700_000_000_000 + h.rng.Int63n(86_400_000)
+	h.open()
+	defer func() {
+		if h.s != nil {
+			h.s.Close()
+		}
+	}()
+	// The leader's first entry starts the wheel at the current second.
+	h.applyNew([][]Command{{Expire{Before: h.now / TickMs}, Promote{Before: h.now/TickMs + Slots}}})
+	h.check(h.md, true)
+	for h.step = 1; h.step <= steps; h.step++ {
+		h.advance()
+		h.phase = ""
+		switch r := h.rng.Intn(1000); {
+		case r < 10:
+			h.crash()
+			continue
+		case r < 15:
+			h.phase = "[clean restart] "
+			h.stats["restart"]++
+			h.closeStore()
+			h.open()
+			if a := h.s.AppliedIndex(); a != uint64(len(h.log)) {
+				h.fatalf("after a clean restart AppliedIndex is %d, want %d", a, len(h.log))
+			}
+			h.checkOpts(h.md, true, true)
+			continue
+		case r < 18:
+			h.inconsistent()
+			continue
+		case r < 28:
+			h.stats["sync"]++
+			a, err := h.s.Sync()
+			if err != nil || a != uint64(len(h.log)) {
+				h.fatalf("Sync = %d, %v; want %d", a, err, len(h.log))
+			}
+			h.durable = a
+		case r < 35:
+			h.stats["reattach"]++
+			h.s.DetachLoader()
+			h.l = NewLoader()
+			h.s.AttachLoader(h.l)
+			h.popped = map[ID]int{}
+		}
+		nEntries := 1
+		if h.rng.Intn(10) < 3 {
+			nEntries = 2 + h.rng.Intn(4)
+		}
+		batch := make([][]Command, nEntries)
+		for i := range batch {
+			n := 1
+			if h.rng.Intn(4) == 0 {
+				n = 2 + h.rng.Intn(3)
+			}
+			batch[i] = make([]Command, n)
+		}
+		h.applyNew(batch)
+		h.check(h.md, *modelFull > 0 && h.step%*modelFull == 0)
+	}
+	h.check(h.md, true)
+	h.closeStore()
+	h.open()
+	h.checkOpts(h.md, true, true)
+	t.Logf("seed %d: %d steps, %d entries, %d messages created, %d live %v, cursor %d, stats %v",
+		seed, steps, len(h.log), len(h.md.created), len(h.md.msgs), h.md.histogram(), h.md.cursor, h.stats)
+}
+
+func (h *modelHarness) fatalf(format string, args ...any) {
+	h.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d step %d %s(rerun: go test ./wheel -run TestModel -model.seed %d -model.steps %d): ",
+		h.seed, h.step, h.phase, h.seed, h.step)
+	fmt.Fprintf(&b, format, args...)
+	b.WriteString("\nlast entries:")
+	for _, e := range h.log[max(0, len(h.log)-6):] {
+		cmds, _ := DecodeCommands(e.data)
+		fmt.Fprintf(&b, "\n  %d now=%d %s", e.index, e.now, fmtCmds(cmds))
+	}
+	h.t.Fatal(b.String())
+}
+
+func fmtCmds(cmds []Command) string {
+	var parts []string
+	for _, c := range cmds {
+		switch c := c.(type) {
+		case Schedule:
+			var ms []string
+			for _, m := range c.Messages {
+				ms = append(ms, fmt.Sprintf("{%s/%s due=%d p=%d ttr=%d max=%d}", m.Topic, m.Key, m.DeliverAtMs, m.Priority, m.TTRMs, m.MaxAttempts))
+			}
+			parts = append(parts, fmt.Sprintf("Schedule%v", ms))
+		default:
+			parts = append(parts, fmt.Sprintf("%T%+v", c, c))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func (h *modelHarness) open() {
+	if err := h.tryOpen(); err != nil {
+		h.fatalf("open: %v", err)
+	}
+}
+
+// tryOpen opens the store with randomized options and attaches a loader.
+func (h *modelHarness) tryOpen() error {
+	h.opts = Options{FS: h.fs}
+	switch h.rng.Intn(4) {
+	case 0:
+		h.opts.MaxOpenSegments = 1
+	case 1:
+		h.opts.MaxOpenSegments = 3
+	}
+	h.opts.SyncEveryBatch = h.rng.Intn(8) == 0
+	if h.rng.Intn(3) == 0 {
+		h.opts.MemTableBytes = 64 << 10 // Pebble flushes by itself now and then
+	}
+	s, err := Open(h.dir, h.opts)
+	if err != nil {
+		return err
+	}
+	h.s = s
+	h.l = NewLoader()
+	s.AttachLoader(h.l)
+	h.popped = map[ID]int{}
+	return nil
+}
+
+func (h *modelHarness) closeStore() {
+	if err := h.s.Close(); err != nil {
+		h.fatalf("close: %v", err)
+	}
+	h.s = nil
+	h.durable = uint64(len(h.log))
+}
+
+// advance moves the simulated clock: mostly by fractions of a second,
+// sometimes by minutes, rarely across the two-hour horizon or by a day.
+func (h *modelHarness) advance() {
+	var d int64
+	switch r := h.rng.Intn(1000); {
+	case r < 500:
+		d = h.rng.Int63n(400)
+	case r < 850:
+		d = h.rng.Int63n(1500)
+	case r < 965:
+		d = h.rng.Int63n(10_000)
+	case r < 990:
+		d = h.rng.Int63n(120_000)
+	case r < 996:
+		d = Slots*TickMs + h.rng.Int63n(600_000) - 300_000
+	default:
+		d = h.rng.Int63n(30 * 3600_000)
+	}
+	h.now += d
+	// Now and then land exactly on an instant that matters, or just after it:
+	// a due time or a lease expiry.
+	if h.rng.Intn(8) == 0 {
+		var next []int64
+		for _, id := range h.md.live() {
+			m := h.md.msgs[id]
+			if m == nil {
+				continue
+			}
+			for _, at := range []int64{m.DeliverAtMs, m.LeaseExpiresMs} {
+				if at > h.now && at < h.now+5000 {
+					next = append(next, at)
+				}
+			}
+		}
+		if len(next) > 0 {
+			h.now = next[h.rng.Intn(len(next))] + h.rng.Int63n(2)
+		}
+	}
+}
+
+// applyNew fills the command slots of batch (one slice per entry) from the
+// generator, runs them through the model and then, as one Apply call,
+// through the store, and compares the results.
+func (h *modelHarness) applyNew(batch [][]Command) {
+	var es []*logEntry
+	for _, cmds := range batch {
+		e := &logEntry{index: uint64(len(h.log)) + 1, now: h.now}
+		h.md.begin(e.index)
+		for j := range cmds {
+			if cmds[j] == nil {
+				cmds[j] = h.genCmd()
+			}
+			e.want = append(e.want, h.md.apply(cmds[j]))
+		}
+		e.data = EncodeCommands(cmds)
+		h.log = append(h.log, e)
+		es = append(es, e)
+	}
+	h.applyLogged(es, 0)
+}
+
+// applyLogged applies logged entries as one Apply call. Entries at or below
+// skipped must have been skipped by the store (nil results).
+func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
+	entries := make([]Entry, len(es))
+	for i, e := range es {
+		cmds, err := DecodeCommands(e.data)
+		if err != nil {
+			h.fatalf("decode entry %d: %v", e.index, err)
+		}
+		entries[i] = Entry{Index: e.index, Cmds: cmds}
+	}
+	res, err := h.s.Apply(entries)
+	if err != nil {
+		h.fatalf("apply entries %d..%d: %v", es[0].index, es[len(es)-1].index, err)
+	}
+	if len(res) != len(es) {
+		h.fatalf("apply returned %d results for %d entries", len(res), len(es))
+	}
+	for i, e := range es {
+		if e.index <= skipped {
+			if res[i] != nil {
+				h.fatalf("entry %d was applied before; replay returned %v", e.index, res[i])
+			}
+			continue
+		}
+		if len(res[i]) != len(e.want) {
+			h.fatalf("entry %d: %d results, want %d", e.index, len(res[i]), len(e.want))
+		}
+		cmds, _ := DecodeCommands(e.data)
+		for j, want := range e.want {
+			if !resultEqual(want, res[i][j]) {
+				h.fatalf("entry %d command %d %s: result %s, model says %s", e.index, j, fmtCmds(cmds[j:j+1]), fmtResult(res[i][j]), fmtResult(want))
+			}
+		}
+		if *modelTrace {
+			h.t.Logf("%d now=%d %s => %v", e.index, e.now, fmtCmds(cmds), e.want)
+		}
+	}
+	if h.opts.SyncEveryBatch {
+		h.durable = max(h.durable, es[len(es)-1].index)
+	}
+}
+
+func resultEqual(want, got Result) bool {
+	if want.Err != nil {
+		return got.Err != nil && errors.Is(got.Err, want.Err)
+	}
+	return got.Err == nil && reflect.DeepEqual(want.Value, got.Value)
+}
+
+func fmtResult(r Result) string {
+	if r.Err != nil {
+		return "error(" + r.Err.Error() + ")"
+	}
+	return fmt.Sprintf("%T%+v", r.Value, r.Value)
+}
+
+// ---------------------------------------------------------------------------
+// Command generation.
+
+func (h *modelHarness) genCmd() Command {
+	for {
+		var c Command
+		switch r := h.rng.Intn(100); {
+		case r < 28:
+			c = h.genSchedule()
+		case r < 35:
+			c = h.genCancel()
+		case r < 40:
+			c = h.genReschedule()
+		case r < 55:
+			c = h.genLease()
+		case r < 64:
+			c = h.genAck()
+		case r < 70:
+			c = h.genNack()
+		case r < 74:
+			c = h.genTouch()
+		case r < 86:
+			c = h.genExpire()
+		case r < 94:
+			c = h.genPromote()
+		case r < 98:
+			c = h.genRedrive()
+		default:
+			id := fmt.Sprintf("n%d", h.rng.Intn(3))
+			if h.rng.Intn(3) == 0 {
+				c = RemoveNode{ID: id}
+			} else {
+				c = SetNode{Node: Node{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
+			}
+		}
+		if c != nil {
+			h.stats[fmt.Sprintf("%T", c)[len("wheel."):]]++
+			return c
+		}
+	}
+}
+
+// genDue picks a due instant: in the past, inside the current second, a
+// little ahead, anywhere in the horizon, at its edge, beyond it, or absurd.
+func (h *modelHarness) genDue() int64 {
+	now, r := h.now, h.rng.Intn(100)
+	switch {
+	case r < 10:
+		return now - h.rng.Int63n(10_000)
+	case r < 28:
+		return now + h.rng.Int63n(TickMs-now%TickMs)
+	case r < 40:
+		return now + h.rng.Int63n(3000)
+	case r < 65:
+		return now + h.rng.Int63n(Slots*TickMs)
+	case r < 75:
+		return (h.md.cursor+Slots)*TickMs + h.rng.Int63n(4000) - 2000
+	case r < 92:
+		return now + Slots*TickMs + h.rng.Int63n(3*86_400_000)
+	case r < 95:
+		return -h.rng.Int63n(1000)
+	case r < 97:
+		return MaxDueMs - 1000 + h.rng.Int63n(3000)
+	default:
+		return now
+	}
+}
+
+func (h *modelHarness) pick(ids []ID) ID { return ids[h.rng.Intn(len(ids))] }
+
+// liveIDs returns the existing messages that satisfy f, in id order.
+func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []ID {
+	var out []ID
+	for _, id := range h.md.live() {
+		if m := h.md.msgs[id]; m != nil && (f == nil || f(m)) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// anyID returns an existing id, most of the time, else any id ever created
+// or one that never existed.
+func (h *modelHarness) anyID(live []ID) ID {
+	switch r := h.rng.Intn(10); {
+	case r < 7 && len(live) > 0:
+		return h.pick(live)
+	case r < 9 && len(h.md.created) > 0:
+		return h.pick(h.md.created)
+	default:
+		return ID{Index: uint64(len(h.log)) + 1000, Seq: uint32(h.rng.Intn(3))}
+	}
+}
+
+func (h *modelHarness) genSchedule() Command {
+	n := 1 + h.rng.Intn(3)
+	if h.rng.Intn(10) == 0 {
+		n = 4 + h.rng.Intn(8)
+	}
+	if h.rng.Intn(50) == 0 {
+		n = 0
+	}
+	c := Schedule{NowMs: h.now, Messages: make([]NewMessage, n)}
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		m.Topic = modelTopics[h.rng.Intn(len(modelTopics))]
+		if h.rng.Intn(10) < 4 {
+			m.Key = modelKeys[h.rng.Intn(len(modelKeys))]
+		}
+		if l := h.rng.Intn(40); l > 0 {
+			m.Body = make([]byte, l)
+			h.rng.Read(m.Body)
+		}
+		if h.rng.Intn(5) == 0 {
+			m.Headers = map[string]string{"trace": fmt.Sprint(h.rng.Intn(100)), "x": ""}
+		}
+		switch r := h.rng.Intn(10); {
+		case r < 5:
+		case r < 9:
+			m.Priority = int64(h.rng.Intn(11) - 5)
+		default:
+			m.Priority = h.rng.Int63() - h.rng.Int63()
+		}
+		m.DeliverAtMs = h.genDue()
+		switch r := h.rng.Intn(10); {
+		case r < 3:
+		case r < 9:
+			m.TTRMs = 100 + h.rng.Int63n(5000)
+		default:
+			m.TTRMs = -h.rng.Int63n(10)
+		}
+		switch r := h.rng.Intn(10); {
+		case r < 3:
+		case r < 9:
+			m.MaxAttempts = int32(1 + h.rng.Intn(3))
+		default:
+			m.MaxAttempts = -1
+		}
+	}
+	return c
+}
+
+func (h *modelHarness) genCancel() Command {
+	if h.rng.Intn(10) < 4 {
+		topic := modelTopics[h.rng.Intn(len(modelTopics))]
+		if h.rng.Intn(20) == 0 {
+			topic = "nosuchtopic"
+		}
+		key := modelKeys[h.rng.Intn(len(modelKeys))]
+		if h.rng.Intn(20) == 0 {
+			key = ""
+		}
+		return Cancel{Topic: topic, Key: key}
+	}
+	return Cancel{ID: h.anyID(h.liveIDs(nil))}
+}
+
+func (h *modelHarness) genReschedule() Command {
+	return Reschedule{ID: h.anyID(h.liveIDs(nil)), DeliverAtMs: h.genDue()}
+}
+
+func (h *modelHarness) genLease() Command {
+	now := h.now
+	due := h.liveIDs(func(m *mMsg) bool {
+		return ((m.state == StateDelayed || m.state == StateReady) && m.DeliverAtMs <= now) ||
+			(m.state == StateReserved && m.LeaseExpiresMs <= now) // == now: still held, a no-op
+	})
+	c := Lease{NowMs: now}
+	n := 1 + h.rng.Intn(4)
+	if len(due) > 40 {
+		n += h.rng.Intn(len(due) / 4) // keep up with the backlog, as a leader would
+	}
+	for i := 0; i < n; i++ {
+		var id ID
+		switch r := h.rng.Intn(20); {
+		case r < 17 && len(due) > 0:
+			id = h.pick(due)
+		case r < 19:
+			id = h.anyID(h.liveIDs(nil))
+		default:
+			if len(c.Items) == 0 {
+				continue
+			}
+			id = c.Items[0].ID // handed out twice: the second is a no-op
+		}
+		ttr := int64(DefaultTTRMs)
+		if m := h.md.msgs[id]; m != nil {
+			ttr = m.TTRMs
+		}
+		h.nonce++
+		it := LeaseItem{ID: id, Nonce: h.nonce}
+		switch r := h.rng.Intn(10); {
+		case r < 5:
+			it.ExpiresMs = now + ttr
+		case r < 9:
+			it.ExpiresMs = now + h.rng.Int63n(3000)
+		default:
+			it.ExpiresMs = now + h.rng.Int63n(120_000)
+		}
+		switch r := h.rng.Intn(20); {
+		case r < 12:
+			it.RedeliverMs = it.ExpiresMs
+		case r < 18:
+			it.RedeliverMs = it.ExpiresMs + h.rng.Int63n(5000)
+		case r < 19:
+			it.RedeliverMs = it.ExpiresMs + Slots*TickMs + h.rng.Int63n(4*3600_000)
+		default:
+			it.RedeliverMs = it.ExpiresMs - h.rng.Int63n(1000) // the store uses the later of the two
+		}
+		c.Items = append(c.Items, it)
+		h.issued = append(h.issued, Receipt{ID: id, Nonce: it.Nonce})
+	}
+	if len(c.Items) == 0 {
+		return nil
+	}
+	return c
+}
+
+func (h *modelHarness) genReceipts() []Receipt {
+	reserved := h.liveIDs(func(m *mMsg) bool { return m.state == StateReserved })
+	var out []Receipt
+	n := 1 + h.rng.Intn(3)
+	if len(reserved) > 40 {
+		n += h.rng.Intn(len(reserved) / 4)
+	}
+	for i := 0; i < n; i++ {
+		switch r := h.rng.Intn(20); {
+		case r < 14 && len(reserved) > 0:
+			m := h.md.msgs[h.pick(reserved)]
+			out = append(out, Receipt{ID: m.ID, Nonce: m.Receipt})
+		case r < 17 && len(h.issued) > 0:
+			out = append(out, h.issued[h.rng.Intn(len(h.issued))]) // often an old one
+		case r < 18 && len(out) > 0:
+			out = append(out, out[0]) // the same receipt twice
+		default:
+			out = append(out, Receipt{ID: h.anyID(reserved), Nonce: uint64(h.rng.Int63())})
+		}
+	}
+	return out
+}
+
+func (h *modelHarness) genAck() Command {
+	return Ack{NowMs: h.now, Receipts: h.genReceipts()}
+}
+
+func (h *modelHarness) genNack() Command {
+	c := Nack{NowMs: h.now, Receipts: h.genReceipts()}
+	switch r := h.rng.Intn(10); {
+	case r < 3:
+	case r < 7:
+		c.DelayMs = h.rng.Int63n(5000)
+	case r < 8:
+		c.DelayMs = h.rng.Int63n(Slots * TickMs)
+	case r < 9:
+		c.DelayMs = Slots*TickMs + h.rng.Int63n(86_400_000)
+	default:
+		c.DelayMs = -h.rng.Int63n(10_000)
+	}
+	return c
+}
+
+func (h *modelHarness) genTouch() Command {
+	return Touch{NowMs: h.now, Receipts: h.genReceipts()}
+}
+
+func (h *modelHarness) genExpire() Command {
+	sec := h.now / TickMs
+	switch r := h.rng.Intn(20); {
+	case r < 13:
+		return Expire{Before: sec}
+	case r < 17:
+		return Expire{Before: sec - h.rng.Int63n(4)}
+	case r < 19:
+		return Expire{Before: sec - h.rng.Int63n(200)}
+	default:
+		return Expire{Before: h.md.cursor - h.rng.Int63n(3)} // nothing to do
+	}
+}
+
+func (h *modelHarness) genPromote() Command {
+	switch r := h.rng.Intn(10); {
+	case r < 7:
+		return Promote{Before: h.md.cursor + Slots}
+	case r < 9:
+		return Promote{Before: h.now/TickMs + h.rng.Int63n(Slots+100)}
+	default:
+		return Promote{Before: h.rng.Int63n(3)}
+	}
+}
+
+func (h *modelHarness) genRedrive() Command {
+	topic := modelTopics[h.rng.Intn(len(modelTopics))]
+	if h.rng.Intn(30) == 0 {
+		topic = "nosuchtopic"
+	}
+	c := Redrive{NowMs: h.now, Topic: topic}
+	if h.rng.Intn(2) == 0 {
+		dead := h.liveIDs(func(m *mMsg) bool { return m.state == StateDead })
+		for i, n := 0, 1+h.rng.Intn(3); i < n; i++ {
+			c.IDs = append(c.IDs, h.anyID(dead))
+		}
+	}
+	return c
+}
+
+// ---------------------------------------------------------------------------
+// Crashes and damage.
+
+// crash drops every unsynced write, sometimes damages a segment tail,
+// reopens, checks the recovered state against the model at AppliedIndex and
+// replays the rest of the log.
+func (h *modelHarness) crash() {
+	h.phase = fmt.Sprintf("[crash, durable index %d, MaxOpenSegments %d, SyncEveryBatch %v] ", h.durable, h.opts.MaxOpenSegments, h.opts.SyncEveryBatch)
+	h.stats["crash"]++
+	h.s.CrashForTest(h.fs)
+	h.s = nil
+	if h.rng.Intn(2) == 0 {
+		h.tearTail()
+	}
+	if err := h.tryOpen(); err != nil {
+		h.fatalf("Open after a crash: %v", err)
+	}
+	a, last := h.s.AppliedIndex(), uint64(len(h.log))
+	if a < h.durable || a > last {
+		h.fatalf("after a crash AppliedIndex is %d; the durable index was %d and the log ends at %d", a, h.durable, last)
+	}
+	h.check(h.modelAt(a), true)
+	start := a + 1
+	if h.rng.Intn(4) == 0 {
+		start = 1 // replay everything: entries up to a must be no-ops
+	}
+	for i := start; i <= last; {
+		n := uint64(1 + h.rng.Intn(8))
+		h.applyLogged(h.log[i-1:min(i-1+n, last)], a)
+		i += n
+	}
+	if got := h.s.AppliedIndex(); got != last {
+		h.fatalf("after replay AppliedIndex is %d, want %d", got, last)
+	}
+	h.checkOpts(h.md, true, true)
+}
+
+// modelAt rebuilds the model from the first n log entries.
+func (h *modelHarness) modelAt(n uint64) *refModel {
+	md := newRefModel()
+	for _, e := range h.log[:n] {
+		cmds, err := DecodeCommands(e.data)
+		if err != nil {
+			h.fatalf("decode %d: %v", e.index, err)
+		}
+		md.begin(e.index)
+		for _, c := range cmds {
+			md.apply(c)
+		}
+	}
+	return md
+}
+
+func (h *modelHarness) segmentFiles() []string {
+	dir := h.fs.PathJoin(h.dir, "segments")
+	names, err := h.fs.List(dir)
+	if err != nil {
+		h.fatalf("list segments: %v", err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasSuffix(n, segment.Ext) {
+			out = append(out, h.fs.PathJoin(dir, n))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func readFS(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// writeFS replaces path with data, synced. It writes a copy: Pebble's
+// MemFS scribbles over written buffers in builds with invariants (-race).
+func writeFS(fs vfs.FS, path string, data []byte) error {
+	f, err := fs.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append([]byte(nil), data...)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// tearTail appends what a crash in the middle of an append can leave past
+// the end of a segment file: junk, zeros, a whole record of a lost entry,
+// or part of one. Open must cut it.
+func (h *modelHarness) tearTail() {
+	files := h.segmentFiles()
+	if len(files) == 0 {
+		return
+	}
+	h.stats["tear"]++
+	path := files[h.rng.Intn(len(files))]
+	var junk []byte
+	switch h.rng.Intn(4) {
+	case 0:
+		junk = make([]byte, 1+h.rng.Intn(60))
+		h.rng.Read(junk)
+	case 1:
+		junk = make([]byte, 1+h.rng.Intn(60))
+	case 2, 3:
+		payload := EncodeMessage(nil, &Message{ID: ID{Index: uint64(len(h.log)) + 1}, Topic: "alpha", Body: []byte("lost")})
+		junk = segment.AppendRecord(nil, segment.Record{Type: segment.TypeMessage, Index: uint64(len(h.log)) + 1, Payload: payload})
+		if h.rng.Intn(2) == 0 {
+			junk = junk[:1+h.rng.Intn(len(junk)-1)]
+		}
+	}
+	f, err := h.fs.OpenReadWrite(path)
+	if err != nil {
+		h.fatalf("open %s: %v", path, err)
+	}
+	st, err := f.Stat()
+	if err == nil {
+		_, err = f.WriteAt(append([]byte(nil), junk...), st.Size())
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
+		h.fatalf("tear %s: %v", path, err)
+	}
+}
+
+// inconsistent closes the store cleanly, cuts or removes a segment file the
+// index covers, checks that Open refuses with ErrInconsistent, restores the
+// file and reopens.
+func (h *modelHarness) inconsistent() {
+	h.phase = "[close, damage, reopen] "
+	h.closeStore()
+	files := h.segmentFiles()
+	if len(files) > 0 {
+		h.stats["inconsistent"]++
+		path := files[h.rng.Intn(len(files))]
+		data, err := readFS(h.fs, path)
+		if err != nil {
+			h.fatalf("read %s: %v", path, err)
+		}
+		if h.rng.Intn(4) == 0 {
+			err = h.fs.Remove(path)
+		} else {
+			err = writeFS(h.fs, path, data[:h.rng.Intn(len(data))])
+		}
+		if err != nil {
+			h.fatalf("damage %s: %v", path, err)
+		}
+		s, err := Open(h.dir, Options{FS: h.fs})
+		if err == nil {
+			s.Close()
+			h.fatalf("Open succeeded with segment %s cut from %d bytes", path, len(data))
+		}
+		if !errors.Is(err, ErrInconsistent) {
+			h.fatalf("Open with segment %s cut: %v, want ErrInconsistent", path, err)
+		}
+		if err := writeFS(h.fs, path, data); err != nil {
+			h.fatalf("restore %s: %v", path, err)
+		}
+	}
+	h.open()
+	h.check(h.md, true)
+}
+
+// ---------------------------------------------------------------------------
+// Comparing the store with the model.
+
+// check compares the store with md: the messages changed since the last
+// check, or with full every existing message and, on reopen (all), every
+// message ever created, else a sample of the finished ones; then counts,
+// queues, the wheel and the loader.
+func (h *modelHarness) check(md *refModel, full bool) { h.checkOpts(md, full, false) }
+
+func (h *modelHarness) checkOpts(md *refModel, full, all bool) {
+	h.t.Helper()
+	if c := h.s.Cursor(); c != md.cursor {
+		h.fatalf("cursor %d, model %d", c, md.cursor)
+	}
+	if all {
+		for _, id := range md.created {
+			h.checkGet(md, id)
+		}
+	} else if full {
+		for _, id := range md.live() {
+			h.checkGet(md, id)
+		}
+		for i := 0; i < 100 && len(md.created) > 0; i++ {
+			h.checkGet(md, md.created[h.rng.Intn(len(md.created))])
+		}
+	} else {
+		ids := make([]ID, 0, len(md.dirty))
+		for id := range md.dirty {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i].Less(ids[j]) })
+		for _, id := range ids {
+			h.checkGet(md, id)
+		}
+	}
+	clear(md.dirty)
+	h.checkTopics(md)
+	h.checkQueues(md)
+	h.checkWheel(md)
+	h.checkLoader(md)
+	if got, want := h.s.Nodes(), sortedNodes(md.nodes); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+		h.fatalf("nodes %+v, model %+v", got, want)
+	}
+}
+
+func sortedNodes(m map[string]Node) []Node {
+	out := make([]Node, 0, len(m))
+	for _, n := range m {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (h *modelHarness) checkGet(md *refModel, id ID) {
+	v, err := h.s.Get(id)
+	m := md.msgs[id]
+	if m == nil {
+		if !errors.Is(err, ErrNotFound) {
+			h.fatalf("Get(%s) = %s %v; the model has no such message", id, fmtView(v), err)
+		}
+		return
+	}
+	if err != nil {
+		h.fatalf("Get(%s): %v; model has %s", id, err, fmtModel(m))
+	}
+	if d := viewDiff(v.Message, v.State, m); d != "" {
+		h.fatalf("Get(%s): %s\n store %s\n model %s", id, d, fmtView(v), fmtModel(m))
+	}
+}
+
+func fmtView(v View) string {
+	return fmt.Sprintf("{%s %s/%s due=%d att=%d/%d p=%d rcpt=%d exp=%d lease=%d}", v.State, v.Topic, v.Key,
+		v.DeliverAtMs, v.Attempts, v.MaxAttempts, v.Priority, v.Receipt, v.LeaseExpiresMs, v.LeaseMs)
+}
+
+func fmtModel(m *mMsg) string {
+	return fmt.Sprintf("{%s in %s lease=%v %s/%s due=%d att=%d/%d p=%d rcpt=%d exp=%d lease=%d}", m.state, m.loc, m.lease,
+		m.Topic, m.Key, m.DeliverAtMs, m.Attempts, m.MaxAttempts, m.Priority, m.Receipt, m.LeaseExpiresMs, m.LeaseMs)
+}
+
+// viewDiff names the first field in which a message differs from the model.
+func viewDiff(g Message, st State, m *mMsg) string {
+	w := m.Message
+	switch {
+	case st != m.state:
+		return fmt.Sprintf("state %s, model %s", st, m.state)
+	case g.ID != w.ID:
+		return fmt.Sprintf("id %s, model %s", g.ID, w.ID)
+	case g.Topic != w.Topic || g.Key != w.Key:
+		return fmt.Sprintf("topic/key %s/%s, model %s/%s", g.Topic, g.Key, w.Topic, w.Key)
+	case !bytes.Equal(g.Body, w.Body):
+		return fmt.Sprintf("body %q, model %q", g.Body, w.Body)
+	case !(len(g.Headers) == 0 && len(w.Headers) == 0) && !reflect.DeepEqual(g.Headers, w.Headers):
+		return fmt.Sprintf("headers %v, model %v", g.Headers, w.Headers)
+	case g.Priority != w.Priority:
+		return fmt.Sprintf("priority %d, model %d", g.Priority, w.Priority)
+	case g.DeliverAtMs != w.DeliverAtMs:
+		return fmt.Sprintf("deliver_at_ms %d, model %d", g.DeliverAtMs, w.DeliverAtMs)
+	case g.TTRMs != w.TTRMs || g.MaxAttempts != w.MaxAttempts:
+		return fmt.Sprintf("ttr/max %d/%d, model %d/%d", g.TTRMs, g.MaxAttempts, w.TTRMs, w.MaxAttempts)
+	case g.Attempts != w.Attempts:
+		return fmt.Sprintf("attempts %d, model %d", g.Attempts, w.Attempts)
+	case g.EnqueuedMs != w.EnqueuedMs:
+		return fmt.Sprintf("enqueued %d, model %d", g.EnqueuedMs, w.EnqueuedMs)
+	case g.Receipt != w.Receipt || g.LeaseExpiresMs != w.LeaseExpiresMs || g.LeaseMs != w.LeaseMs:
+		return fmt.Sprintf("lease %d/%d/%d, model %d/%d/%d", g.Receipt, g.LeaseExpiresMs, g.LeaseMs, w.Receipt, w.LeaseExpiresMs, w.LeaseMs)
+	}
+	return ""
+}
+
+func (h *modelHarness) checkTopics(md *refModel) {
+	byTopic := map[string]*TopicCounts{}
+	var want []TopicCounts
+	for topic := range md.topics {
+		want = append(want, TopicCounts{Topic: topic})
+	}
+	sort.Slice(want, func(i, j int) bool { return want[i].Topic < want[j].Topic })
+	for i := range want {
+		byTopic[want[i].Topic] = &want[i]
+	}
+	for _, m := range md.msgs {
+		c := byTopic[m.Topic]
+		switch m.state {
+		case StateDelayed:
+			c.Delayed++
+		case StateReady:
+			c.Ready++
+		case StateReserved:
+			c.Reserved++
+		case StateDead:
+			c.Dead++
+		}
+	}
+	got := h.s.Topics()
+	if !(len(got) == 0 && len(want) == 0) && !reflect.DeepEqual(got, want) {
+		h.fatalf("Topics() = %+v, model %+v", got, want)
+	}
+}
+
+// checkQueues compares every topic's ready queue (due, then higher
+// priority, then id) and dead letters (id order) with the model.
+func (h *modelHarness) checkQueues(md *refModel) {
+	for topic := range md.topics {
+		var ready, dead []*mMsg
+		for _, id := range md.live() {
+			m := md.msgs[id]
+			switch {
+			case m == nil || m.Topic != topic:
+			case m.state == StateReady:
+				ready = append(ready, m)
+			case m.state == StateDead:
+				dead = append(dead, m)
+			}
+		}
+		sort.SliceStable(ready, func(i, j int) bool { return dueLess(&ready[i].Message, &ready[j].Message) })
+		got, err := h.s.Ready(topic, 1<<30, nil)
+		if err != nil {
+			h.fatalf("Ready(%s): %v", topic, err)
+		}
+		h.compareList("Ready("+topic+")", got, ready, StateReady)
+		got, err = h.s.Dead(topic, 1<<30)
+		if err != nil {
+			h.fatalf("Dead(%s): %v", topic, err)
+		}
+		h.compareList("Dead("+topic+")", got, dead, StateDead)
+	}
+}
+
+func dueLess(a, b *Message) bool {
+	if a.DeliverAtMs != b.DeliverAtMs {
+		return a.DeliverAtMs < b.DeliverAtMs
+	}
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.ID.Less(b.ID)
+}
+
+func (h *modelHarness) compareList(what string, got []View, want []*mMsg, st State) {
+	for i := 0; i < max(len(got), len(want)); i++ {
+		switch {
+		case i >= len(got):
+			h.fatalf("%s: %d messages, model has %d; first missing %s %s", what, len(got), len(want), want[i].ID, fmtModel(want[i]))
+		case i >= len(want):
+			h.fatalf("%s: %d messages, model has %d; first extra %s %s", what, len(got), len(want), got[i].ID, fmtView(got[i]))
+		case got[i].ID != want[i].ID:
+			h.fatalf("%s[%d] is %s %s, model %s %s", what, i, got[i].ID, fmtView(got[i]), want[i].ID, fmtModel(want[i]))
+		}
+		if d := viewDiff(got[i].Message, got[i].State, want[i]); d != "" || got[i].State != st {
+			h.fatalf("%s[%d] %s: %s", what, i, got[i].ID, d)
+		}
+	}
+}
+
+func (h *modelHarness) checkWheel(md *refModel) {
+	w, err := h.s.Wheel()
+	if err != nil {
+		h.fatalf("Wheel: %v", err)
+	}
+	perSec := map[int64]int{}
+	var overflow int64
+	for _, m := range md.msgs {
+		switch m.loc {
+		case mlWheel:
+			perSec[m.DeliverAtMs/TickMs]++
+		case mlOverflow:
+			overflow++
+		}
+	}
+	if w.CursorMs != md.cursor*TickMs || w.HorizonMs != (md.cursor+Slots)*TickMs {
+		h.fatalf("Wheel cursor %d horizon %d, model cursor second %d", w.CursorMs, w.HorizonMs, md.cursor)
+	}
+	if w.OverflowMessages != overflow {
+		h.fatalf("Wheel overflow %d, model %d", w.OverflowMessages, overflow)
+	}
+	seen := map[int64]bool{}
+	for _, sl := range w.NonEmpty {
+		seen[sl.Second] = true
+		if sl.Second < md.cursor || sl.Second >= md.cursor+Slots || sl.Slot != SlotOf(sl.Second) {
+			h.fatalf("Wheel lists slot %d second %d outside the horizon [%d, %d)", sl.Slot, sl.Second, md.cursor, md.cursor+Slots)
+		}
+		if sl.Messages != perSec[sl.Second] {
+			h.fatalf("Wheel second %d holds %d live records, model %d", sl.Second, sl.Messages, perSec[sl.Second])
+		}
+	}
+	for sec, n := range perSec {
+		if !seen[sec] {
+			h.fatalf("Wheel does not list second %d, where the model has %d messages", sec, n)
+		}
+	}
+	if o := h.s.OpenSegments(); h.opts.MaxOpenSegments > 0 && o > h.opts.MaxOpenSegments {
+		h.fatalf("%d open segments, bound %d", o, h.opts.MaxOpenSegments)
+	}
+	// One slot in detail now and then.
+	if len(w.NonEmpty) > 0 && h.rng.Intn(10) == 0 {
+		sl := w.NonEmpty[h.rng.Intn(len(w.NonEmpty))]
+		info, err := h.s.Slot(sl.Slot, true)
+		if err != nil {
+			h.fatalf("Slot(%d): %v", sl.Slot, err)
+		}
+		if info.Second != sl.Second || info.Messages != sl.Messages {
+			h.fatalf("Slot(%d) = second %d messages %d, Wheel says %d/%d", sl.Slot, info.Second, info.Messages, sl.Second, sl.Messages)
+		}
+		var live []ID
+		for _, r := range info.Records {
+			if r.Live {
+				live = append(live, r.ID)
+			}
+		}
+		var want []ID
+		for _, id := range md.live() {
+			if m := md.msgs[id]; m != nil && m.loc == mlWheel && m.DeliverAtMs/TickMs == sl.Second {
+				want = append(want, id)
+			}
+		}
+		sort.Slice(live, func(i, j int) bool { return live[i].Less(live[j]) })
+		if !(len(live) == 0 && len(want) == 0) && !reflect.DeepEqual(live, want) {
+			h.fatalf("Slot(%d) second %d live records %v, model %v", sl.Slot, sl.Second, live, want)
+		}
+	}
+}
+
+// checkLoader loads the slots [cursor, cursor+2] and pops what is due: it
+// must be exactly the model's due messages and unexpired-attempt leases in
+// those slots not yielded since they were last placed, in (due, -priority,
+// id) order, never one before its due millisecond.
+func (h *modelHarness) checkLoader(md *refModel) {
+	if _, err := h.s.LoadThrough(md.cursor + 2); err != nil {
+		h.fatalf("LoadThrough(%d): %v", md.cursor+2, err)
+	}
+	got, next := h.l.PopDue(h.now)
+	var want, rest []*mMsg
+	for _, id := range md.live() {
+		m := md.msgs[id]
+		if m == nil || m.loc != mlWheel {
+			continue
+		}
+		if sec := m.DeliverAtMs / TickMs; sec < md.cursor || sec > md.cursor+2 {
+			continue
+		}
+		if (m.lease && m.Attempts >= m.MaxAttempts) || h.popped[id] == m.gen {
+			continue
+		}
+		if m.DeliverAtMs <= h.now {
+			want = append(want, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	sort.Slice(want, func(i, j int) bool { return dueLess(&want[i].Message, &want[j].Message) })
+	for i := 0; i < max(len(got), len(want)); i++ {
+		if i < len(got) && got[i].DeliverAtMs > h.now {
+			h.fatalf("loader yielded %s due %d at %d, before its due time", got[i].ID, got[i].DeliverAtMs, h.now)
+		}
+		switch {
+		case i >= len(got):
+			h.fatalf("loader yielded %d messages at %d, model expects %d; first missing %s %s", len(got), h.now, len(want), want[i].ID, fmtModel(want[i]))
+		case i >= len(want):
+			h.fatalf("loader yielded %d messages at %d, model expects %d; first extra %s due %d", len(got), h.now, len(want), got[i].ID, got[i].DeliverAtMs)
+		case got[i].ID != want[i].ID:
+			h.fatalf("loader yielded [%d] %s due %d p %d, model expects %s %s", i, got[i].ID, got[i].DeliverAtMs, got[i].Priority, want[i].ID, fmtModel(want[i]))
+		}
+		st := StateDelayed
+		if want[i].lease {
+			st = StateReserved
+		}
+		if d := viewDiff(got[i], st, want[i]); d != "" {
+			h.fatalf("loader yielded %s: %s", got[i].ID, d)
+		}
+	}
+	for _, m := range want {
+		h.popped[m.ID] = m.gen
+	}
+	wantNext := int64(-1)
+	for _, m := range rest {
+		if wantNext < 0 || m.DeliverAtMs < wantNext {
+			wantNext = m.DeliverAtMs
+		}
+	}
+	if next != wantNext || h.l.Len() != len(rest) {
+		h.fatalf("loader next due %d with %d loaded, model %d with %d", next, h.l.Len(), wantNext, len(rest))
+	}
+}
+
+func (md *refModel) histogram() map[string]int {
+	out := map[string]int{}
+	for _, m := range md.msgs {
+		out[m.loc.String()]++
+	}
+	return out
+}

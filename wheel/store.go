@@ -1,0 +1,540 @@
+package wheel
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/delaywheel/delaywheel/segment"
+)
+
+// ErrInconsistent means the files on disk do not cover the applied index the
+// index claims (a segment is shorter than recorded, or missing). The node
+// must not serve from this state: it restores from a snapshot instead.
+var ErrInconsistent = errors.New("on-disk state does not cover the applied index")
+
+// ErrClosed is returned by a store used after Close or after a fatal error.
+var ErrClosed = errors.New("store closed")
+
+// Options configure a Store.
+type Options struct {
+	// FS is the file system; the OS when nil. Tests use vfs.NewStrictMem to
+	// drop unsynced writes.
+	FS     vfs.FS
+	Logger *slog.Logger
+	// MaxOpenSegments bounds open segment handles (segment.DefaultMaxOpen).
+	MaxOpenSegments int
+	// SyncEveryBatch makes every Apply durable before it returns: segments are
+	// fsynced, then the index. Under Raft leave it off: the log is durable
+	// and Sync is called at checkpoints.
+	SyncEveryBatch bool
+	// CacheBytes is Pebble's block cache (default 16 MiB); MemTableBytes its
+	// memtable size (default 4 MiB: a snapshot flushes it while applies
+	// wait, so a small one keeps that pause short). Both bound memory.
+	CacheBytes    int64
+	MemTableBytes uint64
+	// ReadOnly opens without recovery or writes, for inspecting a stopped node.
+	ReadOnly bool
+}
+
+// Entry is one log entry's commands and its Raft index.
+type Entry struct {
+	Index uint64
+	Cmds  []Command
+}
+
+// Store applies commands to the segment files and the Pebble index. Apply is
+// deterministic; replaying entries at or below the applied index is a no-op,
+// and Open rolls the files back to exactly the state the index covers, so a
+// crash at any instant followed by a replay of the log suffix converges to
+// the same state.
+type Store struct {
+	dir  string
+	fs   vfs.FS
+	log  *slog.Logger
+	opts Options
+	db   *pebble.DB
+	segs *segment.Cache
+
+	mu            sync.Mutex
+	broken        error
+	applied       uint64
+	cursor        int64 // the second being fired: slots before it have expired
+	nextTopic     uint32
+	topics        map[string]uint32
+	topicNames    map[uint32]string
+	counts        map[uint32]counts
+	stats         map[uint32]TopicStats // transitions applied since the process started
+	overflow      int64
+	nodes         map[string]Node
+	loader        *Loader
+	loadedThrough int64 // loader window: seconds [cursor, loadedThrough]
+	// expiredFiles are slot files whose Expire is applied but maybe not yet
+	// durable; they are deleted after the next flush makes it so.
+	expiredFiles      []int64
+	expiresSinceFlush int
+	flushErr          atomic.Pointer[error]
+}
+
+// flushEveryExpires bounds how many Expire commands (about one a second)
+// expired slot files wait for a flush before one is forced to delete them.
+const flushEveryExpires = 10
+
+// Open opens or creates the store in dir. Files left by a crash are rolled
+// back to what the index covers; if they cannot cover it, Open returns an
+// error wrapping ErrInconsistent.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = 16 << 20
+	}
+	if opts.MemTableBytes == 0 {
+		opts.MemTableBytes = 4 << 20
+	}
+	s := &Store{
+		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
+		topics: map[string]uint32{}, topicNames: map[uint32]string{},
+		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{}, loadedThrough: -1,
+	}
+	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
+		return nil, fmt.Errorf("store dir: %w", err)
+	}
+	cache := pebble.NewCache(opts.CacheBytes)
+	defer cache.Unref()
+	po := &pebble.Options{
+		FS:                          opts.FS,
+		Cache:                       cache,
+		MemTableSize:                opts.MemTableBytes,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       32,
+		MaxOpenFiles:                256,
+		Logger:                      pebbleLogger{opts.Logger},
+		ReadOnly:                    opts.ReadOnly,
+	}
+	segs, err := segment.NewCache(opts.FS.PathJoin(dir, "segments"), segment.Options{MaxOpen: opts.MaxOpenSegments, FS: opts.FS})
+	if err != nil {
+		return nil, err
+	}
+	s.segs = segs
+	if !opts.SyncEveryBatch {
+		// The index may become durable only through a memtable flush, and
+		// every flush first fsyncs the slot files: whatever index state a
+		// crash leaves, the slot bytes it records are on disk. (With the WAL
+		// on, Pebble would sync it by itself when it rotates the memtable,
+		// ahead of the slot files.)
+		po.DisableWAL = true
+		po.EventListener = &pebble.EventListener{FlushBegin: func(pebble.FlushInfo) {
+			if err := segs.Sync(); err != nil {
+				s.flushErr.Store(&err)
+				s.log.Error("syncing slot files before an index flush failed", "err", err)
+			}
+		}}
+	}
+	db, err := pebble.Open(opts.FS.PathJoin(dir, "index"), po)
+	if err != nil {
+		segs.Close()
+		return nil, fmt.Errorf("open index: %w", err)
+	}
+	s.db = db
+	if err := s.load(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		if err := s.recoverSegments(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
+
+func (s *Store) get(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("index get: %w", err)
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, nil
+}
+
+// load reads the scalars, topics, counts and nodes into memory.
+func (s *Store) load() error {
+	for _, sc := range []struct {
+		key []byte
+		dst func(uint64)
+	}{
+		{keyApplied, func(v uint64) { s.applied = v }},
+		{keyCursor, func(v uint64) { s.cursor = int64(v) }},
+		{keyNextTopic, func(v uint64) { s.nextTopic = uint32(v) }},
+		{keyOverflow, func(v uint64) { s.overflow = int64(v) }},
+	} {
+		v, err := s.get(sc.key)
+		if err != nil {
+			return err
+		}
+		sc.dst(u64(v))
+	}
+	if err := s.scan([]byte{pTopic}, func(k, v []byte) error {
+		if len(v) != 4 {
+			return fmt.Errorf("%w: topic id of %d bytes", ErrCorruptCommand, len(v))
+		}
+		tid := binary.BigEndian.Uint32(v)
+		s.topics[string(k[1:])] = tid
+		s.topicNames[tid] = string(k[1:])
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.scan([]byte{pCounts}, func(k, v []byte) error {
+		s.counts[binary.BigEndian.Uint32(k[1:5])] = decodeCounts(v)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.scan([]byte{pNode}, func(k, v []byte) error {
+		n, err := decodeNode(v)
+		if err != nil {
+			return err
+		}
+		s.nodes[n.ID] = n
+		return nil
+	})
+}
+
+// scan iterates the committed keys with prefix p.
+func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return fmt.Errorf("index scan: %w", err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if err := fn(it.Key(), it.Value()); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("index scan: %w", err)
+	}
+	return nil
+}
+
+// segLens returns the recorded length and live count of every slot file.
+func (s *Store) segLens() (map[int64]segLen, error) {
+	out := map[int64]segLen{}
+	err := s.scan([]byte{pSegLen}, func(k, v []byte) error {
+		out[int64(u64(k[1:]))] = decodeSegLen(v)
+		return nil
+	})
+	return out, err
+}
+
+// recoverSegments makes the slot files exactly what the index covers:
+// orphans (files the index never recorded) are deleted, bytes past the
+// recorded length (appends of entries the index lost) are cut, and every
+// kept byte is checksummed.
+func (s *Store) recoverSegments() error {
+	lens, err := s.segLens()
+	if err != nil {
+		return err
+	}
+	dir := s.segs.Dir()
+	names, err := s.fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("list segments: %w", err)
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n, ".tmp") {
+			if err := s.fs.Remove(s.fs.PathJoin(dir, n)); err != nil {
+				return fmt.Errorf("remove %s: %w", n, err)
+			}
+		}
+	}
+	files, err := s.segs.List()
+	if err != nil {
+		return err
+	}
+	onDisk := map[int64]bool{}
+	for _, sec := range files {
+		onDisk[sec] = true
+		if _, ok := lens[sec]; !ok {
+			s.log.Info("removing segment the index does not cover", "file", s.segs.Path(sec))
+			if err := s.segs.Remove(sec); err != nil {
+				return err
+			}
+		}
+	}
+	for sec, l := range lens {
+		path := s.segs.Path(sec)
+		if !onDisk[sec] {
+			return fmt.Errorf("%w: segment %s is missing (index records %d bytes)", ErrInconsistent, path, l.Length)
+		}
+		size, err := s.segs.Size(sec)
+		if err != nil {
+			return err
+		}
+		if size < l.Length {
+			return fmt.Errorf("%w: segment %s has %d bytes, index records %d", ErrInconsistent, path, size, l.Length)
+		}
+		if size > l.Length {
+			s.log.Info("rolling back segment tail past the applied index", "file", path, "bytes", size-l.Length)
+			if err := s.segs.Truncate(sec, l.Length); err != nil {
+				return err
+			}
+		}
+		if _, _, err := segment.ReadFileFS(s.fs, path); err != nil {
+			return fmt.Errorf("verify segment: %w", err)
+		}
+	}
+	return nil
+}
+
+// AppliedIndex is the index of the last applied log entry.
+func (s *Store) AppliedIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+// Cursor is the second being fired: every slot before it has expired.
+func (s *Store) Cursor() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cursor
+}
+
+// Apply applies log entries in order as one atomic batch and returns each
+// command's result. Entries at or below the applied index were applied
+// before a restart and are skipped (their results are nil). An error means
+// storage failed; the store refuses further writes.
+func (s *Store) Apply(entries []Entry) ([][]Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		return nil, s.broken
+	}
+	if s.opts.ReadOnly {
+		return nil, fmt.Errorf("apply: store opened read-only")
+	}
+	t := s.newTx()
+	out := make([][]Result, len(entries))
+	for i, e := range entries {
+		if e.Index <= s.applied || e.Index <= t.applied {
+			continue
+		}
+		t.index, t.seq, t.applied = e.Index, 0, e.Index
+		res := make([]Result, len(e.Cmds))
+		for j, c := range e.Cmds {
+			res[j] = t.apply(c)
+			if t.err != nil {
+				break
+			}
+		}
+		out[i] = res
+		if t.err != nil {
+			break
+		}
+	}
+	if t.err == nil {
+		t.err = t.commit()
+	}
+	if t.err != nil {
+		s.broken = fmt.Errorf("%w: %w", ErrClosed, t.err)
+		t.b.Close()
+		return nil, t.err
+	}
+	return out, nil
+}
+
+// Sync makes everything applied so far durable: slot files first, then the
+// index (whose applied index then covers them). It returns that index.
+func (s *Store) Sync() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.syncLocked(); err != nil {
+		return 0, err
+	}
+	return s.applied, nil
+}
+
+func (s *Store) syncLocked() error {
+	if s.opts.ReadOnly {
+		return nil
+	}
+	if err := s.segs.Sync(); err != nil {
+		return err
+	}
+	if s.opts.SyncEveryBatch {
+		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			return fmt.Errorf("sync index: %w", err)
+		}
+	} else if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("flush index: %w", err)
+	}
+	if p := s.flushErr.Load(); p != nil {
+		return *p
+	}
+	s.expiresSinceFlush = 0
+	return s.removeExpiredLocked()
+}
+
+// removeExpiredLocked deletes the slot files of expiries that are durable.
+func (s *Store) removeExpiredLocked() error {
+	for _, sec := range s.expiredFiles {
+		if err := s.segs.Remove(sec); err != nil {
+			return err
+		}
+	}
+	s.expiredFiles = s.expiredFiles[:0]
+	return nil
+}
+
+// Close syncs and closes the store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	if s.segs != nil {
+		if s.broken == nil {
+			errs = append(errs, s.syncLocked())
+		}
+		errs = append(errs, s.segs.Close())
+		s.segs = nil
+	}
+	if s.db != nil {
+		errs = append(errs, s.db.Close())
+		s.db = nil
+	}
+	if s.broken == nil {
+		s.broken = ErrClosed
+	}
+	return errors.Join(errs...)
+}
+
+// segLen is the recorded state of one slot file.
+type segLen struct {
+	Length int64 // bytes the index covers
+	Live   int64 // live message and lease records
+	Bytes  int64 // payload bytes of the live records
+}
+
+func (l segLen) encode() []byte {
+	b := putU64(uint64(l.Length))
+	b = append(b, putU64(uint64(l.Live))...)
+	return append(b, putU64(uint64(l.Bytes))...)
+}
+
+func decodeSegLen(b []byte) segLen {
+	if len(b) != 24 {
+		return segLen{}
+	}
+	return segLen{Length: int64(u64(b[0:8])), Live: int64(u64(b[8:16])), Bytes: int64(u64(b[16:24]))}
+}
+
+func encodeNode(n Node) []byte {
+	e := &encoder{}
+	e.str(n.ID)
+	e.str(n.RaftAddr)
+	e.str(n.HTTPAddr)
+	return e.b
+}
+
+func decodeNode(b []byte) (Node, error) {
+	d := &decoder{b: b}
+	n := Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
+	return n, d.err
+}
+
+// liveEntries returns the records of a slot file that still live there:
+// for each id the last record, unless it is a tombstone. Records keep their
+// file order. Every removal from a slot writes a tombstone before the id can
+// be written there again, so an id without a tombstone appears once and is
+// live; only ids with tombstones need tracking.
+func liveEntries(entries []segment.Entry) []segment.Entry {
+	var tombed map[ID]int // id → position of its last record
+	for _, e := range entries {
+		if e.Type == segment.TypeTombstone {
+			if id, ok := payloadID(e.Payload); ok {
+				if tombed == nil {
+					tombed = map[ID]int{}
+				}
+				tombed[id] = -1
+			}
+		}
+	}
+	if tombed == nil {
+		return entries
+	}
+	for i, e := range entries {
+		if id, ok := payloadID(e.Payload); ok {
+			if _, t := tombed[id]; t {
+				tombed[id] = i
+			}
+		}
+	}
+	out := make([]segment.Entry, 0, len(entries))
+	for i, e := range entries {
+		if e.Type == segment.TypeTombstone {
+			continue
+		}
+		if id, ok := payloadID(e.Payload); ok {
+			if last, t := tombed[id]; t && last != i {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// payloadID reads the id every message and tombstone payload starts with.
+func payloadID(p []byte) (ID, bool) {
+	if len(p) < 1+IDLen || p[0] != recordVersion {
+		return ID{}, false
+	}
+	id, err := IDFromBytes(p[1 : 1+IDLen])
+	return id, err == nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }
+
+func sortSeconds(m map[int64]*pendSeg) []int64 {
+	out := make([]int64, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
