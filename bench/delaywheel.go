@@ -325,8 +325,8 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 	return nil
 }
 
-func (t *dwTarget) NewConsumer(context.Context) (consumer, error) {
-	return &dwConsumer{t: t}, nil
+func (t *dwTarget) NewConsumer(ctx context.Context) (consumer, error) {
+	return newDWConsumer(ctx, t), nil
 }
 
 func (t *dwTarget) Pending(ctx context.Context) (int64, error) {
@@ -423,8 +423,50 @@ func (t *dwTarget) Close() error {
 	return nil
 }
 
-// dwConsumer long-polls the leader and acknowledges each batch.
-type dwConsumer struct{ t *dwTarget }
+// dwConsumer long-polls the leader and acknowledges each batch in the
+// background, as a consumer that acks after processing does: the next
+// long-poll is not held up by the previous batch's ack. Receipts that pile
+// up while an ack is in flight go out together in the next.
+type dwConsumer struct {
+	t      *dwTarget
+	acks   chan []string
+	done   chan struct{}
+	ackErr atomic.Pointer[error] // the latest failed ack, reported by Next
+}
+
+func newDWConsumer(ctx context.Context, t *dwTarget) *dwConsumer {
+	c := &dwConsumer{t: t, acks: make(chan []string, 1024), done: make(chan struct{})}
+	go c.ackLoop(context.WithoutCancel(ctx))
+	return c
+}
+
+func (c *dwConsumer) ackLoop(ctx context.Context) {
+	defer close(c.done)
+	for receipts := range c.acks {
+	more:
+		for len(receipts) < 10_000 {
+			select {
+			case r, ok := <-c.acks:
+				if !ok {
+					break more
+				}
+				receipts = append(receipts, r...)
+			default:
+				break more
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := c.t.call(actx, func(cl *client.Client) error {
+			_, err := cl.Ack(actx, receipts)
+			return err
+		})
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("ack %d receipts: %w", len(receipts), err)
+			c.ackErr.Store(&err)
+		}
+	}
+}
 
 func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 	t := c.t
@@ -447,17 +489,21 @@ func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 		b.Seqs[k] = decodeSeq(string(body))
 		receipts[k] = d.Receipt
 	}
-	if len(receipts) == 0 {
-		return b, nil
+	if len(receipts) > 0 {
+		c.acks <- receipts
 	}
-	err = t.call(ctx, func(cl *client.Client) error {
-		_, err := cl.Ack(ctx, receipts)
-		return err
-	})
-	if err != nil {
-		return b, fmt.Errorf("ack %d receipts: %w", len(receipts), err)
+	if p := c.ackErr.Swap(nil); p != nil {
+		return b, *p
 	}
 	return b, nil
 }
 
-func (c *dwConsumer) Close() error { return nil }
+// Close sends the acks still queued and waits for them.
+func (c *dwConsumer) Close() error {
+	close(c.acks)
+	<-c.done
+	if p := c.ackErr.Swap(nil); p != nil {
+		return *p
+	}
+	return nil
+}

@@ -62,9 +62,9 @@ type target interface {
 // consumer takes due messages from a target.
 type consumer interface {
 	// Next waits (up to the configured long-poll or poll period) for due
-	// messages, acknowledges them and returns them. The batch may be
-	// non-empty when err is not nil: the messages were received but the
-	// acknowledgement failed.
+	// messages, acknowledges them (or queues their acknowledgement, which
+	// Close completes) and returns them. The batch may be non-empty when err
+	// is not nil: the messages were received but an acknowledgement failed.
 	Next(ctx context.Context) (batch, error)
 	Close() error
 }

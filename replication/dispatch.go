@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
@@ -15,12 +16,17 @@ import (
 // hands it to a waiting consumer, and stamps time into the log (Expire and
 // Promote) as the cursor moves.
 //
-// A hand-off is answered to the consumer only once its Lease entry has
-// committed. That costs one commit (about one fsync) per batch of
-// hand-offs, and buys two things: a deposed leader that has not noticed yet
-// (paused, partitioned) can never deliver, because it cannot commit; and a
-// receipt a consumer holds is always backed by the log, so failover never
-// duplicates a delivery that was answered.
+// A hand-off is answered as soon as its Lease entry is in the leader's log
+// order, without waiting for the commit, while the leader holds a lease on
+// its leadership: a quorum confirmed it at most half a heartbeat timeout
+// ago. No follower votes for another candidate until it has not heard from
+// the leader for a whole heartbeat timeout, so within that window no other
+// leader can exist, and a deposed leader (paused, partitioned) cannot
+// deliver. An ack the consumer sends afterwards is ordered after the Lease.
+// If the leader dies before the Lease commits, the next leader delivers the
+// message again (at-least-once, a duplicate only where the leader changed).
+// Without a lease (just elected, or quorum contact lost), a hand-off is
+// answered only once its Lease has committed.
 type dispatcher struct {
 	n      *Node
 	clock  wheel.Clock
@@ -35,6 +41,13 @@ type dispatcher struct {
 	due      map[string][]wheel.Message // popped from the heap, not handed out yet
 	inflight map[wheel.ID]struct{}      // handed out, Lease not yet applied
 	leases   chan *leaseReq
+	commits  chan leaseCommit
+
+	// confirmedNs is the latest instant (clock nanoseconds) at which a quorum
+	// is known to have followed this leader; revoked turns the lease off for
+	// good (leadership is being handed over).
+	confirmedNs atomic.Int64
+	revoked     atomic.Bool
 }
 
 type waiter struct {
@@ -44,9 +57,19 @@ type waiter struct {
 }
 
 type leaseReq struct {
-	items []wheel.LeaseItem
-	now   int64
-	res   chan leaseRes
+	items    []wheel.LeaseItem
+	msgs     []wheel.Message
+	now      int64
+	queued   chan error // the Lease is in the log order (nil) or failed
+	res      chan leaseRes
+	answered bool // the consumer was answered before the commit
+}
+
+// leaseCommit is a submitted Lease entry and the hand-offs it carries.
+type leaseCommit struct {
+	p     *proposal
+	batch []*leaseReq
+	n     int
 }
 
 type leaseRes struct {
@@ -59,6 +82,7 @@ func newDispatcher(n *Node) *dispatcher {
 		n: n, clock: n.clock, loader: wheel.NewLoader(),
 		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
 		inflight: map[wheel.ID]struct{}{}, leases: make(chan *leaseReq, 4096),
+		commits: make(chan leaseCommit, 64),
 	}
 }
 
@@ -70,10 +94,12 @@ func (d *dispatcher) start(parent context.Context) error {
 		st.DetachLoader()
 		return err
 	}
-	d.wg.Add(3)
+	d.wg.Add(5)
 	go d.tickLoop()
 	go d.fireLoop()
 	go d.leaseLoop()
+	go d.commitLoop()
+	go d.confirmLoop()
 	return nil
 }
 
@@ -285,7 +311,51 @@ func (d *dispatcher) backoff(attempt int32) int64 {
 	return min(b, time.Minute).Milliseconds()
 }
 
-// handoff leases msgs and returns the deliveries whose Lease committed.
+// leaseHeld reports whether a quorum confirmed this leader recently enough
+// that no other leader can exist yet: within half a heartbeat timeout.
+func (d *dispatcher) leaseHeld() bool {
+	if d.revoked.Load() {
+		return false
+	}
+	return d.clock.Now().UnixNano() < d.confirmedNs.Load()+int64(d.n.cfg.HeartbeatTimeout/2)
+}
+
+// confirmed records that a quorum followed this leader at some instant at or
+// after start.
+func (d *dispatcher) confirmed(start time.Time) {
+	ns := start.UnixNano()
+	for {
+		cur := d.confirmedNs.Load()
+		if ns <= cur || d.confirmedNs.CompareAndSwap(cur, ns) {
+			return
+		}
+	}
+}
+
+// revokeLease stops answering hand-offs before their commit, for good.
+// StepDown calls it before handing leadership over.
+func (d *dispatcher) revokeLease() { d.revoked.Store(true) }
+
+// confirmLoop keeps the leadership lease fresh while the log is idle, with
+// a round of heartbeats every fifth of a heartbeat timeout.
+func (d *dispatcher) confirmLoop() {
+	defer d.wg.Done()
+	every := max(d.n.cfg.HeartbeatTimeout/5, time.Millisecond)
+	for {
+		start := d.clock.Now()
+		if err := d.n.raft.VerifyLeader().Error(); err == nil {
+			d.confirmed(start)
+		}
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-d.clock.After(every):
+		}
+	}
+}
+
+// handoff leases msgs and returns their deliveries: at once when the Lease
+// is in the log order and the leader holds its lease, else once it commits.
 func (d *dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time.Duration) ([]wheel.Delivery, error) {
 	if len(msgs) == 0 {
 		return []wheel.Delivery{}, nil
@@ -298,49 +368,98 @@ func (d *dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 			ttrMs = ttr.Milliseconds()
 		}
 		exp := now + max(ttrMs, 1)
-		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: exp + d.backoff(m.Attempts+1)}
+		// The redelivery comes due a millisecond after the lease ends at the
+		// earliest: at the end instant itself the lease still holds, and a
+		// Lease proposed then would be refused.
+		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: exp + max(d.backoff(m.Attempts+1), 1)}
 	}
-	req := &leaseReq{items: items, now: now, res: make(chan leaseRes, 1)}
-	var res leaseRes
+	req := &leaseReq{items: items, msgs: msgs, now: now, queued: make(chan error, 1), res: make(chan leaseRes, 1)}
 	select {
 	case d.leases <- req:
-		select {
-		case res = <-req.res:
-		case <-d.ctx.Done():
-			// Leadership ended; if the Lease still commits, the message comes
-			// back when that lease expires.
-			res.err = wheel.ErrNotLeader
+	case <-d.ctx.Done():
+		d.release(msgs)
+		return nil, wheel.ErrNotLeader
+	}
+	// The lease loop answers queued once the entry is submitted, and
+	// releases the messages once it commits or fails.
+	var err error
+	select {
+	case err = <-req.queued:
+	case <-d.ctx.Done():
+		// Leadership ended; if the Lease still commits, the message comes
+		// back when that lease expires.
+		return nil, wheel.ErrNotLeader
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Check the lease again: if it lapsed since the entry was submitted (the
+	// process was paused, say), answer only what commits.
+	if req.answered && d.leaseHeld() {
+		ok := make([]bool, len(msgs))
+		for i := range ok {
+			ok[i] = true
 		}
+		return d.deliveries(msgs, items, ok), nil
+	}
+	var res leaseRes
+	select {
+	case res = <-req.res:
 	case <-d.ctx.Done():
 		res.err = wheel.ErrNotLeader
 	}
-	d.mu.Lock()
-	for _, m := range msgs {
-		delete(d.inflight, m.ID)
-	}
-	d.mu.Unlock()
 	if res.err != nil {
 		return nil, res.err
 	}
+	return d.deliveries(msgs, items, res.ok), nil
+}
+
+// deliveries builds the answer for leased messages and observes lateness.
+func (d *dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, ok []bool) []wheel.Delivery {
 	out := make([]wheel.Delivery, 0, len(msgs))
-	committed := d.clock.Now().UnixMilli()
+	at := d.clock.Now().UnixMilli()
 	for i, m := range msgs {
-		if !res.ok[i] {
+		if !ok[i] {
 			continue
 		}
-		d.n.met.lateness.Observe(float64(committed-m.DeliverAtMs) / 1000)
+		d.n.met.lateness.Observe(float64(at-m.DeliverAtMs) / 1000)
 		m.Attempts++
 		m.Receipt = items[i].Nonce
 		m.LeaseExpiresMs = items[i].ExpiresMs
 		out = append(out, wheel.Delivery{Message: m, Attempt: m.Attempts, Receipt: wheel.Receipt{ID: m.ID, Nonce: items[i].Nonce}})
 	}
-	return out, nil
+	return out
 }
 
-// leaseLoop group-commits hand-offs: everything queued while one Lease entry
-// commits goes into the next.
+// release ends the hand-off of msgs: they may be taken again.
+func (d *dispatcher) release(msgs []wheel.Message) {
+	d.mu.Lock()
+	for _, m := range msgs {
+		delete(d.inflight, m.ID)
+	}
+	d.mu.Unlock()
+}
+
+// firstHandoffs reports whether none of msgs is the redelivery of an
+// expired lease. Only those are answered before their Lease commits: the
+// Lease of a message that is not reserved is refused only if a cancel or
+// reschedule races it, while a lease redelivery races the consumer's own
+// ack, touch or nack of the previous attempt, and must not be handed out
+// if one of those wins.
+func firstHandoffs(msgs []wheel.Message) bool {
+	for _, m := range msgs {
+		if m.Receipt != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// leaseLoop submits hand-offs as Lease entries, everything queued at once
+// in one entry, without waiting for earlier ones to commit.
 func (d *dispatcher) leaseLoop() {
 	defer d.wg.Done()
+	defer close(d.commits)
 	for {
 		var batch []*leaseReq
 		select {
@@ -366,27 +485,60 @@ func (d *dispatcher) leaseLoop() {
 			cmd.NowMs = max(cmd.NowMs, r.now)
 			cmd.Items = append(cmd.Items, r.items...)
 		}
-		res, err := d.n.propose(d.ctx, cmd)
-		var ok []bool
-		if err == nil {
-			if res[0].Err != nil {
-				err = res[0].Err
-			} else {
-				ok, _ = res[0].Value.([]bool)
-				if len(ok) != len(cmd.Items) {
-					err = fmt.Errorf("%w: lease result has %d items, want %d", wheel.ErrUnavailable, len(ok), len(cmd.Items))
-				}
+		p, err := d.n.submit(d.ctx, cmd)
+		if err != nil {
+			for _, r := range batch {
+				d.release(r.msgs)
+				r.queued <- err
 			}
+			continue
 		}
-		off := 0
+		fast := d.leaseHeld()
 		for _, r := range batch {
-			if err != nil {
-				r.res <- leaseRes{err: err}
-				continue
-			}
-			r.res <- leaseRes{ok: ok[off : off+len(r.items)]}
-			off += len(r.items)
+			r.answered = fast && firstHandoffs(r.msgs)
+			r.queued <- nil
 		}
+		select {
+		case d.commits <- leaseCommit{p: p, batch: batch, n: len(cmd.Items)}:
+		case <-d.ctx.Done():
+			go d.finishLease(leaseCommit{p: p, batch: batch, n: len(cmd.Items)})
+		}
+	}
+}
+
+// commitLoop waits for submitted Lease entries in order.
+func (d *dispatcher) commitLoop() {
+	defer d.wg.Done()
+	for c := range d.commits {
+		d.finishLease(c)
+	}
+}
+
+// finishLease waits for a Lease entry to commit, releases its messages and
+// answers the hand-offs still waiting for it.
+func (d *dispatcher) finishLease(c leaseCommit) {
+	res, err := c.p.wait()
+	var ok []bool
+	if err == nil {
+		d.confirmed(c.p.start)
+		if res[0].Err != nil {
+			err = res[0].Err
+		} else {
+			ok, _ = res[0].Value.([]bool)
+			if len(ok) != c.n {
+				err = fmt.Errorf("%w: lease result has %d items, want %d", wheel.ErrUnavailable, len(ok), c.n)
+			}
+		}
+	}
+	off := 0
+	for _, r := range c.batch {
+		d.release(r.msgs)
+		if err != nil {
+			r.res <- leaseRes{err: err}
+			continue
+		}
+		r.res <- leaseRes{ok: ok[off : off+len(r.items)]}
+		off += len(r.items)
 	}
 }
 
@@ -394,7 +546,8 @@ func (d *dispatcher) drainLeases(err error) {
 	for {
 		select {
 		case r := <-d.leases:
-			r.res <- leaseRes{err: err}
+			d.release(r.msgs)
+			r.queued <- err
 		default:
 			return
 		}

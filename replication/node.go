@@ -451,6 +451,25 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // answers ErrNotLeader on a follower and ErrOverloaded when too many
 // proposals are in flight.
 func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+	p, err := n.submit(ctx, cmds...)
+	if err != nil {
+		return nil, err
+	}
+	return p.wait()
+}
+
+// proposal is a log entry handed to Raft and not yet committed.
+type proposal struct {
+	n     *Node
+	f     raft.ApplyFuture
+	cmds  int
+	start time.Time
+}
+
+// submit hands commands to Raft as one log entry without waiting for it to
+// commit. Entries submitted one after another are committed in that order,
+// before any entry submitted later. The caller must wait on the proposal.
+func (n *Node) submit(ctx context.Context, cmds ...wheel.Command) (*proposal, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, wheel.ErrNotLeader
 	}
@@ -458,29 +477,32 @@ func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Resu
 		n.pending.Add(-1)
 		return nil, fmt.Errorf("%w: %d proposals waiting for the log", wheel.ErrOverloaded, n.cfg.MaxPendingApply)
 	}
-	defer n.pending.Add(-1)
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
 	start := time.Now()
-	f := n.raft.Apply(wheel.EncodeCommands(cmds), timeout)
-	err := f.Error()
-	n.met.apply.Observe(time.Since(start).Seconds())
+	return &proposal{n: n, f: n.raft.Apply(wheel.EncodeCommands(cmds), timeout), cmds: len(cmds), start: start}, nil
+}
+
+// wait blocks until the proposal commits and returns its results.
+func (p *proposal) wait() ([]wheel.Result, error) {
+	n := p.n
+	defer n.pending.Add(-1)
+	err := p.f.Error()
+	n.met.apply.Observe(time.Since(p.start).Seconds())
 	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return nil, fmt.Errorf("%w: %w", wheel.ErrNotLeader, err)
 		case errors.Is(err, raft.ErrEnqueueTimeout):
 			return nil, fmt.Errorf("%w: %w", wheel.ErrOverloaded, err)
-		case errors.Is(err, raft.ErrRaftShutdown):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
 		}
 		return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
 	}
-	res, ok := f.Response().([]wheel.Result)
-	if !ok || len(res) != len(cmds) {
-		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, f.Response())
+	res, ok := p.f.Response().([]wheel.Result)
+	if !ok || len(res) != p.cmds {
+		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, p.f.Response())
 	}
 	return res, nil
 }
@@ -492,6 +514,13 @@ func (n *Node) PendingApplies() int64 { return n.pending.Load() }
 // the dispatcher, so waiting long-polls answer empty. Shutdown calls it
 // before closing the HTTP server.
 func (n *Node) StepDown() {
+	n.mu.Lock()
+	if n.disp != nil {
+		// The follower taking over is elected at once, so hand-offs from
+		// here on are answered only once their Lease commits.
+		n.disp.revokeLease()
+	}
+	n.mu.Unlock()
 	if n.raft.State() == raft.Leader && n.voters() > 1 {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer failed", "err", err)

@@ -176,6 +176,28 @@ func (c *Cache) takeEvictErr() error {
 	return err
 }
 
+// ReadRecord reads the record at offset off of the file for second through
+// the handle cache: the slots near the cursor, which leases and acks read,
+// are open already, so a read costs no open(2). A missing file is an error
+// wrapping fs.ErrNotExist; it is never created.
+func (c *Cache) ReadRecord(second, off int64) (Record, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.open.Get(second)
+	if !ok {
+		path := c.Path(second)
+		if _, err := c.fs.Stat(path); err != nil {
+			return Record{}, fmt.Errorf("read segment record: %w", err)
+		}
+		var err error
+		if h, err = c.handle(second); err != nil {
+			return Record{}, err
+		}
+	}
+	// Under c.mu: an eviction cannot close the handle mid-read.
+	return readRecordAt(h.f, h.name, off)
+}
+
 // Size returns the length of the file for second, or 0 when there is none.
 func (c *Cache) Size(second int64) (int64, error) {
 	c.mu.Lock()

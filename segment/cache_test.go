@@ -698,3 +698,42 @@ func TestCacheConcurrentAppends(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheReadRecord(t *testing.T) {
+	c := newTestCache(t, Options{MaxOpen: 2})
+	recs := []Record{{Type: TypeMessage, Index: 7, Payload: []byte("first")}, {Type: TypeLease, Index: 8, Payload: []byte("second")}}
+	off, _, err := c.Append(100, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := off + int64(recs[0].Size())
+	// Through the open handle, then again after evicting it.
+	for round := 0; round < 2; round++ {
+		for _, want := range []struct {
+			off int64
+			rec Record
+		}{{off, recs[0]}, {second, recs[1]}} {
+			got, err := c.ReadRecord(100, want.off)
+			if err != nil || !reflect.DeepEqual(got, want.rec) {
+				t.Fatalf("round %d: ReadRecord(100, %d) = %+v, %v; want %+v", round, want.off, got, err, want.rec)
+			}
+		}
+		for s := int64(200); s < 203; s++ { // evicts 100
+			if _, _, err := c.Append(s, recs[:1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.ReadRecord(100, second+1); err == nil {
+		t.Fatal("reading at a bad offset succeeded")
+	}
+	if _, err := c.ReadRecord(999, HeaderSize); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reading a missing file: %v, want ErrNotExist", err)
+	}
+	if _, err := os.Stat(c.Path(999)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reading a missing file created it: %v", err)
+	}
+	if n := c.OpenHandles(); n > 2 {
+		t.Fatalf("%d handles open, bound is 2", n)
+	}
+}

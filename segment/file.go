@@ -125,6 +125,11 @@ func ReadAtFS(fs vfs.FS, path string, off int64) (Record, error) {
 		return Record{}, fmt.Errorf("read segment record: %w", err)
 	}
 	defer f.Close()
+	return readRecordAt(f, path, off)
+}
+
+// readRecordAt reads the single record at offset off of f, named path.
+func readRecordAt(f io.ReaderAt, path string, off int64) (Record, error) {
 	var hdr [FrameHeaderSize]byte
 	if _, err := f.ReadAt(hdr[:], off); err != nil {
 		return Record{}, &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w: %v", ErrTruncated, err)}

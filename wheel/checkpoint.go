@@ -90,8 +90,8 @@ func ParseCheckpointLens(data string) (map[int64]int64, error) {
 
 // StateOf returns a message's state without reading its record.
 func (s *Store) StateOf(id ID) (State, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.life.RLock()
+	defer s.life.RUnlock()
 	if s.db == nil {
 		return 0, false
 	}

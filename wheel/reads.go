@@ -48,7 +48,7 @@ func (s *Store) fullCommitted(id ID, mt meta) (Message, error) {
 	switch mt.Loc {
 	case locSegment:
 		var r segment.Record
-		r, err = segment.ReadAtFS(s.fs, s.segs.Path(mt.Second), mt.Offset)
+		r, err = s.segs.ReadRecord(mt.Second, mt.Offset)
 		p = r.Payload
 	case locOverflow:
 		if p, err = s.get(overflowKey(mt.DueMs, id)); len(p) > 0 {
@@ -90,9 +90,7 @@ func (s *Store) NumTopics() int {
 
 // HasTopic reports whether the topic exists.
 func (s *Store) HasTopic(topic string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.topics[topic]
+	_, ok := s.pub.Load().topics[topic]
 	return ok
 }
 
@@ -131,12 +129,14 @@ func (s *Store) Ready(topic string, limit int, skip func(ID) bool) ([]View, erro
 }
 
 func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st State, skip func(ID) bool) ([]View, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// Committed state only, without mu: the leader's dispatcher reads the
+	// ready queue on every hand-off and must not wait for an Apply.
+	s.life.RLock()
+	defer s.life.RUnlock()
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	tid, ok := s.topics[topic]
+	tid, ok := s.pub.Load().topics[topic]
 	if !ok || limit <= 0 {
 		return nil, nil
 	}

@@ -65,6 +65,12 @@ type Store struct {
 	db   *pebble.DB
 	segs *segment.Cache
 
+	// life is held shared by the readers of committed state that do not
+	// take mu (so that they never wait for an Apply or a flush), and
+	// exclusively by Close.
+	life sync.RWMutex
+	pub  atomic.Pointer[published]
+
 	mu            sync.Mutex
 	broken        error
 	applied       uint64
@@ -83,6 +89,28 @@ type Store struct {
 	expiredFiles      []int64
 	expiresSinceFlush int
 	flushErr          atomic.Pointer[error]
+}
+
+// published is what readers that skip mu see of the in-memory state: it is
+// replaced, never changed, after every commit.
+type published struct {
+	applied uint64
+	cursor  int64
+	topics  map[string]uint32 // shared with later versions while no topic is added
+}
+
+// publishLocked makes the committed scalars visible to lock-free readers.
+func (s *Store) publishLocked(topicsChanged bool) {
+	p := &published{applied: s.applied, cursor: s.cursor}
+	if old := s.pub.Load(); old != nil && !topicsChanged {
+		p.topics = old.topics
+	} else {
+		p.topics = make(map[string]uint32, len(s.topics))
+		for name, id := range s.topics {
+			p.topics[name] = id
+		}
+	}
+	s.pub.Store(p)
 }
 
 // flushEveryExpires bounds how many Expire commands (about one a second)
@@ -155,6 +183,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.publishLocked(true)
 	if !opts.ReadOnly {
 		if err := s.recoverSegments(); err != nil {
 			s.Close()
@@ -322,18 +351,10 @@ func (s *Store) recoverSegments() error {
 }
 
 // AppliedIndex is the index of the last applied log entry.
-func (s *Store) AppliedIndex() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.applied
-}
+func (s *Store) AppliedIndex() uint64 { return s.pub.Load().applied }
 
 // Cursor is the second being fired: every slot before it has expired.
-func (s *Store) Cursor() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cursor
-}
+func (s *Store) Cursor() int64 { return s.pub.Load().cursor }
 
 // Apply applies log entries in order as one atomic batch and returns each
 // command's result. Entries at or below the applied index were applied
@@ -425,6 +446,8 @@ func (s *Store) removeExpiredLocked() error {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.life.Lock()
+	defer s.life.Unlock()
 	var errs []error
 	if s.segs != nil {
 		if s.broken == nil {

@@ -189,7 +189,7 @@ func (t *tx) readRecord(second, off int64) (segment.Record, error) {
 		r, _, err := segment.DecodeRecord(p.buf[off-p.base:])
 		return r, err
 	}
-	return segment.ReadAtFS(t.s.fs, t.s.segs.Path(second), off)
+	return t.s.segs.ReadRecord(second, off)
 }
 
 // full reads a message's full record from wherever meta says it lives.
@@ -798,6 +798,7 @@ func (t *tx) commit() error {
 		s.topics[name] = id
 		s.topicNames[id] = name
 	}
+	defer s.publishLocked(len(t.newTopic) > 0)
 	for tid, c := range newCounts {
 		s.counts[tid] = c
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +50,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "raft-tls-cert-file", Usage: "mutual TLS between nodes: this node's PEM certificate", EnvVars: envs("raft-tls-cert-file")},
 		&cli.StringFlag{Name: "raft-tls-key-file", Usage: "mutual TLS between nodes: this node's PEM key", EnvVars: envs("raft-tls-key-file")},
 		&cli.StringFlag{Name: "raft-tls-ca-file", Usage: "mutual TLS between nodes: the CA every node's certificate chains to", EnvVars: envs("raft-tls-ca-file")},
+		&cli.StringFlag{Name: "debug-addr", Usage: "serve Go's /debug/pprof profiles on this address (keep it private; off when empty)", EnvVars: envs("debug-addr")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: envs("log-format")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error", EnvVars: envs("log-level")},
 		&cli.DurationFlag{Name: "redelivery-backoff", Value: time.Second, Usage: "added to an expired lease before redelivery, times the attempt (capped at 1m)", EnvVars: envs("redelivery-backoff")},
@@ -279,6 +281,13 @@ func runServer(c *cli.Context) error {
 
 	sigCtx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if addr := c.String("debug-addr"); addr != "" {
+		if err := serveDebug(sigCtx, logger, addr); err != nil {
+			ln.Close()
+			node.Close(context.Background())
+			return err
+		}
+	}
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
@@ -359,4 +368,31 @@ func announce(ctx context.Context, log *slog.Logger, node *replication.Node, sel
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// serveDebug serves net/http/pprof on addr until ctx ends. It is a separate
+// listener so that profiles are never exposed on the client API.
+func serveDebug(ctx context.Context, log *slog.Logger, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--debug-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("debug server stopped", "err", err)
+		}
+	}()
+	log.Info("serving profiles", "addr", ln.Addr().String())
+	return nil
 }

@@ -145,14 +145,36 @@ func TestCheckerCatchesRedeliveryAfterAck(t *testing.T) {
 }
 
 func TestCheckerCatchesStaleLeaderDelivery(t *testing.T) {
-	// Two consumers get the same attempt with different receipts: two
-	// leaders handed the message out at once.
+	// Two consumers get the same attempt with different receipts and no
+	// leader change explains it: two leaders handed the message out at once.
 	s := newSynth()
 	s.enq("a", "A", 1000)
 	s.h.ObserveLeader(900, "n1", 2)
-	s.h.ObserveLeader(1050, "n2", 3)
 	s.del("c0", "a", "A", 1, 1000, 1000, 4000, "A.1")
 	s.del("c1", "a", "A", 1, 1000, 1100, 4100, "A.1b")
+	wantFailure(t, s.h.Check(), "attempt 1 delivered twice")
+
+	// Around a leader change it is the hand-off of a leader that died
+	// before the lease committed, and its receipt may be answered stale...
+	s = newSynth()
+	s.enq("a", "A", 1000)
+	s.h.ObserveLeader(900, "n1", 2)
+	s.h.ObserveLeader(3000, "n2", 3)
+	s.del("c0", "a", "A", 1, 1000, 1000, 4000, "A.1")
+	s.h.Acked("n2", []string{"A.1"}, 1001, 3100, api.AckResponse{Stale: 1}, nil, false)
+	s.del("c1", "a", "A", 1, 1000, 3200, 6200, "A.1b")
+	r := s.h.Check()
+	if err := r.Err(); err != nil || r.Duplicates[ReasonLeaderChange] != 1 {
+		t.Fatalf("repeat around a leader change: %v, %v", r, err)
+	}
+	// ...but not if its ack succeeded: then the lease had committed.
+	s = newSynth()
+	s.enq("a", "A", 1000)
+	s.h.ObserveLeader(900, "n1", 2)
+	s.h.ObserveLeader(3000, "n2", 3)
+	s.del("c0", "a", "A", 1, 1000, 1000, 4000, "A.1")
+	s.ack("A.1", 1010)
+	s.del("c1", "a", "A", 1, 1000, 3200, 6200, "A.1b")
 	wantFailure(t, s.h.Check(), "attempt 1 delivered twice")
 
 	// The same receipt twice.
