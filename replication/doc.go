@@ -16,6 +16,13 @@
 // is behind, or its files do not cover its own applied index, it moves the
 // store aside and lets Raft restore the snapshot instead.
 //
+// The dispatcher answers a first hand-off as soon as its Lease entry is in
+// the leader's log order, without waiting for the commit, while the leader
+// holds a leadership lease (a quorum confirmed it within half a heartbeat
+// timeout; followers do not vote for another candidate within a whole one).
+// Without the lease, and for redeliveries of expired leases, it answers only
+// what commits. See dispatcher for the argument.
+//
 // It must not know about HTTP: the transport package calls the node through
 // a small interface.
 package replication
