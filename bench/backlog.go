@@ -8,20 +8,36 @@ import (
 )
 
 // BacklogResult is the outcome of the backlog workload.
+//
+// Resident memory is read at four moments, each as VmRSS and its anonymous
+// and file-backed parts (see [memOf]): before the fill; 2 s after it; once it
+// has settled after the fill (steady over several seconds, so that the
+// server's background work after a burst is done); and once it has settled
+// after a restart. Per-message figures divide by the pending count.
 type BacklogResult struct {
 	Fill EnqueueResult `json:"fill"`
 
 	Pending             int64 `json:"pending"`               // the target's own count after the fill
 	PendingAfterRestart int64 `json:"pending_after_restart"` // and after the restart (-1: not restarted)
 
-	RSSEmpty     int64 `json:"rss_empty_bytes"`     // before the fill
-	RSSFull      int64 `json:"rss_full_bytes"`      // after it
-	RSSRestarted int64 `json:"rss_restarted_bytes"` // once ready after a restart
-	DiskEmpty    int64 `json:"disk_empty_bytes"`
-	DiskFull     int64 `json:"disk_full_bytes"`
+	RSSEmpty         int64   `json:"rss_empty_bytes"`     // before the fill
+	RSSFull          int64   `json:"rss_full_bytes"`      // 2 s after the fill
+	RSSFullAnon      int64   `json:"rss_full_anon_bytes"` // of which anonymous
+	RSSFullFile      int64   `json:"rss_full_file_bytes"` // of which mapped file pages
+	RSSSettled       int64   `json:"rss_settled_bytes"`   // once steady after the fill
+	RSSSettledAnon   int64   `json:"rss_settled_anon_bytes"`
+	RSSSettledFile   int64   `json:"rss_settled_file_bytes"`
+	SettledS         float64 `json:"settled_s"`           // from the end of the fill to the settled reading
+	RSSRestarted     int64   `json:"rss_restarted_bytes"` // once steady after a restart
+	RSSRestartedAnon int64   `json:"rss_restarted_anon_bytes"`
+	RSSRestartedFile int64   `json:"rss_restarted_file_bytes"`
+	RestartedS       float64 `json:"restarted_settled_s"` // from ready to the settled reading
+	DiskEmpty        int64   `json:"disk_empty_bytes"`
+	DiskFull         int64   `json:"disk_full_bytes"`
 
 	RSSPerMsg          float64 `json:"rss_per_msg"`           // RSSFull / pending
 	RSSDeltaPerMsg     float64 `json:"rss_delta_per_msg"`     // (RSSFull − RSSEmpty) / pending
+	RSSSettledPerMsg   float64 `json:"rss_settled_per_msg"`   // RSSSettled / pending
 	RSSRestartedPerMsg float64 `json:"rss_restarted_per_msg"` // RSSRestarted / pending
 	DiskPerMsg         float64 `json:"disk_per_msg"`          // DiskFull / pending
 
@@ -51,10 +67,61 @@ func backlogDue(i, n int, base int64, span time.Duration, stride int) int64 {
 // its memory.
 const settle = 2 * time.Second
 
+// Settling: after a burst, resident memory moves for a while (collections,
+// released pages, index compactions). It is steady once steadySamples
+// readings a second apart differ by at most steadyTolerance of the last (and
+// never less than steadyMinBytes), or after settleMax.
+const (
+	steadySamples   = 5
+	steadyTolerance = 0.01
+	steadyMinBytes  = 1 << 20
+	settleMax       = 60 * time.Second
+)
+
+// steady reports whether the last steadySamples readings of rss agree.
+func steady(rss []int64) bool {
+	if len(rss) < steadySamples {
+		return false
+	}
+	last := rss[len(rss)-steadySamples:]
+	lo, hi := last[0], last[0]
+	for _, v := range last {
+		if v < 0 {
+			return false
+		}
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return float64(hi-lo) <= max(steadyTolerance*float64(last[len(last)-1]), steadyMinBytes)
+}
+
+// settledResources reads the target's resources every second, from settle
+// on, until resident memory is steady or settleMax has passed, and returns
+// the last reading and how long it waited.
+func settledResources(ctx context.Context, t target) (resources, time.Duration, error) {
+	t0 := time.Now()
+	if err := sleepCtx(ctx, settle); err != nil {
+		return resources{}, 0, err
+	}
+	var rss []int64
+	for {
+		r, err := t.Resources(ctx)
+		if err != nil {
+			return r, time.Since(t0), err
+		}
+		rss = append(rss, r.RSSBytes)
+		if steady(rss) || time.Since(t0) >= settleMax {
+			return r, time.Since(t0), nil
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return r, time.Since(t0), err
+		}
+	}
+}
+
 // runBacklog is the backlog workload: cfg.Messages messages due 1 to 24 hours
 // from now, then the server's memory and disk, a restart and the same again.
 func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
-	b := &BacklogResult{PendingAfterRestart: -1, RSSRestarted: -1}
+	b := &BacklogResult{PendingAfterRestart: -1, RSSRestarted: -1, RSSRestartedAnon: -1, RSSRestartedFile: -1}
 	res.Backlog = b
 	empty, err := t.Resources(ctx)
 	if err != nil {
@@ -78,6 +145,7 @@ func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
 		return fmt.Errorf("fill: %w", err)
 	}
 
+	filled := time.Now()
 	if err := sleepCtx(ctx, settle); err != nil {
 		return err
 	}
@@ -88,17 +156,17 @@ func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
 	if err != nil {
 		res.Notes = append(res.Notes, "resources after the fill: "+err.Error())
 	}
-	b.RSSFull, b.DiskFull = full.RSSBytes, full.DiskBytes
+	b.RSSFull, b.RSSFullAnon, b.RSSFullFile, b.DiskFull = full.RSSBytes, full.RSSAnonBytes, full.RSSFileBytes, full.DiskBytes
+	settled, _, err := settledResources(ctx, t)
+	if err != nil {
+		res.Notes = append(res.Notes, "resources once settled after the fill: "+err.Error())
+	}
+	b.SettledS = round3(time.Since(filled).Seconds())
+	b.RSSSettled, b.RSSSettledAnon, b.RSSSettledFile = settled.RSSBytes, settled.RSSAnonBytes, settled.RSSFileBytes
 	if b.Pending > 0 {
-		per := func(v int64) float64 {
-			if v < 0 {
-				return -1
-			}
-			return round3(float64(v) / float64(b.Pending))
-		}
-		b.RSSPerMsg, b.DiskPerMsg = per(b.RSSFull), per(b.DiskFull)
+		b.RSSPerMsg, b.DiskPerMsg, b.RSSSettledPerMsg = perMsg(b.RSSFull, b.Pending), perMsg(b.DiskFull, b.Pending), perMsg(b.RSSSettled, b.Pending)
 		if b.RSSEmpty >= 0 && b.RSSFull >= 0 {
-			b.RSSDeltaPerMsg = per(b.RSSFull - b.RSSEmpty)
+			b.RSSDeltaPerMsg = perMsg(b.RSSFull-b.RSSEmpty, b.Pending)
 		}
 	}
 	if b.Pending != int64(p.done.Load()) {
@@ -121,16 +189,24 @@ func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
 	if b.PendingAfterRestart != b.Pending {
 		res.Notes = append(res.Notes, fmt.Sprintf("pending changed across the restart: %d before, %d after", b.Pending, b.PendingAfterRestart))
 	}
-	if err := sleepCtx(ctx, settle); err != nil {
-		return err
+	r, waited, err := settledResources(ctx, t)
+	if err != nil {
+		res.Notes = append(res.Notes, "resources once settled after the restart: "+err.Error())
 	}
-	if r, err := t.Resources(ctx); err == nil {
-		b.RSSRestarted = r.RSSBytes
-		if b.Pending > 0 && r.RSSBytes >= 0 {
-			b.RSSRestartedPerMsg = round3(float64(r.RSSBytes) / float64(b.Pending))
-		}
+	b.RestartedS = round3(waited.Seconds())
+	b.RSSRestarted, b.RSSRestartedAnon, b.RSSRestartedFile = r.RSSBytes, r.RSSAnonBytes, r.RSSFileBytes
+	if b.Pending > 0 {
+		b.RSSRestartedPerMsg = perMsg(r.RSSBytes, b.Pending)
 	}
 	return nil
+}
+
+// perMsg is v / pending, rounded; -1 when v is unknown.
+func perMsg(v, pending int64) float64 {
+	if v < 0 || pending <= 0 {
+		return -1
+	}
+	return round3(float64(v) / float64(pending))
 }
 
 // sleepCtx sleeps for d or until ctx ends.

@@ -361,7 +361,7 @@ func (t *dwTarget) leaderNode() *dwNode {
 func (t *dwTarget) Resources(ctx context.Context) (resources, error) {
 	if t.cluster == nil {
 		rss, err := t.scrapeRSS(ctx)
-		return resources{RSSBytes: rss, DiskBytes: -1}, err
+		return resources{RSSBytes: rss, RSSAnonBytes: -1, RSSFileBytes: -1, DiskBytes: -1}, err
 	}
 	t.refreshLeader(ctx)
 	nd := t.leaderNode()

@@ -93,8 +93,9 @@ func (r *Report) charts() []template.HTML {
 		var bars, disk []bar
 		for _, res := range ran {
 			k := res.Backlog
-			bars = append(bars, bar{Group: res.Target, Series: "after the fill", Value: k.RSSPerMsg},
-				bar{Group: res.Target, Series: "after a restart", Value: k.RSSRestartedPerMsg})
+			bars = append(bars, bar{Group: res.Target, Series: "2 s after the fill", Value: k.RSSPerMsg},
+				bar{Group: res.Target, Series: "settled after the fill", Value: k.RSSSettledPerMsg},
+				bar{Group: res.Target, Series: "settled after a restart", Value: k.RSSRestartedPerMsg})
 			disk = append(disk, bar{Group: res.Target, Series: "disk", Value: k.DiskPerMsg})
 		}
 		add(barChart("Resident memory per pending message", "bytes per message", bars, fmtCount))

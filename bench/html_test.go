@@ -122,8 +122,8 @@ func TestHTMLReportFire(t *testing.T) {
 
 func TestHTMLReportBacklog(t *testing.T) {
 	r := &Report{Workload: WorkloadBacklog, Params: Params{Messages: 100}, Results: []Result{
-		{Target: "delaywheel", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 3.5, RSSRestartedPerMsg: 2, DiskPerMsg: 150}},
-		{Target: "redis", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 180, RSSRestartedPerMsg: 170, DiskPerMsg: 120}},
+		{Target: "delaywheel", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 3.5, RSSSettledPerMsg: 3, RSSRestartedPerMsg: 2, DiskPerMsg: 150}},
+		{Target: "redis", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 180, RSSSettledPerMsg: 175, RSSRestartedPerMsg: 170, DiskPerMsg: 120}},
 	}}
 	var buf bytes.Buffer
 	if err := r.WriteHTML(&buf); err != nil {
@@ -131,8 +131,10 @@ func TestHTMLReportBacklog(t *testing.T) {
 	}
 	charts := svgSeries(t, buf.String())
 	mem := charts["Resident memory per pending message"]
-	want := []string{"data-series:after the fill", "data-group:delaywheel", "data-series:after a restart", "data-group:delaywheel",
-		"data-series:after the fill", "data-group:redis", "data-series:after a restart", "data-group:redis"}
+	want := []string{"data-series:2 s after the fill", "data-group:delaywheel", "data-series:settled after the fill", "data-group:delaywheel",
+		"data-series:settled after a restart", "data-group:delaywheel",
+		"data-series:2 s after the fill", "data-group:redis", "data-series:settled after the fill", "data-group:redis",
+		"data-series:settled after a restart", "data-group:redis"}
 	if !slices.Equal(mem, want) {
 		t.Fatalf("memory chart bars %v, want %v", mem, want)
 	}
@@ -143,7 +145,7 @@ func TestHTMLReportBacklog(t *testing.T) {
 	if err := r.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "resident bytes per pending message: delaywheel = 0.0194× redis") {
+	if !strings.Contains(table.String(), "resident bytes per pending message: delaywheel = 0.0171× redis settled after the fill (2 s after it: 0.0194×; settled after a restart: 0.0118×)") {
 		t.Fatalf("table:\n%s", table.String())
 	}
 }

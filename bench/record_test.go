@@ -177,13 +177,3 @@ func TestSchedules(t *testing.T) {
 		t.Fatalf("delaySeconds(past) = %d, want 0", got)
 	}
 }
-
-func TestParseVmRSS(t *testing.T) {
-	st := []byte("Name:\tredis-server\nVmPeak:\t  999 kB\nVmRSS:\t    8192 kB\nThreads:\t5\n")
-	if n, err := parseVmRSS(st); err != nil || n != 8192*1024 {
-		t.Fatalf("parseVmRSS = %d, %v", n, err)
-	}
-	if _, err := parseVmRSS([]byte("Name:\tx\n")); err == nil {
-		t.Fatal("no VmRSS line parsed")
-	}
-}

@@ -77,8 +77,8 @@ func TestProcLifecycle(t *testing.T) {
 	if !p.Running() || p.PID() == 0 {
 		t.Fatal("not running after Start")
 	}
-	if rss, err := p.RSS(); err != nil || rss <= 0 {
-		t.Logf("rss %d %v (no /proc here?)", rss, err)
+	if m, err := p.Mem(); err != nil || m.RSS <= 0 {
+		t.Logf("resident memory %+v %v (no /proc here?)", m, err)
 	}
 	if _, err := p.Stop(5 * time.Second); err != nil {
 		t.Fatal(err)

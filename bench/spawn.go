@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -146,46 +143,16 @@ func (p *proc) Kill() error {
 	return nil
 }
 
-// RSS is the process's resident memory, from /proc/<pid>/status.
-func (p *proc) RSS() (int64, error) {
+// Mem is the process's resident memory, from /proc/<pid>/status.
+func (p *proc) Mem() (memUsage, error) {
 	if p == nil {
-		return -1, errNotSpawned
+		return unknownMem(), errNotSpawned
 	}
 	pid := p.PID()
 	if pid == 0 || !p.Running() {
-		return -1, fmt.Errorf("rss of %s: not running", p.name)
+		return unknownMem(), fmt.Errorf("resident memory of %s: not running", p.name)
 	}
-	return rssOf(pid)
-}
-
-// rssOf reads VmRSS of a process.
-func rssOf(pid int) (int64, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return -1, fmt.Errorf("rss of pid %d: %w", pid, err)
-	}
-	return parseVmRSS(b)
-}
-
-// parseVmRSS finds "VmRSS: <n> kB" in a /proc/<pid>/status file.
-func parseVmRSS(status []byte) (int64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			break
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return -1, fmt.Errorf("VmRSS %q: %w", rest, err)
-		}
-		return kb * 1024, nil
-	}
-	return -1, errors.New("no VmRSS line in /proc status")
+	return memOf(pid)
 }
 
 // LogTail returns the last n lines of the process's output.
@@ -310,12 +277,12 @@ func mkdirAll(dir string) error {
 
 // footprint is the resident memory of p and the size of the files under dir.
 func footprint(p *proc, dir string) (resources, error) {
-	rss, err := p.RSS()
+	m, err := p.Mem()
 	if err != nil {
-		return resources{RSSBytes: -1, DiskBytes: -1}, err
+		return resources{RSSBytes: -1, RSSAnonBytes: -1, RSSFileBytes: -1, DiskBytes: -1}, err
 	}
 	disk, err := dirSize(dir)
-	return resources{RSSBytes: rss, DiskBytes: disk}, err
+	return resources{RSSBytes: m.RSS, RSSAnonBytes: m.Anon, RSSFileBytes: m.File, DiskBytes: disk}, err
 }
 
 // restartProc stops p with SIGTERM, starts it again and waits until ready

@@ -71,9 +71,21 @@ type consumer interface {
 
 // resources is a server's footprint; a negative value is unknown.
 type resources struct {
-	RSSBytes  int64
-	DiskBytes int64
+	RSSBytes     int64 // resident memory (VmRSS)
+	RSSAnonBytes int64 // of which anonymous: heap, stacks, allocator arenas
+	RSSFileBytes int64 // of which mapped file pages: the executable, mapped data files
+	DiskBytes    int64
 }
+
+// memUsage is a process's resident memory; a negative value is unknown.
+type memUsage struct {
+	RSS  int64 // VmRSS: everything resident
+	Anon int64 // RssAnon
+	File int64 // RssFile
+}
+
+// unknownMem is a memUsage with nothing known.
+func unknownMem() memUsage { return memUsage{RSS: -1, Anon: -1, File: -1} }
 
 // restartTimes measures a restart.
 type restartTimes struct {

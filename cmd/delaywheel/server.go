@@ -34,6 +34,17 @@ func envs(flag string) []string {
 	return []string{"DELAYWHEEL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
 }
 
+// Memory defaults. A node's memory must not grow with its backlog: it is
+// the runtime and its heap, the index's block cache and memtables, and the
+// pages of the Raft log the process maps.
+const (
+	defaultCacheBytes         = 16 << 20
+	defaultMemTableBytes      = 4 << 20
+	defaultMemoryLimit        = 0
+	defaultGCPercent          = 0
+	defaultReleaseMappedBytes = 8 << 20
+)
+
 func serverFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "node-id", Value: "n1", Usage: "this node's id", EnvVars: envs("node-id")},
@@ -64,7 +75,13 @@ func serverFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
 		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 16384, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
-		&cli.Int64Flag{Name: "cache-bytes", Value: 16 << 20, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
+		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
+		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
+		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
+		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
+		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "hand the Raft log's mapped pages back to the kernel once they hold this many bytes (Linux; 0: never)", EnvVars: envs("release-mapped-bytes")},
+		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
+		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes idle after a burst of work, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
 }
 
@@ -85,6 +102,8 @@ func configFlags() ([]cli.Flag, cli.BeforeFunc) {
 			out = append(out, altsrc.NewUint64Flag(f))
 		case *cli.DurationFlag:
 			out = append(out, altsrc.NewDurationFlag(f))
+		case *cli.BoolFlag:
+			out = append(out, altsrc.NewBoolFlag(f))
 		default:
 			out = append(out, f)
 		}
@@ -244,6 +263,14 @@ func runServer(c *cli.Context) error {
 			return fmt.Errorf("--raft-tls-*: %w", err)
 		}
 	}
+	mem := memorySettings{
+		Limit: c.Int64("memory-limit"), GCPercent: c.Int("gc-percent"),
+		ReleaseMappedBytes: c.Int64("release-mapped-bytes"), ReleaseInterval: c.Duration("release-mapped-interval"),
+		ReleaseIdleHeap: c.Bool("release-idle-heap"),
+	}
+	if err := mem.validate(); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.String("http-addr"))
 	if err != nil {
 		return fmt.Errorf("--http-addr: %w", err)
@@ -252,6 +279,19 @@ func runServer(c *cli.Context) error {
 		ln = tls.NewListener(ln, serverTLS)
 	}
 	httpAddr := c.String("http-addr")
+	defer mem.apply(logger)()
+	if mem.ReleaseMappedBytes > 0 {
+		// Released pages of the Raft log left the page cache, and Raft reads
+		// the entries after the snapshot through bolt's map as it opens (the
+		// node replays them): one sequential read first costs less than
+		// faulting them in page by page.
+		t0 := time.Now()
+		n, err := prefetchFile(c.Context, filepath.Join(dataDir, "raft", "raft.db"))
+		if err != nil {
+			logger.Warn("reading the raft log ahead", "err", err)
+		}
+		logger.Debug("read the raft log ahead", "bytes", n, "took", time.Since(t0))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -262,7 +302,7 @@ func runServer(c *cli.Context) error {
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
 		MaxTopics: c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
 		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
-		Store:         wheel.Options{CacheBytes: c.Int64("cache-bytes")},
+		Store:         wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes")},
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
 	})
 	if err != nil {
@@ -288,6 +328,7 @@ func runServer(c *cli.Context) error {
 			return err
 		}
 	}
+	mem.release(sigCtx, logger, filepath.Join(dataDir, "raft"))
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()

@@ -1,0 +1,40 @@
+package bench
+
+import (
+	"os"
+	"testing"
+)
+
+func TestParseStatusMem(t *testing.T) {
+	st := []byte("Name:\tredis-server\nVmPeak:\t  999 kB\nVmRSS:\t    8192 kB\nRssAnon:\t    6144 kB\nRssFile:\t    2048 kB\nRssShmem:\t       0 kB\nThreads:\t5\n")
+	m, err := parseStatusMem(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (memUsage{RSS: 8192 << 10, Anon: 6144 << 10, File: 2048 << 10}); m != want {
+		t.Fatalf("parseStatusMem = %+v, want %+v", m, want)
+	}
+
+	// A kernel without the parts: VmRSS alone, the parts unknown.
+	m, err = parseStatusMem([]byte("Name:\tx\nVmRSS:\t  100 kB\n"))
+	if err != nil || m.RSS != 100<<10 || m.Anon != -1 || m.File != -1 {
+		t.Fatalf("parseStatusMem(VmRSS only) = %+v, %v", m, err)
+	}
+
+	if _, err := parseStatusMem([]byte("Name:\tx\nRssAnon:\t 5 kB\n")); err == nil {
+		t.Fatal("no VmRSS line parsed")
+	}
+	if _, err := parseStatusMem([]byte("VmRSS:\t 5 MB\n")); err == nil {
+		t.Fatal("a size not in kB parsed")
+	}
+}
+
+func TestMemOfSelf(t *testing.T) {
+	m, err := memOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS <= 0 || m.Anon <= 0 || m.File <= 0 || m.Anon+m.File > m.RSS {
+		t.Fatalf("memOf(self) = %+v: want RSS > 0 holding anonymous and file pages", m)
+	}
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// memorySettings are the process-wide memory settings of a server node.
+type memorySettings struct {
+	// Limit is the Go runtime's soft memory limit in bytes
+	// (debug.SetMemoryLimit). 0 leaves the runtime's own setting (the
+	// GOMEMLIMIT environment variable, or none).
+	Limit int64
+	// GCPercent is the Go collector's target (debug.SetGCPercent). 0 leaves
+	// the runtime's own setting (the GOGC environment variable, or 100).
+	GCPercent int
+	// ReleaseMappedBytes is how many bytes of file pages one mapping of a
+	// file under the data directory (the Raft log) may keep resident before
+	// they are handed back to the kernel. 0 never releases them.
+	ReleaseMappedBytes int64
+	// ReleaseInterval is how often the mappings, and whether the process
+	// has gone idle, are checked.
+	ReleaseInterval time.Duration
+	// ReleaseIdleHeap hands the heap's free memory back to the kernel once
+	// the process goes idle after a burst of work (see idleReleaser).
+	ReleaseIdleHeap bool
+}
+
+// validate rejects settings the runtime would misread.
+func (m memorySettings) validate() error {
+	if m.Limit < 0 {
+		return fmt.Errorf("--memory-limit %d: want a byte count, or 0 for the runtime's default", m.Limit)
+	}
+	if m.GCPercent < 0 {
+		return fmt.Errorf("--gc-percent %d: want a percentage above 0, or 0 for the runtime's default", m.GCPercent)
+	}
+	if m.ReleaseMappedBytes < 0 {
+		return fmt.Errorf("--release-mapped-bytes %d: want a byte count, or 0 to never release", m.ReleaseMappedBytes)
+	}
+	if (m.ReleaseMappedBytes > 0 || m.ReleaseIdleHeap) && m.ReleaseInterval <= 0 {
+		return fmt.Errorf("--release-mapped-interval %s: want a positive duration", m.ReleaseInterval)
+	}
+	return nil
+}
+
+// apply sets the runtime's limit and collector target and returns a
+// function that puts back what was there before (tests run servers in
+// one process).
+func (m memorySettings) apply(log *slog.Logger) (restore func()) {
+	prevLimit := debug.SetMemoryLimit(-1) // -1 reads it without a change
+	prevPercent, setPercent := 0, m.GCPercent > 0
+	if m.Limit > 0 {
+		debug.SetMemoryLimit(m.Limit)
+	}
+	if setPercent {
+		prevPercent = debug.SetGCPercent(m.GCPercent)
+	}
+	if m.Limit > 0 || m.GCPercent > 0 {
+		limit := debug.SetMemoryLimit(-1)
+		attrs := []any{"gc_percent", currentGCPercent()}
+		if limit != math.MaxInt64 {
+			attrs = append(attrs, "memory_limit_bytes", limit)
+		}
+		log.Info("go runtime memory settings", attrs...)
+	}
+	return func() {
+		debug.SetMemoryLimit(prevLimit)
+		if setPercent {
+			debug.SetGCPercent(prevPercent)
+		}
+	}
+}
+
+// currentGCPercent reads the collector's target without changing it.
+func currentGCPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return -1
+	}
+	return int(s[0].Value.Uint64())
+}
+
+// release runs, until ctx ends, the releasers the settings ask for: of the
+// pages of files under dir the process maps (where the platform can), and
+// of the heap when the process goes idle.
+func (m memorySettings) release(ctx context.Context, log *slog.Logger, dir string) {
+	if m.ReleaseMappedBytes > 0 {
+		if r := newPageReleaser(dir, m.ReleaseMappedBytes, log); r != nil {
+			go r.run(ctx, m.ReleaseInterval)
+		}
+	}
+	if m.ReleaseIdleHeap {
+		go newIdleReleaser(log).run(ctx, m.ReleaseInterval)
+	}
+}
+
+// Idle release thresholds: a process that allocated at least idleBurst bytes
+// since the heap was last released, and then at most idleQuiet bytes within
+// one check interval, has gone idle after a burst.
+const (
+	idleBurst = 64 << 20
+	idleQuiet = 1 << 20
+)
+
+// idleReleaser hands the heap's free memory back to the kernel when the
+// process goes idle after a burst. The collector sizes the heap for the
+// burst (twice the live heap at GOGC=100) and, with no more allocation,
+// starts no further cycle that would shrink it: the garbage of the last
+// requests and the free spans stay resident. One collection and scavenge
+// once the burst is over returns them, at no cost to the work, which has
+// stopped. Under steady load the process never looks idle, and GOGC and
+// --memory-limit govern the heap as usual.
+type idleReleaser struct {
+	log       *slog.Logger
+	allocated func() uint64 // bytes allocated since the process started
+	release   func()
+	last      uint64 // allocated at the previous check
+	since     uint64 // allocated since the last release
+}
+
+func newIdleReleaser(log *slog.Logger) *idleReleaser {
+	r := &idleReleaser{log: log, allocated: heapAllocated, release: debug.FreeOSMemory}
+	r.last = r.allocated()
+	return r
+}
+
+// heapAllocated reads the bytes the heap has allocated since the start.
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// check is one interval's look at the allocation counter; it releases the
+// heap and reports true when the process has gone idle after a burst.
+func (r *idleReleaser) check() bool {
+	now := r.allocated()
+	delta := now - r.last
+	r.last = now
+	r.since += delta
+	if delta > idleQuiet || r.since < idleBurst {
+		return false
+	}
+	r.release()
+	r.since = 0
+	r.last = r.allocated() // the release's own allocations are not work
+	return true
+}
+
+// run checks every interval until ctx ends.
+func (r *idleReleaser) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if r.check() {
+				r.log.Debug("idle after a burst: released the heap's free memory")
+			}
+		}
+	}
+}

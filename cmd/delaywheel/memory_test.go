@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMemorySettingsValidate(t *testing.T) {
+	ok := memorySettings{Limit: 64 << 20, GCPercent: 50, ReleaseMappedBytes: 8 << 20, ReleaseInterval: time.Second}
+	if err := ok.validate(); err != nil {
+		t.Fatalf("valid settings: %v", err)
+	}
+	if err := (memorySettings{}).validate(); err != nil {
+		t.Fatalf("zero settings (runtime defaults, no releasing): %v", err)
+	}
+	for flag, m := range map[string]memorySettings{
+		"--memory-limit":            {Limit: -1},
+		"--gc-percent":              {GCPercent: -5},
+		"--release-mapped-bytes":    {ReleaseMappedBytes: -1},
+		"--release-mapped-interval": {ReleaseMappedBytes: 1, ReleaseInterval: 0},
+	} {
+		err := m.validate()
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%+v: error %v, want one naming %s", m, err, flag)
+		}
+	}
+}
+
+func TestMemorySettingsApplyAndRestore(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	limit0, percent0 := debug.SetMemoryLimit(-1), currentGCPercent()
+
+	restore := memorySettings{Limit: 96 << 20, GCPercent: 37}.apply(log)
+	if got := debug.SetMemoryLimit(-1); got != 96<<20 {
+		t.Errorf("memory limit = %d, want %d", got, 96<<20)
+	}
+	if got := currentGCPercent(); got != 37 {
+		t.Errorf("gc percent = %d, want 37", got)
+	}
+	restore()
+	if got := debug.SetMemoryLimit(-1); got != limit0 {
+		t.Errorf("memory limit after restore = %d, want %d", got, limit0)
+	}
+	if got := currentGCPercent(); got != percent0 {
+		t.Errorf("gc percent after restore = %d, want %d", got, percent0)
+	}
+
+	// Zero leaves the runtime's own settings alone.
+	restore = memorySettings{}.apply(log)
+	if got := debug.SetMemoryLimit(-1); got != limit0 {
+		t.Errorf("memory limit with 0 = %d, want the runtime's %d", got, limit0)
+	}
+	if got := currentGCPercent(); got != percent0 {
+		t.Errorf("gc percent with 0 = %d, want the runtime's %d", got, percent0)
+	}
+	restore()
+	if limit0 != math.MaxInt64 {
+		t.Logf("GOMEMLIMIT is set in this environment: %d", limit0)
+	}
+}
+
+// TestServerMemoryFlags checks that the memory flags reach the settings:
+// a bad value of each, from the command line or the environment, stops the
+// server before it opens anything.
+func TestServerMemoryFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		flag string
+	}{
+		{args: []string{"--memory-limit", "-1"}, flag: "--memory-limit"},
+		{args: []string{"--gc-percent", "-20"}, flag: "--gc-percent"},
+		{args: []string{"--release-mapped-bytes", "-1"}, flag: "--release-mapped-bytes"},
+		{args: []string{"--release-mapped-interval", "0s"}, flag: "--release-mapped-interval"},
+		{env: "DELAYWHEEL_GC_PERCENT=-3", flag: "--gc-percent"},
+	} {
+		if k, v, ok := strings.Cut(c.env, "="); ok {
+			t.Setenv(k, v)
+		}
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"server", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0"}, c.args...)
+		_, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%v %s: error %v, want one naming %s", c.args, c.env, err, c.flag)
+		}
+		if _, statErr := os.Stat(dir); !errors.Is(statErr, os.ErrNotExist) {
+			t.Errorf("%v %s: the data dir was created before the settings were checked", c.args, c.env)
+		}
+	}
+	m := memorySettings{Limit: defaultMemoryLimit, GCPercent: defaultGCPercent, ReleaseMappedBytes: defaultReleaseMappedBytes, ReleaseInterval: time.Second}
+	if err := m.validate(); err != nil {
+		t.Fatalf("the defaults do not validate: %v", err)
+	}
+}
+
+func TestIdleReleaser(t *testing.T) {
+	const mib = 1 << 20
+	var allocated uint64
+	releases := 0
+	r := &idleReleaser{
+		log:       slog.New(slog.DiscardHandler),
+		allocated: func() uint64 { return allocated },
+		release:   func() { releases++; allocated += 16 << 10 },
+	}
+	step := func(alloc uint64) bool {
+		allocated += alloc
+		return r.check()
+	}
+	// Quiet from the start: nothing to release.
+	if step(0) || step(100<<10) {
+		t.Fatal("released with no burst before")
+	}
+	// A burst of 30 MiB/interval: busy, no release while it lasts.
+	for range 4 {
+		if step(30 * mib) {
+			t.Fatal("released during a burst")
+		}
+	}
+	// Idle after it: one release, then none until the next burst.
+	if !step(512<<10) || releases != 1 {
+		t.Fatalf("no release once idle after 120 MiB (releases %d)", releases)
+	}
+	for range 5 {
+		if step(200 << 10) {
+			t.Fatal("released again with no burst since")
+		}
+	}
+	// Steady moderate work that never looks idle: no release.
+	for range 10 {
+		if step(8 * mib) {
+			t.Fatal("released under steady load")
+		}
+	}
+	// It counts, though: the first quiet interval after it releases.
+	if !step(0) || releases != 2 {
+		t.Fatalf("no release once idle after 80 MiB of steady work (releases %d)", releases)
+	}
+	// A small burst below the threshold is not worth a release.
+	step(20 * mib)
+	if step(0) {
+		t.Fatal("released after a 20 MiB burst")
+	}
+}
