@@ -120,7 +120,7 @@ func appendOptVarint(b []byte, num protowire.Number, v *int64) []byte {
 // allocations rather than several per message.
 func UnmarshalEnqueueRequest(data []byte, maxMessages int) (EnqueueRequest, error) {
 	n := 0
-	_ = eachField(data, 0, "", func(num protowire.Number, typ protowire.Type, _ uint64, _ []byte, _ int) error {
+	_ = eachField(data, 0, loc{msg: -1}, func(num protowire.Number, typ protowire.Type, _ uint64, _ []byte, _ int) error {
 		if num == fReqMessages && typ == protowire.BytesType {
 			n++
 		}
@@ -130,11 +130,11 @@ func UnmarshalEnqueueRequest(data []byte, maxMessages int) (EnqueueRequest, erro
 		return EnqueueRequest{}, fmt.Errorf("messages: %w: %d messages are over the limit of %d per request", ErrTooManyMessages, n, maxMessages)
 	}
 	d := &protoDecoder{all: string(data), msgs: make([]Message, 0, n), ints: make([]int64, 0, 4*n), strs: make([]string, 0, n)}
-	err := eachField(data, 0, "", func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte, off int) error {
+	err := eachField(data, 0, loc{msg: -1}, func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte, off int) error {
 		if num != fReqMessages {
-			return unknownField("", num)
+			return unknownField(loc{msg: -1}, num)
 		}
-		where := fmt.Sprintf("messages[%d]", len(d.msgs))
+		where := loc{msg: len(d.msgs)}
 		if typ != protowire.BytesType {
 			return fmt.Errorf("%s: must be an embedded message (wire type 2), got wire type %d", where, typ)
 		}
@@ -162,7 +162,7 @@ func (d *protoDecoder) int64p(v int64) *int64 {
 
 func (d *protoDecoder) str(raw []byte, off int) string { return d.all[off : off+len(raw)] }
 
-func (d *protoDecoder) utf8(path string, raw []byte, off int, dst *string) error {
+func (d *protoDecoder) utf8(path loc, raw []byte, off int, dst *string) error {
 	if !utf8.Valid(raw) {
 		return fmt.Errorf("%s: must be valid UTF-8", path)
 	}
@@ -170,14 +170,14 @@ func (d *protoDecoder) utf8(path string, raw []byte, off int, dst *string) error
 	return nil
 }
 
-func (d *protoDecoder) message(m *Message, data []byte, base int, where string) error {
+func (d *protoDecoder) message(m *Message, data []byte, base int, where loc) error {
 	var seen uint16
 	return eachField(data, base, where, func(num protowire.Number, typ protowire.Type, v uint64, raw []byte, off int) error {
 		name, want, ok := messageField(num)
 		if !ok {
 			return unknownField(where, num)
 		}
-		path := where + "." + name
+		path := loc{msg: where.msg, field: name}
 		if typ != want {
 			return fmt.Errorf("%s: wrong wire type %d (want %d)", path, typ, want)
 		}
@@ -242,7 +242,7 @@ func messageField(num protowire.Number) (name string, typ protowire.Type, ok boo
 }
 
 // header decodes one map entry of headers into m.
-func (d *protoDecoder) header(data []byte, base int, path string, m *Message) error {
+func (d *protoDecoder) header(data []byte, base int, path loc, m *Message) error {
 	var (
 		k, val  string
 		seenKey bool
@@ -256,9 +256,9 @@ func (d *protoDecoder) header(data []byte, base int, path string, m *Message) er
 		}
 		if num == 1 {
 			seenKey = true
-			return d.utf8(path+" key", raw, off, &k)
+			return d.utf8(loc{msg: path.msg, field: path.field, extra: " key"}, raw, off, &k)
 		}
-		return d.utf8(path+"["+quoteShort(k, seenKey)+"]", raw, off, &val)
+		return d.utf8(loc{msg: path.msg, field: path.field, extra: "[" + quoteShort(k, seenKey) + "]"}, raw, off, &val)
 	})
 	if err != nil {
 		return err
@@ -283,11 +283,30 @@ func quoteShort(k string, known bool) string {
 	return fmt.Sprintf("%q", k)
 }
 
-func unknownField(where string, num protowire.Number) error {
-	if where == "" {
-		where = "request body"
-	}
+func unknownField(where loc, num protowire.Number) error {
 	return fmt.Errorf("%s: unknown field number %d", where, num)
+}
+
+// loc names where in a request a field is, for error messages; it is turned
+// into text only when there is an error to report.
+type loc struct {
+	msg   int    // message index; negative: the request (or answer) itself
+	field string // field name within the message
+	extra string // what follows: a map key, or the name of an answer part
+}
+
+func (l loc) String() string {
+	if l.msg < 0 {
+		if l.extra != "" {
+			return l.extra
+		}
+		return "request body"
+	}
+	s := fmt.Sprintf("messages[%d]", l.msg)
+	if l.field != "" {
+		s += "." + l.field
+	}
+	return s + l.extra
 }
 
 // eachField walks the fields of one protobuf message that starts at offset
@@ -295,10 +314,7 @@ func unknownField(where string, num protowire.Number) error {
 // payload and the payload's offset in the request. Groups and fixed-width
 // fields, which delaywheel.proto does not use, reach fn with no value, and
 // its wire type check refuses them.
-func eachField(data []byte, base int, where string, fn func(num protowire.Number, typ protowire.Type, v uint64, raw []byte, off int) error) error {
-	if where == "" {
-		where = "request body"
-	}
+func eachField(data []byte, base int, where loc, fn func(num protowire.Number, typ protowire.Type, v uint64, raw []byte, off int) error) error {
 	pos := 0
 	for pos < len(data) {
 		num, typ, n := protowire.ConsumeTag(data[pos:])
@@ -354,12 +370,12 @@ func AppendEnqueueResponse(b []byte, resp EnqueueResponse) []byte {
 // Unknown fields are skipped, so that a newer server's answer still decodes.
 func UnmarshalEnqueueResponse(data []byte) (EnqueueResponse, error) {
 	var resp EnqueueResponse
-	err := eachField(data, 0, "answer", func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte, _ int) error {
+	err := eachField(data, 0, loc{msg: -1, extra: "answer"}, func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte, _ int) error {
 		if num != fRespResults || typ != protowire.BytesType {
 			return nil
 		}
 		var r Result
-		err := eachField(raw, 0, "result", func(num protowire.Number, typ protowire.Type, v uint64, raw []byte, _ int) error {
+		err := eachField(raw, 0, loc{msg: -1, extra: "result"}, func(num protowire.Number, typ protowire.Type, v uint64, raw []byte, _ int) error {
 			switch {
 			case num == fResID && typ == protowire.BytesType:
 				r.ID = string(raw)
