@@ -9,10 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
-	"time"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // openRaftLog opens the bolt file that holds the Raft log and stable store.
@@ -31,20 +29,7 @@ func openRaftLog(path string) (store *raftboltdb.BoltStore, err error) {
 			store, err = nil, fmt.Errorf("%s is damaged (opening it failed: %v); %s", path, r, raftLogRemedy)
 		}
 	}()
-	return raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: raftLogBoltOptions()})
-}
-
-// raftLogBoltOptions are bolt's options for the Raft log. The freelist is
-// not written on every commit (bolt rebuilds it by scanning the file when it
-// opens, as etcd does): each Raft append is a bolt commit, and rewriting
-// the freelist with every one grows with the file and adds page writes to
-// the path every enqueue waits on.
-func raftLogBoltOptions() *bbolt.Options {
-	return &bbolt.Options{
-		Timeout:        time.Second,
-		NoFreelistSync: true,
-		FreelistType:   bbolt.FreelistMapType,
-	}
+	return raftboltdb.New(raftboltdb.Options{Path: path})
 }
 
 const raftLogRemedy = "this node cannot start from it: remove the node from the cluster, empty its data dir and add it again"
