@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -26,11 +29,21 @@ import (
 // If the leader dies before the Lease commits, the next leader delivers the
 // message again (at-least-once, a duplicate only where the leader changed).
 // Without a lease (just elected, or quorum contact lost), a hand-off is
-// answered only once its Lease has committed.
+// answered only once its Lease has committed. The only voter of a cluster
+// always holds the lease: no other node can be elected while it leads.
+//
+// The path from a due millisecond to the answer is kept short, because
+// every step of it is lateness: the fire loop wakes on a precise alarm (see
+// waker), an arriving reserve pops what came due itself rather than wait for
+// the fire loop, the consumer's goroutine submits its Lease entry itself
+// (Raft batches concurrent entries into one write), and a goroutine per
+// Lease waits for its commit, so a commit stall holds up no hand-off while
+// the lease is held.
 type dispatcher struct {
 	n      *Node
 	clock  wheel.Clock
 	loader *wheel.Loader
+	wake   *waker
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -40,8 +53,10 @@ type dispatcher struct {
 	waiters  map[string][]*waiter
 	due      map[string][]wheel.Message // popped from the heap, not handed out yet
 	inflight map[wheel.ID]struct{}      // handed out, Lease not yet applied
-	leases   chan *leaseReq
-	commits  chan leaseCommit
+	// drained holds the topics whose ready queue held nothing to hand out
+	// when last read, and has not received a message since: taking from
+	// them skips reading the queue. A topic absent is read.
+	drained map[string]bool
 
 	// confirmedNs is the latest instant (clock nanoseconds) at which a quorum
 	// is known to have followed this leader; revoked turns the lease off for
@@ -56,20 +71,11 @@ type waiter struct {
 	done bool
 }
 
-type leaseReq struct {
-	items    []wheel.LeaseItem
-	msgs     []wheel.Message
-	now      int64
-	queued   chan error // the Lease is in the log order (nil) or failed
-	res      chan leaseRes
-	answered bool // the consumer was answered before the commit
-}
-
-// leaseCommit is a submitted Lease entry and the hand-offs it carries.
+// leaseCommit is a submitted Lease entry and the hand-off it carries.
 type leaseCommit struct {
-	p     *proposal
-	batch []*leaseReq
-	n     int
+	p    *proposal
+	msgs []wheel.Message
+	res  chan leaseRes // buffered: finishLease never waits for the hand-off
 }
 
 type leaseRes struct {
@@ -81,24 +87,27 @@ func newDispatcher(n *Node) *dispatcher {
 	return &dispatcher{
 		n: n, clock: n.clock, loader: wheel.NewLoader(),
 		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
-		inflight: map[wheel.ID]struct{}{}, leases: make(chan *leaseReq, 4096),
-		commits: make(chan leaseCommit, 64),
+		inflight: map[wheel.ID]struct{}{}, drained: map[string]bool{},
 	}
 }
 
 func (d *dispatcher) start(parent context.Context) error {
 	d.ctx, d.cancel = context.WithCancel(parent)
+	w, err := newWaker(d.clock)
+	if err != nil {
+		d.n.log.Warn("no precise alarm; due messages may fire up to a millisecond late", "err", err)
+	}
+	d.wake = w
 	st := d.n.store()
 	st.AttachLoader(d.loader)
 	if err := d.tick(); err != nil {
 		st.DetachLoader()
+		d.wake.close()
 		return err
 	}
-	d.wg.Add(5)
+	d.wg.Add(3)
 	go d.tickLoop()
 	go d.fireLoop()
-	go d.leaseLoop()
-	go d.commitLoop()
 	go d.confirmLoop()
 	return nil
 }
@@ -106,6 +115,7 @@ func (d *dispatcher) start(parent context.Context) error {
 func (d *dispatcher) stop() {
 	d.cancel()
 	d.wg.Wait()
+	d.wake.close()
 	d.n.store().DetachLoader()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -124,6 +134,9 @@ func (d *dispatcher) stop() {
 func (d *dispatcher) reattach(st *wheel.Store) {
 	d.loader = wheel.NewLoader()
 	st.AttachLoader(d.loader)
+	d.mu.Lock()
+	clear(d.drained) // the loader that reported new ready messages is gone
+	d.mu.Unlock()
 }
 
 // tick loads the slots about to come due and, once a second (plus the
@@ -165,22 +178,12 @@ func (d *dispatcher) fireLoop() {
 	defer d.wg.Done()
 	for {
 		changed := d.loader.Changed()
-		msgs, next := d.loader.PopDue(d.clock.Now().UnixMilli())
-		topics := d.loader.TakeReadyTopics()
-		if len(msgs) > 0 || len(topics) > 0 {
-			d.mu.Lock()
-			for _, m := range msgs {
-				d.due[m.Topic] = append(d.due[m.Topic], m)
-				topics = append(topics, m.Topic)
-			}
-			for _, t := range topics {
-				d.serveWaitersLocked(t)
-			}
-			d.mu.Unlock()
-		}
+		d.mu.Lock()
+		next := d.offerLocked()
+		d.mu.Unlock()
 		var timer <-chan time.Time
 		if next >= 0 {
-			timer = d.clock.After(time.UnixMilli(next).Sub(d.clock.Now()))
+			timer = d.wake.at(time.UnixMilli(next))
 		}
 		select {
 		case <-d.ctx.Done():
@@ -189,6 +192,29 @@ func (d *dispatcher) fireLoop() {
 		case <-timer:
 		}
 	}
+}
+
+// offerLocked pops the loaded messages due by the clock and hands them, and
+// the messages of topics whose ready queue received some, to the waiting
+// consumers. It returns the next due instant (-1 when none is loaded).
+// Both the fire loop and an arriving reserve call it: whichever runs first
+// after a message comes due hands it out.
+func (d *dispatcher) offerLocked() int64 {
+	msgs, next := d.loader.PopDue(d.clock.Now().UnixMilli())
+	topics := d.loader.TakeReadyTopics()
+	for _, t := range topics {
+		delete(d.drained, t)
+	}
+	for _, m := range msgs {
+		d.due[m.Topic] = append(d.due[m.Topic], m)
+		if !slices.Contains(topics, m.Topic) {
+			topics = append(topics, m.Topic)
+		}
+	}
+	for _, t := range topics {
+		d.serveWaitersLocked(t)
+	}
+	return next
 }
 
 // serveWaitersLocked hands available messages to a topic's waiters, oldest first.
@@ -217,13 +243,22 @@ func (d *dispatcher) serveWaitersLocked(topic string) {
 func (d *dispatcher) takeLocked(topic string, max int) []wheel.Message {
 	st := d.n.store()
 	var out []wheel.Message
-	views, err := st.Ready(topic, max, func(id wheel.ID) bool { _, ok := d.inflight[id]; return ok })
-	if err != nil {
-		d.n.log.Warn("reading ready queue", "topic", topic, "err", err)
-	}
-	for _, v := range views {
-		out = append(out, v.Message)
-		d.inflight[v.ID] = struct{}{}
+	if !d.drained[topic] {
+		skipped := false
+		views, err := st.Ready(topic, max, func(id wheel.ID) bool {
+			_, ok := d.inflight[id]
+			skipped = skipped || ok
+			return ok
+		})
+		if err != nil {
+			d.n.log.Warn("reading ready queue", "topic", topic, "err", err)
+		} else if len(views) < max && !skipped {
+			d.drained[topic] = true
+		}
+		for _, v := range views {
+			out = append(out, v.Message)
+			d.inflight[v.ID] = struct{}{}
+		}
 	}
 	list := d.due[topic]
 	cursor := st.Cursor()
@@ -261,7 +296,9 @@ func (d *dispatcher) inFlight(id wheel.ID) bool {
 // reserve takes up to max due messages of topic, waiting up to wait for the
 // first, and leases them.
 func (d *dispatcher) reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+	max = min(max, d.n.cfg.MaxLeaseBatch) // one hand-off is one Lease entry
 	d.mu.Lock()
+	d.offerLocked()
 	msgs := d.takeLocked(topic, max)
 	if len(msgs) > 0 || wait <= 0 {
 		d.mu.Unlock()
@@ -317,7 +354,27 @@ func (d *dispatcher) leaseHeld() bool {
 	if d.revoked.Load() {
 		return false
 	}
+	if d.soleVoter() {
+		return true
+	}
 	return d.clock.Now().UnixNano() < d.confirmedNs.Load()+int64(d.n.cfg.HeartbeatTimeout/2)
+}
+
+// soleVoter reports whether this node is the only voter of the latest
+// configuration: no other node can be elected while it leads.
+func (d *dispatcher) soleVoter() bool {
+	f := d.n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	voters, self := 0, false
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+			self = self || string(s.ID) == d.n.cfg.ID
+		}
+	}
+	return voters == 1 && self
 }
 
 // confirmed records that a quorum followed this leader at some instant at or
@@ -373,29 +430,16 @@ func (d *dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 		// Lease proposed then would be refused.
 		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: exp + max(d.backoff(m.Attempts+1), 1)}
 	}
-	req := &leaseReq{items: items, msgs: msgs, now: now, queued: make(chan error, 1), res: make(chan leaseRes, 1)}
-	select {
-	case d.leases <- req:
-	case <-d.ctx.Done():
-		d.release(msgs)
-		return nil, wheel.ErrNotLeader
-	}
-	// The lease loop answers queued once the entry is submitted, and
-	// releases the messages once it commits or fails.
-	var err error
-	select {
-	case err = <-req.queued:
-	case <-d.ctx.Done():
-		// Leadership ended; if the Lease still commits, the message comes
-		// back when that lease expires.
-		return nil, wheel.ErrNotLeader
-	}
+	p, err := d.n.submit(d.ctx, wheel.Lease{NowMs: now, Items: items})
 	if err != nil {
+		d.release(msgs, nil)
 		return nil, err
 	}
-	// Check the lease again: if it lapsed since the entry was submitted (the
-	// process was paused, say), answer only what commits.
-	if req.answered && d.leaseHeld() {
+	// The Lease is in the log order now: an ack the consumer sends for what
+	// it is answered is ordered after it.
+	c := &leaseCommit{p: p, msgs: msgs, res: make(chan leaseRes, 1)}
+	go d.finishLease(c)
+	if firstHandoffs(msgs) && d.leaseHeld() {
 		ok := make([]bool, len(msgs))
 		for i := range ok {
 			ok[i] = true
@@ -404,8 +448,10 @@ func (d *dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 	}
 	var res leaseRes
 	select {
-	case res = <-req.res:
+	case res = <-c.res:
 	case <-d.ctx.Done():
+		// Leadership ended; if the Lease still commits, the message comes
+		// back when that lease expires.
 		res.err = wheel.ErrNotLeader
 	}
 	if res.err != nil {
@@ -431,11 +477,16 @@ func (d *dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, o
 	return out
 }
 
-// release ends the hand-off of msgs: they may be taken again.
-func (d *dispatcher) release(msgs []wheel.Message) {
+// release ends the hand-off of msgs: they may be taken again. leased says
+// which of them the Lease reserved (nil: none); the others are where they
+// were, and their topics' ready queues are read again.
+func (d *dispatcher) release(msgs []wheel.Message, leased []bool) {
 	d.mu.Lock()
-	for _, m := range msgs {
+	for i, m := range msgs {
 		delete(d.inflight, m.ID)
+		if leased == nil || !leased[i] {
+			delete(d.drained, m.Topic)
+		}
 	}
 	d.mu.Unlock()
 }
@@ -455,68 +506,9 @@ func firstHandoffs(msgs []wheel.Message) bool {
 	return true
 }
 
-// leaseLoop submits hand-offs as Lease entries, everything queued at once
-// in one entry, without waiting for earlier ones to commit.
-func (d *dispatcher) leaseLoop() {
-	defer d.wg.Done()
-	defer close(d.commits)
-	for {
-		var batch []*leaseReq
-		select {
-		case <-d.ctx.Done():
-			d.drainLeases(wheel.ErrNotLeader)
-			return
-		case r := <-d.leases:
-			batch = append(batch, r)
-		}
-		n := len(batch[0].items)
-	more:
-		for n < d.n.cfg.MaxLeaseBatch {
-			select {
-			case r := <-d.leases:
-				batch = append(batch, r)
-				n += len(r.items)
-			default:
-				break more
-			}
-		}
-		cmd := wheel.Lease{NowMs: batch[0].now}
-		for _, r := range batch {
-			cmd.NowMs = max(cmd.NowMs, r.now)
-			cmd.Items = append(cmd.Items, r.items...)
-		}
-		p, err := d.n.submit(d.ctx, cmd)
-		if err != nil {
-			for _, r := range batch {
-				d.release(r.msgs)
-				r.queued <- err
-			}
-			continue
-		}
-		fast := d.leaseHeld()
-		for _, r := range batch {
-			r.answered = fast && firstHandoffs(r.msgs)
-			r.queued <- nil
-		}
-		select {
-		case d.commits <- leaseCommit{p: p, batch: batch, n: len(cmd.Items)}:
-		case <-d.ctx.Done():
-			go d.finishLease(leaseCommit{p: p, batch: batch, n: len(cmd.Items)})
-		}
-	}
-}
-
-// commitLoop waits for submitted Lease entries in order.
-func (d *dispatcher) commitLoop() {
-	defer d.wg.Done()
-	for c := range d.commits {
-		d.finishLease(c)
-	}
-}
-
 // finishLease waits for a Lease entry to commit, releases its messages and
-// answers the hand-offs still waiting for it.
-func (d *dispatcher) finishLease(c leaseCommit) {
+// answers its hand-off if it is still waiting.
+func (d *dispatcher) finishLease(c *leaseCommit) {
 	res, err := c.p.wait()
 	var ok []bool
 	if err == nil {
@@ -525,31 +517,16 @@ func (d *dispatcher) finishLease(c leaseCommit) {
 			err = res[0].Err
 		} else {
 			ok, _ = res[0].Value.([]bool)
-			if len(ok) != c.n {
-				err = fmt.Errorf("%w: lease result has %d items, want %d", wheel.ErrUnavailable, len(ok), c.n)
+			if len(ok) != len(c.msgs) {
+				err = fmt.Errorf("%w: lease result has %d items, want %d", wheel.ErrUnavailable, len(ok), len(c.msgs))
 			}
 		}
 	}
-	off := 0
-	for _, r := range c.batch {
-		d.release(r.msgs)
-		if err != nil {
-			r.res <- leaseRes{err: err}
-			continue
-		}
-		r.res <- leaseRes{ok: ok[off : off+len(r.items)]}
-		off += len(r.items)
+	if err != nil {
+		d.release(c.msgs, nil)
+		c.res <- leaseRes{err: err}
+		return
 	}
-}
-
-func (d *dispatcher) drainLeases(err error) {
-	for {
-		select {
-		case r := <-d.leases:
-			d.release(r.msgs)
-			r.queued <- err
-		default:
-			return
-		}
-	}
+	d.release(c.msgs, ok)
+	c.res <- leaseRes{ok: ok}
 }
