@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -111,4 +113,26 @@ func fieldPath(where, field string) string {
 	default:
 		return "request body"
 	}
+}
+
+// isMediaType reports whether a Content-Type header names the media type
+// want, ignoring parameters and case.
+func isMediaType(header, want string) bool {
+	mt, _, _ := strings.Cut(header, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), want)
+}
+
+// acceptsMediaType reports whether an Accept header lists want explicitly
+// with a non-zero quality. Wildcards do not count: JSON stays the answer
+// for clients that did not ask for anything else.
+func acceptsMediaType(header, want string) bool {
+	for _, part := range strings.Split(header, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || !strings.EqualFold(mt, want) {
+			continue
+		}
+		q, err := strconv.ParseFloat(params["q"], 64)
+		return params["q"] == "" || err == nil && q > 0
+	}
+	return false
 }

@@ -5,7 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/delaywheel/delaywheel/transport/api"
 )
 
 // FuzzDecodeEnqueue feeds arbitrary bodies to the enqueue decoder and
@@ -50,6 +55,94 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		var e *Error
 		if !errors.As(err, &e) || (e.Status != http.StatusBadRequest && e.Status != http.StatusRequestEntityTooLarge) || e.Message == "" {
 			t.Fatalf("refusal %v is not a 400 or 413 with a message", err)
+		}
+	})
+}
+
+// FuzzDecodeEnqueueProto feeds arbitrary bodies to the protobuf enqueue
+// decoder and validator: they must never panic, must refuse with a 400 or
+// 413 (413 exactly when the batch is too long), and what they accept must
+// re-encode to a body that is accepted again as the same batch, and whose
+// JSON form is accepted as the same batch too.
+func FuzzDecodeEnqueueProto(f *testing.F) {
+	lim := DefaultLimits()
+	const nowMs = 1_732_245_600_000
+	seed := func(msgs ...api.Message) []byte {
+		b, err := api.AppendEnqueueRequest(nil, api.EnqueueRequest{Messages: msgs})
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	tag := func(b []byte, num protowire.Number, typ protowire.Type) []byte {
+		return protowire.AppendTag(b, num, typ)
+	}
+	msg := func(fields []byte) []byte { return protowire.AppendBytes(tag(nil, 1, protowire.BytesType), fields) }
+	topic := slices.Clip(protowire.AppendString(tag(nil, 1, protowire.BytesType), "t"))
+	valid := seed(api.Message{Topic: "a.b:c-d_e", Payload: api.BinaryBody([]byte{0xff, 0x00, 0x01}), DelayMs: api.Ptr(int64(5)),
+		Key: "k", Priority: -3, TTRMs: api.Ptr(int64(1)), MaxAttempts: api.Ptr(int32(1000)), Headers: map[string]string{"h": "v"}})
+	for _, b := range [][]byte{
+		seed(api.Message{Topic: "t", Payload: api.TextBody("x")}),
+		valid,
+		seed(api.Message{Topic: "t", DeliverAtMs: api.Ptr(int64(0))}, api.Message{Topic: "u", DeliverAtMs: api.Ptr(int64(nowMs + 999))}),
+		seed(api.Message{Topic: "t", DelayMs: api.Ptr(int64(1)), DeliverAtMs: api.Ptr(int64(1))}), // both: refused
+		seed(api.Message{Topic: "t", MaxAttempts: api.Ptr(int32(-1))}),                            // out of range
+		nil,                  // no messages
+		valid[:len(valid)-1], // truncated
+		append(msg(topic), tag(nil, 2, protowire.VarintType)...),                                     // unknown top-level field, cut short
+		msg(append(topic, protowire.AppendVarint(tag(nil, 10, protowire.VarintType), 1)...)),         // unknown message field
+		msg(append(topic, protowire.AppendString(tag(nil, 1, protowire.BytesType), "u")...)),         // topic twice
+		msg(protowire.AppendVarint(tag(nil, 1, protowire.VarintType), 1)),                            // wrong wire type
+		msg(append(topic, protowire.AppendVarint(tag(nil, 8, protowire.VarintType), 1<<31)...)),      // max_attempts over int32
+		msg(append(topic, protowire.AppendString(tag(nil, 9, protowire.BytesType), "\x0a\x01k")...)), // header entry
+		msg(append(topic, protowire.AppendString(tag(nil, 5, protowire.BytesType), "\xff")...)),      // key not UTF-8
+		[]byte(`{"messages":[{"topic":"t"}]}`),                                                       // JSON sent as protobuf
+	} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msgs, err := decodeEnqueueProto(data, lim, nowMs)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || (e.Status != http.StatusBadRequest && e.Status != http.StatusRequestEntityTooLarge) || e.Message == "" {
+				t.Fatalf("refusal %v is not a 400 or 413 with a message", err)
+			}
+			_, derr := api.UnmarshalEnqueueRequest(data, lim.MaxBatch)
+			if errors.Is(derr, api.ErrTooManyMessages) && e.Status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("too many messages (%v) refused as %d %q", derr, e.Status, e.Message)
+			}
+			return
+		}
+		req, err := api.UnmarshalEnqueueRequest(data, lim.MaxBatch)
+		if err != nil {
+			t.Fatalf("accepted %x, but it does not decode: %v", data, err)
+		}
+		again, err := api.AppendEnqueueRequest(nil, req)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", req, err)
+		}
+		msgs2, err := decodeEnqueueProto(again, lim, nowMs)
+		if err != nil {
+			t.Fatalf("accepted %x but refused its re-encoding %x: %v", data, again, err)
+		}
+		if !reflect.DeepEqual(msgs, msgs2) {
+			t.Fatalf("re-encoding changed the batch:\n%+v\n%+v", msgs, msgs2)
+		}
+		// The JSON form of the same batch must be accepted as the same batch.
+		for i := range req.Messages {
+			body, _ := req.Messages[i].Bytes()
+			req.Messages[i].Payload = api.PayloadOf(body)
+		}
+		asJSON, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("JSON-encode %+v: %v", req, err)
+		}
+		msgs3, err := decodeEnqueue(asJSON, lim, nowMs)
+		if err != nil {
+			t.Fatalf("accepted %x but refused its JSON form %s: %v", data, asJSON, err)
+		}
+		if !reflect.DeepEqual(msgs, msgs3) {
+			t.Fatalf("the JSON form is another batch:\n%+v\n%+v", msgs, msgs3)
 		}
 	})
 }

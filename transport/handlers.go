@@ -30,12 +30,27 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := decodeEnqueue(data, s.cfg.Limits, s.nowMs())
+	var msgs []wheel.NewMessage
+	if isMediaType(r.Header.Get("Content-Type"), api.ContentTypeProto) {
+		msgs, err = decodeEnqueueProto(data, s.cfg.Limits, s.nowMs())
+	} else {
+		msgs, err = decodeEnqueue(data, s.cfg.Limits, s.nowMs())
+	}
 	if err != nil {
 		return nil, err
 	}
 	res, err := s.b.Enqueue(r.Context(), msgs)
-	return api.EnqueueResponse{Results: resultsOf(res)}, err
+	resp := api.EnqueueResponse{Results: resultsOf(res)}
+	if err != nil || !acceptsMediaType(r.Header.Get("Accept"), api.ContentTypeProto) {
+		return resp, err
+	}
+	return stream(func(w http.ResponseWriter) error {
+		b := api.AppendEnqueueResponse(nil, resp)
+		w.Header().Set("Content-Type", api.ContentTypeProto)
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, err := w.Write(b)
+		return err
+	}), nil
 }
 
 func (s *Server) get(r *http.Request) (any, error) {

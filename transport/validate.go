@@ -24,6 +24,19 @@ func decodeEnqueue(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, er
 	return validateEnqueue(req, lim, nowMs)
 }
 
+// decodeEnqueueProto decodes the protobuf form of an enqueue request
+// (api.ContentTypeProto) and validates it exactly as the JSON form.
+func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+	req, err := api.UnmarshalEnqueueRequest(data, lim.MaxBatch)
+	if errors.Is(err, api.ErrTooManyMessages) {
+		return nil, tooLarge("%v", err)
+	}
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return validateEnqueue(req, lim, nowMs)
+}
+
 // parseEnqueue decodes an enqueue request strictly, one message at a time so
 // that an error names the message's index. A batch over lim.MaxBatch is a
 // 413 too_large.

@@ -161,9 +161,27 @@ const entryVersion = 1
 // ErrCorruptCommand means a log entry could not be decoded.
 var ErrCorruptCommand = errors.New("corrupt command")
 
+// encodedSize estimates the encoding of cmds, so that a large Schedule is
+// encoded into one allocation.
+func encodedSize(cmds []Command) int {
+	n := 256
+	for _, c := range cmds {
+		if s, ok := c.(Schedule); ok {
+			for i := range s.Messages {
+				m := &s.Messages[i]
+				n += 48 + len(m.Topic) + len(m.Key) + len(m.Body)
+				for k, v := range m.Headers {
+					n += 4 + len(k) + len(v)
+				}
+			}
+		}
+	}
+	return n
+}
+
 // EncodeCommands encodes a list of commands as one log entry.
 func EncodeCommands(cmds []Command) []byte {
-	e := &encoder{b: make([]byte, 0, 256)}
+	e := &encoder{b: make([]byte, 0, encodedSize(cmds))}
 	e.b = append(e.b, entryVersion)
 	e.uvarint(uint64(len(cmds)))
 	for _, c := range cmds {

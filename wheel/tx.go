@@ -38,6 +38,7 @@ type tx struct {
 	newNodes map[string]*Node // nil value: removed
 	events   []Event
 	stats    map[uint32]*TopicStats // transition counts of this batch
+	scratch  []byte                 // reused encoding buffer; whatever takes it copies it
 }
 
 func (s *Store) newTx() *tx {
@@ -265,16 +266,16 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 		t.toReady(m, tid, from)
 		return
 	case sec < t.cursor+HorizonSecs:
-		payload := EncodeMessage(nil, m)
-		off := t.appendSeg(sec, typ, payload)
+		t.scratch = EncodeMessage(t.scratch[:0], m)
+		off := t.appendSeg(sec, typ, t.scratch)
 		t.set(metaKey(m.ID), (&meta{State: state, Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
 			Second: sec, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}).encode())
 		if t.s.loader != nil && sec <= t.s.loadedThrough {
 			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: m, Lease: typ == segment.TypeLease})
 		}
 	default:
-		v := append([]byte{byte(typ)}, EncodeMessage(nil, m)...)
-		t.set(overflowKey(m.DeliverAtMs, m.ID), v)
+		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)
+		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
 		t.overDel++
 		t.set(metaKey(m.ID), (&meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
 			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}).encode())
