@@ -233,7 +233,9 @@ func Open(cfg Config) (*Node, error) {
 	// 2 s bounds each RPC on a hung connection (and so a shutdown with
 	// vanished peers); snapshot transfers scale it with their size.
 	n.trans = raft.NewNetworkTransportWithLogger(stream, 5, 2*time.Second, hl)
-	cache, err := raft.NewLogCache(1024, logs)
+	// The cache holds whole entries (up to a batch of 10,000 messages each),
+	// bounded by count: keep it small, it only spares recent reads.
+	cache, err := raft.NewLogCache(256, logs)
 	if err != nil {
 		st.Close()
 		return fail(err)

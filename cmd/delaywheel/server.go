@@ -38,11 +38,14 @@ func envs(flag string) []string {
 // the runtime and its heap, the index's block cache and memtables, and the
 // pages of the Raft log the process maps.
 const (
-	defaultCacheBytes         = 16 << 20
-	defaultMemTableBytes      = 4 << 20
-	defaultMemoryLimit        = 0
-	defaultGCPercent          = 0
-	defaultReleaseMappedBytes = 8 << 20
+	defaultCacheBytes    = 16 << 20
+	defaultMemTableBytes = 4 << 20
+	defaultMemoryLimit   = 0
+	defaultGCPercent     = 0
+	// Off by default: paging the Raft log out of the process makes the
+	// leader's next commits fault it back in from disk, which stalled
+	// commits, and so deliveries, for up to a second after a snapshot.
+	defaultReleaseMappedBytes = 0
 )
 
 func serverFlags() []cli.Flag {
@@ -79,7 +82,7 @@ func serverFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
 		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
-		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "hand the Raft log's mapped pages back to the kernel once they hold this many bytes (Linux; 0: never)", EnvVars: envs("release-mapped-bytes")},
+		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "hand the Raft log's mapped pages back to the kernel once they hold this many bytes (Linux; 0: never). Trades resident memory for stalls of the log after a snapshot", EnvVars: envs("release-mapped-bytes")},
 		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
 		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes idle after a burst of work, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
