@@ -41,7 +41,7 @@ type Config struct {
 	// Raft tuning; zero values take the defaults documented on each.
 	HeartbeatTimeout  time.Duration // 500 ms
 	ElectionTimeout   time.Duration // 500 ms
-	SnapshotThreshold uint64        // 16384 entries
+	SnapshotThreshold uint64        // 4096 entries
 	SnapshotInterval  time.Duration // 10 s: how often the threshold is checked
 	TrailingLogs      uint64        // 4096 entries
 	// ApplyTimeout bounds how long a proposal waits to be committed (10 s).
@@ -93,7 +93,7 @@ func (c *Config) setDefaults() {
 		c.RedeliveryBackoff = 0
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 16384
+		c.SnapshotThreshold = 4096
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 4096

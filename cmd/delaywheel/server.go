@@ -76,7 +76,7 @@ func serverFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-request-bytes", Value: 32 << 20, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
 		&cli.DurationFlag{Name: "max-delay", Value: 10 * 365 * 24 * time.Hour, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
 		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
-		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 16384, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
+		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 4096, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
