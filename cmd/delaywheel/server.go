@@ -84,6 +84,7 @@ func serverFlags() []cli.Flag {
 		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
 		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "hand the Raft log's mapped pages back to the kernel once they hold this many bytes (Linux; 0: never). Trades resident memory for stalls of the log after a snapshot", EnvVars: envs("release-mapped-bytes")},
 		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
+		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
 		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes idle after a burst of work, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
 }
@@ -305,7 +306,8 @@ func runServer(c *cli.Context) error {
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
 		MaxTopics: c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
 		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
-		Store:         wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes")},
+		Store: wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes"),
+			CompressIndex: c.Bool("compress-index")},
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
 	})
 	if err != nil {
