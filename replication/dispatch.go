@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -363,18 +361,8 @@ func (d *dispatcher) leaseHeld() bool {
 // soleVoter reports whether this node is the only voter of the latest
 // configuration: no other node can be elected while it leads.
 func (d *dispatcher) soleVoter() bool {
-	f := d.n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	voters, self := 0, false
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters++
-			self = self || string(s.ID) == d.n.cfg.ID
-		}
-	}
-	return voters == 1 && self
+	v, self := d.n.voters()
+	return v == 1 && self
 }
 
 // confirmed records that a quorum followed this leader at some instant at or

@@ -399,7 +399,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	n.closed = true
 	n.mu.Unlock()
-	if n.raft != nil && n.raft.State() == raft.Leader && n.voters() > 1 {
+	if n.raft != nil && n.raft.State() == raft.Leader && n.multiVoter() {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
@@ -426,18 +426,27 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (n *Node) voters() int {
+// voters counts the voters of the latest configuration and reports whether
+// this node is one of them.
+func (n *Node) voters() (count int, self bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return 0
+		return 0, false
 	}
-	v := 0
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage == raft.Voter {
-			v++
+			count++
+			self = self || string(s.ID) == n.cfg.ID
 		}
 	}
-	return v
+	return count, self
+}
+
+// multiVoter reports whether the configuration has voters besides one, so
+// that leadership can be handed over.
+func (n *Node) multiVoter() bool {
+	v, _ := n.voters()
+	return v > 1
 }
 
 // Raft exposes the Raft instance to tests and metrics.
@@ -523,7 +532,7 @@ func (n *Node) StepDown() {
 		n.disp.revokeLease()
 	}
 	n.mu.Unlock()
-	if n.raft.State() == raft.Leader && n.voters() > 1 {
+	if n.raft.State() == raft.Leader && n.multiVoter() {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer failed", "err", err)
 		} else {
