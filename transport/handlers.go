@@ -45,11 +45,7 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 		return resp, err
 	}
 	return stream(func(w http.ResponseWriter) error {
-		b := api.AppendEnqueueResponse(nil, resp)
-		w.Header().Set("Content-Type", api.ContentTypeProto)
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		_, err := w.Write(b)
-		return err
+		return writeBody(w, http.StatusOK, api.ContentTypeProto, api.AppendEnqueueResponse(nil, resp))
 	}), nil
 }
 

@@ -245,10 +245,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		b, _ = json.Marshal(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeInternal, Message: "could not encode the answer"}})
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	_ = writeBody(w, status, "application/json", append(b, '\n'))
+}
+
+// writeBody writes b, of the given media type, with the given status.
+func writeBody(w http.ResponseWriter, status int, contentType string, b []byte) error {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, err := w.Write(b)
+	return err
 }
 
 // observe logs a request (Debug; Warn for a 5xx the client did not cause by
