@@ -158,6 +158,16 @@ func (r *idleReleaser) check() bool {
 
 // run checks every interval until ctx ends.
 func (r *idleReleaser) run(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() bool {
+		if r.check() {
+			r.log.Debug("idle after a burst: released the heap's free memory")
+		}
+		return true
+	})
+}
+
+// every calls fn once an interval until ctx ends or fn returns false.
+func every(ctx context.Context, interval time.Duration, fn func() (more bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -165,9 +175,9 @@ func (r *idleReleaser) run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if r.check() {
-				r.log.Debug("idle after a burst: released the heap's free memory")
-			}
+		}
+		if !fn() {
+			return
 		}
 	}
 }

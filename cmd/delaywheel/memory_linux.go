@@ -129,21 +129,12 @@ func madvise(start, length uintptr) error {
 
 // run releases every interval until ctx ends.
 func (r *pageReleaser) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() bool {
 		if _, err := r.check(); err != nil {
 			r.log.Warn("releasing mapped file pages", "err", err)
 		}
-		if r.disabled {
-			return
-		}
-	}
+		return !r.disabled
+	})
 }
 
 // releaseOnce advises the kernel to reclaim every mapping of a file under
