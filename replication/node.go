@@ -126,6 +126,10 @@ type Node struct {
 	trans *raft.NetworkTransport
 	logs  *raftboltdb.BoltStore
 
+	logPath    string
+	mapMu      sync.RWMutex // held shared by HoldLogMap, exclusively to close logs
+	logsClosed bool
+
 	pending atomic.Int64 // proposals in flight
 	met     *metrics
 
@@ -158,13 +162,14 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	logs, err := openRaftLog(filepath.Join(raftDir, "raft.db"))
+	n.logPath = filepath.Join(raftDir, "raft.db")
+	logs, err := openRaftLog(n.logPath)
 	if err != nil {
 		return nil, fmt.Errorf("raft log: %w", err)
 	}
 	n.logs = logs
 	fail := func(err error) (*Node, error) {
-		logs.Close()
+		n.closeLogs()
 		return nil, err
 	}
 
@@ -420,10 +425,19 @@ func (n *Node) Close(ctx context.Context) error {
 	if n.fsm != nil {
 		errs = append(errs, n.fsm.Store().Close())
 	}
-	if n.logs != nil {
-		errs = append(errs, n.logs.Close())
-	}
+	errs = append(errs, n.closeLogs())
 	return errors.Join(errs...)
+}
+
+// closeLogs closes the Raft log once no HoldLogMap is running.
+func (n *Node) closeLogs() error {
+	n.mapMu.Lock()
+	defer n.mapMu.Unlock()
+	if n.logs == nil || n.logsClosed {
+		return nil
+	}
+	n.logsClosed = true
+	return n.logs.Close()
 }
 
 // voters counts the voters of the latest configuration and reports whether

@@ -9,9 +9,21 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
+	"strconv"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/delaywheel/delaywheel/wheel"
 )
+
+// raftLogMapBytes is the size of the memory map bolt reserves for the Raft
+// log when it opens the file (address space, not memory: only pages read
+// become resident). bolt replaces its map only when the file outgrows it,
+// so a map this large never moves while the log stays below it; see
+// Node.HoldLogMap, which relies on that. 0 on 32-bit platforms, where bolt
+// picks its own size.
+const raftLogMapBytes = (8 << 30) * (strconv.IntSize / 64)
 
 // openRaftLog opens the bolt file that holds the Raft log and stable store.
 // bolt maps the file and trusts it: a file cut short of the pages its meta
@@ -29,7 +41,10 @@ func openRaftLog(path string) (store *raftboltdb.BoltStore, err error) {
 			store, err = nil, fmt.Errorf("%s is damaged (opening it failed: %v); %s", path, r, raftLogRemedy)
 		}
 	}()
-	return raftboltdb.New(raftboltdb.Options{Path: path})
+	return raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
+		InitialMmapSize: raftLogMapBytes,
+		FreelistType:    bbolt.FreelistArrayType, // bolt's default
+	}})
 }
 
 const raftLogRemedy = "this node cannot start from it: remove the node from the cluster, empty its data dir and add it again"
@@ -116,4 +131,40 @@ func checkBoltLength(path string) error {
 			path, size, m.txid, m.pgid, m.pageSize, need, raftLogRemedy)
 	}
 	return nil
+}
+
+// ErrLogMapMayMove is returned by HoldLogMap when the Raft log has grown to
+// half its reserved map: bolt may replace the map soon, so the range
+// cannot be trusted to stay put.
+var ErrLogMapMayMove = errors.New("the raft log is near the size of its memory map, which bolt may replace")
+
+// HoldLogMap runs fn with the path of the Raft log file while the map bolt
+// reads that file through cannot move or go away: the node does not close
+// the log until fn returns, and the file is less than half the map's
+// reserved size, so bolt will not replace it (it does only when a commit
+// outgrows the map, and one commit cannot add gigabytes). Within fn the
+// range that /proc/self/maps lists for the path is the log's map and
+// nothing else, which is what makes it safe to advise the kernel to drop
+// its resident pages (MADV_DONTNEED on a shared, read-only file map: the
+// pages stay in the page cache and the next read maps them again).
+//
+// It returns wheel.ErrClosed once the node is closing, ErrLogMapMayMove when the
+// file is too large, and otherwise what fn returns.
+func (n *Node) HoldLogMap(fn func(path string) error) error {
+	n.mapMu.RLock()
+	defer n.mapMu.RUnlock()
+	if n.logsClosed || n.logs == nil {
+		return wheel.ErrClosed
+	}
+	if raftLogMapBytes == 0 {
+		return ErrLogMapMayMove
+	}
+	fi, err := os.Stat(n.logPath)
+	if err != nil {
+		return fmt.Errorf("raft log: %w", err)
+	}
+	if fi.Size() > raftLogMapBytes/2 {
+		return fmt.Errorf("%w (%d of %d bytes)", ErrLogMapMayMove, fi.Size(), raftLogMapBytes)
+	}
+	return fn(n.logPath)
 }

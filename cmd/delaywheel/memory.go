@@ -19,9 +19,9 @@ type memorySettings struct {
 	// GCPercent is the Go collector's target (debug.SetGCPercent). 0 leaves
 	// the runtime's own setting (the GOGC environment variable, or 100).
 	GCPercent int
-	// ReleaseMappedBytes is how many bytes of file pages one mapping of a
-	// file under the data directory (the Raft log) may keep resident before
-	// they are handed back to the kernel. 0 never releases them.
+	// ReleaseMappedBytes is how many bytes of the Raft log's memory map may
+	// stay resident before its pages are dropped from the process (they
+	// stay in the page cache). 0 never drops them.
 	ReleaseMappedBytes int64
 	// ReleaseInterval is how often the mappings, and whether the process
 	// has gone idle, are checked.
@@ -87,11 +87,11 @@ func currentGCPercent() int {
 }
 
 // release runs, until ctx ends, the releasers the settings ask for: of the
-// pages of files under dir the process maps (where the platform can), and
-// of the heap when the process goes idle.
-func (m memorySettings) release(ctx context.Context, log *slog.Logger, dir string) {
+// Raft log's mapped pages (where the platform can), and of the heap when
+// the process goes idle.
+func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logMap) {
 	if m.ReleaseMappedBytes > 0 {
-		if r := newPageReleaser(dir, m.ReleaseMappedBytes, log); r != nil {
+		if r := newPageReleaser(hold, m.ReleaseMappedBytes, log); r != nil {
 			go r.run(ctx, m.ReleaseInterval)
 		}
 	}

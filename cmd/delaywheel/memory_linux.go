@@ -9,51 +9,57 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// madvPageout is MADV_PAGEOUT (Linux 5.4): reclaim the pages of a range now.
-const madvPageout = 21
+// logMap is the part of a node the releaser needs: the Raft log's path,
+// handed to fn while bolt's map of it cannot move (replication.Node).
+type logMap func(fn func(path string) error) error
 
-// pageReleaser hands the resident pages of files under a directory that the
-// process maps back to the kernel. The Raft log is such a file: bolt maps
-// raft.db and reads it through the map, so every log page it writes and
-// reads again (each commit rewrites the last leaf; a restart replays the
-// entries after the snapshot) stays in the process's resident set until the
-// map is replaced, which only happens when the file grows. Without this, a
-// node's resident memory grows with the size of its log, not its work.
+// pageReleaser hands the resident pages of the Raft log's memory map back
+// to the kernel. bolt maps raft.db and reads it through the map, so every
+// log page it reads again (each commit walks the tree to the last leaf,
+// log compaction after a snapshot walks every entry it deletes, a restart
+// replays the entries after the snapshot) stays in the process's resident
+// set. Without this, a node's resident memory grows with the volume of its
+// log, not with its work.
 //
-// It uses MADV_PAGEOUT, never MADV_DONTNEED: the ranges come from
-// /proc/self/smaps, and bolt may replace its map between the read and the
-// call. PAGEOUT only asks the kernel to reclaim what it can, so a range that
-// meanwhile holds something else keeps its contents (anonymous memory is
-// swapped out at worst); DONTNEED would zero it.
+// It uses MADV_DONTNEED while the node holds the map still (see
+// replication.Node.HoldLogMap), on the one range /proc/self/smaps lists for
+// raft.db. The map is shared and read-only (bolt writes with pwrite), so
+// the kernel only drops the process's page table entries: the pages stay
+// in the page cache, unchanged, and the next read maps them back with a
+// minor fault and no disk read. (MADV_PAGEOUT would also evict them from
+// the page cache, and commits after a snapshot would then wait on disk
+// reads.)
 //
 // Reading smaps costs a few hundred kilobytes of garbage, so each check
 // first reads the process's mapped-file total from /proc/self/status, and
 // reads smaps only once that total has grown by the threshold since the
 // last release.
 type pageReleaser struct {
-	dir       string // with a trailing separator
-	threshold int64  // resident bytes of one mapping that trigger a release
+	hold      logMap
+	threshold int64 // resident bytes of the log's map that trigger a release
 	log       *slog.Logger
 	status    func(buf []byte) ([]byte, error)
 	smaps     func() ([]byte, error)
 	madvise   func(start, length uintptr) error
 	buf       []byte // for status
 	baseline  int64  // RssFile after the last release; -1 before the first check
-	disabled  bool   // the kernel refused the advice
+	disabled  bool   // the kernel refused the advice, or the map may move
 }
 
-// newPageReleaser returns a releaser of the mappings of files under dir
-// that keep more than threshold bytes resident.
-func newPageReleaser(dir string, threshold int64, log *slog.Logger) *pageReleaser {
+// newPageReleaser returns a releaser of the Raft log's map once it keeps
+// more than threshold bytes resident.
+func newPageReleaser(hold logMap, threshold int64, log *slog.Logger) *pageReleaser {
 	return &pageReleaser{
-		dir:       filepath.Clean(dir) + string(filepath.Separator),
+		hold:      hold,
 		threshold: threshold,
 		log:       log,
 		status:    readSelfStatus,
@@ -121,7 +127,7 @@ func (r *pageReleaser) check() (int64, error) {
 }
 
 func madvise(start, length uintptr) error {
-	if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, start, length, madvPageout); errno != 0 {
+	if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, start, length, syscall.MADV_DONTNEED); errno != 0 {
 		return errno
 	}
 	return nil
@@ -137,38 +143,46 @@ func (r *pageReleaser) run(ctx context.Context, interval time.Duration) {
 	})
 }
 
-// releaseOnce advises the kernel to reclaim every mapping of a file under
-// the directory that holds at least the threshold, and returns the resident
-// bytes those mappings held.
+// releaseOnce drops the resident pages of the Raft log's map when they
+// hold at least the threshold, and returns how many bytes they held.
 func (r *pageReleaser) releaseOnce() (int64, error) {
-	b, err := r.smaps()
-	if err != nil {
-		return 0, fmt.Errorf("read smaps: %w", err)
-	}
-	maps, err := parseSmaps(b)
-	if err != nil {
-		return 0, err
-	}
 	var released int64
-	for _, m := range maps {
-		if m.rss < r.threshold || !strings.HasPrefix(m.path, r.dir) {
-			continue
+	err := r.hold(func(path string) error {
+		b, err := r.smaps()
+		if err != nil {
+			return fmt.Errorf("read smaps: %w", err)
 		}
-		err := r.madvise(m.start, m.end-m.start)
-		switch {
-		case err == nil:
+		maps, err := parseSmaps(b)
+		if err != nil {
+			return err
+		}
+		for _, m := range maps {
+			if m.path != path || m.rss < r.threshold {
+				continue
+			}
+			err := r.madvise(m.start, m.end-m.start)
+			if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS) {
+				r.disabled = true
+				r.log.Warn("the kernel refused to drop the Raft log's mapped pages; they stay resident", "err", err)
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("madvise %s: %w", path, err)
+			}
 			released += m.rss
-		case errors.Is(err, syscall.ENOMEM):
-			// Unmapped since smaps was read (bolt replaced its map).
-		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENOSYS):
-			r.disabled = true
-			r.log.Warn("the kernel does not release mapped file pages on request (MADV_PAGEOUT needs Linux 5.4); the Raft log's pages stay resident", "err", err)
-			return released, nil
-		default:
-			return released, fmt.Errorf("madvise %s: %w", m.path, err)
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, wheel.ErrClosed):
+		r.disabled = true
+		return released, nil
+	case errors.Is(err, replication.ErrLogMapMayMove):
+		r.disabled = true
+		r.log.Warn("the Raft log's mapped pages are no longer released", "err", err)
+		return released, nil
 	}
-	return released, nil
+	return released, err
 }
 
 // mapping is one entry of /proc/<pid>/smaps.
@@ -241,37 +255,4 @@ func parseKB(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size in kB", strings.TrimSpace(s))
 	}
 	return strconv.ParseInt(f[0], 10, 64)
-}
-
-// prefetchFile reads the file at path once, sequentially, so that it is in
-// the page cache, and returns the bytes read. A missing file is not an error.
-//
-// The Raft log needs it when its pages are released: released pages leave
-// the page cache too, and a restart reads every entry after the snapshot
-// through bolt's map, which faults them in one page at a time (bolt advises
-// random access): a slow disk read each, where large sequential reads cost
-// a fraction of that. (The kernel caps POSIX_FADV_WILLNEED at its readahead
-// window, so the file is read here.)
-func prefetchFile(ctx context.Context, path string) (int64, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("prefetch: %w", err)
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	var n int64
-	for ctx.Err() == nil {
-		m, err := f.Read(buf)
-		n += int64(m)
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("prefetch %s: %w", path, err)
-		}
-	}
-	return n, ctx.Err()
 }

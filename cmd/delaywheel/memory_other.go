@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
+// logMap is the part of a node the releaser needs (see memory_linux.go).
+type logMap func(fn func(path string) error) error
+
 // pageReleaser releases mapped file pages on Linux; elsewhere there is none.
 type pageReleaser struct{}
 
-// newPageReleaser returns nil: releasing mapped pages needs Linux's
-// MADV_PAGEOUT.
-func newPageReleaser(string, int64, *slog.Logger) *pageReleaser { return nil }
+// newPageReleaser returns nil: releasing the Raft log's mapped pages reads
+// Linux's /proc/self/smaps.
+func newPageReleaser(logMap, int64, *slog.Logger) *pageReleaser { return nil }
 
 func (*pageReleaser) run(context.Context, time.Duration) {}
-
-// prefetchFile does nothing outside Linux, where pages are never released.
-func prefetchFile(context.Context, string) (int64, error) { return 0, nil }

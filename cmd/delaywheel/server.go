@@ -42,10 +42,10 @@ const (
 	defaultMemTableBytes = 4 << 20
 	defaultMemoryLimit   = 0
 	defaultGCPercent     = 0
-	// Off by default: paging the Raft log out of the process makes the
-	// leader's next commits fault it back in from disk, which stalled
-	// commits, and so deliveries, for up to a second after a snapshot.
-	defaultReleaseMappedBytes = 0
+	// The Raft log's map keeps at most this much resident before its pages
+	// are dropped (they stay in the page cache: a later read costs a minor
+	// fault, not a disk read).
+	defaultReleaseMappedBytes = 8 << 20
 )
 
 func serverFlags() []cli.Flag {
@@ -82,7 +82,7 @@ func serverFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
 		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
-		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "hand the Raft log's mapped pages back to the kernel once they hold this many bytes (Linux; 0: never). Trades resident memory for stalls of the log after a snapshot", EnvVars: envs("release-mapped-bytes")},
+		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "drop the Raft log's mapped pages from resident memory once they hold this many bytes; they stay in the page cache (Linux; 0: never)", EnvVars: envs("release-mapped-bytes")},
 		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
 		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
 		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes idle after a burst of work, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
@@ -284,18 +284,6 @@ func runServer(c *cli.Context) error {
 	}
 	httpAddr := c.String("http-addr")
 	defer mem.apply(logger)()
-	if mem.ReleaseMappedBytes > 0 {
-		// Released pages of the Raft log left the page cache, and Raft reads
-		// the entries after the snapshot through bolt's map as it opens (the
-		// node replays them): one sequential read first costs less than
-		// faulting them in page by page.
-		t0 := time.Now()
-		n, err := prefetchFile(c.Context, filepath.Join(dataDir, "raft", "raft.db"))
-		if err != nil {
-			logger.Warn("reading the raft log ahead", "err", err)
-		}
-		logger.Debug("read the raft log ahead", "bytes", n, "took", time.Since(t0))
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -333,7 +321,7 @@ func runServer(c *cli.Context) error {
 			return err
 		}
 	}
-	mem.release(sigCtx, logger, filepath.Join(dataDir, "raft"))
+	mem.release(sigCtx, logger, node.HoldLogMap)
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
