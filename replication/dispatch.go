@@ -263,14 +263,14 @@ func (d *dispatcher) takeLocked(topic string, max int) []wheel.Message {
 	for len(out) < max && len(list) > 0 {
 		m := list[0]
 		list = list[1:]
+		if !d.loader.Claim(m.ID) {
+			continue // acked, cancelled or moved since it was loaded
+		}
 		if wheel.SecondOf(m.DeliverAtMs) < cursor {
 			continue // its slot expired: it is on the ready queue now
 		}
 		if _, ok := d.inflight[m.ID]; ok {
 			continue
-		}
-		if s, ok := st.StateOf(m.ID); !ok || (s != wheel.StateDelayed && s != wheel.StateReserved) {
-			continue // cancelled or moved since it was loaded
 		}
 		out = append(out, m)
 		d.inflight[m.ID] = struct{}{}

@@ -43,7 +43,8 @@ func openRaftLog(path string) (store *raftboltdb.BoltStore, err error) {
 	}()
 	return raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
 		InitialMmapSize: raftLogMapBytes,
-		FreelistType:    bbolt.FreelistArrayType, // bolt's default
+		NoFreelistSync:  true,
+		FreelistType:    bbolt.FreelistMapType,
 	}})
 }
 

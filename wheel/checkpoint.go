@@ -87,21 +87,3 @@ func ParseCheckpointLens(data string) (map[int64]int64, error) {
 	}
 	return out, nil
 }
-
-// StateOf returns a message's state without reading its record.
-func (s *Store) StateOf(id ID) (State, bool) {
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.db == nil {
-		return 0, false
-	}
-	v, err := s.get(metaKey(id))
-	if err != nil || v == nil {
-		return 0, false
-	}
-	mt, err := decodeMeta(v)
-	if err != nil {
-		return 0, false
-	}
-	return mt.State, true
-}

@@ -3,6 +3,9 @@ package wheel
 import (
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/bloom"
 )
 
 // TestCompressIndex checks that CompressIndex reaches the index's files:
@@ -41,5 +44,35 @@ func TestCompressIndex(t *testing.T) {
 	plain, packed := size(false), size(true)
 	if plain == 0 || packed*3 > plain {
 		t.Fatalf("index tables: %d bytes uncompressed, %d compressed; want compression to save over two thirds", plain, packed)
+	}
+}
+
+// TestIndexTablesCarryBloomFilters checks that the index's tables are
+// written with the bloom filter point lookups rely on to skip tables.
+func TestIndexTablesCarryBloomFilters(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	msgs := make([]NewMessage, 200)
+	for i := range msgs {
+		msgs[i] = NewMessage{Topic: "a", DeliverAtMs: t0 + 1000 + int64(i)}
+	}
+	k.schedule(t0, msgs...)
+	if err := k.s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	levels, err := k.s.db.SSTables(pebble.WithProperties())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := 0
+	for _, lv := range levels {
+		for _, tbl := range lv {
+			tables++
+			if got := tbl.Properties.FilterPolicyName; got != bloom.FilterPolicy(10).Name() {
+				t.Errorf("table %s: filter policy %q, want %q", tbl.FileNum, got, bloom.FilterPolicy(10).Name())
+			}
+		}
+	}
+	if tables == 0 {
+		t.Fatal("no table after a flush")
 	}
 }

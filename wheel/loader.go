@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -97,11 +98,15 @@ type Loader struct {
 	byID    map[ID]*item
 	changed chan struct{} // closed when the head may be earlier or topics became ready
 	ready   map[string]bool
+	// popped holds the messages PopDue returned and nobody claimed yet, by
+	// id, with the second of the slot they were loaded from; an event that
+	// moves or removes one deletes it (see Claim).
+	popped map[ID]int64
 }
 
 // NewLoader returns an empty loader.
 func NewLoader() *Loader {
-	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}}
+	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[ID]int64{}}
 }
 
 // Len is the number of loaded messages not yet yielded.
@@ -170,6 +175,7 @@ func (l *Loader) applied(events []Event) {
 	for _, e := range events {
 		switch e.Kind {
 		case EventPlaced:
+			delete(l.popped, e.ID) // a popped copy is stale
 			if !(e.Lease && e.Msg.Attempts >= e.Msg.MaxAttempts) {
 				l.push(*e.Msg, e.Second)
 			} else {
@@ -177,6 +183,9 @@ func (l *Loader) applied(events []Event) {
 			}
 		case EventRemoved:
 			l.remove(e.ID, e.Second)
+			if sec, ok := l.popped[e.ID]; ok && sec == e.Second {
+				delete(l.popped, e.ID)
+			}
 		case EventReady:
 			if !l.ready[e.Topic] {
 				l.ready[e.Topic] = true
@@ -187,6 +196,7 @@ func (l *Loader) applied(events []Event) {
 				it := heap.Pop(&l.h).(*item)
 				delete(l.byID, it.msg.ID)
 			}
+			maps.DeleteFunc(l.popped, func(_ ID, sec int64) bool { return sec < e.Second })
 		}
 	}
 }
@@ -213,7 +223,8 @@ func (l *Loader) TakeReadyTopics() []string {
 }
 
 // PopDue removes and returns the loaded messages due at or before nowMs, in
-// order, and the next due instant (-1 when none is loaded).
+// order, and the next due instant (-1 when none is loaded). The loader
+// keeps following each returned message until it is claimed (see Claim).
 func (l *Loader) PopDue(nowMs int64) ([]Message, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -221,6 +232,7 @@ func (l *Loader) PopDue(nowMs int64) ([]Message, int64) {
 	for len(l.h) > 0 && l.h[0].msg.DeliverAtMs <= nowMs {
 		it := heap.Pop(&l.h).(*item)
 		delete(l.byID, it.msg.ID)
+		l.popped[it.msg.ID] = it.second
 		out = append(out, it.msg)
 	}
 	next := int64(-1)
@@ -228,6 +240,20 @@ func (l *Loader) PopDue(nowMs int64) ([]Message, int64) {
 		next = l.h[0].msg.DeliverAtMs
 	}
 	return out, next
+}
+
+// Claim reports whether a message PopDue returned still lives in the slot
+// it was loaded from, as PopDue returned it: no batch applied since then
+// removed it from there (ack, cancel, reschedule, lease), placed it again,
+// or expired its slot. It stops following the message: a second Claim of
+// the same id reports false. This answers from memory what reading the
+// message's state from the index would, on the path of every hand-off.
+func (l *Loader) Claim(id ID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.popped[id]
+	delete(l.popped, id)
+	return ok
 }
 
 // Changed returns a channel closed when the head of the heap may have moved

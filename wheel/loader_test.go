@@ -406,3 +406,49 @@ func TestLoadThroughNeedsLoaderAndCapsAtHorizon(t *testing.T) {
 		t.Fatal("a detached loader still follows the store")
 	}
 }
+
+// TestLoaderClaim checks that a popped message is claimable exactly while
+// it still lives where it was loaded: changes applied after PopDue (cancel,
+// reschedule, lease, the slot's expiry) and a first claim each make it
+// unclaimable.
+func TestLoaderClaim(t *testing.T) {
+	k, l, _ := newLoaderKit(t)
+	enq := k.schedule(t0,
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 100}, // cancelled after the pop
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 200}, // rescheduled after the pop
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 300}, // leased after the pop
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 400}, // untouched
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 500}, // untouched until its slot expires
+	)
+	if n := k.load(t0s + 2); n != 5 {
+		t.Fatalf("loaded %d", n)
+	}
+	due, _ := l.PopDue(t0 + 999)
+	if len(due) != 5 {
+		t.Fatalf("popped %d, want 5", len(due))
+	}
+	k.one(Cancel{ID: enq[0].ID})
+	k.one(Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 1500})
+	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: enq[2].ID, Nonce: 1, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 30_000}}})
+	for i, want := range []bool{false, false, false, true} {
+		if got := l.Claim(enq[i].ID); got != want {
+			t.Errorf("Claim(message %d) = %v, want %v", i, got, want)
+		}
+	}
+	if l.Claim(enq[3].ID) {
+		t.Error("a message was claimed twice")
+	}
+	if l.Claim(ID{Index: 1 << 40}) {
+		t.Error("a message never popped was claimed")
+	}
+	k.apply(Expire{Before: t0s + 1})
+	if l.Claim(enq[4].ID) {
+		t.Error("a message of an expired slot was claimed")
+	}
+	// The rescheduled message is back in the heap and claimable once
+	// popped again.
+	due, _ = l.PopDue(t0 + 1500)
+	if len(due) != 1 || due[0].ID != enq[1].ID || !l.Claim(enq[1].ID) {
+		t.Fatalf("after popping the rescheduled message again: %+v", due)
+	}
+}
