@@ -23,6 +23,13 @@
 // Without the lease, and for redeliveries of expired leases, it answers only
 // what commits. See dispatcher for the argument.
 //
+// The Raft log is a bolt file (raft-boltdb) that bolt maps with 8 GiB of
+// address space up front, so the map does not move while the file stays
+// under half of that; HoldLogMap lets the server drop the map's resident
+// pages safely. bolt keeps its freelist in memory only (NoFreelistSync, a
+// hash map): writing the whole sorted freelist on every commit dominated
+// the node's allocations once log compaction had freed many pages.
+//
 // It must not know about HTTP: the transport package calls the node through
 // a small interface.
 package replication

@@ -162,7 +162,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	n.logPath = filepath.Join(raftDir, "raft.db")
+	n.logPath = realPath(filepath.Join(raftDir, "raft.db"))
 	logs, err := openRaftLog(n.logPath)
 	if err != nil {
 		return nil, fmt.Errorf("raft log: %w", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 
@@ -134,23 +135,38 @@ func checkBoltLength(path string) error {
 	return nil
 }
 
+// realPath returns the absolute path of a file in a directory that exists,
+// with symbolic links resolved, as the kernel names the file in
+// /proc/self/maps; on error, path as given.
+func realPath(path string) string {
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return path
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return filepath.Join(dir, filepath.Base(path))
+}
+
 // ErrLogMapMayMove is returned by HoldLogMap when the Raft log has grown to
 // half its reserved map: bolt may replace the map soon, so the range
 // cannot be trusted to stay put.
 var ErrLogMapMayMove = errors.New("the raft log is near the size of its memory map, which bolt may replace")
 
-// HoldLogMap runs fn with the path of the Raft log file while the map bolt
-// reads that file through cannot move or go away: the node does not close
-// the log until fn returns, and the file is less than half the map's
-// reserved size, so bolt will not replace it (it does only when a commit
-// outgrows the map, and one commit cannot add gigabytes). Within fn the
-// range that /proc/self/maps lists for the path is the log's map and
-// nothing else, which is what makes it safe to advise the kernel to drop
-// its resident pages (MADV_DONTNEED on a shared, read-only file map: the
-// pages stay in the page cache and the next read maps them again).
+// HoldLogMap runs fn with the absolute path of the Raft log file (symbolic
+// links resolved) while the map bolt reads that file through cannot move
+// or go away: the node does not close the log until fn returns, and the
+// file is less than half the map's reserved size, so bolt will not replace
+// it (it does only when a commit outgrows the map, and one commit cannot
+// add gigabytes). Within fn, the range that /proc/self/maps lists for the
+// path is the log's map and nothing else. That is what makes it safe to
+// advise the kernel to drop its resident pages (MADV_DONTNEED on a shared,
+// read-only file map: the pages stay in the page cache, and the next read
+// maps them again).
 //
-// It returns wheel.ErrClosed once the node is closing, ErrLogMapMayMove when the
-// file is too large, and otherwise what fn returns.
+// It returns wheel.ErrClosed once the node is closing, ErrLogMapMayMove
+// when the file is too large, and otherwise what fn returns.
 func (n *Node) HoldLogMap(fn func(path string) error) error {
 	n.mapMu.RLock()
 	defer n.mapMu.RUnlock()

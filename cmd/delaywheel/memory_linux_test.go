@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -231,5 +232,76 @@ func TestReleaserReadsSmapsOnlyAfterGrowth(t *testing.T) {
 	r.status = func([]byte) ([]byte, error) { return []byte("Name:\tx\n"), nil }
 	if _, err := r.check(); err == nil {
 		t.Fatal("a status without RssFile passed")
+	}
+}
+
+// TestReleaserDropsARealRaftLogsPages runs the releaser against a real
+// node whose data dir is given relative to the working directory and
+// through a symbolic link, as `--data-dir ./data` may be: the node must
+// name its log as /proc/self/smaps does, and the releaser must find the
+// map bolt reads it through and drop its pages.
+func TestReleaserDropsARealRaftLogsPages(t *testing.T) {
+	base := t.TempDir()
+	if err := os.Mkdir(filepath.Join(base, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(base)
+	c := replication.NewTestCluster(t, 1, func(cfg *replication.Config) {
+		cfg.DataDir = filepath.Join("link", cfg.ID)
+	})
+	node := c.Leader().Node
+
+	var logPath string
+	if err := node.HoldLogMap(func(path string) error { logPath = path; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(base, "real", "n1", "raft", "raft.db"); logPath != want {
+		// t.TempDir may itself sit under a symbolic link.
+		if real, err := filepath.EvalSymlinks(want); err != nil || logPath != real {
+			t.Fatalf("log path %q, want %q", logPath, want)
+		}
+	}
+	resident := func() int64 {
+		t.Helper()
+		b, err := os.ReadFile("/proc/self/smaps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps, err := parseSmaps(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rss int64
+		found := false
+		for _, m := range maps {
+			if m.path == logPath {
+				rss += m.rss
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("no map of %s in smaps", logPath)
+		}
+		return rss
+	}
+	if before := resident(); before == 0 {
+		t.Fatal("bolt's map of the log holds no resident page (it reads its meta pages on open)")
+	}
+	r := newPageReleaser(node.HoldLogMap, 1, slog.New(slog.DiscardHandler))
+	released, err := r.releaseOnce()
+	if err != nil || r.disabled || released == 0 {
+		t.Fatalf("release: %d bytes, err %v, disabled %v", released, err, r.disabled)
+	}
+	// bolt may read a page or two again at once (a commit in flight).
+	if after := resident(); after > released/2 && after > 16<<10 {
+		t.Fatalf("%d bytes resident after releasing %d", after, released)
+	}
+	// The node still serves from the log it no longer holds resident.
+	delay := int64(60_000)
+	if _, err := c.Leader().Client.Enqueue(t.Context(), []api.Message{{Topic: "t", DelayMs: &delay}}); err != nil {
+		t.Fatal(err)
 	}
 }
