@@ -162,24 +162,7 @@ func TestReleaseKeepsMappedData(t *testing.T) {
 	if !bytes.Equal(data, want) { // touches every page
 		t.Fatal("mapping differs from the file")
 	}
-	resident := func() int64 {
-		t.Helper()
-		b, err := os.ReadFile("/proc/self/smaps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		maps, err := parseSmaps(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range maps {
-			if m.path == path {
-				return m.rss
-			}
-		}
-		t.Fatalf("no mapping of %s in smaps", path)
-		return 0
-	}
+	resident := func() int64 { return mappedRSS(t, path) }
 	if before := resident(); before < int64(len(want))/2 {
 		t.Fatalf("%d bytes resident after reading all %d", before, len(want))
 	}
@@ -264,29 +247,7 @@ func TestReleaserDropsARealRaftLogsPages(t *testing.T) {
 			t.Fatalf("log path %q, want %q", logPath, want)
 		}
 	}
-	resident := func() int64 {
-		t.Helper()
-		b, err := os.ReadFile("/proc/self/smaps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		maps, err := parseSmaps(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rss int64
-		found := false
-		for _, m := range maps {
-			if m.path == logPath {
-				rss += m.rss
-				found = true
-			}
-		}
-		if !found {
-			t.Fatalf("no map of %s in smaps", logPath)
-		}
-		return rss
-	}
+	resident := func() int64 { return mappedRSS(t, logPath) }
 	if before := resident(); before == 0 {
 		t.Fatal("bolt's map of the log holds no resident page (it reads its meta pages on open)")
 	}
@@ -304,4 +265,30 @@ func TestReleaserDropsARealRaftLogsPages(t *testing.T) {
 	if _, err := c.Leader().Client.Enqueue(t.Context(), []api.Message{{Topic: "t", DelayMs: &delay}}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mappedRSS returns the resident bytes of this process's maps of path, as
+// /proc/self/smaps counts them; it fails the test when there is none.
+func mappedRSS(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := parseSmaps(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rss int64
+	found := false
+	for _, m := range maps {
+		if m.path == path {
+			rss += m.rss
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no map of %s in smaps", path)
+	}
+	return rss
 }
