@@ -40,7 +40,7 @@ import (
 type dispatcher struct {
 	n      *Node
 	clock  wheel.Clock
-	loader *wheel.Loader
+	loader *wheel.Loader // replaced under mu by a snapshot restore
 	wake   *waker
 
 	ctx    context.Context
@@ -130,9 +130,10 @@ func (d *dispatcher) stop() {
 
 // reattach follows a store swapped by a snapshot restore.
 func (d *dispatcher) reattach(st *wheel.Store) {
-	d.loader = wheel.NewLoader()
-	st.AttachLoader(d.loader)
+	l := wheel.NewLoader()
+	st.AttachLoader(l)
 	d.mu.Lock()
+	d.loader = l
 	clear(d.drained) // the loader that reported new ready messages is gone
 	d.mu.Unlock()
 }
@@ -175,8 +176,8 @@ func (d *dispatcher) tickLoop() {
 func (d *dispatcher) fireLoop() {
 	defer d.wg.Done()
 	for {
-		changed := d.loader.Changed()
 		d.mu.Lock()
+		changed := d.loader.Changed()
 		next := d.offerLocked()
 		d.mu.Unlock()
 		var timer <-chan time.Time
