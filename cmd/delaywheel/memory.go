@@ -86,6 +86,11 @@ func currentGCPercent() int {
 	return int(s[0].Value.Uint64())
 }
 
+// logMap is the part of a node the mapped-page releaser needs: the Raft
+// log's path, handed to fn while bolt's map of it cannot move
+// (replication.Node.HoldLogMap).
+type logMap func(fn func(path string) error) error
+
 // release runs, until ctx ends, the releasers the settings ask for: of the
 // Raft log's mapped pages (where the platform can), and of the heap when
 // the process goes idle.

@@ -18,10 +18,6 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// logMap is the part of a node the releaser needs: the Raft log's path,
-// handed to fn while bolt's map of it cannot move (replication.Node).
-type logMap func(fn func(path string) error) error
-
 // pageReleaser hands the resident pages of the Raft log's memory map back
 // to the kernel. bolt maps raft.db and reads it through the map, so every
 // log page it reads again (each commit walks the tree to the last leaf,

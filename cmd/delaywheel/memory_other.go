@@ -8,9 +8,6 @@ import (
 	"time"
 )
 
-// logMap is the part of a node the releaser needs (see memory_linux.go).
-type logMap func(fn func(path string) error) error
-
 // pageReleaser releases mapped file pages on Linux; elsewhere there is none.
 type pageReleaser struct{}
 
