@@ -264,3 +264,42 @@ func dirBytes(b *testing.B, dir string) int64 {
 	}
 	return n
 }
+
+// BenchmarkPromoteTick is one second of a long backlog: the wheel expires a
+// second and promotes the next second beyond the horizon from the
+// overflow, which holds 1,000 messages per second. The promoted keys of the
+// earlier seconds are deleted but stay in the index as tombstones until a
+// compaction drops them; the cost of a tick must not grow with them.
+func BenchmarkPromoteTick(b *testing.B) {
+	const perSec = 1000
+	secs := b.N + 1
+	now := int64(1_700_000_000_000)
+	s, _ := benchStore(b, Options{}, now)
+	start := now / TickMs
+	rng := rand.New(rand.NewSource(1))
+	bodies := benchBodies(rng, benchBatch)
+	idx := uint64(1)
+	msgs := make([]NewMessage, perSec)
+	for sec := 0; sec < secs; sec++ {
+		for j := range msgs {
+			due := (start+Slots+int64(sec))*TickMs + int64(j)
+			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j%len(bodies)], DeliverAtMs: due}
+		}
+		idx++
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sec := start + int64(i) + 1
+		idx++
+		res, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Expire{Before: sec}, Promote{Before: sec + Slots}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n := res[0][1].Value.(int); n != perSec {
+			b.Fatalf("tick %d promoted %d, want %d", i, n, perSec)
+		}
+	}
+}

@@ -82,6 +82,7 @@ type Store struct {
 	applied       uint64
 	cursor        int64 // the second being fired: slots before it have expired
 	nextTopic     uint32
+	promoted      int64 // see tx.promoted; 0 after an open: the first promote scans from the start
 	topics        map[string]uint32
 	topicNames    map[uint32]string
 	counts        map[uint32]counts

@@ -1190,3 +1190,50 @@ func TestClosedStore(t *testing.T) {
 	}
 	k.s = nil
 }
+
+// TestPromoteResumesWhereItEnded: each promote scans the overflow from where
+// the last one ended. Messages sent to the overflow later are still
+// promoted, a promote that ends earlier than the last moves nothing, and a
+// reopened store, which scans from the start once, finds what is left.
+func TestPromoteResumesWhereItEnded(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	edge := (t0s + Slots) * TickMs
+	first := k.schedule(t0,
+		NewMessage{Topic: "a", DeliverAtMs: edge + 100},
+		NewMessage{Topic: "a", DeliverAtMs: edge + 5_000},
+		NewMessage{Topic: "a", DeliverAtMs: edge + 20_000},
+	)
+	k.apply(Expire{Before: t0s + 3})
+	if n := k.one(Promote{Before: t0s + Slots + 3}).(int); n != 1 {
+		t.Fatalf("first promote moved %d, want 1", n)
+	}
+	k.wantState(first[0].ID, StateDelayed, edge+100, 0)
+	// Sent to the overflow after that promote: due past the horizon as it
+	// stands now, which is past where the promote ended.
+	k.apply(Expire{Before: t0s + 6})
+	later := k.schedule(t0+6_000,
+		NewMessage{Topic: "a", DeliverAtMs: (t0s+Slots+6)*TickMs + 1},
+	)
+	k.apply(Expire{Before: t0s + 8})
+	// Ending earlier than the last promote moves nothing.
+	if n := k.one(Promote{Before: t0s + Slots + 2}).(int); n != 0 {
+		t.Fatalf("promote ending before the last one moved %d", n)
+	}
+	if n := k.one(Promote{Before: t0s + Slots + 8}).(int); n != 2 {
+		t.Fatalf("second promote moved %d, want 2 (one scheduled before the first promote, one after)", n)
+	}
+	k.wantState(first[1].ID, StateDelayed, edge+5_000, 0)
+	k.wantState(later[0].ID, StateDelayed, (t0s+Slots+6)*TickMs+1, 0)
+	if w := k.wheel(); w.OverflowMessages != 1 {
+		t.Fatalf("overflow %d after two promotes, want 1", w.OverflowMessages)
+	}
+	k.reopen()
+	k.apply(Expire{Before: t0s + 25})
+	if n := k.one(Promote{Before: t0s + Slots + 25}).(int); n != 1 {
+		t.Fatalf("promote after reopen moved %d, want 1", n)
+	}
+	k.wantState(first[2].ID, StateDelayed, edge+20_000, 0)
+	if w := k.wheel(); w.OverflowMessages != 0 {
+		t.Fatalf("overflow %d, want 0", w.OverflowMessages)
+	}
+}

@@ -30,6 +30,10 @@ type tx struct {
 	nextTop uint32
 	overDel int64
 	sync    bool
+	// promoted is the due instant (ms) before which the overflow holds
+	// nothing: what lies before it was promoted, and put never sends a
+	// message due within the horizon to the overflow. 0: not known.
+	promoted int64
 
 	pend     map[int64]*pendSeg
 	expired  []int64
@@ -43,7 +47,7 @@ type tx struct {
 
 func (s *Store) newTx() *tx {
 	return &tx{
-		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic,
+		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
 		newNodes: map[string]*Node{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{},
 	}
@@ -663,7 +667,20 @@ func (t *tx) promote(before int64) int {
 	if before <= 0 {
 		return 0
 	}
-	keys, vals := t.scanKeys([]byte{pOverflow}, overflowKey(before*TickMs, ID{}), 0)
+	// The scan starts where the last one ended, not at the start of the
+	// overflow: the keys promoted before are deleted, and their tombstones
+	// stay in the index until a compaction drops them, so a scan from the
+	// start would step over every one of them, once a second.
+	lo := []byte{pOverflow}
+	if t.promoted > 0 {
+		lo = overflowKey(t.promoted, ID{})
+	}
+	hi := before * TickMs
+	if hi <= t.promoted {
+		return 0
+	}
+	keys, vals := t.scanKeys(lo, overflowKey(hi, ID{}), 0)
+	t.promoted = hi
 	for i, k := range keys {
 		v := vals[i]
 		if len(v) < 1 {
@@ -780,7 +797,7 @@ func (t *tx) commit() error {
 	if p := s.flushErr.Load(); p != nil {
 		return *p
 	}
-	s.applied, s.cursor, s.nextTopic = t.applied, t.cursor, t.nextTop
+	s.applied, s.cursor, s.nextTopic, s.promoted = t.applied, t.cursor, t.nextTop, t.promoted
 	// An expired file may go only once its Expire is durable: at once when
 	// this batch was synced, else after the next flush (forced now and then
 	// so that files do not linger).
