@@ -104,11 +104,9 @@ func TestIdleReleaser(t *testing.T) {
 	const mib = 1 << 20
 	var allocated uint64
 	releases := 0
-	r := &idleReleaser{
-		log:       slog.New(slog.DiscardHandler),
-		allocated: func() uint64 { return allocated },
-		release:   func() { releases++; allocated += 16 << 10 },
-	}
+	r := newIdleReleaser(slog.New(slog.DiscardHandler),
+		func() uint64 { return allocated },
+		func() { releases++; allocated += 16 << 10 })
 	step := func(alloc uint64) bool {
 		allocated += alloc
 		return r.check()
@@ -142,9 +140,33 @@ func TestIdleReleaser(t *testing.T) {
 	if !step(0) || releases != 2 {
 		t.Fatalf("no release once idle after 80 MiB of steady work (releases %d)", releases)
 	}
+	// The background work of an idle node with a backlog (its ticks) still
+	// counts as idle after a burst.
+	for range 3 {
+		step(30 * mib)
+	}
+	if !step(3*mib) || releases != 3 {
+		t.Fatalf("no release when only a backlog's ticks run after a burst (releases %d)", releases)
+	}
 	// A small burst below the threshold is not worth a release.
 	step(20 * mib)
 	if step(0) {
 		t.Fatal("released after a 20 MiB burst")
+	}
+}
+
+// TestIdleReleaserCountsStartup: what the process allocated before the
+// releaser started (opening the node, replaying its log) is a burst, and
+// the first quiet interval after it releases.
+func TestIdleReleaserCountsStartup(t *testing.T) {
+	allocated := uint64(100 << 20)
+	releases := 0
+	r := newIdleReleaser(slog.New(slog.DiscardHandler), func() uint64 { return allocated }, func() { releases++ })
+	if r.check() {
+		t.Fatal("released while the startup's allocations were still being counted")
+	}
+	allocated += 256 << 10
+	if !r.check() || releases != 1 {
+		t.Fatalf("no release in the first quiet interval after startup (releases %d)", releases)
 	}
 }
