@@ -105,14 +105,21 @@ func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logM
 	}
 }
 
-// Idle release thresholds: a process that allocated at least idleBurst bytes
-// since the heap was last released, and then at most idleQuiet bytes within
-// one check interval, has gone idle after a burst. An idle node is not
-// still: each second it expires a slot and promotes the next second from
-// the overflow, about 1 MiB a second with a backlog of 10M messages.
+// Idle release thresholds. A check interval in which the process allocated
+// at most idleQuiet bytes is quiet. The first quiet interval after at least
+// idleBurst bytes were allocated since the heap was last released releases
+// it. So does a quiet interval after idleDrift bytes, once idleSpacing
+// intervals have passed since the last release: an idle node is not still.
+// Each second it expires a slot and promotes the next second from the
+// overflow (about 1 MiB a second with a backlog of 10M messages), and now
+// and then it takes a snapshot and compacts its log (some 40 MiB), and the
+// collector, with its heap sized for the last burst, runs no cycle that
+// would hand that garbage back.
 const (
-	idleBurst = 64 << 20
-	idleQuiet = 4 << 20
+	idleBurst   = 64 << 20
+	idleDrift   = 8 << 20
+	idleSpacing = 10
+	idleQuiet   = 4 << 20
 )
 
 // idleReleaser hands the heap's free memory back to the kernel when the
@@ -122,14 +129,16 @@ const (
 // requests and the free spans stay resident. One collection and scavenge
 // once the burst is over returns them, at no cost to the work, which has
 // stopped. In a build with cgo the C heap, where Pebble's cache and
-// memtables live, is trimmed at the same moment. Under steady load the process never looks idle, and GOGC and
-// --memory-limit govern the heap as usual.
+// memtables live, is trimmed at the same moment. Under steady load the
+// process never looks idle, and GOGC and --memory-limit govern the heap as
+// usual.
 type idleReleaser struct {
 	log       *slog.Logger
 	allocated func() uint64 // bytes allocated since the process started
 	release   func()
 	last      uint64 // allocated at the previous check
 	since     uint64 // allocated since the last release
+	checks    int    // checks since the last release
 }
 
 // newIdleReleaser returns a releaser that reads the process's allocation
@@ -164,11 +173,15 @@ func (r *idleReleaser) check() bool {
 	delta := now - r.last
 	r.last = now
 	r.since += delta
-	if delta > idleQuiet || r.since < idleBurst {
+	r.checks++
+	if delta > idleQuiet {
+		return false
+	}
+	if r.since < idleBurst && (r.since < idleDrift || r.checks < idleSpacing) {
 		return false
 	}
 	r.release()
-	r.since = 0
+	r.since, r.checks = 0, 0
 	r.last = r.allocated() // the release's own allocations are not work
 	return true
 }

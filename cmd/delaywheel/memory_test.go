@@ -148,10 +148,31 @@ func TestIdleReleaser(t *testing.T) {
 	if !step(3*mib) || releases != 3 {
 		t.Fatalf("no release when only a backlog's ticks run after a burst (releases %d)", releases)
 	}
-	// A small burst below the threshold is not worth a release.
+	// A small burst below the threshold is not worth a release at once...
 	step(20 * mib)
 	if step(0) {
-		t.Fatal("released after a 20 MiB burst")
+		t.Fatal("released at once after a 20 MiB burst")
+	}
+	// ...but once idleSpacing intervals have passed since the last
+	// release, the garbage a quiet node piles up is.
+	for i := 3; i < idleSpacing; i++ {
+		if step(0) {
+			t.Fatalf("released %d intervals after the last release", i)
+		}
+	}
+	if !step(0) || releases != 4 {
+		t.Fatalf("no release %d intervals after the last, with 20 MiB allocated since (releases %d)", idleSpacing, releases)
+	}
+	// A quiet node's drift alone releases once it reached idleDrift and
+	// idleSpacing intervals passed, not before.
+	want := max(int(idleDrift/mib), idleSpacing)
+	for i := 1; i < want; i++ {
+		if step(mib) {
+			t.Fatalf("released after %d MiB of quiet drift in %d intervals", i, i)
+		}
+	}
+	if !step(mib) || releases != 5 {
+		t.Fatalf("no release after %d MiB of quiet drift in %d intervals (releases %d)", want, want, releases)
 	}
 }
 
