@@ -239,9 +239,10 @@ func Open(cfg Config) (*Node, error) {
 	// vanished peers); snapshot transfers scale it with their size.
 	n.trans = raft.NewNetworkTransportWithLogger(stream, 5, 2*time.Second, hl)
 	// The cache holds whole entries (up to a batch of 10,000 messages each),
-	// bounded by count: keep it small, it only spares recent reads. A
-	// follower within 64 entries of the leader (replication pipelines,
-	// so they usually are) reads from it; one further behind reads the
+	// bounded by count: keep it small, it only spares recent reads. The
+	// leader reads it to replicate to a follower within 64 entries of it
+	// (replication pipelines, so they usually are), and every node reads
+	// it to apply what committed; further back, entries are read from the
 	// log's file. 256 entries of enqueued batches of 100 held 4 MiB.
 	cache, err := raft.NewLogCache(64, logs)
 	if err != nil {

@@ -16,7 +16,8 @@ import "C"
 // trimCHeap hands the C heap's free memory back to the kernel. A build with
 // cgo gives Pebble's block cache and memtables to the C allocator: glibc
 // keeps what they free in its per-thread arenas, where the kernel still
-// counts it as the process's own (an idle node held twice the resident
-// memory of a build without cgo). malloc_trim releases the free pages of
-// every arena. Elsewhere than glibc it does nothing.
+// counts it as the process's own (a node restarted on 12M messages and
+// idle held 57.3 MiB anonymous without the trim, 38.0 MiB with it).
+// malloc_trim releases the free pages of every arena. Elsewhere than glibc
+// it does nothing.
 func trimCHeap() { C.dw_trim_c_heap() }

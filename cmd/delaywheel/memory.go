@@ -27,7 +27,8 @@ type memorySettings struct {
 	// has gone idle, are checked.
 	ReleaseInterval time.Duration
 	// ReleaseIdleHeap hands the heap's free memory back to the kernel once
-	// the process goes idle after a burst of work (see idleReleaser).
+	// the process goes quiet after a burst of work, and now and then while
+	// it stays quiet (see idleReleaser).
 	ReleaseIdleHeap bool
 }
 
@@ -123,15 +124,16 @@ const (
 )
 
 // idleReleaser hands the heap's free memory back to the kernel when the
-// process goes idle after a burst. The collector sizes the heap for the
-// burst (twice the live heap at GOGC=100) and, with no more allocation,
-// starts no further cycle that would shrink it: the garbage of the last
-// requests and the free spans stay resident. One collection and scavenge
-// once the burst is over returns them, at no cost to the work, which has
-// stopped. In a build with cgo the C heap, where Pebble's cache and
-// memtables live, is trimmed at the same moment. Under steady load the
-// process never looks idle, and GOGC and --memory-limit govern the heap as
-// usual.
+// process goes quiet. The collector sizes the heap for the last burst
+// (twice the live heap at GOGC=100) and, with little allocation, starts no
+// further cycle that would shrink it: the garbage of the last requests and
+// the free spans stay resident. One collection and scavenge once the burst
+// is over returns them, at no cost to the work, which has stopped; while
+// the process stays quiet, another follows at most every idleSpacing
+// intervals, once idleDrift bytes were allocated. In a build with cgo on
+// Linux the C heap, where Pebble's cache and memtables live, is trimmed at
+// the same moment. Under load above idleQuiet per interval the process
+// never looks quiet, and GOGC and --memory-limit govern the heap as usual.
 type idleReleaser struct {
 	log       *slog.Logger
 	allocated func() uint64 // bytes allocated since the process started
@@ -167,7 +169,8 @@ func heapAllocated() uint64 {
 }
 
 // check is one interval's look at the allocation counter; it releases the
-// heap and reports true when the process has gone idle after a burst.
+// heap and reports true when the process has gone quiet after a burst, or
+// has stayed quiet long enough to pile up garbage worth releasing.
 func (r *idleReleaser) check() bool {
 	now := r.allocated()
 	delta := now - r.last
@@ -190,7 +193,7 @@ func (r *idleReleaser) check() bool {
 func (r *idleReleaser) run(ctx context.Context, interval time.Duration) {
 	every(ctx, interval, func() bool {
 		if r.check() {
-			r.log.Debug("idle after a burst: released the heap's free memory")
+			r.log.Debug("quiet: released the heap's free memory")
 		}
 		return true
 	})

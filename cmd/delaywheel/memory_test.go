@@ -163,6 +163,16 @@ func TestIdleReleaser(t *testing.T) {
 	if !step(0) || releases != 4 {
 		t.Fatalf("no release %d intervals after the last, with 20 MiB allocated since (releases %d)", idleSpacing, releases)
 	}
+	// Quiet intervals long after the last release, with less than
+	// idleDrift allocated since, release nothing.
+	for i := 0; i < 2*idleSpacing; i++ {
+		if step(idleDrift / 32) {
+			t.Fatalf("released after %d quiet intervals with less than idleDrift allocated", i+1)
+		}
+	}
+	if !step(idleDrift-2*idleSpacing*(idleDrift/32)) || releases != 5 { // the rest of idleDrift
+		t.Fatalf("no release once idleDrift was allocated, quietly (releases %d)", releases)
+	}
 	// A quiet node's drift alone releases once it reached idleDrift and
 	// idleSpacing intervals passed, not before.
 	want := max(int(idleDrift/mib), idleSpacing)
@@ -171,7 +181,7 @@ func TestIdleReleaser(t *testing.T) {
 			t.Fatalf("released after %d MiB of quiet drift in %d intervals", i, i)
 		}
 	}
-	if !step(mib) || releases != 5 {
+	if !step(mib) || releases != 6 {
 		t.Fatalf("no release after %d MiB of quiet drift in %d intervals (releases %d)", want, want, releases)
 	}
 }

@@ -85,7 +85,7 @@ func serverFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "drop the Raft log's mapped pages from resident memory once they hold this many bytes; they stay in the page cache (Linux; 0: never)", EnvVars: envs("release-mapped-bytes")},
 		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
 		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
-		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes idle after a burst of work, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
+		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes quiet after a burst of work, and now and then while it stays quiet, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
 }
 
