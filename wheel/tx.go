@@ -31,8 +31,10 @@ type tx struct {
 	overDel int64
 	sync    bool
 	// promoted is the due instant (ms) before which the overflow holds
-	// nothing: what lies before it was promoted, and put never sends a
-	// message due within the horizon to the overflow. 0: not known.
+	// nothing: what lies before it was promoted, put never sends a message
+	// due within the horizon to the overflow, and the cursor, and with it
+	// the horizon, never moves back. 0: not known (the first promote after
+	// an open scans from the start).
 	promoted int64
 
 	pend     map[int64]*pendSeg
