@@ -174,3 +174,26 @@ func TestAxisAndLabels(t *testing.T) {
 		t.Fatal("a chart without points")
 	}
 }
+
+// TestTimesFormatsRatios: a ratio shows its decimals, and one those
+// decimals would round to nothing shows two significant digits instead.
+func TestTimesFormatsRatios(t *testing.T) {
+	for _, c := range []struct {
+		x    float64
+		prec int
+		want string
+	}{
+		{0.174, 3, "0.174"},
+		{0.52, 2, "0.52"},
+		{18.03, 2, "18.03"},
+		{0, 3, "0.000"},
+		{0.000214, 3, "0.00021"},
+		{0.0004999, 3, "0.0005"},
+		{0.0005, 3, "0.001"},
+		{0.00001234, 4, "1.2e-05"},
+	} {
+		if got := times(c.x, c.prec); got != c.want {
+			t.Errorf("times(%v, %d) = %q, want %q", c.x, c.prec, got, c.want)
+		}
+	}
+}

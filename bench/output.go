@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -172,21 +174,31 @@ func (r *Report) Comparisons() []string {
 		switch r.Workload {
 		case WorkloadEnqueue:
 			if alt.Enqueue.PerSec > 0 {
-				out = append(out, fmt.Sprintf("enqueue rate: delaywheel = %.2f× %s", dw.Enqueue.PerSec/alt.Enqueue.PerSec, alt.Target))
+				out = append(out, fmt.Sprintf("enqueue rate: delaywheel = %s× %s", times(dw.Enqueue.PerSec/alt.Enqueue.PerSec, 2), alt.Target))
 			}
 		case WorkloadFire:
 			if alt.Fire.Lateness.P99 > 0 {
-				out = append(out, fmt.Sprintf("p99 lateness: delaywheel = %.3f× %s", dw.Fire.Lateness.P99/alt.Fire.Lateness.P99, alt.Target))
+				out = append(out, fmt.Sprintf("p99 lateness: delaywheel = %s× %s", times(dw.Fire.Lateness.P99/alt.Fire.Lateness.P99, 3), alt.Target))
 			}
 		case WorkloadBacklog:
 			d, a := dw.Backlog, alt.Backlog
 			if a.RSSPerMsg > 0 && d.RSSPerMsg > 0 {
-				out = append(out, fmt.Sprintf("resident bytes per pending message: delaywheel = %.4f× %s settled after the fill (2 s after it: %.4f×; settled after a restart: %.4f×)",
-					ratio(d.RSSSettledPerMsg, a.RSSSettledPerMsg), alt.Target, d.RSSPerMsg/a.RSSPerMsg, ratio(d.RSSRestartedPerMsg, a.RSSRestartedPerMsg)))
+				out = append(out, fmt.Sprintf("resident bytes per pending message: delaywheel = %s× %s settled after the fill (2 s after it: %s×; settled after a restart: %s×)",
+					times(ratio(d.RSSSettledPerMsg, a.RSSSettledPerMsg), 4), alt.Target, times(d.RSSPerMsg/a.RSSPerMsg, 4), times(ratio(d.RSSRestartedPerMsg, a.RSSRestartedPerMsg), 4)))
 			}
 		}
 	}
 	return out
+}
+
+// times formats a ratio with prec decimals, or with two significant digits
+// where those decimals would show a ratio above 0 as 0 (an alternative far
+// behind: 0.00021× rather than 0.000×).
+func times(x float64, prec int) string {
+	if x > 0 && x < 0.5*math.Pow10(-prec) {
+		return strconv.FormatFloat(x, 'g', 2, 64)
+	}
+	return strconv.FormatFloat(x, 'f', prec, 64)
 }
 
 func ratio(a, b float64) float64 {
