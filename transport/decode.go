@@ -16,7 +16,7 @@ import (
 // readBody reads the request body, which the server has already bounded with
 // http.MaxBytesReader.
 func readBody(r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(r.Body)
+	data, err := readAllSized(r.Body, r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -25,6 +25,35 @@ func readBody(r *http.Request) ([]byte, error) {
 		return nil, invalid("request body: could not be read: %v", err)
 	}
 	return data, nil
+}
+
+// maxBodyPrealloc bounds the buffer readAllSized sizes from a request's
+// Content-Length before a byte arrived: a client cannot make the server
+// reserve more than this by announcing a large body it never sends.
+const maxBodyPrealloc = 1 << 20
+
+// readAllSized is io.ReadAll with a first buffer of the announced length
+// (up to maxBodyPrealloc) rather than 512 bytes, so that a body is read
+// without copying it over and over as the buffer doubles.
+func readAllSized(r io.Reader, announced int64) ([]byte, error) {
+	size := 512
+	if announced > 0 {
+		size = int(min(announced, maxBodyPrealloc)) + 1 // +1: room to read the EOF
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return b, err
+		}
+	}
 }
 
 // decodeBody reads the request body and decodes it strictly into v. An empty

@@ -1237,3 +1237,30 @@ func TestPromoteResumesWhereItEnded(t *testing.T) {
 		t.Fatalf("overflow %d, want 0", w.OverflowMessages)
 	}
 }
+
+// TestBufPool: buffers come back empty, large ones and those past the
+// pool's room are dropped.
+func TestBufPool(t *testing.T) {
+	var p bufPool
+	if b := p.take(); b != nil {
+		t.Fatalf("empty pool gave %d bytes of capacity", cap(b))
+	}
+	p.give(nil)
+	p.give(make([]byte, 10, bufPoolMaxCap+1))
+	if len(p.bufs) != 0 {
+		t.Fatalf("kept %d buffers, want none (empty, too large)", len(p.bufs))
+	}
+	for range bufPoolMax + 3 {
+		p.give(make([]byte, 100, 4096))
+	}
+	if len(p.bufs) != bufPoolMax {
+		t.Fatalf("kept %d buffers, want %d", len(p.bufs), bufPoolMax)
+	}
+	b := p.take()
+	if len(b) != 0 || cap(b) != 4096 {
+		t.Fatalf("took len %d cap %d, want an empty buffer of 4096", len(b), cap(b))
+	}
+	if len(p.bufs) != bufPoolMax-1 {
+		t.Fatalf("%d buffers left, want %d", len(p.bufs), bufPoolMax-1)
+	}
+}

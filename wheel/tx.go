@@ -163,7 +163,7 @@ func (t *tx) seg(second int64) *pendSeg {
 	if p := t.pend[second]; p != nil {
 		return p
 	}
-	p := &pendSeg{base: segment.HeaderSize}
+	p := &pendSeg{base: segment.HeaderSize, buf: t.s.segBufs.take()}
 	if v := t.get(segLenKey(second)); v != nil {
 		p.stats = decodeSegLen(v)
 		p.base = p.stats.Length
@@ -768,6 +768,10 @@ func (t *tx) commit() error {
 				s.segs.Path(sec), ErrInconsistent, off, end, p.base, p.stats.Length)
 		}
 		t.set(segLenKey(sec), p.stats.encode())
+		// The bytes are in the file now, and nothing refers to the buffer:
+		// records read from it during the batch were decoded into copies.
+		s.segBufs.give(p.buf)
+		p.buf = nil
 	}
 	newCounts := map[uint32]counts{}
 	for tid, d := range t.counts {
