@@ -96,26 +96,36 @@ func steady(rss []int64) bool {
 
 // settledResources reads the target's resources every second, from settle
 // on, until resident memory is steady or settleMax has passed, and returns
-// the last reading and how long it waited.
-func settledResources(ctx context.Context, t target) (resources, time.Duration, error) {
+// the last reading, how long it waited, and whether memory was steady.
+func settledResources(ctx context.Context, t target) (resources, time.Duration, bool, error) {
 	t0 := time.Now()
 	if err := sleepCtx(ctx, settle); err != nil {
-		return resources{}, 0, err
+		return resources{}, 0, false, err
 	}
 	var rss []int64
 	for {
 		r, err := t.Resources(ctx)
 		if err != nil {
-			return r, time.Since(t0), err
+			return r, time.Since(t0), false, err
 		}
 		rss = append(rss, r.RSSBytes)
-		if steady(rss) || time.Since(t0) >= settleMax {
-			return r, time.Since(t0), nil
+		if steady(rss) {
+			return r, time.Since(t0), true, nil
+		}
+		if time.Since(t0) >= settleMax {
+			return r, time.Since(t0), false, nil
 		}
 		if err := sleepCtx(ctx, time.Second); err != nil {
-			return r, time.Since(t0), err
+			return r, time.Since(t0), false, err
 		}
 	}
+}
+
+// unsettledNote says that resident memory still moved when the harness
+// took its reading, and what the reading then is.
+func unsettledNote(after string, waited time.Duration) string {
+	return fmt.Sprintf("resident memory %s did not settle within %.0f s (it moved by more than %.0f%% and %d MiB over %d readings a second apart): the reading is the last one, %.0f s after",
+		after, settleMax.Seconds(), steadyTolerance*100, steadyMinBytes>>20, steadySamples, waited.Seconds())
 }
 
 // runBacklog is the backlog workload: cfg.Messages messages due 1 to 24 hours
@@ -157,9 +167,11 @@ func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
 		res.Notes = append(res.Notes, "resources after the fill: "+err.Error())
 	}
 	b.RSSFull, b.RSSFullAnon, b.RSSFullFile, b.DiskFull = full.RSSBytes, full.RSSAnonBytes, full.RSSFileBytes, full.DiskBytes
-	settled, _, err := settledResources(ctx, t)
+	settled, waited, ok, err := settledResources(ctx, t)
 	if err != nil {
 		res.Notes = append(res.Notes, "resources once settled after the fill: "+err.Error())
+	} else if !ok {
+		res.Notes = append(res.Notes, unsettledNote("after the fill", waited))
 	}
 	b.SettledS = round3(time.Since(filled).Seconds())
 	b.RSSSettled, b.RSSSettledAnon, b.RSSSettledFile = settled.RSSBytes, settled.RSSAnonBytes, settled.RSSFileBytes
@@ -189,9 +201,11 @@ func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
 	if b.PendingAfterRestart != b.Pending {
 		res.Notes = append(res.Notes, fmt.Sprintf("pending changed across the restart: %d before, %d after", b.Pending, b.PendingAfterRestart))
 	}
-	r, waited, err := settledResources(ctx, t)
+	r, waited, ok, err := settledResources(ctx, t)
 	if err != nil {
 		res.Notes = append(res.Notes, "resources once settled after the restart: "+err.Error())
+	} else if !ok {
+		res.Notes = append(res.Notes, unsettledNote("after the restart", waited))
 	}
 	b.RestartedS = round3(waited.Seconds())
 	b.RSSRestarted, b.RSSRestartedAnon, b.RSSRestartedFile = r.RSSBytes, r.RSSAnonBytes, r.RSSFileBytes

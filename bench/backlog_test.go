@@ -1,6 +1,10 @@
 package bench
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 func TestSteady(t *testing.T) {
 	const mib = 1 << 20
@@ -33,5 +37,16 @@ func TestPerMsg(t *testing.T) {
 	}
 	if got := perMsg(3000, 0); got != -1 {
 		t.Fatalf("perMsg(no pending) = %v, want -1", got)
+	}
+}
+
+// TestUnsettledNote: the note names the phase, the limit and when the
+// reading was taken.
+func TestUnsettledNote(t *testing.T) {
+	got := unsettledNote("after the restart", 61400*time.Millisecond)
+	for _, want := range []string{"after the restart", "within 60 s", "more than 1% and 1 MiB", "5 readings", "61 s after"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("note %q lacks %q", got, want)
+		}
 	}
 }
