@@ -1264,3 +1264,40 @@ func TestBufPool(t *testing.T) {
 		t.Fatalf("%d buffers left, want %d", len(p.bufs), bufPoolMax-1)
 	}
 }
+
+// TestPromoteLeaseRedelivery: a lease whose redelivery lies beyond the
+// horizon waits in the overflow as a lease record; promoted, the message
+// stays reserved under the same receipt, the counts do not move, and it
+// comes back when its slot expires.
+func TestPromoteLeaseRedelivery(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	enq := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 - 1}, NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000})
+	id := enq[0].ID
+	exp := t0 + 3*3600_000 // a three-hour lease
+	if took := k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 7, ExpiresMs: exp, RedeliverMs: exp + 1}}}).([]bool); !took[0] {
+		t.Fatal("not leased")
+	}
+	if w := k.wheel(); w.OverflowMessages != 2 {
+		t.Fatalf("overflow %d, want the redelivery and the far message", w.OverflowMessages)
+	}
+	k.wantCounts(TopicCounts{Topic: "a", Reserved: 1})
+	// Move the cursor until the redelivery's second enters the horizon.
+	sec := SecondOf(exp + 1)
+	k.apply(Expire{Before: sec - Slots + 1})
+	if n := k.one(Promote{Before: sec + 1}).(int); n != 2 {
+		t.Fatalf("promoted %d, want 2", n)
+	}
+	v := k.get(id)
+	if v.State != StateReserved || v.Receipt != 7 || v.LeaseExpiresMs != exp || v.DeliverAtMs != exp+1 {
+		t.Fatalf("promoted lease %+v %s", v.Message, v.State)
+	}
+	k.wantCounts(TopicCounts{Topic: "a", Reserved: 1})
+	k.wantCounts(TopicCounts{Topic: "b", Delayed: 1})
+	if w := k.wheel(); w.OverflowMessages != 0 {
+		t.Fatalf("overflow %d after the promote", w.OverflowMessages)
+	}
+	// The lease expires unacked: the message is ready again.
+	k.apply(Expire{Before: sec + 1})
+	k.wantState(id, StateReady, exp+1, 1)
+	k.wantCounts(TopicCounts{Topic: "a", Ready: 1})
+}

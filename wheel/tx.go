@@ -694,14 +694,23 @@ func (t *tx) promote(before int64) int {
 			t.fail(fmt.Errorf("overflow %x: %w", k, err))
 			return 0
 		}
-		mt, ok := t.meta(m.ID)
+		// The overflow holds delayed messages and the redeliveries of
+		// leases (reserved), and its record says which: the message's meta
+		// need not be read, which for a message enqueued hours ago costs a
+		// block read from the index for each message promoted.
+		typ := segment.RecordType(v[0])
+		state := StateDelayed
+		if typ == segment.TypeLease {
+			state = StateReserved
+		}
+		tid, ok := t.topicID(m.Topic, false)
 		if !ok {
-			t.fail(fmt.Errorf("overflow %s: %w: no index entry", m.ID, ErrInconsistent))
+			t.fail(fmt.Errorf("overflow %s: %w: unknown topic %q", m.ID, ErrInconsistent, m.Topic))
 			return 0
 		}
 		t.del(k)
 		t.overDel--
-		t.put(&m, mt.TopicID, mt.State, segment.RecordType(v[0]))
+		t.put(&m, tid, state, typ)
 	}
 	return len(keys)
 }
