@@ -76,8 +76,11 @@ func validateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.N
 	}
 	out := make([]wheel.NewMessage, len(req.Messages))
 	for i := range req.Messages {
-		nm, err := validateMessage(&req.Messages[i], index("messages", i), lim, nowMs)
+		// Unnamed first: the names an error gives its fields are built only
+		// for a message that fails, which is then checked again with them.
+		nm, err := validateMessage(&req.Messages[i], "", lim, nowMs)
 		if err != nil {
+			_, err = validateMessage(&req.Messages[i], index("messages", i), lim, nowMs)
 			return nil, err
 		}
 		out[i] = nm
