@@ -32,28 +32,18 @@ func readBody(r *http.Request) ([]byte, error) {
 // reserve more than this by announcing a large body it never sends.
 const maxBodyPrealloc = 1 << 20
 
-// readAllSized is io.ReadAll with a first buffer of the announced length
-// (up to maxBodyPrealloc) rather than 512 bytes, so that a body is read
-// without copying it over and over as the buffer doubles.
+// readAllSized reads r to its end like io.ReadAll, but into a buffer sized
+// from the announced length (up to maxBodyPrealloc), so that a body is read
+// without copying it over and over as the buffer doubles. The extra
+// bytes.MinRead is the room ReadFrom wants free to read the end.
 func readAllSized(r io.Reader, announced int64) ([]byte, error) {
-	size := 512
+	size := 0
 	if announced > 0 {
-		size = int(min(announced, maxBodyPrealloc)) + 1 // +1: room to read the EOF
+		size = int(min(announced, maxBodyPrealloc))
 	}
-	b := make([]byte, 0, size)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return b, err
-		}
-	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 // decodeBody reads the request body and decodes it strictly into v. An empty
