@@ -257,11 +257,18 @@ func (t *tx) unplace(id ID, mt meta) {
 
 // put writes a message into the place its due time and state call for and
 // records its meta. from is its previous state (0 for a new message).
-func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
-	state := StateDelayed
+// recordState is the state of a message whose pending record in a slot
+// file or the overflow has type typ: a lease's redelivery is reserved,
+// anything else delayed.
+func recordState(typ segment.RecordType) State {
 	if typ == segment.TypeLease {
-		state = StateReserved
+		return StateReserved
 	}
+	return StateDelayed
+}
+
+func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
+	state := recordState(typ)
 	sec := SecondOf(m.DeliverAtMs)
 	switch {
 	case sec < t.cursor:
@@ -699,10 +706,7 @@ func (t *tx) promote(before int64) int {
 		// need not be read, which for a message enqueued hours ago costs a
 		// block read from the index for each message promoted.
 		typ := segment.RecordType(v[0])
-		state := StateDelayed
-		if typ == segment.TypeLease {
-			state = StateReserved
-		}
+		state := recordState(typ)
 		tid, ok := t.topicID(m.Topic, false)
 		if !ok {
 			t.fail(fmt.Errorf("overflow %s: %w: unknown topic %q", m.ID, ErrInconsistent, m.Topic))
