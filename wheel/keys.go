@@ -121,7 +121,7 @@ const (
 )
 
 // meta is the index entry of a message: its state and where its full record
-// is. It is fixed-size: 1+1+4+8+8+8+8+8+8 = 54 bytes.
+// is.
 type meta struct {
 	State      State
 	Loc        location
@@ -134,26 +134,75 @@ type meta struct {
 	LeaseExpMs int64
 }
 
-const metaLen = 54
+// Meta encodings. Every message has a meta, and every meta is written to
+// the index at least once and rewritten by every compaction that carries
+// it, so its size is most of the index's bytes.
+//
+// metaV2 (metaTagV2, then varints) is what is written: a delayed message
+// in a slot file takes about 17 bytes. The slot second is stored as its
+// difference from the second of DueMs, which for a record in a slot file is
+// 0. metaLenV1 is the fixed-size big-endian layout of earlier versions
+// (state, location, topic id, then seven 8-byte fields), still read: an
+// index holds both until every old meta has been rewritten.
+const (
+	metaTagV2  = 0xC2 // never a State, which is what a v1 meta starts with
+	metaLenV1  = 54
+	metaMaxLen = 3 + binary.MaxVarintLen32 + 6*binary.MaxVarintLen64
+)
 
-func (m *meta) encode() []byte {
-	b := make([]byte, metaLen)
-	b[0] = byte(m.State)
-	b[1] = byte(m.Loc)
-	binary.BigEndian.PutUint32(b[2:6], m.TopicID)
-	binary.BigEndian.PutUint64(b[6:14], uint64(m.DueMs))
-	binary.BigEndian.PutUint64(b[14:22], uint64(m.Priority))
-	binary.BigEndian.PutUint64(b[22:30], uint64(m.Second))
-	binary.BigEndian.PutUint64(b[30:38], uint64(m.Offset))
-	binary.BigEndian.PutUint64(b[38:46], m.Receipt)
-	binary.BigEndian.PutUint64(b[46:54], uint64(m.LeaseExpMs))
-	return b
+// appendTo appends the encoding of m to b.
+func (m *meta) appendTo(b []byte) []byte {
+	e := &encoder{b: append(b, metaTagV2, byte(m.State), byte(m.Loc))}
+	e.uvarint(uint64(m.TopicID))
+	e.varint(m.DueMs)
+	e.varint(m.Priority)
+	e.varint(m.Second - m.secondBase())
+	e.varint(m.Offset)
+	e.uvarint(m.Receipt)
+	e.varint(m.LeaseExpMs)
+	return e.b
+}
+
+// encode returns the encoding of m in a new slice.
+func (m *meta) encode() []byte { return m.appendTo(make([]byte, 0, metaMaxLen)) }
+
+// secondBase is what Second is stored relative to: the second of DueMs
+// for a record in a slot file, 0 elsewhere.
+func (m *meta) secondBase() int64 {
+	if m.Loc == locSegment {
+		return SecondOf(m.DueMs)
+	}
+	return 0
 }
 
 func decodeMeta(b []byte) (meta, error) {
-	if len(b) != metaLen {
+	if len(b) == metaLenV1 && b[0] != metaTagV2 {
+		return decodeMetaV1(b), nil
+	}
+	d := &decoder{b: b}
+	if d.byte() != metaTagV2 {
 		return meta{}, fmt.Errorf("%w: meta of %d bytes", ErrCorruptCommand, len(b))
 	}
+	m := meta{State: State(d.byte()), Loc: location(d.byte())}
+	tid := d.uvarint()
+	m.DueMs = d.varint()
+	m.Priority = d.varint()
+	m.Second = d.varint() + m.secondBase()
+	m.Offset = d.varint()
+	m.Receipt = d.uvarint()
+	m.LeaseExpMs = d.varint()
+	switch {
+	case d.err != nil:
+		return meta{}, fmt.Errorf("meta of %d bytes: %w", len(b), d.err)
+	case len(d.b) != 0 || tid > math.MaxUint32:
+		return meta{}, fmt.Errorf("%w: malformed meta of %d bytes", ErrCorruptCommand, len(b))
+	}
+	m.TopicID = uint32(tid)
+	return m, nil
+}
+
+// decodeMetaV1 decodes the fixed-size layout of earlier versions.
+func decodeMetaV1(b []byte) meta {
 	return meta{
 		State:      State(b[0]),
 		Loc:        location(b[1]),
@@ -164,7 +213,7 @@ func decodeMeta(b []byte) (meta, error) {
 		Offset:     int64(binary.BigEndian.Uint64(b[30:38])),
 		Receipt:    binary.BigEndian.Uint64(b[38:46]),
 		LeaseExpMs: int64(binary.BigEndian.Uint64(b[46:54])),
-	}, nil
+	}
 }
 
 // counts are a topic's per-state message counts.

@@ -45,6 +45,8 @@ type tx struct {
 	events   []Event
 	stats    map[uint32]*TopicStats // transition counts of this batch
 	scratch  []byte                 // reused encoding buffer; whatever takes it copies it
+	keyBuf   []byte                 // reused by setMeta
+	metaBuf  []byte                 // reused by setMeta
 }
 
 func (s *Store) newTx() *tx {
@@ -82,6 +84,15 @@ func (t *tx) set(k, v []byte) {
 	if err := t.b.Set(k, v, nil); err != nil {
 		t.fail(fmt.Errorf("index set: %w", err))
 	}
+}
+
+// setMeta writes a message's meta. The batch copies key and value, so both
+// are encoded into buffers the transaction reuses.
+func (t *tx) setMeta(id ID, m *meta) {
+	b := id.Bytes()
+	t.keyBuf = append(append(t.keyBuf[:0], pMeta), b[:]...)
+	t.metaBuf = m.appendTo(t.metaBuf[:0])
+	t.set(t.keyBuf, t.metaBuf)
 }
 
 func (t *tx) del(k []byte) {
@@ -281,8 +292,8 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 	case sec < t.cursor+HorizonSecs:
 		t.scratch = EncodeMessage(t.scratch[:0], m)
 		off := t.appendSeg(sec, typ, t.scratch)
-		t.set(metaKey(m.ID), (&meta{State: state, Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Second: sec, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}).encode())
+		t.setMeta(m.ID, &meta{State: state, Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+			Second: sec, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs})
 		if t.s.loader != nil && sec <= t.s.loadedThrough {
 			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: m, Lease: typ == segment.TypeLease})
 		}
@@ -290,8 +301,8 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)
 		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
 		t.overDel++
-		t.set(metaKey(m.ID), (&meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}).encode())
+		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs})
 	}
 	t.move(tid, from, state)
 }
@@ -313,7 +324,7 @@ func clearLease(m *Message) {
 func (t *tx) toReady(m *Message, tid uint32, from State) {
 	clearLease(m)
 	t.set(readyKey(tid, m.DeliverAtMs, m.Priority, m.ID), EncodeMessage(nil, m))
-	t.set(metaKey(m.ID), (&meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority}).encode())
+	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
 	t.move(tid, from, StateReady)
 	t.event(Event{Kind: EventReady, Topic: m.Topic, ID: m.ID})
 }
@@ -322,7 +333,7 @@ func (t *tx) toReady(m *Message, tid uint32, from State) {
 func (t *tx) toDead(m *Message, tid uint32, from State) {
 	clearLease(m)
 	t.set(deadKey(tid, m.ID), EncodeMessage(nil, m))
-	t.set(metaKey(m.ID), (&meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority}).encode())
+	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
 	t.releaseKey(m, tid)
 	t.move(tid, from, StateDead)
 	t.stat(tid).Dead++
