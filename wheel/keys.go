@@ -8,31 +8,41 @@ import (
 
 // Pebble key space. Every key starts with one prefix byte:
 //
-//	'm' id                             → meta (state and location of a message)
+//	'd' topicID id                     → message: a topic's dead letters
 //	'k' topicID key                    → id: the pending message holding a key
+//	'm' id                             → meta (state and location of a message)
+//	'n' node id                        → node metadata
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
-//	'd' topicID id                     → message: a topic's dead letters
-//	'l' second                         → segment length: the bytes of the slot file the state covers
-//	't' topic                          → topicID
-//	'c' topicID                        → counts (delayed, ready, reserved, dead)
-//	'n' node id                        → node metadata
 //	's' name                           → scalars: applied index, cursor, next topic id, overflow count
+//	't' topic                          → topicID
+//	'x' topicID                        → counts (delayed, ready, reserved, dead)
+//	'y' second                         → segment length: the bytes of the slot file the state covers
 //
 // Integers in keys are big-endian so keys sort numerically; due_ms is never
 // negative, and prio^ is the priority with its sign bit flipped and then
 // inverted so that higher priorities sort first.
+//
+// The keys nearly every batch rewrites (scalars, counts, segment lengths)
+// sort after the metas, whose ids only grow. A table flushed from a
+// memtable spans from its lowest to its highest key; with these keys below
+// the metas, as 'c' and 'l' in earlier versions, every table spanned the
+// whole meta range and each compaction into a level rewrote all of that
+// level's meta tables. Open moves keys under the retired prefixes.
 const (
 	pMeta     = 'm'
 	pKey      = 'k'
 	pOverflow = 'o'
 	pReady    = 'r'
 	pDead     = 'd'
-	pSegLen   = 'l'
+	pSegLen   = 'y'
 	pTopic    = 't'
-	pCounts   = 'c'
+	pCounts   = 'x'
 	pNode     = 'n'
 	pScalar   = 's'
+
+	pOldCounts = 'c' // retired: counts before they moved to pCounts
+	pOldSegLen = 'l' // retired: segment lengths before they moved to pSegLen
 )
 
 var (

@@ -188,6 +188,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open index: %w", err)
 	}
 	s.db = db
+	if err := s.moveRetiredKeys(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.load(); err != nil {
 		s.Close()
 		return nil, err
@@ -225,6 +229,42 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	out := append([]byte(nil), v...)
 	closer.Close()
 	return out, nil
+}
+
+// moveRetiredKeys moves counts and segment lengths from the key prefixes
+// of earlier versions to the current ones (see pCounts), in one batch made
+// durable by a flush: the index may run without a WAL. A crash before the
+// flush leaves the old keys, and the next open moves them again. A
+// read-only open cannot move them, and refuses.
+func (s *Store) moveRetiredKeys() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, mv := range [...]struct{ from, to byte }{{pOldCounts, pCounts}, {pOldSegLen, pSegLen}} {
+		if err := s.scan([]byte{mv.from}, func(k, v []byte) error {
+			if err := b.Set(append([]byte{mv.to}, k[1:]...), v, nil); err != nil {
+				return err
+			}
+			return b.Delete(k, nil)
+		}); err != nil {
+			return fmt.Errorf("move index keys: %w", err)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if s.opts.ReadOnly {
+		return errors.New("the index holds counts and slot lengths under the key prefixes of an earlier version: " +
+			"start the node once (a read-write open moves them) before opening it read-only")
+	}
+	moved := b.Count() / 2
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("move index keys: %w", err)
+	}
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("move index keys: %w", err)
+	}
+	s.log.Info("moved counts and slot lengths to the current index key layout", "keys", moved)
+	return nil
 }
 
 // load reads the scalars, topics, counts and nodes into memory.
