@@ -58,7 +58,7 @@ type boltMeta struct {
 	txid     uint64
 }
 
-// Layout of bolt (go.etcd.io/bbolt 1.3) meta pages: a 16-byte page header,
+// Layout of bolt (go.etcd.io/bbolt 1.3 to 1.5, file format version 2) meta pages: a 16-byte page header,
 // then magic, version, page size, flags (4 bytes each), the root bucket
 // (16), the freelist page (8), the high-water mark (8), the txid (8) and
 // an FNV-64a checksum of everything before it.
