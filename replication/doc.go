@@ -23,12 +23,15 @@
 // Without the lease, and for redeliveries of expired leases, it answers only
 // what commits. See dispatcher for the argument.
 //
-// The Raft log is a bolt file (raft-boltdb) that bolt maps with 8 GiB of
-// address space up front, so the map does not move while the file stays
-// under half of that; HoldLogMap lets the server drop the map's resident
-// pages safely. bolt keeps its freelist in memory only (NoFreelistSync, a
-// hash map): writing the whole sorted freelist on every commit dominated
-// the node's allocations once log compaction had freed many pages.
+// The Raft log's entries are in a Pebble database of their own (logStore):
+// a StoreLogs is one synced write-ahead-log batch, one sequential write and
+// one fdatasync, where bolt, which held them before, synced twice per
+// commit. Opening a data dir of an earlier version moves the entries out of
+// bolt (migrateBoltLog). The term and vote stay in raft.db (raft-boltdb),
+// which bolt maps with 8 GiB of address space up front, so the map does not
+// move while the file stays under half of that; HoldLogMap lets the server
+// drop the map's resident pages safely. bolt keeps its freelist in memory
+// only (NoFreelistSync, a hash map).
 //
 // It must not know about HTTP: the transport package calls the node through
 // a small interface.

@@ -124,7 +124,8 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans *raft.NetworkTransport
-	logs  *raftboltdb.BoltStore
+	logs  *raftboltdb.BoltStore // the term and vote (Raft's stable store)
+	ents  *logStore             // the log's entries
 
 	logPath    string
 	mapMu      sync.RWMutex // held shared by HoldLogMap, exclusively to close logs
@@ -171,6 +172,12 @@ func Open(cfg Config) (*Node, error) {
 	fail := func(err error) (*Node, error) {
 		n.closeLogs()
 		return nil, err
+	}
+	if n.ents, err = openLogStore(filepath.Join(raftDir, "log"), n.log); err != nil {
+		return fail(fmt.Errorf("raft log: %w", err))
+	}
+	if err := migrateBoltLog(logs, n.ents, n.log); err != nil {
+		return fail(err)
 	}
 
 	// Decide whether the FSM's on-disk state can be used as is. It can when
@@ -243,8 +250,8 @@ func Open(cfg Config) (*Node, error) {
 	// leader reads it to replicate to a follower within 64 entries of it
 	// (replication pipelines, so they usually are), and every node reads
 	// it to apply what committed; further back, entries are read from the
-	// log's file. 256 entries of enqueued batches of 100 held 4 MiB.
-	cache, err := raft.NewLogCache(64, logs)
+	// log store. 256 entries of enqueued batches of 100 held 4 MiB.
+	cache, err := raft.NewLogCache(64, n.ents)
 	if err != nil {
 		st.Close()
 		return fail(err)
@@ -433,7 +440,8 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeLogs closes the Raft log once no HoldLogMap is running.
+// closeLogs closes the Raft log's entries, and its stable store once no
+// HoldLogMap is running.
 func (n *Node) closeLogs() error {
 	n.mapMu.Lock()
 	defer n.mapMu.Unlock()
@@ -441,7 +449,11 @@ func (n *Node) closeLogs() error {
 		return nil
 	}
 	n.logsClosed = true
-	return n.logs.Close()
+	var err error
+	if n.ents != nil {
+		err = n.ents.Close()
+	}
+	return errors.Join(err, n.logs.Close())
 }
 
 // voters counts the voters of the latest configuration and reports whether

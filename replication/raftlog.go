@@ -26,7 +26,9 @@ import (
 // picks its own size.
 const raftLogMapBytes = (8 << 30) * (strconv.IntSize / 64)
 
-// openRaftLog opens the bolt file that holds the Raft log and stable store.
+// openRaftLog opens raft.db, the bolt file that holds Raft's stable store
+// (the term and vote) and, in data dirs of earlier versions, the log's
+// entries too, until migrateBoltLog moves them to the log store.
 // bolt maps the file and trusts it: a file cut short of the pages its meta
 // page counts makes it fault (SIGBUS) or panic while it loads the freelist,
 // and the process dies with a stack trace. So the file's length is checked

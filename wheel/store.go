@@ -206,6 +206,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// NewPebbleLogger returns a Pebble logger that writes to l: Pebble's
+// informational lines at debug level, its errors as errors.
+func NewPebbleLogger(l *slog.Logger) pebble.Logger { return pebbleLogger{l} }
+
 type pebbleLogger struct{ l *slog.Logger }
 
 func (p pebbleLogger) Infof(format string, args ...any) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -624,6 +625,18 @@ func truncateBy(t *testing.T, path string, n int64) {
 	t.Logf("truncated %s from %d to %d bytes", path, fi.Size(), fi.Size()-n)
 }
 
+// newestWAL returns the path of the newest write-ahead log file of the
+// Pebble database in dir (their names are increasing numbers).
+func newestWAL(t *testing.T, dir string) string {
+	t.Helper()
+	wals, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(wals) == 0 {
+		t.Fatalf("no write-ahead log in %s (%v)", dir, err)
+	}
+	sort.Strings(wals)
+	return wals[len(wals)-1]
+}
+
 // logLines logs the lines of n's log (since its last start) that mention
 // one of the words.
 func logLines(t *testing.T, n *Node, words ...string) {
@@ -689,9 +702,10 @@ func TestChaosTornWrites(t *testing.T) {
 		if seg == "" {
 			t.Fatalf("%s never had a segment with a tail beyond its snapshot", f.ID)
 		}
-		e.fault("tear the tails of %s's %s and raft.db", f.ID, seg)
+		e.fault("tear the tails of %s's %s, raft.db and the raft log's newest WAL", f.ID, seg)
 		truncateBy(t, filepath.Join(f.DataDir, "fsm", "segments", seg), 3)
 		truncateBy(t, filepath.Join(f.DataDir, "raft", "raft.db"), 5)
+		truncateBy(t, newestWAL(t, filepath.Join(f.DataDir, "raft", "log")), 5)
 		if err := f.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -68,9 +68,37 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 	}
 	t.Parallel()
 
-	// The Raft log cut back to its first four pages: bolt's meta pages
-	// survive but the pages they point to are gone. bolt maps the file, so
-	// reading a missing page is a bus error unless the node checks first.
+	// The Raft log's database with its manifest overwritten: Pebble cannot
+	// tell which tables hold the entries.
+	t.Run("RaftLogManifestLost", func(t *testing.T) {
+		t.Parallel()
+		c := NewCluster(t, binary(t), Options{Nodes: 1})
+		n := c.Nodes()[0]
+		ctx := ctxFor(t, 30*time.Second)
+		if _, err := n.Client.Enqueue(ctx, []api.Message{{Topic: "damaged", Payload: api.TextBody("x"), DelayMs: api.Ptr(int64(3_600_000))}}); err != nil {
+			t.Fatal(err)
+		}
+		n.Kill()
+		manifests, err := filepath.Glob(filepath.Join(n.DataDir, "raft", "log", "MANIFEST-*"))
+		if err != nil || len(manifests) == 0 {
+			t.Fatalf("no manifest in the raft log (%v)", err)
+		}
+		for _, m := range manifests {
+			if err := os.WriteFile(m, []byte("not a manifest"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wantCleanRefusal(t, n, "raft log")
+	})
+
+	// raft.db, which keeps the term and vote (and held the log's entries
+	// before they moved to their own store), cut back to its first four
+	// pages: bolt's meta pages survive but the pages they point to are
+	// gone. bolt maps the file, so reading a missing page is a bus error
+	// unless the node checks first.
 	t.Run("RaftLogCutIntoItsPages", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1})

@@ -1,0 +1,289 @@
+package replication
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// logStore keeps the Raft log's entries in a Pebble database of their own
+// (<data>/raft/log), keyed by index. A StoreLogs is one batch committed
+// with a sync of Pebble's write-ahead log: one sequential write and one
+// fdatasync, into WAL files Pebble recycles, so the sync does not touch
+// file metadata. bolt's commit, which held the entries before, writes the
+// B+tree pages a batch dirtied wherever its freelist puts them and then the
+// meta page, with an fdatasync after each: about twice the time, on the
+// path of every acknowledged write. The term and vote stay in bolt
+// (raft.db), which Raft writes once per election.
+//
+// Truncations (DeleteRange) are not synced: Raft deletes the head after a
+// snapshot, where a lost deletion only leaves entries the snapshot covers,
+// and a follower deletes a conflicting tail right before it stores the
+// leader's entries, whose synced batch follows the deletion in the same
+// write-ahead log.
+type logStore struct {
+	db *pebble.DB
+}
+
+// The log's key space: 'e' and the big-endian index → an entry.
+const logPrefix = 'e'
+
+// logEntryVersion prefixes every encoded entry.
+const logEntryVersion = 1
+
+// logKeyAppend appends the key of index to b.
+func logKeyAppend(b []byte, index uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, logPrefix), index)
+}
+
+// openLogStore opens (or creates) the log database in dir.
+func openLogStore(dir string, log *slog.Logger) (*logStore, error) {
+	cache := pebble.NewCache(1 << 20) // reads are rare: Raft's log cache serves recent entries
+	defer cache.Unref()
+	lv := make([]pebble.LevelOptions, 7)
+	for i := range lv {
+		lv[i].Compression = pebble.NoCompression // commands are compact binary; bodies are the client's
+	}
+	db, err := pebble.Open(dir, &pebble.Options{
+		Cache:        cache,
+		MemTableSize: 4 << 20,
+		MaxOpenFiles: 64,
+		Levels:       lv,
+		Logger:       wheel.NewPebbleLogger(log.With("component", "raft-log")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w; %s", dir, err, raftLogRemedy)
+	}
+	return &logStore{db: db}, nil
+}
+
+// Close closes the database.
+func (s *logStore) Close() error { return s.db.Close() }
+
+// FirstIndex returns the first index in the log, 0 when it is empty.
+func (s *logStore) FirstIndex() (uint64, error) { return s.edge(true) }
+
+// LastIndex returns the last index in the log, 0 when it is empty.
+func (s *logStore) LastIndex() (uint64, error) { return s.edge(false) }
+
+func (s *logStore) edge(first bool) (uint64, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{logPrefix}, UpperBound: []byte{logPrefix + 1}})
+	if err != nil {
+		return 0, fmt.Errorf("raft log: %w", err)
+	}
+	var ok bool
+	if first {
+		ok = it.First()
+	} else {
+		ok = it.Last()
+	}
+	var idx uint64
+	if ok {
+		idx = binary.BigEndian.Uint64(it.Key()[1:])
+	}
+	if err := it.Close(); err != nil {
+		return 0, fmt.Errorf("raft log: %w", err)
+	}
+	return idx, nil
+}
+
+// GetLog reads the entry at index into l.
+func (s *logStore) GetLog(index uint64, l *raft.Log) error {
+	v, closer, err := s.db.Get(logKeyAppend(make([]byte, 0, 9), index))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return raft.ErrLogNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("raft log: read %d: %w", index, err)
+	}
+	defer closer.Close()
+	if err := decodeLogEntry(v, l); err != nil {
+		return fmt.Errorf("raft log: entry %d: %w", index, err)
+	}
+	l.Index = index
+	return nil
+}
+
+// StoreLog stores one entry.
+func (s *logStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs stores entries durably, all or none. Each entry is encoded
+// straight into the batch.
+func (s *logStore) StoreLogs(logs []*raft.Log) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, l := range logs {
+		op := b.SetDeferred(9, logEntrySize(l))
+		logKeyAppend(op.Key[:0], l.Index)
+		appendLogEntry(op.Value[:0], l)
+		if err := op.Finish(); err != nil {
+			return fmt.Errorf("raft log: %w", err)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("raft log: store %d entries: %w", len(logs), err)
+	}
+	return nil
+}
+
+// DeleteRange deletes the entries min through max, inclusive.
+func (s *logStore) DeleteRange(min, max uint64) error {
+	if min > max {
+		return nil
+	}
+	end := []byte{logPrefix + 1}
+	if max < math.MaxUint64 {
+		end = logKeyAppend(nil, max+1)
+	}
+	if err := s.db.DeleteRange(logKeyAppend(nil, min), end, pebble.NoSync); err != nil {
+		return fmt.Errorf("raft log: delete %d to %d: %w", min, max, err)
+	}
+	return nil
+}
+
+// An entry's value: the version byte, then the term, the type, the append
+// time (Unix nanoseconds, 0 for none), and the data and extensions, each
+// length-prefixed; integers are uvarints.
+func appendLogEntry(b []byte, l *raft.Log) []byte {
+	b = append(b, logEntryVersion)
+	b = binary.AppendUvarint(b, l.Term)
+	b = append(b, byte(l.Type))
+	b = binary.AppendUvarint(b, appendedAt(l))
+	b = binary.AppendUvarint(b, uint64(len(l.Data)))
+	b = append(b, l.Data...)
+	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
+	return append(b, l.Extensions...)
+}
+
+// logEntrySize is the length appendLogEntry appends.
+func logEntrySize(l *raft.Log) int {
+	return 2 + uvarintLen(l.Term) + uvarintLen(appendedAt(l)) +
+		uvarintLen(uint64(len(l.Data))) + len(l.Data) + uvarintLen(uint64(len(l.Extensions))) + len(l.Extensions)
+}
+
+func appendedAt(l *raft.Log) uint64 {
+	if l.AppendedAt.IsZero() || l.AppendedAt.UnixNano() < 0 {
+		return 0
+	}
+	return uint64(l.AppendedAt.UnixNano())
+}
+
+func uvarintLen(v uint64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], v)
+}
+
+// errCorruptEntry marks an entry whose bytes do not decode.
+var errCorruptEntry = errors.New("corrupt entry")
+
+// decodeLogEntry decodes a value written by appendLogEntry into l, copying
+// the data and extensions out of b.
+func decodeLogEntry(b []byte, l *raft.Log) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty", errCorruptEntry)
+	}
+	if b[0] != logEntryVersion {
+		return fmt.Errorf("%w: version %d", errCorruptEntry, b[0])
+	}
+	b = b[1:]
+	bad := false
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	bytesOf := func() []byte {
+		n := uv()
+		if bad || n > uint64(len(b)) {
+			bad = true
+			return nil
+		}
+		p := b[:n]
+		b = b[n:]
+		if n == 0 {
+			return nil
+		}
+		return append([]byte(nil), p...)
+	}
+	l.Term = uv()
+	if len(b) < 1 {
+		return fmt.Errorf("%w: truncated before its type", errCorruptEntry)
+	}
+	l.Type = raft.LogType(b[0])
+	b = b[1:]
+	at := uv()
+	l.Data = bytesOf()
+	l.Extensions = bytesOf()
+	if bad || len(b) != 0 || at > math.MaxInt64 {
+		return fmt.Errorf("%w: malformed", errCorruptEntry)
+	}
+	l.AppendedAt = time.Time{}
+	if at != 0 {
+		l.AppendedAt = time.Unix(0, int64(at))
+	}
+	return nil
+}
+
+// migrateBoltLog moves the entries an earlier version kept in bolt into
+// the log store: it copies them all in one synced batch, then deletes them
+// from bolt. Copying is idempotent (the same index holds the same entry),
+// so a crash at any point leaves bolt's entries to be copied again on the
+// next open; Raft does not start before this returns.
+func migrateBoltLog(bolt *raftboltdb.BoltStore, s *logStore, log *slog.Logger) error {
+	first, err := bolt.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raft log migration: %w", err)
+	}
+	last, err := bolt.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raft log migration: %w", err)
+	}
+	if last == 0 {
+		return nil
+	}
+	const chunk = 256
+	batch := make([]*raft.Log, 0, chunk)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.StoreLogs(batch)
+		batch = batch[:0]
+		return err
+	}
+	for i := first; i <= last; i++ {
+		l := new(raft.Log)
+		switch err := bolt.GetLog(i, l); {
+		case errors.Is(err, raft.ErrLogNotFound):
+			continue // a gap Raft left (a log store may have them)
+		case err != nil:
+			return fmt.Errorf("raft log migration: read %d: %w", i, err)
+		}
+		if batch = append(batch, l); len(batch) == chunk {
+			if err := flush(); err != nil {
+				return fmt.Errorf("raft log migration: %w", err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("raft log migration: %w", err)
+	}
+	if err := bolt.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("raft log migration: delete from raft.db: %w", err)
+	}
+	log.Info("moved the raft log's entries from raft.db to the log store", "first", first, "last", last)
+	return nil
+}
