@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -32,6 +33,7 @@ import (
 // write-ahead log.
 type logStore struct {
 	db *pebble.DB
+	mu sync.RWMutex // held shared by StoreLogs, exclusively by DeleteRange
 }
 
 // The log's key space: 'e' and the big-endian index → an entry.
@@ -119,6 +121,8 @@ func (s *logStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{
 // StoreLogs stores entries durably, all or none. Each entry is encoded
 // straight into the batch.
 func (s *logStore) StoreLogs(logs []*raft.Log) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, l := range logs {
@@ -136,16 +140,47 @@ func (s *logStore) StoreLogs(logs []*raft.Log) error {
 }
 
 // DeleteRange deletes the entries min through max, inclusive.
+//
+// The deletion goes into a memtable of its own, so the table it is flushed
+// to spans exactly the deleted entries, and then the deleted span is
+// compacted, which drops the tables it covers whole. Otherwise the deletion
+// would share a memtable with the newest entries, its table would span from
+// the oldest deleted entry to the newest entry, and every compaction of it
+// would rewrite all the live entries in between; and Pebble does not drop
+// level-0 tables that a deletion covers until a compaction reads them. A
+// steady load of 15 KB entries with a snapshot every 4,096 entries wrote
+// 471 MB of compaction output for 574 MB of entries that way, and 33 MB
+// this way.
 func (s *logStore) DeleteRange(min, max uint64) error {
 	if min > max {
 		return nil
 	}
+	start := logKeyAppend(nil, min)
 	end := []byte{logPrefix + 1}
 	if max < math.MaxUint64 {
 		end = logKeyAppend(nil, max+1)
 	}
-	if err := s.db.DeleteRange(logKeyAppend(nil, min), end, pebble.NoSync); err != nil {
+	var flushed [2]<-chan struct{}
+	err := func() error {
+		s.mu.Lock() // no entry may land in the deletion's memtable
+		defer s.mu.Unlock()
+		var err error
+		if flushed[0], err = s.db.AsyncFlush(); err != nil {
+			return err
+		}
+		if err := s.db.DeleteRange(start, end, pebble.NoSync); err != nil {
+			return err
+		}
+		flushed[1], err = s.db.AsyncFlush()
+		return err
+	}()
+	if err != nil {
 		return fmt.Errorf("raft log: delete %d to %d: %w", min, max, err)
+	}
+	<-flushed[0]
+	<-flushed[1]
+	if err := s.db.Compact(start, end, false); err != nil {
+		return fmt.Errorf("raft log: compact after deleting %d to %d: %w", min, max, err)
 	}
 	return nil
 }

@@ -134,6 +134,41 @@ func TestLogStore(t *testing.T) {
 	wantBounds(t, s, 0, 0)
 }
 
+// TestLogStoreDeleteDropsTables checks that deleting the head of the log,
+// as Raft does after each snapshot, frees its disk space: the tables the
+// deletion covers are dropped, and of the live entries only those in the
+// table that straddles the cut (one memtable's worth at most) are rewritten.
+func TestLogStoreDeleteDropsTables(t *testing.T) {
+	s := openTestLogStore(t, t.TempDir())
+	defer s.Close()
+	data := make([]byte, 8<<10)
+	for i := range data {
+		data[i] = byte(i * 7919 % 251) // no run Pebble could make smaller
+	}
+	const n, keep = 4000, 500
+	for i := uint64(1); i <= n; i += 10 {
+		var logs []*raft.Log
+		for j := i; j < i+10; j++ {
+			logs = append(logs, &raft.Log{Index: j, Term: 1, Data: data})
+		}
+		if err := s.StoreLogs(logs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteRange(1, n-keep); err != nil {
+		t.Fatal(err)
+	}
+	wantBounds(t, s, n-keep+1, n)
+	m := s.db.Metrics()
+	live := int64(keep * len(data))
+	if size := int64(m.Total().Size); size > live*3/2 {
+		t.Errorf("tables hold %d bytes after the deletion; the %d live entries are %d", size, keep, live)
+	}
+	if written := int64(m.Total().BytesCompacted); written > 5<<20 {
+		t.Errorf("compactions wrote %d bytes; more than the one 4 MiB table that straddles the cut", written)
+	}
+}
+
 // TestLogStoreTornTail cuts the newest write-ahead log file in the middle of
 // its last entry, as a crash during the write leaves it: the store opens
 // without that entry, keeps every entry before it intact, and goes on
