@@ -64,9 +64,12 @@ func openLogStore(dir string, log *slog.Logger) (*logStore, error) {
 	db, err := pebble.Open(dir, &pebble.Options{
 		Cache:        cache,
 		MemTableSize: 4 << 20,
-		MaxOpenFiles: 64,
-		Levels:       lv,
-		Logger:       wheel.NewPebbleLogger(log.With("component", "raft-log")),
+		// Up to four memtables may queue for a flush before writes stop,
+		// as for the index: a slow sync must not stall every proposal.
+		MemTableStopWritesThreshold: 4,
+		MaxOpenFiles:                64,
+		Levels:                      lv,
+		Logger:                      wheel.NewPebbleLogger(log.With("component", "raft-log")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w; %s", dir, err, raftLogRemedy)
