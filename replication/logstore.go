@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -31,15 +32,22 @@ import (
 // path of every acknowledged write. The term and vote stay in bolt
 // (raft.db), which Raft writes once per election.
 //
-// Truncations (DeleteRange) are not synced: Raft deletes the head after a
-// snapshot, where a lost deletion only leaves entries the snapshot covers,
-// and a follower deletes a conflicting tail right before it stores the
-// leader's entries, whose synced batch follows the deletion in the same
-// write-ahead log.
+// A truncation (DeleteRange) is durable when it returns: its table is
+// synced before it is ingested, and the ingestion is recorded in Pebble's
+// synced manifest. The compaction that frees the deleted entries' space runs
+// in the background (compactLoop), because Raft truncates from its main
+// loop too (a follower's conflicting tail, the log before an installed
+// snapshot).
 type logStore struct {
-	db  *pebble.DB
-	dir string
-	mu  sync.Mutex // serializes deletions, which share a temporary file name
+	db        *pebble.DB
+	dir       string
+	deletions atomic.Uint64 // names each deletion's table
+
+	mu      sync.Mutex
+	pending [][2][]byte // spans deleted but not compacted yet
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // The log's key space: 'e' and the big-endian index → an entry.
@@ -69,21 +77,34 @@ func openLogStore(dir string, log *slog.Logger) (*logStore, error) {
 		MemTableStopWritesThreshold: 4,
 		MaxOpenFiles:                64,
 		Levels:                      lv,
+		FormatMajorVersion:          pebble.FormatNewest,
 		Logger:                      wheel.NewPebbleLogger(log.With("component", "raft-log")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w; %s", dir, err, raftLogRemedy)
 	}
-	// A crash may have left a deletion's table unlinked from the database.
-	if err := os.Remove(filepath.Join(dir, deletionTable)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		db.Close()
-		return nil, fmt.Errorf("raft log: %w", err)
+	// A crash may have left deletions' tables unlinked from the database.
+	stale, err := filepath.Glob(filepath.Join(dir, "*"+deletionSuffix))
+	for _, p := range stale {
+		if err == nil {
+			err = os.Remove(p)
+		}
 	}
-	return &logStore{db: db, dir: dir}, nil
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raft log: remove a deletion's leftover table: %w", err)
+	}
+	s := &logStore{db: db, dir: dir, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.compactLoop(log)
+	return s, nil
 }
 
-// Close closes the database.
-func (s *logStore) Close() error { return s.db.Close() }
+// Close stops the background compaction and closes the database.
+func (s *logStore) Close() error {
+	close(s.stop)
+	<-s.done
+	return s.db.Close()
+}
 
 // FirstIndex returns the first index in the log, 0 when it is empty.
 func (s *logStore) FirstIndex() (uint64, error) { return s.edge(true) }
@@ -154,14 +175,14 @@ func (s *logStore) StoreLogs(logs []*raft.Log) error {
 // DeleteRange deletes the entries min through max, inclusive.
 //
 // The deletion is a table of its own, holding only the range deletion, which
-// is ingested; then the deleted span is compacted, which drops the tables it
-// covers whole. Written through the memtable instead, the deletion would
-// share a table with the newest entries, spanning from the oldest deleted
-// entry to the newest one, and every compaction of it would rewrite all the
-// live entries in between; and Pebble does not drop level-0 tables that a
-// deletion covers until a compaction reads them. A steady load of 15 KB
-// entries with a snapshot every 4,096 entries wrote 471 MB of compaction
-// output for 574 MB of entries that way, and 14 MB this way.
+// is ingested; then compactLoop compacts the deleted span, which drops the
+// tables it covers whole. Written through the memtable instead, the deletion
+// would share a table with the newest entries, spanning from the oldest
+// deleted entry to the newest one, and every compaction of it would rewrite
+// all the live entries in between; and Pebble does not drop level-0 tables
+// that a deletion covers until a compaction reads them. A steady load of
+// 15 KB entries with a snapshot every 4,096 entries wrote 471 MB of
+// compaction output for 574 MB of entries that way, and 14 MB this way.
 //
 // A deletion that overlaps the memtable (a follower's conflicting tail, or
 // a head when entries are small) makes the ingestion flush it first.
@@ -174,25 +195,58 @@ func (s *logStore) DeleteRange(min, max uint64) error {
 	if max < math.MaxUint64 {
 		end = logKeyAppend(nil, max+1)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.ingestDeletion(start, end); err != nil {
 		return fmt.Errorf("raft log: delete %d to %d: %w", min, max, err)
 	}
-	if err := s.db.Compact(start, end, false); err != nil {
-		return fmt.Errorf("raft log: compact after deleting %d to %d: %w", min, max, err)
+	s.mu.Lock()
+	s.pending = append(s.pending, [2][]byte{start, end})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 	return nil
 }
 
-// deletionTable is the name ingestDeletion writes its table under.
-const deletionTable = "deletion.sst.tmp"
+// compactLoop compacts the spans DeleteRange deleted, one at a time, until
+// Close.
+func (s *logStore) compactLoop(log *slog.Logger) {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		for {
+			s.mu.Lock()
+			if len(s.pending) == 0 {
+				s.mu.Unlock()
+				break
+			}
+			span := s.pending[0]
+			s.pending = s.pending[1:]
+			s.mu.Unlock()
+			select {
+			case <-s.stop:
+				return // the next open's compactions pick the span up
+			default:
+			}
+			if err := s.db.Compact(span[0], span[1], false); err != nil {
+				log.Warn("raft log: compacting deleted entries failed; Pebble's own compactions will free them later", "err", err)
+			}
+		}
+	}
+}
+
+// deletionSuffix ends the names ingestDeletion writes its tables under.
+const deletionSuffix = ".deletion.sst.tmp"
 
 // ingestDeletion writes a table holding only the deletion of [start, end)
 // and ingests it. Ingestion links the table into the database; the name it
 // was written under is removed either way.
 func (s *logStore) ingestDeletion(start, end []byte) error {
-	path := filepath.Join(s.dir, deletionTable)
+	path := filepath.Join(s.dir, fmt.Sprintf("%06d%s", s.deletions.Add(1), deletionSuffix))
 	f, err := vfs.Default.Create(path)
 	if err != nil {
 		return err
@@ -299,10 +353,11 @@ func decodeLogEntry(b []byte, l *raft.Log) error {
 }
 
 // migrateBoltLog moves the entries an earlier version kept in bolt into
-// the log store: it copies them all in one synced batch, then deletes them
-// from bolt. Copying is idempotent (the same index holds the same entry),
-// so a crash at any point leaves bolt's entries to be copied again on the
-// next open; Raft does not start before this returns.
+// the log store. bolt's entries are the log: whatever the log store holds is
+// deleted first, then they are copied in synced batches of at most
+// migrateChunk bytes, then deleted from bolt. A crash at any point leaves
+// bolt's entries to be moved again on the next open; Raft does not start
+// before this returns.
 func migrateBoltLog(bolt *raftboltdb.BoltStore, s *logStore, log *slog.Logger) error {
 	first, err := bolt.FirstIndex()
 	if err != nil {
@@ -315,14 +370,17 @@ func migrateBoltLog(bolt *raftboltdb.BoltStore, s *logStore, log *slog.Logger) e
 	if last == 0 {
 		return nil
 	}
-	const chunk = 256
-	batch := make([]*raft.Log, 0, chunk)
+	if err := s.DeleteRange(0, math.MaxUint64); err != nil {
+		return fmt.Errorf("raft log migration: %w", err)
+	}
+	var batch []*raft.Log
+	size := 0
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
 		err := s.StoreLogs(batch)
-		batch = batch[:0]
+		batch, size = batch[:0], 0
 		return err
 	}
 	for i := first; i <= last; i++ {
@@ -333,7 +391,8 @@ func migrateBoltLog(bolt *raftboltdb.BoltStore, s *logStore, log *slog.Logger) e
 		case err != nil:
 			return fmt.Errorf("raft log migration: read %d: %w", i, err)
 		}
-		if batch = append(batch, l); len(batch) == chunk {
+		batch = append(batch, l)
+		if size += logEntrySize(l); size >= migrateChunk {
 			if err := flush(); err != nil {
 				return fmt.Errorf("raft log migration: %w", err)
 			}
@@ -348,3 +407,6 @@ func migrateBoltLog(bolt *raftboltdb.BoltStore, s *logStore, log *slog.Logger) e
 	log.Info("moved the raft log's entries from raft.db to the log store", "first", first, "last", last)
 	return nil
 }
+
+// migrateChunk bounds the bytes of entries one migration batch holds.
+const migrateChunk = 16 << 20

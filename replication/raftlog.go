@@ -151,12 +151,12 @@ func realPath(path string) string {
 	return filepath.Join(dir, filepath.Base(path))
 }
 
-// ErrLogMapMayMove is returned by HoldLogMap when the Raft log has grown to
+// ErrLogMapMayMove is returned by HoldLogMap when raft.db has grown to
 // half its reserved map: bolt may replace the map soon, so the range
 // cannot be trusted to stay put.
-var ErrLogMapMayMove = errors.New("the raft log is near the size of its memory map, which bolt may replace")
+var ErrLogMapMayMove = errors.New("raft.db is near the size of its memory map, which bolt may replace")
 
-// HoldLogMap runs fn with the absolute path of the Raft log file (symbolic
+// HoldLogMap runs fn with the absolute path of raft.db (symbolic
 // links resolved) while the map bolt reads that file through cannot move
 // or go away: the node does not close the log until fn returns, and the
 // file is less than half the map's reserved size, so bolt will not replace

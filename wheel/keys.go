@@ -45,11 +45,18 @@ const (
 	pOldSegLen = 'l' // retired: segment lengths before they moved to pSegLen
 )
 
+// indexFormat is the version of the index's layout this code writes,
+// recorded under keyFormat (absent in indexes of format 1). Format 2 moved
+// counts and segment lengths after the metas and encodes metas as varints.
+// A store refuses to open an index of a later format than it knows.
+const indexFormat = 2
+
 var (
 	keyApplied   = []byte("sapplied")
 	keyCursor    = []byte("scursor")
 	keyNextTopic = []byte("snexttopic")
 	keyOverflow  = []byte("soverflow")
+	keyFormat    = []byte("sformat")
 )
 
 func metaKey(id ID) []byte {

@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -8,11 +9,14 @@ import (
 )
 
 // retireKeys puts the store's counts and segment lengths back under the
-// prefixes of earlier versions, as an index written by one holds them, and
-// closes the store.
+// prefixes of format 1, and removes the format key, as an index written by
+// an earlier version holds them, and closes the store.
 func (k *storeKit) retireKeys() {
 	k.t.Helper()
 	b := k.s.db.NewBatch()
+	if err := b.Delete(keyFormat, nil); err != nil {
+		k.t.Fatal(err)
+	}
 	for _, mv := range [...]struct{ from, to byte }{{pCounts, pOldCounts}, {pSegLen, pOldSegLen}} {
 		if err := k.s.scan([]byte{mv.from}, func(key, v []byte) error {
 			if err := b.Set(append([]byte{mv.to}, key[1:]...), v, nil); err != nil {
@@ -23,7 +27,7 @@ func (k *storeKit) retireKeys() {
 			k.t.Fatal(err)
 		}
 	}
-	if b.Count() == 0 {
+	if b.Count() < 3 {
 		k.t.Fatal("no counts or segment lengths to retire")
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
@@ -96,4 +100,31 @@ func TestMoveRetiredKeys(t *testing.T) {
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 2})
 	k.wantCounts(TopicCounts{Topic: "b", Ready: 1})
+}
+
+// TestIndexFromLaterFormat checks that a store refuses an index a later
+// version wrote, read-write or read-only, and says so.
+func TestIndexFromLaterFormat(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	if v, err := k.s.get(keyFormat); err != nil || u64(v) != indexFormat {
+		t.Fatalf("format key %v, %v; want %d recorded", v, err, indexFormat)
+	}
+	if err := k.s.db.Set(keyFormat, putU64(indexFormat+1), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	k.s = nil
+	for _, ro := range []bool{false, true} {
+		opts := k.opts
+		opts.ReadOnly = ro
+		s, err := Open(k.dir, opts)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("format %d", indexFormat+1)) {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("read-only %v: open of a later format: %v; want a refusal naming it", ro, err)
+		}
+	}
 }

@@ -32,7 +32,7 @@ func (s *Store) Get(id ID) (View, error) {
 	}
 	mt, err := decodeMeta(v)
 	if err != nil {
-		return View{}, err
+		return View{}, fmt.Errorf("index meta of message %s: %w", id, err)
 	}
 	m, err := s.fullCommitted(id, mt)
 	if err != nil {

@@ -188,7 +188,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open index: %w", err)
 	}
 	s.db = db
-	if err := s.moveRetiredKeys(); err != nil {
+	if err := s.upgradeIndex(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -235,12 +235,25 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	return out, nil
 }
 
-// moveRetiredKeys moves counts and segment lengths from the key prefixes
-// of earlier versions to the current ones (see pCounts), in one batch made
-// durable by a flush: the index may run without a WAL. A crash before the
+// upgradeIndex brings an index of an earlier format to indexFormat: it
+// moves counts and segment lengths from the key prefixes of format 1 to the
+// current ones (see pCounts) and records the format, in one batch made
+// durable by a flush (the index may run without a WAL). A crash before the
 // flush leaves the old keys, and the next open moves them again. A
-// read-only open cannot move them, and refuses.
-func (s *Store) moveRetiredKeys() error {
+// read-only open cannot move them, and refuses; it also refuses, as any
+// open does, an index of a later format than this code knows.
+func (s *Store) upgradeIndex() error {
+	v, err := s.get(keyFormat)
+	if err != nil {
+		return err
+	}
+	format := uint64(1)
+	if v != nil {
+		format = u64(v)
+	}
+	if format > indexFormat {
+		return fmt.Errorf("the index is in format %d, which a later version wrote; this version reads formats up to %d: run that later version", format, indexFormat)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, mv := range [...]struct{ from, to byte }{{pOldCounts, pCounts}, {pOldSegLen, pSegLen}} {
@@ -253,21 +266,29 @@ func (s *Store) moveRetiredKeys() error {
 			return fmt.Errorf("move index keys: %w", err)
 		}
 	}
-	if b.Empty() {
+	moved := b.Count() / 2
+	if s.opts.ReadOnly {
+		if moved > 0 {
+			return errors.New("the index holds counts and slot lengths under the key prefixes of an earlier version: " +
+				"start the node once (a read-write open moves them) before opening it read-only")
+		}
 		return nil
 	}
-	if s.opts.ReadOnly {
-		return errors.New("the index holds counts and slot lengths under the key prefixes of an earlier version: " +
-			"start the node once (a read-write open moves them) before opening it read-only")
+	if format == indexFormat {
+		return nil
 	}
-	moved := b.Count() / 2
+	if err := b.Set(keyFormat, putU64(indexFormat), nil); err != nil {
+		return err
+	}
 	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("move index keys: %w", err)
+		return fmt.Errorf("upgrade the index: %w", err)
 	}
 	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("move index keys: %w", err)
+		return fmt.Errorf("upgrade the index: %w", err)
 	}
-	s.log.Info("moved counts and slot lengths to the current index key layout", "keys", moved)
+	if moved > 0 {
+		s.log.Info("moved counts and slot lengths to the current index key layout", "keys", moved, "format", indexFormat)
+	}
 	return nil
 }
 

@@ -128,7 +128,7 @@ func (t *tx) meta(id ID) (meta, bool) {
 	}
 	m, err := decodeMeta(v)
 	if err != nil {
-		t.fail(err)
+		t.fail(fmt.Errorf("index meta of message %s: %w", id, err))
 		return meta{}, false
 	}
 	return m, true

@@ -18,13 +18,15 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// pageReleaser hands the resident pages of the Raft log's memory map back
-// to the kernel. bolt maps raft.db and reads it through the map, so every
-// log page it reads again (each commit walks the tree to the last leaf,
-// log compaction after a snapshot walks every entry it deletes, a restart
-// replays the entries after the snapshot) stays in the process's resident
-// set. Without this, a node's resident memory grows with the volume of its
-// log, not with its work.
+// pageReleaser hands the resident pages of raft.db's memory map back to
+// the kernel. bolt maps raft.db and reads it through the map, so every page
+// it reads again stays in the process's resident set. raft.db now holds
+// only the term and vote, but a node of an earlier version kept the log's
+// entries there too (each commit walked the tree to the last leaf, log
+// compaction walked every entry it deleted, a restart replayed the entries
+// after the snapshot), and moving them out at the first start reads them
+// all. Without this, such a node's resident memory grew with the volume of
+// its log, not with its work.
 //
 // It uses MADV_DONTNEED while the node holds the map still (see
 // replication.Node.HoldLogMap), on the one range /proc/self/smaps lists for
