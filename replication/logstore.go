@@ -69,6 +69,8 @@ func openLogStore(dir string, log *slog.Logger) (*logStore, error) {
 	for i := range lv {
 		lv[i].Compression = pebble.NoCompression // commands are compact binary; bodies are the client's
 	}
+	el := &pebble.EventListener{}
+	wheel.LogWriteStalls(el, log.With("db", "raft-log"))
 	db, err := pebble.Open(dir, &pebble.Options{
 		Cache:        cache,
 		MemTableSize: 4 << 20,
@@ -79,6 +81,7 @@ func openLogStore(dir string, log *slog.Logger) (*logStore, error) {
 		Levels:                      lv,
 		FormatMajorVersion:          pebble.FormatNewest,
 		Logger:                      wheel.NewPebbleLogger(log.With("component", "raft-log")),
+		EventListener:               el,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w; %s", dir, err, raftLogRemedy)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
@@ -182,6 +183,10 @@ func Open(dir string, opts Options) (*Store, error) {
 			}
 		}}
 	}
+	if po.EventListener == nil {
+		po.EventListener = &pebble.EventListener{}
+	}
+	LogWriteStalls(po.EventListener, opts.Logger.With("db", "index"))
 	db, err := pebble.Open(opts.FS.PathJoin(dir, "index"), po)
 	if err != nil {
 		segs.Close()
@@ -204,6 +209,21 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// LogWriteStalls makes el log each of Pebble's write stalls: a warning
+// with the reason when writes stop, and its length when they resume. Every
+// write to the database waits out a stall, so on the node every proposal
+// does.
+func LogWriteStalls(el *pebble.EventListener, log *slog.Logger) {
+	var began atomic.Int64
+	el.WriteStallBegin = func(info pebble.WriteStallBeginInfo) {
+		began.Store(time.Now().UnixNano())
+		log.Warn("pebble stopped writes", "reason", info.Reason)
+	}
+	el.WriteStallEnd = func() {
+		log.Warn("pebble resumed writes", "stalled", time.Duration(time.Now().UnixNano()-began.Load()).Round(time.Millisecond))
+	}
 }
 
 // NewPebbleLogger returns a Pebble logger that writes to l: Pebble's
