@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -94,6 +95,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	cp := filepath.Join(tmp, "cp")
+	start := time.Now()
 	f.mu.RLock()
 	index, err := f.store.Checkpoint(cp)
 	f.mu.RUnlock()
@@ -101,7 +103,8 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	f.log.Info("snapshot taken", "applied_index", index)
+	// Applies wait while the checkpoint is taken: its length is worth seeing.
+	f.log.Info("snapshot taken", "applied_index", index, "took", time.Since(start).Round(time.Millisecond))
 	return &fsmSnapshot{dir: tmp, cp: cp}, nil
 }
 
