@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -270,22 +271,20 @@ func (s *logStore) ingestDeletion(start, end []byte) error {
 
 // An entry's value: the version byte, then the term, the type, the append
 // time (Unix nanoseconds, 0 for none), and the data and extensions, each
-// length-prefixed; integers are uvarints.
+// length-prefixed; integers are varints (protowire's, which are uvarints).
 func appendLogEntry(b []byte, l *raft.Log) []byte {
 	b = append(b, logEntryVersion)
-	b = binary.AppendUvarint(b, l.Term)
+	b = protowire.AppendVarint(b, l.Term)
 	b = append(b, byte(l.Type))
-	b = binary.AppendUvarint(b, appendedAt(l))
-	b = binary.AppendUvarint(b, uint64(len(l.Data)))
-	b = append(b, l.Data...)
-	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
-	return append(b, l.Extensions...)
+	b = protowire.AppendVarint(b, appendedAt(l))
+	b = protowire.AppendBytes(b, l.Data)
+	return protowire.AppendBytes(b, l.Extensions)
 }
 
 // logEntrySize is the length appendLogEntry appends.
 func logEntrySize(l *raft.Log) int {
-	return 2 + uvarintLen(l.Term) + uvarintLen(appendedAt(l)) +
-		uvarintLen(uint64(len(l.Data))) + len(l.Data) + uvarintLen(uint64(len(l.Extensions))) + len(l.Extensions)
+	return 2 + protowire.SizeVarint(l.Term) + protowire.SizeVarint(appendedAt(l)) +
+		protowire.SizeBytes(len(l.Data)) + protowire.SizeBytes(len(l.Extensions))
 }
 
 func appendedAt(l *raft.Log) uint64 {
@@ -293,11 +292,6 @@ func appendedAt(l *raft.Log) uint64 {
 		return 0
 	}
 	return uint64(l.AppendedAt.UnixNano())
-}
-
-func uvarintLen(v uint64) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], v)
 }
 
 // errCorruptEntry marks an entry whose bytes do not decode.
@@ -313,41 +307,31 @@ func decodeLogEntry(b []byte, l *raft.Log) error {
 		return fmt.Errorf("%w: version %d", errCorruptEntry, b[0])
 	}
 	b = b[1:]
-	bad := false
-	uv := func() uint64 {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		b = b[n:]
-		return v
-	}
-	bytesOf := func() []byte {
-		n := uv()
-		if bad || n > uint64(len(b)) {
-			bad = true
-			return nil
-		}
-		p := b[:n]
-		b = b[n:]
-		if n == 0 {
-			return nil
-		}
-		return append([]byte(nil), p...)
-	}
-	l.Term = uv()
-	if len(b) < 1 {
+	term, n := protowire.ConsumeVarint(b)
+	if n < 0 || n == len(b) {
 		return fmt.Errorf("%w: truncated before its type", errCorruptEntry)
 	}
-	l.Type = raft.LogType(b[0])
-	b = b[1:]
-	at := uv()
-	l.Data = bytesOf()
-	l.Extensions = bytesOf()
-	if bad || len(b) != 0 || at > math.MaxInt64 {
-		return fmt.Errorf("%w: malformed", errCorruptEntry)
+	l.Term, l.Type, b = term, raft.LogType(b[n]), b[n+1:]
+	at, n := protowire.ConsumeVarint(b)
+	if n < 0 || at > math.MaxInt64 {
+		return fmt.Errorf("%w: malformed append time", errCorruptEntry)
 	}
+	b = b[n:]
+	var fields [2][]byte
+	for i := range fields {
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return fmt.Errorf("%w: malformed data or extensions", errCorruptEntry)
+		}
+		if len(v) > 0 {
+			fields[i] = append([]byte(nil), v...)
+		}
+		b = b[n:]
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%w: %d bytes after its end", errCorruptEntry, len(b))
+	}
+	l.Data, l.Extensions = fields[0], fields[1]
 	l.AppendedAt = time.Time{}
 	if at != 0 {
 		l.AppendedAt = time.Unix(0, int64(at))
