@@ -59,9 +59,12 @@ var (
 	keyFormat    = []byte("sformat")
 )
 
-func metaKey(id ID) []byte {
+func metaKey(id ID) []byte { return appendMetaKey(make([]byte, 0, 1+IDLen), id) }
+
+// appendMetaKey appends the meta key of id to dst.
+func appendMetaKey(dst []byte, id ID) []byte {
 	b := id.Bytes()
-	return append([]byte{pMeta}, b[:]...)
+	return append(append(dst, pMeta), b[:]...)
 }
 
 func keyIndexKey(tid uint32, key string) []byte {

@@ -89,8 +89,7 @@ func (t *tx) set(k, v []byte) {
 // setMeta writes a message's meta. The batch copies key and value, so both
 // are encoded into buffers the transaction reuses.
 func (t *tx) setMeta(id ID, m *meta) {
-	b := id.Bytes()
-	t.keyBuf = append(append(t.keyBuf[:0], pMeta), b[:]...)
+	t.keyBuf = appendMetaKey(t.keyBuf[:0], id)
 	t.metaBuf = m.appendTo(t.metaBuf[:0])
 	t.set(t.keyBuf, t.metaBuf)
 }
