@@ -19,7 +19,7 @@ type memorySettings struct {
 	// GCPercent is the Go collector's target (debug.SetGCPercent). 0 leaves
 	// the runtime's own setting (the GOGC environment variable, or 100).
 	GCPercent int
-	// ReleaseMappedBytes is how many bytes of the Raft log's memory map may
+	// ReleaseMappedBytes is how many bytes of raft.db's memory map may
 	// stay resident before its pages are dropped from the process (they
 	// stay in the page cache). 0 never drops them.
 	ReleaseMappedBytes int64
@@ -92,8 +92,8 @@ func currentGCPercent() int {
 // (replication.Node.HoldLogMap).
 type logMap func(fn func(path string) error) error
 
-// release runs, until ctx ends, the releasers the settings ask for: of the
-// Raft log's mapped pages (where the platform can), and of the heap when
+// release runs, until ctx ends, the releasers the settings ask for: of
+// raft.db's mapped pages (where the platform can), and of the heap when
 // the process goes idle.
 func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logMap) {
 	if m.ReleaseMappedBytes > 0 {

@@ -161,7 +161,7 @@ func (r *pageReleaser) releaseOnce() (int64, error) {
 			err := r.madvise(m.start, m.end-m.start)
 			if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS) {
 				r.disabled = true
-				r.log.Warn("the kernel refused to drop the Raft log's mapped pages; they stay resident", "err", err)
+				r.log.Warn("the kernel refused to drop raft.db's mapped pages; they stay resident", "err", err)
 				return nil
 			}
 			if err != nil {
@@ -177,7 +177,7 @@ func (r *pageReleaser) releaseOnce() (int64, error) {
 		return released, nil
 	case errors.Is(err, replication.ErrLogMapMayMove):
 		r.disabled = true
-		r.log.Warn("the Raft log's mapped pages are no longer released", "err", err)
+		r.log.Warn("raft.db's mapped pages are no longer released", "err", err)
 		return released, nil
 	}
 	return released, err

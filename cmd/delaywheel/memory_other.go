@@ -11,7 +11,7 @@ import (
 // pageReleaser releases mapped file pages on Linux; elsewhere there is none.
 type pageReleaser struct{}
 
-// newPageReleaser returns nil: releasing the Raft log's mapped pages reads
+// newPageReleaser returns nil: releasing raft.db's mapped pages reads
 // Linux's /proc/self/smaps.
 func newPageReleaser(logMap, int64, *slog.Logger) *pageReleaser { return nil }
 
