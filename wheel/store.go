@@ -274,6 +274,9 @@ func (s *Store) upgradeIndex() error {
 	if format > indexFormat {
 		return fmt.Errorf("the index is in format %d, which a later version wrote; this version reads formats up to %d: run that later version", format, indexFormat)
 	}
+	if format == indexFormat {
+		return nil // recorded in the batch that moved the keys: none are left to move
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, mv := range [...]struct{ from, to byte }{{pOldCounts, pCounts}, {pOldSegLen, pSegLen}} {
@@ -292,9 +295,6 @@ func (s *Store) upgradeIndex() error {
 			return errors.New("the index holds counts and slot lengths under the key prefixes of an earlier version: " +
 				"start the node once (a read-write open moves them) before opening it read-only")
 		}
-		return nil
-	}
-	if format == indexFormat {
 		return nil
 	}
 	if err := b.Set(keyFormat, putU64(indexFormat), nil); err != nil {
