@@ -23,15 +23,16 @@
 // Without the lease, and for redeliveries of expired leases, it answers only
 // what commits. See dispatcher for the argument.
 //
-// The Raft log's entries are in a Pebble database of their own (logStore):
-// a StoreLogs is one synced write-ahead-log batch, one sequential write and
-// one fdatasync, where bolt, which held them before, synced twice per
-// commit. Opening a data dir of an earlier version moves the entries out of
-// bolt (migrateBoltLog). The term and vote stay in raft.db (raft-boltdb),
-// which bolt maps with 8 GiB of address space up front, so the map does not
-// move while the file stays under half of that; HoldLogMap lets the server
-// drop the map's resident pages safely. bolt keeps its freelist in memory
-// only (NoFreelistSync, a hash map).
+// The Raft log's entries are in hashicorp/raft-wal's segment files
+// (<data>/raft/wal): a StoreLogs is one append and one fsync, and a head
+// truncation deletes whole segments. Opening a data dir of an earlier
+// version moves the entries there (moveOldLog) from bolt or from the Pebble
+// database that held them in between (logStore, now only read for the
+// move). The term and vote stay in raft.db (raft-boltdb), which bolt maps
+// with 8 GiB of address space up front, so the map does not move while the
+// file stays under half of that; HoldLogMap lets the server drop the map's
+// resident pages safely. bolt keeps its freelist in memory only
+// (NoFreelistSync, a hash map).
 //
 // It must not know about HTTP: the transport package calls the node through
 // a small interface.

@@ -125,7 +125,7 @@ type Node struct {
 	fsm   *fsm
 	trans *raft.NetworkTransport
 	logs  *raftboltdb.BoltStore // the term and vote (Raft's stable store)
-	ents  *logStore             // the log's entries
+	ents  entries               // the log's entries
 
 	logPath    string
 	mapMu      sync.RWMutex // held shared by HoldLogMap, exclusively to close logs
@@ -173,10 +173,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
-	if n.ents, err = openLogStore(filepath.Join(raftDir, "log"), n.log); err != nil {
-		return fail(fmt.Errorf("raft log: %w", err))
-	}
-	if err := migrateBoltLog(logs, n.ents, n.log); err != nil {
+	if n.ents, err = openEntries(raftDir, logs, hl, n.log); err != nil {
 		return fail(err)
 	}
 
@@ -450,7 +447,7 @@ func (n *Node) closeLogs() error {
 	}
 	n.logsClosed = true
 	var err error
-	if n.ents != nil {
+	if n.ents.WAL != nil {
 		err = n.ents.Close()
 	}
 	return errors.Join(err, n.logs.Close())

@@ -2,6 +2,7 @@ package systemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -625,16 +626,38 @@ func truncateBy(t *testing.T, path string, n int64) {
 	t.Logf("truncated %s from %d to %d bytes", path, fi.Size(), fi.Size()-n)
 }
 
-// newestWAL returns the path of the newest write-ahead log file of the
-// Pebble database in dir (their names are increasing numbers).
-func newestWAL(t *testing.T, dir string) string {
+// tearLogTail zeroes the last n written bytes of the newest segment of
+// the Raft log in dir, as a write cut short by a crash leaves it. The
+// segments are preallocated, so what was written ends at the last byte
+// that is not zero.
+func tearLogTail(t *testing.T, dir string, n int) {
 	t.Helper()
-	wals, err := filepath.Glob(filepath.Join(dir, "*.log"))
-	if err != nil || len(wals) == 0 {
-		t.Fatalf("no write-ahead log in %s (%v)", dir, err)
+	segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no log segment in %s (%v)", dir, err)
 	}
-	sort.Strings(wals)
-	return wals[len(wals)-1]
+	sort.Strings(segs) // named by their first index, zero-padded
+	path := segs[len(segs)-1]
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := len(b)
+	for end > 0 && b[end-1] == 0 {
+		end--
+	}
+	if end < n {
+		t.Fatalf("%s holds %d written bytes, fewer than the %d to tear", path, end, n)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteAt(make([]byte, n), int64(end-n))
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("zeroed bytes %d to %d of %s", end-n, end, path)
 }
 
 // logLines logs the lines of n's log (since its last start) that mention
@@ -708,10 +731,10 @@ func TestChaosTornWrites(t *testing.T) {
 		if seg == "" {
 			t.Fatalf("%s never had a segment with a tail beyond its snapshot", f.ID)
 		}
-		e.fault("tear the tails of %s's %s, raft.db and the raft log's newest WAL", f.ID, seg)
+		e.fault("tear the tails of %s's %s, raft.db and the raft log's newest segment", f.ID, seg)
 		truncateBy(t, filepath.Join(f.DataDir, "fsm", "segments", seg), 3)
 		truncateBy(t, filepath.Join(f.DataDir, "raft", "raft.db"), 5)
-		truncateBy(t, newestWAL(t, filepath.Join(f.DataDir, "raft", "log")), 5)
+		tearLogTail(t, filepath.Join(f.DataDir, "raft", "wal"), 5)
 		if err := f.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package systemtest
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,9 +69,9 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 	}
 	t.Parallel()
 
-	// The Raft log's database with its manifest overwritten: Pebble cannot
-	// tell which tables hold the entries.
-	t.Run("RaftLogManifestLost", func(t *testing.T) {
+	// The Raft log's segment list (raft-wal's wal-meta.db) overwritten:
+	// the node cannot tell which segments hold the log.
+	t.Run("RaftLogMetaLost", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1})
 		n := c.Nodes()[0]
@@ -79,19 +80,17 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.Kill()
-		manifests, err := filepath.Glob(filepath.Join(n.DataDir, "raft", "log", "MANIFEST-*"))
-		if err != nil || len(manifests) == 0 {
-			t.Fatalf("no manifest in the raft log (%v)", err)
+		meta := filepath.Join(n.DataDir, "raft", "wal", "wal-meta.db")
+		if _, err := os.Stat(meta); err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range manifests {
-			if err := os.WriteFile(m, []byte("not a manifest"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+		if err := os.WriteFile(meta, bytes.Repeat([]byte("not a meta db "), 1000), 0o644); err != nil {
+			t.Fatal(err)
 		}
 		if err := n.Start(); err != nil {
 			t.Fatal(err)
 		}
-		wantCleanRefusal(t, n, "raft log")
+		wantCleanRefusal(t, n, "raft log", "wal-meta.db")
 	})
 
 	// raft.db, which keeps the term and vote (and held the log's entries
