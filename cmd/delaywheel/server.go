@@ -38,7 +38,7 @@ func envs(flag string) []string {
 // the runtime and its heap, the index's block cache and memtables, and the
 // pages of the Raft log the process maps.
 const (
-	defaultCacheBytes    = 16 << 20
+	defaultCacheBytes = 16 << 20
 	// An idle node holds two memtables, the current one and a flushed one
 	// Pebble keeps for reuse. At 2 MiB, a 10M-message fill ran at 72k
 	// msg/s against 92k at 4 MiB, and the idle node held 37.6 MiB against
