@@ -40,7 +40,7 @@ type Options struct {
 	// and Sync is called at checkpoints.
 	SyncEveryBatch bool
 	// CacheBytes is Pebble's block cache (default 16 MiB); MemTableBytes its
-	// memtable size (default 2 MiB: a snapshot flushes it while applies
+	// memtable size (default 3 MiB: a snapshot flushes it while applies
 	// wait, so a small one keeps that pause short, and Pebble keeps a
 	// flushed one for reuse, so an idle node holds two). Both bound memory.
 	CacheBytes    int64
@@ -141,7 +141,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts.CacheBytes = 16 << 20
 	}
 	if opts.MemTableBytes == 0 {
-		opts.MemTableBytes = 2 << 20
+		opts.MemTableBytes = 3 << 20
 	}
 	s := &Store{
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,

@@ -87,6 +87,9 @@ func currentGCPercent() int {
 	return int(s[0].Value.Uint64())
 }
 
+// appliedIndex reads the node's applied Raft index (raft.Raft.AppliedIndex).
+type appliedIndex func() uint64
+
 // logMap is the part of a node the mapped-page releaser needs: the Raft
 // log's path, handed to fn while bolt's map of it cannot move
 // (replication.Node.HoldLogMap).
@@ -95,14 +98,16 @@ type logMap func(fn func(path string) error) error
 // release runs, until ctx ends, the releasers the settings ask for: of
 // raft.db's mapped pages (where the platform can), and of the heap when
 // the process goes idle.
-func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logMap) {
+func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logMap, applied appliedIndex) {
 	if m.ReleaseMappedBytes > 0 {
 		if r := newPageReleaser(hold, m.ReleaseMappedBytes, log); r != nil {
 			go r.run(ctx, m.ReleaseInterval)
 		}
 	}
 	if m.ReleaseIdleHeap {
-		go newIdleReleaser(log, heapAllocated, releaseHeaps).run(ctx, m.ReleaseInterval)
+		r := newIdleReleaser(log, heapAllocated, releaseHeaps)
+		r.applied = applied
+		go r.run(ctx, m.ReleaseInterval)
 	}
 }
 
@@ -127,6 +132,19 @@ const (
 	idleQuiet   = 4 << 20
 )
 
+// An interval in which the node applied at most idleEntries Raft entries
+// is quiet too, as long as it allocated at most idleBackground bytes: the
+// clients have stopped, and what allocates is the node's own background
+// work. An idle node applies one or two entries a second (its ticks);
+// under load, every client request is one. After a 10M-message fill the
+// index compacts what the fill wrote for tens of seconds, allocating more
+// than idleQuiet a second, and without this the burst's garbage (some
+// 10 MiB) stayed resident until the compactions ended.
+const (
+	idleEntries    = 4
+	idleBackground = 64 << 20
+)
+
 // idleReleaser hands the heap's free memory back to the kernel when the
 // process goes quiet. The collector sizes the heap for the last burst
 // (twice the live heap at GOGC=100) and, with little allocation, starts no
@@ -142,9 +160,11 @@ type idleReleaser struct {
 	log       *slog.Logger
 	allocated func() uint64 // bytes allocated since the process started
 	release   func()
-	last      uint64 // allocated at the previous check
-	since     uint64 // allocated since the last release
-	checks    int    // checks since the last release
+	applied   appliedIndex // nil: quiet is judged by allocation alone
+	last      uint64       // allocated at the previous check
+	lastIndex uint64       // applied index at the previous check
+	since     uint64       // allocated since the last release
+	checks    int          // checks since the last release
 }
 
 // newIdleReleaser returns a releaser that reads the process's allocation
@@ -181,7 +201,14 @@ func (r *idleReleaser) check() bool {
 	r.last = now
 	r.since += delta
 	r.checks++
-	if delta > idleQuiet {
+	quiet := delta <= idleQuiet
+	if r.applied != nil {
+		index := r.applied()
+		entries := index - r.lastIndex
+		r.lastIndex = index
+		quiet = quiet || (entries <= idleEntries && delta <= idleBackground)
+	}
+	if !quiet {
 		return false
 	}
 	if r.since < idleBurst && (r.since < idleDrift || r.checks < idleSpacing) {

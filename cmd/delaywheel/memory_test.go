@@ -201,3 +201,50 @@ func TestIdleReleaserCountsStartup(t *testing.T) {
 		t.Fatalf("no release in the first quiet interval after startup (releases %d)", releases)
 	}
 }
+
+// TestIdleReleaserBackgroundWork: once the clients stop (few Raft entries
+// applied an interval), the node's own background work (the index's
+// compactions after a fill) does not keep the burst's garbage resident,
+// up to idleBackground an interval; under client load it does not count.
+func TestIdleReleaserBackgroundWork(t *testing.T) {
+	const mib = 1 << 20
+	var allocated, index uint64
+	releases := 0
+	r := newIdleReleaser(slog.New(slog.DiscardHandler), func() uint64 { return allocated }, func() { releases++ })
+	r.applied = func() uint64 { return index }
+	step := func(alloc, entries uint64) bool {
+		allocated += alloc
+		index += entries
+		return r.check()
+	}
+	step(0, 0)
+	// A fill: 40 MiB and 200 entries an interval. No release.
+	for range 5 {
+		if step(40*mib, 200) {
+			t.Fatal("released while clients were writing")
+		}
+	}
+	// The clients stop; compactions go on allocating 20 MiB an interval
+	// while only ticks apply: quiet, so the burst is released.
+	if !step(20*mib, 2) || releases != 1 {
+		t.Fatalf("no release when the clients stopped and only compactions allocated (releases %d)", releases)
+	}
+	// The same allocation with client entries is load, not quiet.
+	for range 5 {
+		if step(20*mib, idleEntries+1) {
+			t.Fatal("released under client load")
+		}
+	}
+	// Background work above idleBackground is not quiet either.
+	if step(idleBackground+mib, 0) {
+		t.Fatal("released while the process allocated more than idleBackground in an interval")
+	}
+	// Without the applied index, allocation alone decides, as before.
+	r.applied = nil
+	if step(20*mib, 0) {
+		t.Fatal("released on 20 MiB an interval with no applied index to tell clients from background work")
+	}
+	if !step(0, 0) || releases != 2 {
+		t.Fatalf("no release once quiet (releases %d)", releases)
+	}
+}
