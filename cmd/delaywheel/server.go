@@ -36,7 +36,7 @@ func envs(flag string) []string {
 
 // Memory defaults. A node's memory must not grow with its backlog: it is
 // the runtime and its heap, the index's block cache and memtables, and the
-// pages of the Raft log the process maps.
+// pages of raft.db the process maps.
 const (
 	defaultCacheBytes = 16 << 20
 	// An idle node holds two memtables, the current one and a flushed one
