@@ -22,9 +22,9 @@ import (
 // Earlier versions kept the entries in a Pebble database (<data>/raft/log)
 // and, before that, in raft.db. That database wrote every entry twice
 // (its write-ahead log, then a table at each memtable flush) only to delete
-// it after the next snapshot, and held two 4 MiB memtables at all times,
-// a third of an idle node's heap. openEntries moves an old log into the
-// segments once, at the first start of a newer version.
+// it after the next snapshot, and held two 4 MiB memtables at all times.
+// openEntries moves an old log into the segments once, at the first start
+// of a newer version.
 
 const (
 	walDirName    = "wal"
