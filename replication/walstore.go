@@ -109,7 +109,7 @@ func moveOldLog(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log
 	if err != nil {
 		return err
 	}
-	from := "an empty log"
+	var from string // what held the entries; "" for a new node
 	switch {
 	case boltLast > 0:
 		// raft.db still holds entries only if a move of them into the
@@ -124,7 +124,7 @@ func moveOldLog(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log
 		}
 	}
 	if err = errors.Join(err, w.Close()); err != nil {
-		return fmt.Errorf("raft log: move the entries of %s: %w", from, err)
+		return fmt.Errorf("raft log: build %s from %q: %w", tmp, from, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return fmt.Errorf("raft log: %w", err)
@@ -132,7 +132,7 @@ func moveOldLog(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log
 	if err := syncDir(raftDir); err != nil {
 		return fmt.Errorf("raft log: %w", err)
 	}
-	if from != "an empty log" {
+	if from != "" {
 		log.Info("moved the raft log's entries into segment files", "from", from, "to", dir)
 	}
 	return dropOldLog(oldDir, bolt, boltFirst, boltLast, log)

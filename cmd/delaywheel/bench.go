@@ -1,13 +1,12 @@
 package main
 
 import (
-	"runtime/debug"
-
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -77,10 +76,10 @@ func benchFlags() []cli.Flag {
 	}
 }
 
-// runBench runs one workload with the flags of c.
 // harnessGCPercent is the bench harness's collector target.
 const harnessGCPercent = 400
 
+// runBench runs one workload with the flags of c.
 func runBench(c *cli.Context, workload string) error {
 	if c.Args().Present() {
 		return fmt.Errorf("bench %s takes no arguments, got %q (flags go before or after the workload, e.g. --spawn 1)", workload, c.Args().Slice())
