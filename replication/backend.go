@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -64,15 +65,55 @@ func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.En
 			}
 		}
 	}
-	v, err := n.result(ctx, wheel.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs})
+	cmd := wheel.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
+	if slices.ContainsFunc(msgs, func(m wheel.NewMessage) bool { return m.Key != "" }) {
+		// A key may name a pending message: the answer comes from the state.
+		v, err := n.result(ctx, cmd)
+		if err != nil {
+			return nil, err
+		}
+		return v.([]wheel.Enqueued), nil
+	}
+	p, err := n.submit(ctx, true, cmd)
 	if err != nil {
 		return nil, err
 	}
-	return v.([]wheel.Enqueued), nil
+	index, res, err := p.waitCommit()
+	switch {
+	case err != nil:
+		return nil, err
+	case res != nil:
+		if res[0].Err != nil {
+			return nil, res[0].Err
+		}
+		return res[0].Value.([]wheel.Enqueued), nil
+	}
+	return wheel.Scheduled(index, msgs), nil
+}
+
+// caughtUp waits until this node has applied every entry it answered at
+// commit (commit.go), so that what a client reads after its enqueue was
+// answered includes that enqueue.
+func (n *Node) caughtUp(ctx context.Context) error {
+	h := n.commits.highest.Load()
+	if h == 0 || n.store().AppliedIndex() >= h {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	if err := n.fsm.waitApplied(wctx, h); err != nil {
+		return fmt.Errorf("%w: waiting for entry %d to be applied: %w", wheel.ErrUnavailable, h, err)
+	}
+	return nil
 }
 
 // Get returns a message from local state.
-func (n *Node) Get(_ context.Context, id wheel.ID) (wheel.View, error) { return n.store().Get(id) }
+func (n *Node) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return wheel.View{}, err
+	}
+	return n.store().Get(id)
+}
 
 // Cancel removes a delayed or ready message.
 func (n *Node) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
@@ -107,6 +148,9 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	if d == nil {
 		return nil, wheel.ErrNotLeader
 	}
+	if err := n.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	return d.reserve(ctx, topic, max, wait, ttr)
 }
 
@@ -134,10 +178,18 @@ func (n *Node) Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, er
 }
 
 // Topics returns local per-topic counts.
-func (n *Node) Topics(context.Context) ([]wheel.TopicCounts, error) { return n.store().Topics(), nil }
+func (n *Node) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	return n.store().Topics(), nil
+}
 
 // Dead lists dead messages from local state.
-func (n *Node) Dead(_ context.Context, topic string, limit int) ([]wheel.View, error) {
+func (n *Node) Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	return n.store().Dead(topic, limit)
 }
 
@@ -151,10 +203,18 @@ func (n *Node) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, 
 }
 
 // Wheel describes the local wheel.
-func (n *Node) Wheel(context.Context) (wheel.WheelInfo, error) { return n.store().Wheel() }
+func (n *Node) Wheel(ctx context.Context) (wheel.WheelInfo, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return wheel.WheelInfo{}, err
+	}
+	return n.store().Wheel()
+}
 
 // Slot describes one local slot.
-func (n *Node) Slot(_ context.Context, slot int, records bool) (wheel.SlotInfo, error) {
+func (n *Node) Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return wheel.SlotInfo{}, err
+	}
 	return n.store().Slot(slot, records)
 }
 

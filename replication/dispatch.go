@@ -419,7 +419,7 @@ func (d *dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 		// Lease proposed then would be refused.
 		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: exp + max(d.backoff(m.Attempts+1), 1)}
 	}
-	p, err := d.n.submit(d.ctx, wheel.Lease{NowMs: now, Items: items})
+	p, err := d.n.submit(d.ctx, false, wheel.Lease{NowMs: now, Items: items})
 	if err != nil {
 		d.release(msgs, nil)
 		return nil, err

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -29,6 +31,44 @@ type fsm struct {
 	store *wheel.Store
 	// onRestore is called with the new store after a snapshot was installed.
 	onRestore func(*wheel.Store)
+
+	commits *commitWaiters // told of each batch before it is applied
+	// hold, when set, makes ApplyBatch wait until the channel is closed
+	// (tests: an entry committed and not applied).
+	hold atomic.Pointer[chan struct{}]
+
+	appliedMu sync.Mutex
+	applied   chan struct{} // closed (and replaced) after each apply
+}
+
+// appliedChanged returns a channel closed at the next change of the
+// store's applied index.
+func (f *fsm) appliedChanged() <-chan struct{} {
+	f.appliedMu.Lock()
+	defer f.appliedMu.Unlock()
+	return f.applied
+}
+
+func (f *fsm) signalApplied() {
+	f.appliedMu.Lock()
+	close(f.applied)
+	f.applied = make(chan struct{})
+	f.appliedMu.Unlock()
+}
+
+// waitApplied waits until the store has applied index.
+func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		ch := f.appliedChanged()
+		if f.Store().AppliedIndex() >= index {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
 }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
@@ -50,6 +90,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 // continuing would let this replica diverge; on restart it replays the log
 // suffix onto the state the index covers.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	if f.commits != nil {
+		f.commits.notify(logs) // Raft hands the FSM committed entries only
+	}
+	if h := f.hold.Load(); h != nil {
+		<-*h
+	}
 	out := make([]any, len(logs))
 	entries := make([]wheel.Entry, 0, len(logs))
 	pos := make([]int, 0, len(logs))
@@ -84,6 +130,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	for j, i := range pos {
 		out[i] = res[j]
 	}
+	f.signalApplied()
 	return out
 }
 
@@ -220,6 +267,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if f.onRestore != nil {
 		f.onRestore(st)
 	}
+	f.signalApplied()
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 type metrics struct {
 	n         *Node
 	apply     prometheus.Histogram
+	answered  prometheus.Histogram
 	lateness  prometheus.Histogram
 	messages  *prometheus.Desc
 	pending   *prometheus.Desc
@@ -39,6 +40,11 @@ func newMetrics(n *Node) *metrics {
 			Help:    "Time from proposing a log entry on the leader until it is applied.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
 		}),
+		answered: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaywheel_commit_answer_seconds",
+			Help:    "Time from proposing an enqueue of messages without keys on the leader until it commits and is answered, ahead of its apply.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaywheel_delivery_lateness_seconds",
 			Help:    "Hand-off time minus deliver_at_ms, measured on the leader when the lease commits.",
@@ -62,6 +68,7 @@ func newMetrics(n *Node) *metrics {
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.apply.Describe(ch)
+	m.answered.Describe(ch)
 	m.lateness.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.messages, m.pending, m.slots, m.handles, m.overflow, m.disk,
 		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight} {
@@ -72,6 +79,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.apply.Collect(ch)
+	m.answered.Collect(ch)
 	m.lateness.Collect(ch)
 	st := m.n.store()
 	c := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {

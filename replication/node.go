@@ -133,6 +133,8 @@ type Node struct {
 
 	pending atomic.Int64 // proposals in flight
 	met     *metrics
+	commits *commitWaiters // proposals answered at commit (commit.go)
+	solo    *soloVoter     // whether this node is the only voter
 
 	mu       sync.Mutex
 	disp     *dispatcher // non-nil while leader
@@ -176,6 +178,9 @@ func Open(cfg Config) (*Node, error) {
 	if n.ents, err = openEntries(raftDir, logs, hl, n.log); err != nil {
 		return fail(err)
 	}
+	n.commits = newCommitWaiters()
+	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
+	n.ents.commits, n.ents.solo = n.commits, n.solo
 
 	// Decide whether the FSM's on-disk state can be used as is. It can when
 	// it opens cleanly and its applied index covers the latest snapshot
@@ -183,7 +188,7 @@ func Open(cfg Config) (*Node, error) {
 	// not, move it aside and let Raft restore the snapshot.
 	sopts := cfg.Store
 	sopts.Logger = n.log.With("component", "store")
-	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log}
+	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log, commits: n.commits, applied: make(chan struct{})}
 	latest, err := snaps.List()
 	if err != nil {
 		return fail(fmt.Errorf("list snapshots: %w", err))
@@ -284,6 +289,9 @@ func Open(cfg Config) (*Node, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	rctx, rcancel := context.WithTimeout(ctx, cfg.ApplyTimeout)
+	n.solo.refresh(rctx, r)
+	rcancel()
 	n.wg.Add(1)
 	go n.watchLeadership(ctx)
 	return n, nil
@@ -340,6 +348,7 @@ func (n *Node) watchLeadership(ctx context.Context) {
 		running := n.disp != nil
 		n.mu.Unlock()
 		if isLeader && !running {
+			n.solo.refresh(ctx, n.raft)
 			n.startDispatcher(ctx)
 		} else if !isLeader && running {
 			n.stopDispatcher()
@@ -489,7 +498,7 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // answers ErrNotLeader on a follower and ErrOverloaded when too many
 // proposals are in flight.
 func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
-	p, err := n.submit(ctx, cmds...)
+	p, err := n.submit(ctx, false, cmds...)
 	if err != nil {
 		return nil, err
 	}
@@ -498,16 +507,19 @@ func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Resu
 
 // proposal is a log entry handed to Raft and not yet committed.
 type proposal struct {
-	n     *Node
-	f     raft.ApplyFuture
-	cmds  int
-	start time.Time
+	n      *Node
+	f      raft.ApplyFuture
+	cmds   int
+	start  time.Time
+	data   []byte        // the entry, when it waits for commit
+	commit <-chan uint64 // takes the entry's index at commit
 }
 
 // submit hands commands to Raft as one log entry without waiting for it to
 // commit. Entries submitted one after another are committed in that order,
-// before any entry submitted later. The caller must wait on the proposal.
-func (n *Node) submit(ctx context.Context, cmds ...wheel.Command) (*proposal, error) {
+// before any entry submitted later. The caller must wait on the proposal;
+// with watch, it may wait for the commit alone (waitCommit).
+func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*proposal, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, wheel.ErrNotLeader
 	}
@@ -519,8 +531,37 @@ func (n *Node) submit(ctx context.Context, cmds ...wheel.Command) (*proposal, er
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	start := time.Now()
-	return &proposal{n: n, f: n.raft.Apply(wheel.EncodeCommands(cmds), timeout), cmds: len(cmds), start: start}, nil
+	p := &proposal{n: n, cmds: len(cmds), start: time.Now()}
+	data := wheel.EncodeCommands(cmds)
+	if watch {
+		p.data, p.commit = data, n.commits.add(data)
+	}
+	p.f = n.raft.Apply(data, timeout)
+	return p, nil
+}
+
+// waitCommit blocks until the proposal commits and returns its index, or
+// until it is applied (when it was not recognised at commit) and returns
+// its results instead, or until it fails. The proposal stays counted as
+// pending until it is applied.
+func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
+	type outcome struct {
+		res []wheel.Result
+		err error
+	}
+	applied := make(chan outcome, 1)
+	go func() {
+		res, err := p.wait()
+		p.n.commits.forget(p.data)
+		applied <- outcome{res, err}
+	}()
+	select {
+	case index = <-p.commit:
+		p.n.met.answered.Observe(time.Since(p.start).Seconds())
+		return index, nil, nil
+	case o := <-applied:
+		return 0, o.res, o.err
+	}
 }
 
 // wait blocks until the proposal commits and returns its results.

@@ -39,6 +39,57 @@ const (
 // snapshot of, instead of the snapshot.
 type entries struct {
 	*raftwal.WAL
+	// commits and solo, when set, answer proposals once a batch is
+	// durable and this node is the only voter (commit.go).
+	commits *commitWaiters
+	solo    *soloVoter
+}
+
+// StoreLogs appends logs durably, then notes configuration entries and,
+// on a node that is its cluster's only voter, tells the proposals among
+// logs that they are committed.
+func (e entries) StoreLogs(logs []*raft.Log) error {
+	if err := e.WAL.StoreLogs(logs); err != nil {
+		return err
+	}
+	if e.solo == nil {
+		return nil
+	}
+	from := 0
+	for i, l := range logs {
+		if l.Type != raft.LogConfiguration {
+			continue
+		}
+		if e.solo.solo() {
+			e.commits.notify(logs[from:i])
+		}
+		e.solo.stored(l)
+		from = i + 1
+	}
+	if e.solo.solo() {
+		e.commits.notify(logs[from:])
+	}
+	return nil
+}
+
+// StoreLog appends one entry durably (see StoreLogs).
+func (e entries) StoreLog(l *raft.Log) error { return e.StoreLogs([]*raft.Log{l}) }
+
+// DeleteRange deletes the entries from min to max. A deletion of the log's
+// tail may take the latest configuration with it, so whether this node is
+// the only voter becomes unknown.
+func (e entries) DeleteRange(min, max uint64) error {
+	last, err := e.LastIndex()
+	if err != nil {
+		return err
+	}
+	if err := e.WAL.DeleteRange(min, max); err != nil {
+		return err
+	}
+	if e.solo != nil && max >= last {
+		e.solo.truncated()
+	}
+	return nil
 }
 
 // GetLog reads the entry at index into l; raft.ErrLogNotFound below the
@@ -61,7 +112,7 @@ func openEntries(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, lo
 		return entries{}, err
 	}
 	w, err := openWAL(filepath.Join(raftDir, walDirName), hl)
-	return entries{w}, err
+	return entries{WAL: w}, err
 }
 
 // openWAL opens (or creates) the segments in dir.

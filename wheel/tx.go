@@ -449,6 +449,19 @@ func (t *tx) schedule(c Schedule) Result {
 	return Result{Value: out}
 }
 
+// Scheduled is what Apply answers for an entry at index whose only command
+// is a Schedule of msgs, none of which has a key: message i becomes
+// ID{index, i}, due at its time clamped to [0, MaxDueMs]. With no key there
+// is no duplicate to find, so the answer does not depend on the state, and
+// a leader can give it as soon as the entry commits.
+func Scheduled(index uint64, msgs []NewMessage) []Enqueued {
+	out := make([]Enqueued, len(msgs))
+	for i := range msgs {
+		out[i] = Enqueued{ID: ID{Index: index, Seq: uint32(i)}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
+	}
+	return out
+}
+
 // Defaults for messages that do not set them.
 const (
 	DefaultTTRMs       = 30_000

@@ -1,0 +1,274 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// answeredAtCommit is how many enqueues the node answered at commit.
+func answeredAtCommit(t *testing.T, n *Node) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := n.met.answered.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// An enqueue without keys is answered once its entry commits, before the
+// leader applies it, with the IDs the apply gives; reads on the leader
+// wait for the apply, so they see what was answered.
+func TestEnqueueAnsweredAtCommit(t *testing.T) {
+	for _, size := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%dnodes", size), func(t *testing.T) {
+			c := NewTestCluster(t, size, nil)
+			n := c.Leader().Node
+			ctx := context.Background()
+			now := time.Now().UnixMilli()
+			msgs := []wheel.NewMessage{
+				{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 60_000},
+				{Topic: "t", Body: []byte("b"), DeliverAtMs: -5},
+				{Topic: "t", Body: []byte("c"), DeliverAtMs: now + 3*3600_000},
+			}
+
+			// Hold the leader's state machine: nothing can be applied.
+			gate := make(chan struct{})
+			n.fsm.hold.Store(&gate)
+			held := true
+			release := func() {
+				if held {
+					held = false
+					n.fsm.hold.Store(nil)
+					close(gate)
+				}
+			}
+			defer release()
+			before := n.store().AppliedIndex()
+			done := make(chan struct{})
+			var res []wheel.Enqueued
+			var err error
+			go func() {
+				defer close(done)
+				res, err = n.Enqueue(ctx, msgs)
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("enqueue was not answered while the state machine was held")
+			}
+			if err != nil {
+				t.Fatalf("enqueue: %v", err)
+			}
+			if got := n.store().AppliedIndex(); got != before {
+				t.Fatalf("applied index moved from %d to %d while the state machine was held", before, got)
+			}
+			if got := answeredAtCommit(t, n); got != 1 {
+				t.Fatalf("%d enqueues answered at commit, want 1", got)
+			}
+			if n.solo.solo() != (size == 1) {
+				t.Fatalf("the log store says only voter %v in a cluster of %d", n.solo.solo(), size)
+			}
+			if res[1].DeliverAtMs != 0 {
+				t.Errorf("a due time in the past was answered as %d, want it clamped to 0", res[1].DeliverAtMs)
+			}
+
+			// A read waits for the apply, then finds every message as answered.
+			got := make(chan error, 1)
+			go func() {
+				for i, r := range res {
+					v, err := n.Get(ctx, r.ID)
+					if err != nil {
+						got <- fmt.Errorf("message %d (%s): %w", i, r.ID, err)
+						return
+					}
+					if v.DeliverAtMs != r.DeliverAtMs || string(v.Body) != string(msgs[i].Body) {
+						got <- fmt.Errorf("message %d: read due %d body %q, answered due %d body %q",
+							i, v.DeliverAtMs, v.Body, r.DeliverAtMs, msgs[i].Body)
+						return
+					}
+				}
+				got <- nil
+			}()
+			select {
+			case err := <-got:
+				t.Fatalf("a read returned before the apply: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			release()
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+
+			// With a key, the answer depends on the state: it waits for the apply.
+			keyed := []wheel.NewMessage{{Topic: "t", Key: "k", Body: []byte("d"), DeliverAtMs: now + 60_000}}
+			first, err := n.Enqueue(ctx, keyed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := n.Enqueue(ctx, keyed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !again[0].Duplicate || again[0].ID != first[0].ID {
+				t.Fatalf("second enqueue with the key answered %+v, want a duplicate of %s", again[0], first[0].ID)
+			}
+			if got := answeredAtCommit(t, n); got != 1 {
+				t.Fatalf("%d enqueues answered at commit, want only the one without keys", got)
+			}
+		})
+	}
+}
+
+// wheel.Scheduled predicts what the apply answers for keyless messages.
+func TestScheduledMatchesApply(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	now := time.Now().UnixMilli()
+	msgs := []wheel.NewMessage{
+		{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 1000},
+		{Topic: "t", Body: []byte("b"), DeliverAtMs: -1},
+		{Topic: "u", Body: []byte("c"), DeliverAtMs: wheel.MaxDueMs + 1},
+		{Topic: "t", Body: []byte("d"), DeliverAtMs: now + 10*3600_000},
+	}
+	p, err := n.submit(context.Background(), false, wheel.Schedule{NowMs: now, Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := res[0].Value.([]wheel.Enqueued)
+	predicted := wheel.Scheduled(applied[0].ID.Index, msgs)
+	for i := range msgs {
+		if applied[i] != predicted[i] {
+			t.Errorf("message %d: applied %+v, predicted %+v", i, applied[i], predicted[i])
+		}
+	}
+}
+
+func configLog(index uint64, ids ...string) *raft.Log {
+	var c raft.Configuration
+	for _, id := range ids {
+		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(id)})
+	}
+	return &raft.Log{Index: index, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(c)}
+}
+
+// The log store answers proposals once they are durable only while the
+// latest configuration it stored has this node as the only voter.
+func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
+	dir := t.TempDir()
+	w, err := openWAL(dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	commits := newCommitWaiters()
+	solo := &soloVoter{self: "n1"}
+	e := entries{WAL: w, commits: commits, solo: solo}
+	next := uint64(1)
+	store := func(logs ...*raft.Log) {
+		t.Helper()
+		for _, l := range logs {
+			l.Index, l.Term = next, 1
+			next++
+		}
+		if err := e.StoreLogs(logs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := func() (*raft.Log, <-chan uint64) {
+		data := []byte{1, 2, 3}
+		return &raft.Log{Type: raft.LogCommand, Data: data}, commits.add(data)
+	}
+	answered := func(ch <-chan uint64, want bool, what string) {
+		t.Helper()
+		select {
+		case i := <-ch:
+			if !want {
+				t.Fatalf("%s: answered at index %d", what, i)
+			}
+		default:
+			if want {
+				t.Fatalf("%s: not answered", what)
+			}
+		}
+	}
+
+	a, cha := cmd()
+	store(a)
+	answered(cha, false, "before any configuration is known")
+
+	b, chb := cmd()
+	store(configLog(0, "n1"), b)
+	answered(chb, true, "after a configuration of n1 alone")
+	if b.Index != 3 || commits.highest.Load() != 3 {
+		t.Fatalf("entry at %d, highest answered %d; want 3 and 3", b.Index, commits.highest.Load())
+	}
+
+	c1, chc1 := cmd()
+	c2, chc2 := cmd()
+	store(c1, configLog(0, "n1", "n2"), c2)
+	answered(chc1, true, "an entry stored ahead of a new voter in the same batch")
+	answered(chc2, false, "an entry stored after a second voter joined")
+
+	d, chd := cmd()
+	store(configLog(0, "n2"), d)
+	answered(chd, false, "a node that is no longer a voter")
+
+	store(configLog(0, "n1"))
+	if err := e.DeleteRange(next-1, next-1); err != nil {
+		t.Fatal(err)
+	}
+	next--
+	f, chf := cmd()
+	store(f)
+	answered(chf, false, "after a truncation of the tail")
+	if solo.solo() {
+		t.Fatal("still the only voter after the tail that said so was truncated")
+	}
+
+	// Deleting the head leaves the configuration known.
+	store(configLog(0, "n1"))
+	if err := e.DeleteRange(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	g, chg := cmd()
+	store(g)
+	answered(chg, true, "after a truncation of the head")
+}
+
+// refresh takes Raft's configuration unless the log store recorded one
+// meanwhile.
+func TestSoloVoterRefresh(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	s := &soloVoter{self: raft.ServerID(n.cfg.ID)}
+	s.refresh(context.Background(), n.raft)
+	if !s.solo() {
+		t.Fatal("a single-node cluster's node is not the only voter after refresh")
+	}
+	other := &soloVoter{self: "n9"}
+	other.refresh(context.Background(), n.raft)
+	if other.solo() {
+		t.Fatal("a node outside the configuration is the only voter after refresh")
+	}
+	// A configuration stored later wins until refresh reads Raft's again.
+	s.stored(configLog(0, "n1", "n2"))
+	if s.solo() {
+		t.Fatal("the only voter after storing a configuration of two")
+	}
+	s.refresh(context.Background(), n.raft)
+	if !s.solo() {
+		t.Fatal("refresh with nothing stored meanwhile did not take Raft's configuration")
+	}
+}
