@@ -186,6 +186,7 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		MaxIdleConnsPerHost: cfg.Producers + cfg.Consumers + 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+		WriteBufferSize:     client.WriteBufferSize,
 	}
 	t := &dwTarget{
 		name:       TargetDelaywheel,
