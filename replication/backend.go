@@ -148,8 +148,14 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	if d == nil {
 		return nil, wheel.ErrNotLeader
 	}
-	if err := n.caughtUp(ctx); err != nil {
-		return nil, err
+	if wait <= 0 {
+		// A reserve that does not wait takes only what is due now, which
+		// includes what this node has answered as enqueued. One that waits
+		// gets such messages once they are applied, and must not be held
+		// up meanwhile from messages due already.
+		if err := n.caughtUp(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return d.reserve(ctx, topic, max, wait, ttr)
 }

@@ -14,7 +14,7 @@ import (
 // is durable on a majority and every replica will apply it, so the leader
 // answers then instead of after its own state machine has applied it,
 // which takes the apply (and the wait for the batch ahead of it) off the
-// client's latency. A Get of such an ID waits for the apply (Node.Get).
+// client's latency. Reads on the leader wait for the apply (Node.caughtUp).
 //
 // The entry is recognised by its data: hashicorp/raft hands the leader's
 // log store and FSM the very slice Apply was given, so the first byte's

@@ -97,13 +97,33 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 				}
 				got <- nil
 			}()
+			counted := make(chan error, 1)
+			go func() {
+				ts, err := n.Topics(ctx)
+				if err != nil {
+					counted <- err
+					return
+				}
+				for _, tc := range ts {
+					if tc.Topic == "t" && tc.Delayed+tc.Ready == int64(len(msgs)) {
+						counted <- nil
+						return
+					}
+				}
+				counted <- fmt.Errorf("topic counts %+v, want %d pending on t", ts, len(msgs))
+			}()
 			select {
 			case err := <-got:
 				t.Fatalf("a read returned before the apply: %v", err)
+			case err := <-counted:
+				t.Fatalf("the topic counts returned before the apply: %v", err)
 			case <-time.After(50 * time.Millisecond):
 			}
 			release()
 			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-counted; err != nil {
 				t.Fatal(err)
 			}
 

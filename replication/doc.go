@@ -23,6 +23,15 @@
 // Without the lease, and for redeliveries of expired leases, it answers only
 // what commits. See dispatcher for the argument.
 //
+// An enqueue of messages without keys is answered when its entry commits,
+// not when it is applied: its result depends only on the entry's index
+// (wheel.Scheduled). The leader learns of the commit in the FSM's
+// ApplyBatch before applying, or, when it is the only voter, in the log
+// store once the batch is durable. Reads on the leader (Get, Topics, Dead,
+// Wheel, Slot, and a Reserve that does not wait) first wait until every
+// entry answered so is applied, so a client reads its own enqueues. See
+// commit.go.
+//
 // The Raft log's entries are in hashicorp/raft-wal's segment files
 // (<data>/raft/wal): a StoreLogs is one append and one fsync, and a head
 // truncation deletes whole segments. Opening a data dir of an earlier
