@@ -246,7 +246,18 @@ func Open(cfg Config) (*Node, error) {
 	}
 	// 2 s bounds each RPC on a hung connection (and so a shutdown with
 	// vanished peers); snapshot transfers scale it with their size.
-	n.trans = raft.NewNetworkTransportWithLogger(stream, 5, 2*time.Second, hl)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 5, Timeout: 2 * time.Second, Logger: hl,
+		// No pipelined replication: one AppendEntries in flight per
+		// follower. hashicorp/raft's pipeline can deadlock once a follower
+		// answers Success=false (a lagging or restarted follower does):
+		// its decoder exits, the send loop may still issue one more send,
+		// which then waits forever for a slot. The follower gets
+		// heartbeats but no entries again, and Raft's shutdown hangs on
+		// that goroutine (TestLaggingFollowerCatchesUpBySnapshot hung so
+		// in CI). Entries still go out in batches of up to MaxAppendEntries.
+		MaxRPCsInFlight: 1,
+	})
 	// The cache holds whole entries (up to a batch of 10,000 messages each),
 	// bounded by count: keep it small, it only spares recent reads. The
 	// leader reads it to replicate to a follower within 64 entries of it

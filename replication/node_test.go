@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -113,5 +115,16 @@ func TestRestartKeepsState(t *testing.T) {
 	_, err = l.Client.Get(context.Background(), "000000000000000000000001")
 	if !errors.As(err, &apiErr) || apiErr.Status != 404 {
 		t.Fatalf("unknown id: %v", err)
+	}
+}
+
+// Replication to followers is not pipelined: hashicorp/raft's pipeline can
+// deadlock after a follower answers Success=false (see Open).
+func TestReplicationNotPipelined(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	_, err := n.trans.AppendEntriesPipeline("n2", raft.ServerAddress(FreeAddr(t)))
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		t.Fatalf("AppendEntriesPipeline: %v, want raft.ErrPipelineReplicationNotSupported", err)
 	}
 }
