@@ -66,14 +66,26 @@ func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.En
 		}
 	}
 	cmd := wheel.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
+	var (
+		v   any
+		err error
+	)
 	if slices.ContainsFunc(msgs, func(m wheel.NewMessage) bool { return m.Key != "" }) {
 		// A key may name a pending message: the answer comes from the state.
-		v, err := n.result(ctx, cmd)
-		if err != nil {
-			return nil, err
-		}
-		return v.([]wheel.Enqueued), nil
+		v, err = n.result(ctx, cmd)
+	} else {
+		v, err = n.resultAtCommit(ctx, cmd)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return v.([]wheel.Enqueued), nil
+}
+
+// resultAtCommit is result for a Schedule of messages without keys,
+// answered once its entry commits (commit.go), or after its apply when
+// the commit went unseen.
+func (n *Node) resultAtCommit(ctx context.Context, cmd wheel.Schedule) (any, error) {
 	p, err := n.submit(ctx, true, cmd)
 	if err != nil {
 		return nil, err
@@ -83,12 +95,9 @@ func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.En
 	case err != nil:
 		return nil, err
 	case res != nil:
-		if res[0].Err != nil {
-			return nil, res[0].Err
-		}
-		return res[0].Value.([]wheel.Enqueued), nil
+		return res[0].Value, res[0].Err
 	}
-	return wheel.Scheduled(index, msgs), nil
+	return wheel.Scheduled(index, cmd.Messages), nil
 }
 
 // caughtUp waits until this node has applied every entry it answered at

@@ -106,15 +106,19 @@ type soloVoter struct {
 // solo reports whether this node is known to be the only voter.
 func (s *soloVoter) solo() bool { return s != nil && s.state.Load() == soloYes }
 
-func soloOf(c raft.Configuration, self raft.ServerID) int32 {
-	voters, me := 0, false
+// countVoters counts the voters of c and reports whether self is one.
+func countVoters(c raft.Configuration, self raft.ServerID) (count int, isVoter bool) {
 	for _, srv := range c.Servers {
 		if srv.Suffrage == raft.Voter {
-			voters++
-			me = me || srv.ID == self
+			count++
+			isVoter = isVoter || srv.ID == self
 		}
 	}
-	if voters == 1 && me {
+	return count, isVoter
+}
+
+func soloOf(c raft.Configuration, self raft.ServerID) int32 {
+	if voters, me := countVoters(c, self); voters == 1 && me {
 		return soloYes
 	}
 	return soloNo

@@ -480,13 +480,7 @@ func (n *Node) voters() (count int, self bool) {
 	if f.Error() != nil {
 		return 0, false
 	}
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			count++
-			self = self || string(s.ID) == n.cfg.ID
-		}
-	}
-	return count, self
+	return countVoters(f.Configuration(), raft.ServerID(n.cfg.ID))
 }
 
 // multiVoter reports whether the configuration has voters besides one, so
