@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -735,5 +736,50 @@ func TestCacheReadRecord(t *testing.T) {
 	}
 	if n := c.OpenHandles(); n > 2 {
 		t.Fatalf("%d handles open, bound is 2", n)
+	}
+}
+
+// TestCacheStartsWriteback checks that write-back is started for the files
+// appended to, once WritebackBytes have been appended, and not before; and
+// that the real call on an OS file leaves its bytes intact.
+func TestCacheStartsWriteback(t *testing.T) {
+	c := newTestCache(t, Options{WritebackBytes: 100, MaxOpen: 2})
+	var kicked []string
+	real := c.kick
+	c.kick = func(f vfs.File) {
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kicked = append(kicked, st.Name())
+		real(f) // sync_file_range on Linux: must not fail the append
+	}
+	buf := make([]byte, 40)
+	for _, s := range []int64{10, 11, 10} {
+		if _, _, err := c.AppendEncoded(s, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(kicked) != 2 || !slices.Contains(kicked, FileName(10)) || !slices.Contains(kicked, FileName(11)) {
+		t.Fatalf("after 120 bytes to two files, write-back started for %v", kicked)
+	}
+	kicked = nil
+	if _, _, err := c.AppendEncoded(12, buf); err != nil {
+		t.Fatal(err)
+	}
+	if len(kicked) != 0 {
+		t.Fatalf("write-back started again after 40 bytes: %v", kicked)
+	}
+	// Files evicted from the handle cache meanwhile are left to Sync.
+	for _, s := range []int64{13, 14} {
+		if _, _, err := c.AppendEncoded(s, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(kicked) != 2 || slices.Contains(kicked, FileName(12)) {
+		t.Fatalf("write-back started for %v; the file of second 12 was closed", kicked)
+	}
+	if size, err := c.Size(10); err != nil || size != HeaderSize+80 {
+		t.Fatalf("file of second 10 holds %d bytes (%v), want %d", size, err, HeaderSize+80)
 	}
 }

@@ -40,5 +40,9 @@
 // second opens its file lazily and the number of open descriptors stays
 // constant whatever the backlog. Files evicted while dirty are closed without
 // a sync and remembered, so [Cache.Sync] still covers every write since the
-// previous sync: it reopens them to fsync.
+// previous sync: it reopens them to fsync. After every
+// [Options.WritebackBytes] appended (1 MiB) it asks the kernel to start
+// writing the open files it appended to, without waiting, so that a Sync
+// finds little left to write and the Raft log's fsyncs do not queue behind
+// a burst.
 package segment
