@@ -66,6 +66,8 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 			Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			RedeliveryBackoff: -1,
 			ExpireGrace:       200 * time.Millisecond,
+			// Every meta the leader's cache serves is checked against the index.
+			Store: wheel.Options{CheckMetaCache: true},
 		}
 		if n > 1 {
 			cfg.InitialCluster = members

@@ -9,6 +9,9 @@ import (
 // Pebble key space. Every key starts with one prefix byte:
 //
 //	'd' topicID id                     → message: a topic's dead letters
+//	'e' index                          → where an entry put its new messages (placement.go)
+//	'f' maxSecond index                → marker: an entry's placements, by their last slot
+//	'g' id                             → marker: a placed message that is gone
 //	'k' topicID key                    → id: the pending message holding a key
 //	'm' id                             → meta (state and location of a message)
 //	'n' node id                        → node metadata
@@ -48,8 +51,11 @@ const (
 // indexFormat is the version of the index's layout this code writes,
 // recorded under keyFormat (absent in indexes of format 1). Format 2 moved
 // counts and segment lengths after the metas and encodes metas as varints.
-// A store refuses to open an index of a later format than it knows.
-const indexFormat = 2
+// Format 3 records the placements of new messages instead of their metas
+// (placement.go); an earlier version would not find those messages, so
+// opening an index of format 2 or earlier marks it format 3 before any
+// write. A store refuses to open an index of a later format than it knows.
+const indexFormat = 3
 
 var (
 	keyApplied   = []byte("sapplied")

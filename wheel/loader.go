@@ -304,6 +304,7 @@ func (s *Store) AttachLoader(l *Loader) {
 	defer s.mu.Unlock()
 	s.loader = l
 	s.loadedThrough = s.cursor - 1
+	s.metas = nil
 }
 
 // DetachLoader stops feeding the attached loader.
@@ -312,6 +313,7 @@ func (s *Store) DetachLoader() {
 	defer s.mu.Unlock()
 	s.loader = nil
 	s.loadedThrough = -1
+	s.metas = nil
 }
 
 // LoadThrough loads every slot up to and including second into the attached
@@ -334,6 +336,7 @@ func (s *Store) LoadThrough(second int64) (int, error) {
 		l.pushAll(msgs, sec)
 		n += len(msgs)
 		s.loadedThrough = sec
+		s.cacheLoaded(sec, msgs)
 	}
 	return n, nil
 }

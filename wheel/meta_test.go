@@ -87,7 +87,9 @@ func TestMetaDecodeRejects(t *testing.T) {
 func TestMetaV1Index(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500},           // in a slot file
+		// In a slot file; with a key, so that it gets a meta (a new message
+		// without one only has its entry's placement).
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Key: "s"},
 		NewMessage{Topic: "a", DeliverAtMs: t0 + 3*3600_000},     // beyond the horizon
 		NewMessage{Topic: "a", DeliverAtMs: t0 + 5000, Key: "k"}, // cancelled by key below
 	)

@@ -534,7 +534,12 @@ func runModel(t *testing.T, seed int64, steps int) {
 			batch[i] = make([]Command, n)
 		}
 		h.applyNew(batch)
+		h.stats["metaCacheHits"] += int(h.s.metaHits)
+		h.s.metaHits = 0
 		h.check(h.md, *modelFull > 0 && h.step%*modelFull == 0)
+	}
+	if steps >= 1000 && h.stats["metaCacheHits"] == 0 {
+		t.Errorf("seed %d: the meta cache answered no lookup, so CheckMetaCache compared nothing", seed)
 	}
 	h.check(h.md, true)
 	h.closeStore()
@@ -583,7 +588,7 @@ func (h *modelHarness) open() {
 
 // tryOpen opens the store with randomized options and attaches a loader.
 func (h *modelHarness) tryOpen() error {
-	h.opts = Options{FS: h.fs}
+	h.opts = Options{FS: h.fs, CheckMetaCache: true}
 	switch h.rng.Intn(4) {
 	case 0:
 		h.opts.MaxOpenSegments = 1

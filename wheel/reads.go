@@ -23,16 +23,12 @@ func (s *Store) Get(id ID) (View, error) {
 	if err := s.checkOpen(); err != nil {
 		return View{}, err
 	}
-	v, err := s.get(metaKey(id))
+	mt, ok, err := lookupMeta(storeSource{s}, id)
 	if err != nil {
 		return View{}, err
 	}
-	if v == nil {
+	if !ok {
 		return View{}, fmt.Errorf("%w: message %s", ErrNotFound, id)
-	}
-	mt, err := decodeMeta(v)
-	if err != nil {
-		return View{}, fmt.Errorf("index meta of message %s: %w", id, err)
 	}
 	m, err := s.fullCommitted(id, mt)
 	if err != nil {

@@ -52,6 +52,10 @@ type Options struct {
 	CompressIndex bool
 	// ReadOnly opens without recovery or writes, for inspecting a stopped node.
 	ReadOnly bool
+	// CheckMetaCache compares every meta served from the in-memory cache
+	// with the index and fails the batch with ErrInconsistent if they
+	// differ. For tests: it costs the index lookup the cache saves.
+	CheckMetaCache bool
 }
 
 // Entry is one log entry's commands and its Raft index.
@@ -93,7 +97,9 @@ type Store struct {
 	overflow      int64
 	nodes         map[string]Node
 	loader        *Loader
-	loadedThrough int64 // loader window: seconds [cursor, loadedThrough]
+	loadedThrough int64       // loader window: seconds [cursor, loadedThrough]
+	metas         map[ID]meta // metas of messages in loaded slots or handed out from them (metacache.go)
+	metaHits      uint64      // lookups the meta cache answered
 	// expiredFiles are slot files whose Expire is applied but maybe not yet
 	// durable; they are deleted after the next flush makes it so.
 	expiredFiles      []int64

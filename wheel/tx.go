@@ -47,6 +47,13 @@ type tx struct {
 	scratch  []byte                 // reused encoding buffer; whatever takes it copies it
 	keyBuf   []byte                 // reused by setMeta
 	metaBuf  []byte                 // reused by setMeta
+	// metaW holds the metas this batch wrote or deleted that the meta
+	// cache (metacache.go) must hear of; they are also the batch's view.
+	metaW map[ID]metaWrite
+	// implicit is set while a Schedule puts a new message without a key:
+	// its placement (placement.go) stands for its meta.
+	implicit bool
+	placing  placing
 }
 
 func (s *Store) newTx() *tx {
@@ -92,6 +99,37 @@ func (t *tx) setMeta(id ID, m *meta) {
 	t.keyBuf = appendMetaKey(t.keyBuf[:0], id)
 	t.metaBuf = m.appendTo(t.metaBuf[:0])
 	t.set(t.keyBuf, t.metaBuf)
+	t.noteMeta(id, m)
+}
+
+// delMeta deletes a message's meta, and marks it gone if its entry's
+// placements would otherwise imply one.
+func (t *tx) delMeta(id ID) {
+	t.del(metaKey(id))
+	_, _, placed, err := placementOf(txSource{t}, id)
+	if err != nil {
+		t.fail(err)
+	}
+	if placed {
+		t.set(goneKey(id), []byte{present})
+	}
+	t.noteMeta(id, nil)
+}
+
+// noteMeta records a meta written (nil: deleted) for the meta cache.
+func (t *tx) noteMeta(id ID, m *meta) {
+	_, noted := t.metaW[id]
+	if !noted && !t.s.watchesMeta(id, m) {
+		return
+	}
+	if t.metaW == nil {
+		t.metaW = map[ID]metaWrite{}
+	}
+	if m == nil {
+		t.metaW[id] = metaWrite{del: true}
+	} else {
+		t.metaW[id] = metaWrite{m: *m}
+	}
 }
 
 func (t *tx) del(k []byte) {
@@ -121,16 +159,24 @@ func (t *tx) scanKeys(lo, hi []byte, limit int) (keys, vals [][]byte) {
 }
 
 func (t *tx) meta(id ID) (meta, bool) {
-	v := t.get(metaKey(id))
-	if v == nil {
-		return meta{}, false
+	if w, ok := t.metaW[id]; ok {
+		return w.m, !w.del
 	}
-	m, err := decodeMeta(v)
+	if m, ok := t.cachedMeta(id); ok {
+		return m, true
+	}
+	return t.indexMeta(id)
+}
+
+// indexMeta reads a message's meta from the batch's view of the index:
+// its own, or the one its placement implies.
+func (t *tx) indexMeta(id ID) (meta, bool) {
+	m, ok, err := lookupMeta(txSource{t}, id)
 	if err != nil {
-		t.fail(fmt.Errorf("index meta of message %s: %w", id, err))
+		t.fail(err)
 		return meta{}, false
 	}
-	return m, true
+	return m, ok
 }
 
 // stat returns the batch's transition counters of a topic.
@@ -277,6 +323,15 @@ func recordState(typ segment.RecordType) State {
 	return StateDelayed
 }
 
+// slotMeta is the meta of message m whose current record, of type typ,
+// lies in the slot file of second at off. put writes it; a loaded slot
+// and a placement imply it from the record, so all three must agree (the
+// meta cache's checks compare them).
+func slotMeta(m *Message, tid uint32, typ segment.RecordType, second, off int64) meta {
+	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}
+}
+
 func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 	state := recordState(typ)
 	sec := SecondOf(m.DeliverAtMs)
@@ -291,8 +346,13 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 	case sec < t.cursor+HorizonSecs:
 		t.scratch = EncodeMessage(t.scratch[:0], m)
 		off := t.appendSeg(sec, typ, t.scratch)
-		t.setMeta(m.ID, &meta{State: state, Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Second: sec, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs})
+		mt := slotMeta(m, tid, typ, sec, off)
+		if t.implicit && from == 0 && typ == segment.TypeMessage {
+			t.place(m.ID, sec, off)
+			t.noteMeta(m.ID, &mt)
+		} else {
+			t.setMeta(m.ID, &mt)
+		}
 		if t.s.loader != nil && sec <= t.s.loadedThrough {
 			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: m, Lease: typ == segment.TypeLease})
 		}
@@ -354,7 +414,7 @@ func (t *tx) releaseKey(m *Message, tid uint32) {
 // finish deletes a message entirely (ack, cancel).
 func (t *tx) finish(m *Message, mt meta) {
 	t.unplace(m.ID, mt)
-	t.del(metaKey(m.ID))
+	t.delMeta(m.ID)
 	t.releaseKey(m, mt.TopicID)
 	t.move(mt.TopicID, mt.State, 0)
 }
@@ -438,7 +498,9 @@ func (t *tx) schedule(c Schedule) Result {
 		if m.MaxAttempts <= 0 {
 			m.MaxAttempts = DefaultMaxAttempts
 		}
+		t.implicit = nm.Key == ""
 		t.put(&m, tid, 0, segment.TypeMessage)
+		t.implicit = false
 		t.stat(tid).Enqueued++
 		if nm.Key != "" {
 			b := id.Bytes()
@@ -446,6 +508,7 @@ func (t *tx) schedule(c Schedule) Result {
 		}
 		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
 	}
+	t.flushPlacing()
 	return Result{Value: out}
 }
 
@@ -634,11 +697,40 @@ func (t *tx) expire(before int64) {
 			return
 		}
 	}
+	t.dropPlacements(before)
 	t.cursor = before
 	t.event(Event{Kind: EventExpired, Second: before})
 }
 
 func (t *tx) fireSlot(second int64) {
+	if t.slotLive(second) > 0 {
+		t.fireLive(second)
+	}
+	if t.err != nil {
+		return
+	}
+	delete(t.pend, second)
+	t.del(segLenKey(second))
+	t.expired = append(t.expired, second)
+}
+
+// slotLive is how many live records the slot file of second holds, as this
+// batch sees it. A slot whose messages were all handed out or acked before
+// it expires (the usual case: every lease moves its message to the slot of
+// its deadline) holds none, and its file need not be read.
+func (t *tx) slotLive(second int64) int64 {
+	if p := t.pend[second]; p != nil {
+		return p.stats.Live
+	}
+	if v := t.get(segLenKey(second)); v != nil {
+		return decodeSegLen(v).Live
+	}
+	return 0
+}
+
+// fireLive moves the live records of the slot file of second to their
+// ready queues (leases past their attempts to the dead letters).
+func (t *tx) fireLive(second int64) {
 	entries, err := t.slotEntries(second)
 	if err != nil {
 		t.fail(err)
@@ -664,9 +756,6 @@ func (t *tx) fireSlot(second int64) {
 			t.toReady(&m, mt.TopicID, mt.State)
 		}
 	}
-	delete(t.pend, second)
-	t.del(segLenKey(second))
-	t.expired = append(t.expired, second)
 }
 
 // slotEntries returns every record of a slot file as this batch sees it.
@@ -872,6 +961,7 @@ func (t *tx) commit() error {
 			s.nodes[id] = *n
 		}
 	}
+	t.commitMetas()
 	if s.loader != nil && len(t.events) > 0 {
 		s.loader.applied(t.events)
 	}

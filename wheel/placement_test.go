@@ -1,0 +1,153 @@
+package wheel
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+)
+
+// keysWith lists the index's keys with prefix p.
+func (k *storeKit) keysWith(p ...byte) [][]byte {
+	k.t.Helper()
+	var out [][]byte
+	if err := k.s.scan(p, func(key, _ []byte) error {
+		out = append(out, append([]byte(nil), key...))
+		return nil
+	}); err != nil {
+		k.t.Fatal(err)
+	}
+	return out
+}
+
+// TestPlacementsStandForMetas follows messages enqueued without a key into
+// slot files: they get no meta, only their entry's placements; acking or
+// cancelling one marks it gone; the placements and marks go once the
+// cursor passes the entry's last slot, and every step reads the same as
+// if each message had a meta.
+func TestPlacementsStandForMetas(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	enq := k.schedule(t0,
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},     // keyed: a meta
+		NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000},         // beyond the horizon: a meta
+		NewMessage{Topic: "b", DeliverAtMs: t0 + 4500, Priority: -1}, // last slot of the entry
+	)
+	idx := enq[0].ID.Index
+	if got := len(k.keysWith(pMeta)); got != 2 {
+		t.Fatalf("%d metas, want 2 (the keyed message and the one beyond the horizon)", got)
+	}
+	if got := k.keysWith(pPlaced); len(got) != 1 || !bytes.Equal(got[0], placedKey(idx)) {
+		t.Fatalf("placements %x, want one for entry %d", got, idx)
+	}
+	if got := k.keysWith(pPlacedBy); len(got) != 1 || !bytes.Equal(got[0], placedByKey(t0s+4, idx)) {
+		t.Fatalf("placements by last second %x, want second %d", got, t0s+4)
+	}
+	k.wantState(enq[0].ID, StateDelayed, t0+1500, 0)
+	if v := k.get(enq[1].ID); v.Priority != 3 || v.Topic != "a" {
+		t.Fatalf("placed message reads %+v", v)
+	}
+	k.wantCounts(TopicCounts{Topic: "a", Delayed: 3})
+
+	// Cancelled: gone, and marked so.
+	k.one(Cancel{ID: enq[0].ID})
+	k.wantGone(enq[0].ID)
+	if got := k.keysWith(pGone); len(got) != 1 || !bytes.Equal(got[0], goneKey(enq[0].ID)) {
+		t.Fatalf("gone marks %x", got)
+	}
+	// Leased: it gets a meta of its own; acked: gone.
+	k.one(Lease{NowMs: t0 + 2500, Items: []LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
+	k.wantState(enq[1].ID, StateReserved, t0+9000, 1)
+	k.one(Ack{NowMs: t0 + 2600, Receipts: []Receipt{{ID: enq[1].ID, Nonce: 4}}})
+	k.wantGone(enq[1].ID)
+	if got := len(k.keysWith(pGone)); got != 2 {
+		t.Fatalf("%d gone marks, want 2", got)
+	}
+	// The last slot second with a placement has not expired: they stay.
+	k.apply(Expire{Before: t0s + 4})
+	if len(k.keysWith(pPlaced)) != 1 {
+		t.Fatal("placements dropped before the cursor passed the entry's last slot")
+	}
+	// It expires: what was still placed moves to the ready queue, and
+	// the placements and marks go.
+	k.apply(Expire{Before: t0s + 5})
+	for _, p := range []byte{pPlaced, pPlacedBy, pGone} {
+		if got := k.keysWith(p); len(got) != 0 {
+			t.Fatalf("prefix %q holds %x after the entry's last slot expired", p, got)
+		}
+	}
+	k.wantState(enq[4].ID, StateReady, t0+4500, 0)
+	k.wantGone(enq[0].ID)
+	k.wantGone(enq[1].ID)
+	// And it all survives a reopen.
+	k.reopen()
+	k.wantState(enq[4].ID, StateReady, t0+4500, 0)
+	k.wantState(enq[3].ID, StateDelayed, t0+3*3600_000, 0)
+	k.wantGone(enq[0].ID)
+}
+
+// TestPlacementsAcrossCommands applies one entry with two Schedule
+// commands: the second extends the entry's placements and moves its last
+// slot second.
+func TestPlacementsAcrossCommands(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	res := k.apply(
+		Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}},
+		Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 7000}, {Topic: "a", DeliverAtMs: t0 + 500}}},
+	)
+	var ids []ID
+	for _, r := range res {
+		for _, e := range r.Value.([]Enqueued) {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("enqueued %v", ids)
+	}
+	if got := k.keysWith(pPlacedBy); len(got) != 1 || !bytes.Equal(got[0], placedByKey(t0s+7, ids[0].Index)) {
+		t.Fatalf("placements by last second %x, want second %d only", got, t0s+7)
+	}
+	for i, due := range []int64{t0 + 1000, t0 + 7000, t0 + 500} {
+		k.wantState(ids[i], StateDelayed, due, 0)
+	}
+}
+
+func TestFindPlacement(t *testing.T) {
+	var tx tx
+	want := map[uint32][2]int64{}
+	sec, off := int64(1_700_000_000), int64(0)
+	for seq := uint32(0); seq < 300; seq += 1 + seq%3 {
+		sec += int64(seq%5) - 2 // back and forth
+		off += 17 + int64(seq)
+		tx.place(ID{Index: 42, Seq: seq}, sec, off)
+		want[seq] = [2]int64{sec, off}
+	}
+	for seq := uint32(0); seq < 310; seq++ {
+		s, o, ok, err := findPlacement(tx.placing.buf, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, placed := want[seq]
+		if ok != placed || ok && (s != w[0] || o != w[1]) {
+			t.Fatalf("seq %d: %d %d %v, want %v %v", seq, s, o, ok, w, placed)
+		}
+	}
+	if _, _, _, err := findPlacement([]byte{0x80}, 1); err == nil {
+		t.Fatal("a truncated varint decoded")
+	}
+}
+
+func FuzzFindPlacement(f *testing.F) {
+	var tx tx
+	tx.place(ID{Index: 1, Seq: 0}, 5, 10)
+	tx.place(ID{Index: 1, Seq: 3}, 4, 99)
+	f.Add(tx.placing.buf, uint32(3))
+	f.Add([]byte{0x80, 0x80}, uint32(0))
+	f.Add(binary.AppendUvarint(nil, 1<<40), uint32(7))
+	f.Fuzz(func(t *testing.T, v []byte, seq uint32) {
+		_, _, ok, err := findPlacement(v, seq)
+		if ok && err != nil {
+			t.Fatal("found and failed")
+		}
+	})
+}
