@@ -188,9 +188,12 @@ func TestNodeUpgradesOldLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			first, stored, err := logBounds(w)
-			if err != nil || stored != last || first == 0 {
+			if err != nil || stored < last || first == 0 {
 				t.Fatalf("segments span %d to %d (%v), raft ended at %d", first, stored, err, last)
 			}
+			// The tick loop may have proposed an Expire between the read
+			// of LastIndex and the stop: the segments hold it too.
+			last = stored
 			if old == "pebble" {
 				s := openTestLogStore(t, filepath.Join(raftDir, oldLogDirName))
 				b := s.db.NewBatch()
