@@ -187,7 +187,7 @@ func configLog(index uint64, ids ...string) *raft.Log {
 // latest configuration it stored has this node as the only voter.
 func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, hclog.NewNullLogger())
+	w, err := openWAL(dir, hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,9 @@
 //
 // The Raft log's entries are in hashicorp/raft-wal's segment files
 // (<data>/raft/wal): a StoreLogs is one append and one fsync, and a head
-// truncation deletes whole segments. Opening a data dir of an earlier
+// truncation deletes whole segments. New segments are spares written in
+// full ahead of time rather than preallocated, so an append's fsync does
+// not commit an extent change too (spare.go). Opening a data dir of an earlier
 // version moves the entries there (moveOldLog) from bolt or from the Pebble
 // database that held them in between (logStore, now only read for the
 // move). The term and vote stay in raft.db (raft-boltdb), which bolt maps

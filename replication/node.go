@@ -46,6 +46,10 @@ type Config struct {
 	TrailingLogs      uint64        // 4096 entries
 	// ApplyTimeout bounds how long a proposal waits to be committed (10 s).
 	ApplyTimeout time.Duration
+	// LogSegmentBytes is the size of the Raft log's segment files (64 MiB,
+	// at least MinLogSegmentBytes). One spare segment is kept besides the
+	// log's own (spare.go).
+	LogSegmentBytes int
 
 	// Wheel timing.
 	ExpireGrace time.Duration // how long after a second ends it expires (500 ms)
@@ -97,6 +101,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 4096
+	}
+	if c.LogSegmentBytes == 0 {
+		c.LogSegmentBytes = DefaultLogSegmentBytes
 	}
 	if c.MaxTopics == 0 {
 		c.MaxTopics = 10000
@@ -151,6 +158,10 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
 	}
+	if cfg.LogSegmentBytes < MinLogSegmentBytes || cfg.LogSegmentBytes > MaxLogSegmentBytes {
+		return nil, fmt.Errorf("%w: raft log segment bytes %d: want %d to %d", wheel.ErrInvalid,
+			cfg.LogSegmentBytes, MinLogSegmentBytes, MaxLogSegmentBytes)
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
 	n.met = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -175,7 +186,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
-	if n.ents, err = openEntries(raftDir, logs, hl, n.log); err != nil {
+	if n.ents, err = openEntries(raftDir, logs, cfg.LogSegmentBytes, hl, n.log); err != nil {
 		return fail(err)
 	}
 	n.commits = newCommitWaiters()

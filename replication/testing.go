@@ -66,6 +66,9 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 			Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			RedeliveryBackoff: -1,
 			ExpireGrace:       200 * time.Millisecond,
+			// Small segments: each node writes less ahead, and the log
+			// moves to a new segment, made from a spare, more often.
+			LogSegmentBytes: MinLogSegmentBytes,
 			// Every meta the leader's cache serves is checked against the index.
 			Store: wheel.Options{CheckMetaCache: true},
 		}

@@ -12,11 +12,12 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
+	walsegment "github.com/hashicorp/raft-wal/segment"
 )
 
 // The Raft log's entries live in raft-wal's segment files (<data>/raft/wal):
-// a StoreLogs is one append and one fsync into a preallocated 64 MiB
-// segment, and a truncation of the log's head deletes whole segments. The
+// a StoreLogs is one append and one fsync into a 64 MiB segment written
+// ahead of time (spare.go), and a truncation of the log's head deletes whole segments. The
 // term and vote stay in bolt (raft.db), which Raft writes once per election.
 //
 // Earlier versions kept the entries in a Pebble database (<data>/raft/log)
@@ -25,6 +26,14 @@ import (
 // it after the next snapshot, and held two 4 MiB memtables at all times.
 // openEntries moves an old log into the segments once, at the first start
 // of a newer version.
+
+// DefaultLogSegmentBytes is Config.LogSegmentBytes' default; MinLogSegmentBytes
+// and MaxLogSegmentBytes bound it.
+const (
+	DefaultLogSegmentBytes = 64 << 20 // raft-wal's default
+	MinLogSegmentBytes     = 1 << 20
+	MaxLogSegmentBytes     = 1 << 30 // raft-wal addresses a segment with 32-bit offsets
+)
 
 const (
 	walDirName    = "wal"
@@ -43,6 +52,8 @@ type entries struct {
 	// durable and this node is the only voter (commit.go).
 	commits *commitWaiters
 	solo    *soloVoter
+	// spares hands raft-wal its new segments already written (spare.go).
+	spares *spareSegments
 }
 
 // StoreLogs appends logs durably, then notes configuration entries and,
@@ -107,20 +118,56 @@ func (e entries) GetLog(index uint64, l *raft.Log) error {
 
 // openEntries opens the Raft log's entries in raftDir/wal, after moving
 // them there from where an earlier version kept them.
-func openEntries(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log *slog.Logger) (entries, error) {
+func openEntries(raftDir string, bolt *raftboltdb.BoltStore, segmentBytes int, hl hclog.Logger, log *slog.Logger) (entries, error) {
 	if err := moveOldLog(raftDir, bolt, hl, log); err != nil {
 		return entries{}, err
 	}
-	w, err := openWAL(filepath.Join(raftDir, walDirName), hl)
-	return entries{WAL: w}, err
+	dir := filepath.Join(raftDir, walDirName)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		// A new node's: the directory's entry is synced before anything
+		// is written in it.
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return entries{}, fmt.Errorf("raft log: %w", err)
+		}
+		if err := syncDir(raftDir); err != nil {
+			return entries{}, fmt.Errorf("raft log: %w", err)
+		}
+	}
+	spares, err := newSpareSegments(dir, segmentBytes, log)
+	if err != nil {
+		return entries{}, fmt.Errorf("raft log: %w", err)
+	}
+	w, err := openWAL(dir, hl, spares)
+	if err != nil {
+		spares.Close()
+		return entries{}, err
+	}
+	return entries{WAL: w, spares: spares}, nil
 }
 
-// openWAL opens (or creates) the segments in dir.
-func openWAL(dir string, hl hclog.Logger) (*raftwal.WAL, error) {
+// Close closes the segments, then stops preparing a spare.
+func (e entries) Close() error {
+	err := e.WAL.Close()
+	if e.spares != nil {
+		e.spares.Close()
+	}
+	return err
+}
+
+// openWAL opens (or creates) the segments in dir, new ones made from
+// spares when spares is not nil.
+func openWAL(dir string, hl hclog.Logger, spares *spareSegments) (*raftwal.WAL, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft log: %w", err)
 	}
-	w, err := raftwal.Open(dir, raftwal.WithLogger(hl.Named("wal")))
+	var w *raftwal.WAL
+	var err error
+	if spares != nil {
+		w, err = raftwal.Open(dir, raftwal.WithLogger(hl.Named("wal")), raftwal.WithSegmentSize(int(spares.size)),
+			raftwal.WithSegmentFiler(walsegment.NewFiler(dir, spares)))
+	} else {
+		w, err = raftwal.Open(dir, raftwal.WithLogger(hl.Named("wal")))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w; %s", dir, err, raftLogRemedy)
 	}
@@ -132,8 +179,8 @@ func openWAL(dir string, hl hclog.Logger) (*raftwal.WAL, error) {
 // deletes those. The segments are built in wal.new and renamed into place
 // once complete, so a crash at any point leaves either the old log whole
 // (and the move starts over on the next open) or the new one whole (and
-// what is left of the old one is deleted on the next open). Raft does not
-// start before this returns.
+// what is left of the old one is deleted on the next open). On a new node,
+// with neither, it does nothing. Raft does not start before this returns.
 func moveOldLog(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log *slog.Logger) error {
 	dir := filepath.Join(raftDir, walDirName)
 	tmp := dir + ".new"
@@ -156,11 +203,14 @@ func moveOldLog(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("raft log: %w", err)
 	}
-	w, err := openWAL(tmp, hl)
+	if boltLast == 0 && !oldExists {
+		return nil // a new node: openEntries creates the segments
+	}
+	w, err := openWAL(tmp, hl, nil)
 	if err != nil {
 		return err
 	}
-	var from string // what held the entries; "" for a new node
+	var from string // what held the entries
 	switch {
 	case boltLast > 0:
 		// raft.db still holds entries only if a move of them into the
@@ -183,9 +233,7 @@ func moveOldLog(raftDir string, bolt *raftboltdb.BoltStore, hl hclog.Logger, log
 	if err := syncDir(raftDir); err != nil {
 		return fmt.Errorf("raft log: %w", err)
 	}
-	if from != "" {
-		log.Info("moved the raft log's entries into segment files", "from", from, "to", dir)
-	}
+	log.Info("moved the raft log's entries into segment files", "from", from, "to", dir)
 	return dropOldLog(oldDir, bolt, boltFirst, boltLast, log)
 }
 

@@ -38,6 +38,16 @@ func newOldLayout(t *testing.T) *oldLayout {
 	return &oldLayout{dir: dir, bolt: bolt}
 }
 
+// openEntries opens the log's entries in o, with segments of the least size.
+func (o *oldLayout) openEntries(t *testing.T) entries {
+	t.Helper()
+	e, err := openEntries(o.dir, o.bolt, MinLogSegmentBytes, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // pebbleLog writes entries from…to into the Pebble log store.
 func (o *oldLayout) pebbleLog(t *testing.T, from, to uint64) {
 	t.Helper()
@@ -53,7 +63,7 @@ func (o *oldLayout) pebbleLog(t *testing.T, from, to uint64) {
 // move remains.
 func (o *oldLayout) open(t *testing.T, from, to uint64) {
 	t.Helper()
-	w, err := openEntries(o.dir, o.bolt, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	w, err := openEntries(o.dir, o.bolt, MinLogSegmentBytes, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +115,7 @@ func TestMoveOldLog(t *testing.T) {
 		// Segments half built in wal.new: built again from the old store.
 		o := newOldLayout(t)
 		o.pebbleLog(t, 10, 500)
-		partial, err := openWAL(filepath.Join(o.dir, walDirName+".new"), hclog.NewNullLogger())
+		partial, err := openWAL(filepath.Join(o.dir, walDirName+".new"), hclog.NewNullLogger(), nil)
 		if err == nil {
 			storeRange(t, partial, 10, 20)
 			err = partial.Close()
@@ -131,7 +141,7 @@ func TestMoveOldLog(t *testing.T) {
 		s := openTestLogStore(t, filepath.Join(o.dir, oldLogDirName))
 		storeOld(t, s, 12, 20)
 		s.Close()
-		_, err := openEntries(o.dir, o.bolt, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+		_, err := openEntries(o.dir, o.bolt, MinLogSegmentBytes, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
 		if !errors.Is(err, raft.ErrLogNotFound) {
 			t.Fatalf("openEntries over a log with a gap: %v, want raft.ErrLogNotFound", err)
 		}
@@ -183,7 +193,7 @@ func TestNodeUpgradesOldLog(t *testing.T) {
 
 			// Put the entries back where the earlier version kept them.
 			raftDir := filepath.Join(cfg.DataDir, "raft")
-			w, err := openWAL(filepath.Join(raftDir, walDirName), hclog.NewNullLogger())
+			w, err := openWAL(filepath.Join(raftDir, walDirName), hclog.NewNullLogger(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,14 +253,7 @@ func TestNodeUpgradesOldLog(t *testing.T) {
 // the segment being written), and a reopen.
 func TestEntriesBounds(t *testing.T) {
 	o := newOldLayout(t)
-	open := func() entries {
-		t.Helper()
-		e, err := openEntries(o.dir, o.bolt, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	open := func() entries { return o.openEntries(t) }
 	e := open()
 	storeRange(t, e, 1, 100)
 	wantEntries(t, e, 1, 100)

@@ -66,9 +66,9 @@ func TestMemorySettingsApplyAndRestore(t *testing.T) {
 	}
 }
 
-// TestServerMemoryFlags checks that the memory flags reach the settings:
-// a bad value of each, from the command line or the environment, stops the
-// server before it opens anything.
+// TestServerMemoryFlags checks that the memory flags (and the Raft log's
+// segment size) reach the settings: a bad value of each, from the command
+// line or the environment, stops the server before it opens anything.
 func TestServerMemoryFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -79,20 +79,24 @@ func TestServerMemoryFlags(t *testing.T) {
 		{args: []string{"--gc-percent", "-20"}, flag: "--gc-percent"},
 		{args: []string{"--release-mapped-bytes", "-1"}, flag: "--release-mapped-bytes"},
 		{args: []string{"--release-mapped-interval", "0s"}, flag: "--release-mapped-interval"},
+		{args: []string{"--raft-segment-bytes", "65536"}, flag: "--raft-segment-bytes"},
+		{env: "DELAYWHEEL_RAFT_SEGMENT_BYTES=2147483648", flag: "--raft-segment-bytes"},
 		{env: "DELAYWHEEL_GC_PERCENT=-3", flag: "--gc-percent"},
 	} {
-		if k, v, ok := strings.Cut(c.env, "="); ok {
-			t.Setenv(k, v)
-		}
-		dir := filepath.Join(t.TempDir(), "data")
-		args := append([]string{"server", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0"}, c.args...)
-		_, err := run(t, args...)
-		if err == nil || !strings.Contains(err.Error(), c.flag) {
-			t.Errorf("%v %s: error %v, want one naming %s", c.args, c.env, err, c.flag)
-		}
-		if _, statErr := os.Stat(dir); !errors.Is(statErr, os.ErrNotExist) {
-			t.Errorf("%v %s: the data dir was created before the settings were checked", c.args, c.env)
-		}
+		t.Run(strings.Join(append(c.args, c.env), " "), func(t *testing.T) {
+			if k, v, ok := strings.Cut(c.env, "="); ok {
+				t.Setenv(k, v) // for this case only
+			}
+			dir := filepath.Join(t.TempDir(), "data")
+			args := append([]string{"server", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0"}, c.args...)
+			_, err := run(t, args...)
+			if err == nil || !strings.Contains(err.Error(), c.flag) {
+				t.Errorf("error %v, want one naming %s", err, c.flag)
+			}
+			if _, statErr := os.Stat(dir); !errors.Is(statErr, os.ErrNotExist) {
+				t.Error("the data dir was created before the settings were checked")
+			}
+		})
 	}
 	m := memorySettings{Limit: defaultMemoryLimit, GCPercent: defaultGCPercent, ReleaseMappedBytes: defaultReleaseMappedBytes, ReleaseInterval: time.Second}
 	if err := m.validate(); err != nil {

@@ -84,6 +84,7 @@ func serverFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "max-delay", Value: 10 * 365 * 24 * time.Hour, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
 		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
 		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 4096, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
+		&cli.IntFlag{Name: "raft-segment-bytes", Value: replication.DefaultLogSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
@@ -248,6 +249,9 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	if b := c.Int("raft-segment-bytes"); b < replication.MinLogSegmentBytes || b > replication.MaxLogSegmentBytes {
+		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, replication.MinLogSegmentBytes, replication.MaxLogSegmentBytes)
+	}
 	tcfg := transport.Config{Logger: logger, AuthToken: token}
 	var serverTLS *tls.Config
 	if cert, key := c.String("tls-cert-file"), c.String("tls-key-file"); cert != "" || key != "" {
@@ -301,6 +305,7 @@ func runServer(c *cli.Context) error {
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
 		MaxTopics: c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
 		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
+		LogSegmentBytes: c.Int("raft-segment-bytes"),
 		Store: wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes"),
 			CompressIndex: c.Bool("compress-index")},
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,

@@ -1,0 +1,190 @@
+package replication
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// spareState reads what the spares report, under their lock.
+func spareState(s *spareSegments) (ready bool, prepared, used int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready, s.prepared, s.used
+}
+
+// waitSpare waits until a spare is ready.
+func waitSpare(t *testing.T, s *spareSegments) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ready, _, _ := spareState(s); ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no spare segment became ready within 30 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func wantZeros(t *testing.T, path string, size int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != size || !bytes.Equal(b, make([]byte, size)) {
+		t.Fatalf("%s: %d bytes, want %d zeros", filepath.Base(path), len(b), size)
+	}
+}
+
+// TestSpareSegments covers the spares on their own: a new log's first is
+// made as they open, a segment created from it is the spare renamed (all
+// zeros, full size) and the next is prepared behind it, an existing name
+// or another size changes nothing of the spare, and a reopen deletes an
+// unfinished spare and one of another size.
+func TestSpareSegments(t *testing.T) {
+	dir := t.TempDir()
+	const size = MinLogSegmentBytes
+	log := slog.New(slog.DiscardHandler)
+	s, err := newSpareSegments(dir, size, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ready, prepared, _ := spareState(s); !ready || prepared != 1 {
+		t.Fatalf("new log: spare ready %v after %d prepared, want ready after 1", ready, prepared)
+	}
+	wantZeros(t, filepath.Join(dir, spareName), size)
+
+	f, err := s.Create(dir, "00000000000000000001-0000000000000001.wal", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("entry"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, used := spareState(s); used != 1 {
+		t.Fatalf("%d segments made from a spare, want 1", used)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "00000000000000000001-0000000000000001.wal"))
+	if err != nil || len(b) != size || string(b[:5]) != "entry" || !bytes.Equal(b[5:], make([]byte, size-5)) {
+		t.Fatalf("segment from the spare: %d bytes (%v), want %d: the write, then zeros", len(b), err, size)
+	}
+	waitSpare(t, s)
+	if _, prepared, _ := spareState(s); prepared != 2 {
+		t.Fatalf("%d spares prepared, want 2", prepared)
+	}
+	wantZeros(t, filepath.Join(dir, spareName), size)
+
+	// An existing name fails, as raft-wal's own Create does, and keeps the spare.
+	if _, err := s.Create(dir, "00000000000000000001-0000000000000001.wal", size); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("create over an existing segment: %v, want fs.ErrExist", err)
+	}
+	// Another size is preallocated raft-wal's way.
+	f, err = s.Create(dir, "00000000000000000009-0000000000000002.wal", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if ready, _, used := spareState(s); !ready || used != 1 {
+		t.Fatalf("after a create of another size: spare ready %v, %d used; want still ready, 1 used", ready, used)
+	}
+	wantZeros(t, filepath.Join(dir, "00000000000000000009-0000000000000002.wal"), 4096)
+	s.Close()
+
+	// A ready spare is kept across a reopen; nothing needs preparing.
+	if s, err = newSpareSegments(dir, size, log); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if ready, prepared, _ := spareState(s); !ready || prepared != 0 {
+		t.Fatalf("reopen: spare ready %v after %d prepared, want ready after 0", ready, prepared)
+	}
+
+	// An unfinished spare is deleted, and one of another size replaced.
+	if err := os.WriteFile(filepath.Join(dir, spareTmpName), []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = newSpareSegments(dir, 2*size, log); err != nil {
+		t.Fatal(err)
+	}
+	waitSpare(t, s)
+	s.Close()
+	if _, err := os.Stat(filepath.Join(dir, spareTmpName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("an unfinished spare is still there after a reopen (%v)", err)
+	}
+	wantZeros(t, filepath.Join(dir, spareName), 2*size)
+}
+
+// TestSpareSegmentsCloseStopsPreparing checks that Close stops a spare
+// being written and leaves no unfinished file behind.
+func TestSpareSegmentsCloseStopsPreparing(t *testing.T) {
+	dir := t.TempDir()
+	// A directory that already holds a segment: the spare is prepared in
+	// the background, and it is large enough to be under way at Close.
+	if err := os.WriteFile(filepath.Join(dir, "00000000000000000001-0000000000000001.wal"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSpareSegments(dir, MaxLogSegmentBytes, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if ready, _, _ := spareState(s); ready {
+		t.Fatal("a 1 GiB spare was ready at once; the test no longer stops one under way")
+	}
+	for _, name := range []string{spareName, spareTmpName} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s is there after Close stopped its preparation (%v)", name, err)
+		}
+	}
+	// Creating after Close falls back and prepares nothing.
+	f, err := s.Create(dir, "00000000000000000002-0000000000000002.wal", MinLogSegmentBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := os.Stat(filepath.Join(dir, spareTmpName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a spare is being prepared after Close (%v)", err)
+	}
+}
+
+// TestSpareSegmentsInTheLog runs the Raft log's entries over several
+// segments made from spares, and reads them all back after a reopen.
+func TestSpareSegmentsInTheLog(t *testing.T) {
+	o := newOldLayout(t)
+	e := o.openEntries(t)
+	const n = 30_000 // about 6 MiB of entries
+	for from := uint64(1); from <= n; from += 500 {
+		storeRange(t, e, from, from+499)
+		// Each segment after the first is made from a spare once it is
+		// ready; waiting for it keeps the count below exact.
+		waitSpare(t, e.spares)
+	}
+	_, _, used := spareState(e.spares)
+	segs, err := filepath.Glob(filepath.Join(o.dir, walDirName, "*.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) < 4 || used != len(segs) {
+		t.Fatalf("%d segments, %d of them from spares; want at least 4, all from spares", len(segs), used)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = o.openEntries(t)
+	defer e.Close()
+	wantBounds(t, e, 1, n)
+	wantEntries(t, e, 1, n)
+	storeRange(t, e, n+1, n+10)
+	wantEntries(t, e, n-10, n+10)
+}
