@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
@@ -25,10 +26,11 @@ import (
 //
 // So the log's segments come from spareSegments: while the node runs, a
 // background goroutine writes the next segment's file in full (zeros, the
-// same content a preallocated file reads as) and syncs it, under a name
-// raft-wal does not list; a new segment is that file renamed. When no spare
-// is ready (the first segment, or a log outgrowing its spare), raft-wal's
-// own preallocation is used. The cost is one more write of each segment's
+// same content a preallocated file reads as), a synced MiB at a time with
+// a pause between, under a name raft-wal does not list; a new segment is
+// that file renamed. A new log's first spare is written as it opens. When
+// no spare is ready (a log outgrowing its spare), raft-wal's own
+// preallocation is used. The cost is one more write of each segment's
 // bytes, done ahead of time, and one spare segment of disk.
 //
 // Crash safety: a spare is renamed ready only once synced, an unfinished
@@ -38,10 +40,15 @@ import (
 // own files do.
 
 const (
-	spareName      = "spare-segment" // a ready spare; no ".wal" suffix, so raft-wal never lists it
-	spareTmpName   = "spare-segment.tmp"
-	spareChunk     = 1 << 20 // bytes of zeros per write
-	spareSyncEvery = 4 << 20 // bytes written between syncs, so the log's own fsyncs never queue behind a whole segment
+	spareName    = "spare-segment" // a ready spare; no ".wal" suffix, so raft-wal never lists it
+	spareTmpName = "spare-segment.tmp"
+	spareChunk   = 1 << 20 // bytes of zeros per write and sync
+	// sparePause is the rest between two chunks, so that the log's own
+	// fsyncs never queue behind more than a chunk: a 64 MiB spare takes
+	// about a second, less than a segment lasts at the highest rates
+	// measured (55 MB/s of entries). In alternating runs of the 1M enqueue,
+	// the pause took the call's p99.9 from 8–12 ms to 5–7 ms.
+	sparePause = 10 * time.Millisecond
 )
 
 // spareSegments is the raft-wal file system of the Raft log's segment
@@ -93,8 +100,9 @@ func newSpareSegments(dir string, size int, log *slog.Logger) (*spareSegments, e
 		}
 		if !slices.ContainsFunc(names, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".wal") }) {
 			// A new log: raft-wal creates its first segment as it opens,
-			// so that one's spare is made now rather than in the background.
-			if err := s.prepare(); err != nil {
+			// so that one's spare is made now, at full speed, rather than
+			// in the background.
+			if err := s.prepare(0); err != nil {
 				cancel()
 				return nil, fmt.Errorf("spare segment: %w", err)
 			}
@@ -144,7 +152,7 @@ func (s *spareSegments) prepareLocked() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		err := s.prepare()
+		err := s.prepare(sparePause)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.preparing = false
@@ -160,9 +168,9 @@ func (s *spareSegments) prepareLocked() {
 	}()
 }
 
-// prepare writes a spare: zeros, synced every spareSyncEvery bytes, then
-// renamed ready.
-func (s *spareSegments) prepare() error {
+// prepare writes a spare: zeros, a chunk at a time, each synced, with
+// pause between chunks, then renamed ready.
+func (s *spareSegments) prepare(pause time.Duration) error {
 	tmp := filepath.Join(s.dir, spareTmpName)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -179,8 +187,12 @@ func (s *spareSegments) prepare() error {
 			break
 		}
 		written += n
-		if written%spareSyncEvery == 0 || written == s.size {
-			err = f.Sync()
+		if err = f.Sync(); err != nil || written == s.size || pause == 0 {
+			continue
+		}
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(pause):
 		}
 	}
 	if err = errors.Join(err, f.Close()); err != nil {
