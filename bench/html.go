@@ -320,7 +320,12 @@ func barChart(title, yLabel string, bars []bar, fy func(float64) string) string 
 	if ymax <= 0 {
 		return ""
 	}
-	ya := axis{lo: 0, hi: ymax * 1.1, from: chartH - padBott, to: padTop}
+	hi := ymax * 1.1
+	if len(names) > 1 { // the legend is drawn: keep the tallest bar and its label below it
+		plotH := chartH - padBott - padTop
+		hi = math.Max(hi, ymax*plotH/(plotH-18*float64(len(names))-14))
+	}
+	ya := axis{lo: 0, hi: hi, from: chartH - padBott, to: padTop}
 	var b strings.Builder
 	svgOpen(&b, title)
 	for _, t := range ya.ticks() {

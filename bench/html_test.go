@@ -6,6 +6,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,32 @@ func TestTimesFormatsRatios(t *testing.T) {
 	} {
 		if got := times(c.x, c.prec); got != c.want {
 			t.Errorf("times(%v, %d) = %q, want %q", c.x, c.prec, got, c.want)
+		}
+	}
+}
+
+// TestBarsClearLegend checks that with a legend drawn, the tallest bar
+// and its value label stay below it.
+func TestBarsClearLegend(t *testing.T) {
+	var bars []bar
+	for _, g := range []string{"delaywheel", "redis"} {
+		for i, s := range []string{"a", "b", "c"} {
+			bars = append(bars, bar{Group: g, Series: s, Value: float64(100 * (i + 1))})
+		}
+	}
+	svg := barChart("t", "y", bars, trimFloat)
+	legendBottom := padTop - 8 + 18*3 + 6 // the legend's box: from padTop-8, 18 px a series and 6 more
+	tops := regexp.MustCompile(`<rect class="bar"[^>]* y="([0-9.]+)"`).FindAllStringSubmatch(svg, -1)
+	if len(tops) != 6 {
+		t.Fatalf("%d bars drawn, want 6", len(tops))
+	}
+	for _, m := range tops {
+		y, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if y-14 < legendBottom { // the value label sits above the bar
+			t.Fatalf("a bar's top at y=%g with its label reaches into the legend, which ends at y=%g", y, legendBottom)
 		}
 	}
 }
