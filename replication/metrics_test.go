@@ -60,6 +60,11 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	}
 	enqueue(t, l.Client, api.Message{Topic: "m", Payload: api.TextBody("x"), DelayMs: ptr(int64(50))},
 		api.Message{Topic: "m", Payload: api.TextBody("y"), DelayMs: ptr(int64(3 * 3600 * 1000))})
+	// An enqueue without keys is answered when it commits, before its
+	// apply counts it.
+	WaitFor(t, 5*time.Second, "the enqueue to apply", func() bool {
+		return metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "enqueued"}) >= 2
+	})
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "enqueued"}); v != 2 {
 		t.Fatalf("enqueued = %v, want 2", v)
 	}
