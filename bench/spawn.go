@@ -225,9 +225,12 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// dirSize is the total size of the regular files under dir.
+// dirSize is the total size of the regular files under dir, a file with
+// several hard links under it counted once (delaywheel's snapshots share
+// their tables with the live store through hard links).
 func dirSize(dir string) (int64, error) {
 	var n int64
+	linked := map[[2]uint64]bool{}
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -244,6 +247,12 @@ func dirSize(dir string) (int64, error) {
 				return nil
 			}
 			return err
+		}
+		if id, ok := inodeOf(info); ok {
+			if linked[id] {
+				return nil
+			}
+			linked[id] = true
 		}
 		n += info.Size()
 		return nil
