@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/delaywheel/delaywheel/replication/diskuse"
 )
 
 // proc is a server process the harness started. Its output goes to a log
@@ -229,36 +230,10 @@ func freePorts(n int) ([]int, error) {
 // several hard links under it counted once (delaywheel's snapshots share
 // their tables with the live store through hard links).
 func dirSize(dir string) (int64, error) {
-	var n int64
-	linked := map[[2]uint64]bool{}
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // a file deleted while walking
-			}
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if id, ok := inodeOf(info); ok {
-			if linked[id] {
-				return nil
-			}
-			linked[id] = true
-		}
-		n += info.Size()
-		return nil
-	})
+	var c diskuse.Counter
+	n, err := c.Add(dir)
 	if err != nil {
-		return -1, fmt.Errorf("size of %s: %w", dir, err)
+		return -1, err
 	}
 	return n, nil
 }

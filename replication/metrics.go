@@ -1,11 +1,12 @@
 package replication
 
 import (
-	"os"
 	"path/filepath"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaywheel/delaywheel/replication/diskuse"
 )
 
 // metrics are the node's Prometheus metrics. Histograms are observed where
@@ -55,7 +56,7 @@ func newMetrics(n *Node) *metrics {
 		slots:     d("slots_nonempty", "Wheel slots holding a segment file."),
 		handles:   d("open_segment_handles", "Open segment file handles."),
 		overflow:  d("overflow_messages", "Messages due beyond the two-hour horizon, kept in the index."),
-		disk:      d("disk_bytes", "Bytes on disk by kind: segments, index, raft.", "kind"),
+		disk:      d("disk_bytes", "Bytes on disk by kind: segments, index, raft (the log, and the snapshots' files the live store does not share).", "kind"),
 		raftState: d("raft_state", "1 for this node's Raft state.", "state"),
 		term:      d("raft_term", "Current Raft term."),
 		commit:    d("raft_commit_index", "Raft commit index."),
@@ -107,7 +108,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.disk, prometheus.GaugeValue, float64(g.SegmentBytes), "segments")
 	}
 	c(m.disk, prometheus.GaugeValue, float64(st.DiskBytes()), "index")
-	c(m.disk, prometheus.GaugeValue, float64(dirBytes(filepath.Join(m.n.cfg.DataDir, "raft"))), "raft")
+	c(m.disk, prometheus.GaugeValue, float64(m.raftBytes()), "raft")
 	state := m.n.raft.State()
 	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
 		v := 0.0
@@ -127,17 +128,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	c(m.inflight, prometheus.GaugeValue, float64(m.n.pending.Load()))
 }
 
-// dirBytes sums the sizes of the regular files under dir.
-func dirBytes(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
+// raftBytes sums the files under the raft directory (the log, the
+// snapshots) that the live store does not hold as well: a snapshot's
+// checkpoint links the live store's index tables, which "index" reports.
+// A file the walk cannot read counts as nothing.
+func (m *metrics) raftBytes() int64 {
+	var c diskuse.Counter
+	c.Add(filepath.Join(m.n.cfg.DataDir, "fsm"))
+	n, _ := c.Add(filepath.Join(m.n.cfg.DataDir, "raft"))
 	return n
 }
 

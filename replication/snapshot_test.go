@@ -3,11 +3,14 @@ package replication
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 )
@@ -75,6 +78,20 @@ func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 	ckpts, _ := os.ReadDir(filepath.Join(l.Cfg.DataDir, "raft", "checkpoints"))
 	if len(ckpts) > 2 {
 		t.Fatalf("%d checkpoints kept, want at most 2 (the retained snapshots)", len(ckpts))
+	}
+	// The checkpoints link the live store's files: the raft disk metric
+	// leaves those to the index's and segments' figures.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(l.Node.Collector())
+	var every int64
+	filepath.WalkDir(filepath.Join(l.Cfg.DataDir, "raft"), func(_ string, d fs.DirEntry, err error) error {
+		if info, ierr := d.Info(); err == nil && ierr == nil && info.Mode().IsRegular() {
+			every += info.Size()
+		}
+		return nil
+	})
+	if got := metricValue(t, reg, "delaywheel_disk_bytes", map[string]string{"kind": "raft"}); got <= 0 || got >= float64(every) {
+		t.Fatalf("raft disk bytes %v, want above 0 and below %d, the files under raft/ counted once per link", got, every)
 	}
 	c.Stop(0)
 	if err := os.RemoveAll(filepath.Join(l.Cfg.DataDir, "fsm")); err != nil {
