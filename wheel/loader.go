@@ -304,7 +304,7 @@ func (s *Store) AttachLoader(l *Loader) {
 	defer s.mu.Unlock()
 	s.loader = l
 	s.loadedThrough = s.cursor - 1
-	s.metas = nil
+	s.metas, s.metasPeak = nil, 0
 }
 
 // DetachLoader stops feeding the attached loader.
@@ -313,7 +313,7 @@ func (s *Store) DetachLoader() {
 	defer s.mu.Unlock()
 	s.loader = nil
 	s.loadedThrough = -1
-	s.metas = nil
+	s.metas, s.metasPeak = nil, 0
 }
 
 // LoadThrough loads every slot up to and including second into the attached

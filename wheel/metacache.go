@@ -2,6 +2,7 @@ package wheel
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/delaywheel/delaywheel/segment"
 )
@@ -26,7 +27,8 @@ import (
 // loaded slots and the reserved state (acked, cancelled, nacked to a later
 // slot, moved to the ready queue when its slot expired),
 // and the whole cache is dropped when the loader is detached. It holds at
-// most maxCachedMetas entries; past that, lookups go to the index.
+// most maxCachedMetas entries; past that, lookups go to the index. Its map
+// is rebuilt smaller once it has emptied to an eighth of its peak.
 //
 // With Options.CheckMetaCache every cached lookup is compared with the
 // index, and a difference fails the batch with ErrInconsistent; the
@@ -34,6 +36,12 @@ import (
 
 // maxCachedMetas bounds the meta cache: about 100 bytes an entry.
 const maxCachedMetas = 1 << 18
+
+// shrinkMetasFrom is the size from which the cache's map is rebuilt once it
+// holds under an eighth of its peak: a Go map keeps the buckets of its
+// largest size, which after a burst to the bound would be tens of MiB held
+// for a trickle.
+const shrinkMetasFrom = 1 << 13
 
 // metaWrite is a meta a batch wrote (or deleted) that the cache must hear of.
 type metaWrite struct {
@@ -69,6 +77,7 @@ func (s *Store) cacheMeta(id ID, m meta) {
 		s.metas = make(map[ID]meta)
 	}
 	s.metas[id] = m
+	s.metasPeak = max(s.metasPeak, len(s.metas))
 }
 
 // cacheLoaded records the metas of a loaded slot's live records. s.mu is
@@ -102,6 +111,18 @@ func (s *Store) cacheLoaded(sec int64, msgs []liveMessage) {
 		}
 		s.metas[lm.ID] = slotMeta(&lm.Message, tid, typ, sec, lm.Offset)
 	}
+	s.metasPeak = max(s.metasPeak, len(s.metas))
+}
+
+// shrinkMetas rebuilds the cache's map at its current size once that is
+// under an eighth of its peak (past shrinkMetasFrom). s.mu is held.
+func (s *Store) shrinkMetas() {
+	if s.metasPeak < shrinkMetasFrom || len(s.metas)*8 >= s.metasPeak {
+		return
+	}
+	m := make(map[ID]meta, len(s.metas))
+	maps.Copy(m, s.metas)
+	s.metas, s.metasPeak = m, len(m)
 }
 
 // cachedMeta returns id's meta from the cache, if it holds it. With
@@ -133,4 +154,5 @@ func (t *tx) commitMetas() {
 			t.s.cacheMeta(id, w.m)
 		}
 	}
+	t.s.shrinkMetas()
 }

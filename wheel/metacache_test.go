@@ -115,3 +115,33 @@ func TestMetaCacheBounded(t *testing.T) {
 	k.one(Lease{NowMs: t0 + 500, Items: []LeaseItem{{ID: enq[0].ID, Nonce: 1, ExpiresMs: t0 + 900, RedeliverMs: t0 + 900}}})
 	k.wantState(enq[0].ID, StateReserved, t0+900, 1)
 }
+
+// TestMetaCacheShrinks checks that once a burst has left the cache, its map
+// is rebuilt at the size of what stays, with what stays still cached.
+func TestMetaCacheShrinks(t *testing.T) {
+	k, _, _ := newLoaderKit(t)
+	burst := make([]NewMessage, 2*shrinkMetasFrom)
+	for i := range burst {
+		burst[i] = NewMessage{Topic: "a", DeliverAtMs: t0 + 1000 + int64(i%1000)}
+	}
+	k.schedule(t0, burst...)
+	stay := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 2500})[0].ID
+	k.load(t0s + 2)
+	if len(k.s.metas) != len(burst)+1 || k.s.metasPeak != len(burst)+1 {
+		t.Fatalf("after the load: %d cached, peak %d; want %d", len(k.s.metas), k.s.metasPeak, len(burst)+1)
+	}
+	// The burst's second expires to the ready queue, out of the cache.
+	k.apply(Expire{Before: t0s + 2})
+	if len(k.s.metas) != 1 || k.s.metasPeak != 1 {
+		t.Fatalf("after the burst left: %d cached, peak %d; want the map rebuilt for 1", len(k.s.metas), k.s.metasPeak)
+	}
+	if _, ok := k.s.metas[stay]; !ok {
+		t.Fatal("the message still in a loaded slot left the cache with the rebuild")
+	}
+	hits := k.s.metaHits
+	k.one(Lease{NowMs: t0 + 2500, Items: []LeaseItem{{ID: stay, Nonce: 1, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
+	if k.s.metaHits != hits+1 {
+		t.Fatal("the lease did not read the rebuilt cache")
+	}
+	k.wantState(stay, StateReserved, t0+9000, 1)
+}

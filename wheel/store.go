@@ -99,6 +99,7 @@ type Store struct {
 	loader        *Loader
 	loadedThrough int64       // loader window: seconds [cursor, loadedThrough]
 	metas         map[ID]meta // metas of messages in loaded slots or handed out from them (metacache.go)
+	metasPeak     int         // most entries metas held since its map was built
 	metaHits      uint64      // lookups the meta cache answered
 	// expiredFiles are slot files whose Expire is applied but maybe not yet
 	// durable; they are deleted after the next flush makes it so.
