@@ -36,8 +36,8 @@ import (
 // Crash safety: a spare is renamed ready only once synced, an unfinished
 // one is deleted at the next open, and a renamed spare holds exactly what a
 // preallocated segment would (zeros), which raft-wal's recovery already
-// handles; the first Sync of a segment syncs its directory, as raft-wal's
-// own files do.
+// handles. The rename of a spare into a segment is synced before raft-wal
+// writes into it.
 
 const (
 	spareName    = "spare-segment" // a ready spare; no ".wal" suffix, so raft-wal never lists it
@@ -98,16 +98,19 @@ func newSpareSegments(dir string, size int, log *slog.Logger) (*spareSegments, e
 			cancel()
 			return nil, fmt.Errorf("spare segment: %w", err)
 		}
-		if !slices.ContainsFunc(names, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".wal") }) {
+		newLog := !slices.ContainsFunc(names, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".wal") })
+		if newLog && s.size <= DefaultLogSegmentBytes {
 			// A new log: raft-wal creates its first segment as it opens,
 			// so that one's spare is made now, at full speed, rather than
-			// in the background.
+			// in the background (unless segments are larger than the
+			// default, which would hold up a new node's first start).
 			if err := s.prepare(0); err != nil {
-				cancel()
-				return nil, fmt.Errorf("spare segment: %w", err)
+				os.Remove(filepath.Join(dir, spareTmpName))
+				log.Warn("raft log: could not prepare the first spare segment; the first segment is preallocated instead", "err", err)
+			} else {
+				s.ready = true
+				s.prepared++
 			}
-			s.ready = true
-			s.prepared++
 		}
 	}
 	s.mu.Lock()
@@ -119,28 +122,52 @@ func newSpareSegments(dir string, size int, log *slog.Logger) (*spareSegments, e
 // Create creates segment name in dir: the ready spare renamed, when there
 // is one of that size, else a file raft-wal's way. Either way the next
 // spare starts being prepared. Like raft-wal's, it fails if name exists.
+//
+// The rename is synced before the segment is handed out: were it lost in a
+// crash after raft-wal had written into the file, the spare's name would
+// come back holding that data.
 func (s *spareSegments) Create(dir, name string, size uint64) (types.WritableFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.prepareLocked()
 	if dir != s.dir || size != s.size || !s.ready {
-		defer s.prepareLocked()
+		if dir == s.dir && size == s.size && s.preparing {
+			s.log.Info("raft log: the spare segment is not written yet; preallocating the next segment instead")
+		}
 		return s.FS.Create(dir, name, size)
 	}
 	path := filepath.Join(dir, name)
 	if _, err := os.Lstat(path); err == nil {
 		return nil, fmt.Errorf("create segment %s: %w", path, fs.ErrExist)
 	}
-	if err := os.Rename(filepath.Join(dir, spareName), path); err != nil {
+	f, err := s.takeSpare(path)
+	if err != nil {
+		s.log.Warn("raft log: could not use the spare segment; preallocating the next segment instead", "err", err)
+		return s.FS.Create(dir, name, size)
+	}
+	s.used++
+	if err := syncDir(dir); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("create segment %s from the spare: %w", path, err)
 	}
+	return f, nil
+}
+
+// takeSpare opens the ready spare and renames it to path. On an error the
+// spare is no longer counted ready, and path does not exist.
+func (s *spareSegments) takeSpare(path string) (*os.File, error) {
 	s.ready = false
-	s.used++
-	s.prepareLocked()
-	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
+	spare := filepath.Join(s.dir, spareName)
+	f, err := os.OpenFile(spare, os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("create segment %s: %w", path, err)
+		return nil, err
 	}
-	return &newSegment{File: f, dir: dir}, nil
+	if err := os.Rename(spare, path); err != nil {
+		f.Close()
+		os.Remove(spare) // a fresh one is prepared
+		return nil, err
+	}
+	return f, nil
 }
 
 // prepareLocked starts preparing a spare unless one is ready or under way.
@@ -204,29 +231,8 @@ func (s *spareSegments) prepare(pause time.Duration) error {
 // Close stops a spare being prepared and waits for it to stop. A ready
 // spare stays for the next open.
 func (s *spareSegments) Close() {
-	s.cancel()
+	s.mu.Lock()
+	s.cancel() // under mu: no preparation starts after this
+	s.mu.Unlock()
 	s.wg.Wait()
-}
-
-// newSegment is a segment file made from a spare. Its first Sync syncs its
-// directory too, so that the rename which made it survives a crash.
-type newSegment struct {
-	*os.File
-	dir    string
-	synced bool
-}
-
-// Sync syncs the file and, the first time, its directory.
-func (f *newSegment) Sync() error {
-	if err := f.File.Sync(); err != nil {
-		return err
-	}
-	if f.synced {
-		return nil
-	}
-	if err := syncDir(f.dir); err != nil {
-		return err
-	}
-	f.synced = true
-	return nil
 }

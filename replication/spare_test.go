@@ -188,3 +188,88 @@ func TestSpareSegmentsInTheLog(t *testing.T) {
 	storeRange(t, e, n+1, n+10)
 	wantEntries(t, e, n-10, n+10)
 }
+
+// TestSpareSegmentsFallBack checks that a spare that cannot be used (here,
+// gone from disk though counted ready) does not fail the create: the
+// segment is preallocated raft-wal's way and a new spare prepared.
+func TestSpareSegmentsFallBack(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newSpareSegments(dir, MinLogSegmentBytes, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.Remove(filepath.Join(dir, spareName)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Create(dir, "00000000000000000001-0000000000000001.wal", MinLogSegmentBytes)
+	if err != nil {
+		t.Fatalf("create with the spare gone: %v, want raft-wal's preallocation", err)
+	}
+	f.Close()
+	wantZeros(t, filepath.Join(dir, "00000000000000000001-0000000000000001.wal"), MinLogSegmentBytes)
+	waitSpare(t, s)
+	if _, prepared, used := spareState(s); prepared != 2 || used != 0 {
+		t.Fatalf("%d spares prepared, %d used; want a second one prepared, none used", prepared, used)
+	}
+}
+
+// TestSpareSegmentsLostCreate reopens a log whose newest segment, created
+// from a spare when the one before filled, is gone, as after a crash that
+// lost its creation before the batch written into it was durable: raft-wal
+// creates it again (from the next spare), and every entry before that
+// batch reads back. It also runs the log with no spare ready, so segments
+// are preallocated raft-wal's way.
+func TestSpareSegmentsLostCreate(t *testing.T) {
+	o := newOldLayout(t)
+	e := o.openEntries(t)
+	segments := func() []string {
+		t.Helper()
+		segs, err := filepath.Glob(filepath.Join(o.dir, walDirName, "*.wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return segs
+	}
+	var last uint64
+	for n := len(segments()); len(segments()) == n; last += 100 {
+		waitSpare(t, e.spares)
+		storeRange(t, e, last+1, last+100)
+	}
+	if _, _, used := spareState(e.spares); used < 2 {
+		t.Fatalf("%d segments made from spares, want the first and the newest", used)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := segments()
+	if err := os.Remove(segs[len(segs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	last -= 100 // the batch that found the segment before it full went into the lost one
+	e = o.openEntries(t)
+	wantBounds(t, e, 1, last)
+	wantEntries(t, e, 1, last)
+	if len(segments()) != len(segs) {
+		t.Fatalf("%d segments after the reopen, want the lost one created again (%d)", len(segments()), len(segs))
+	}
+
+	// With preparation stopped, new segments are preallocated.
+	e.spares.Close()
+	_, _, usedBefore := spareState(e.spares)
+	n := len(segs)
+	for len(segments()) < n+2 {
+		storeRange(t, e, last+1, last+100)
+		last += 100
+	}
+	if _, _, used := spareState(e.spares); used > usedBefore+1 { // the spare ready at Close may be used once
+		t.Fatalf("%d segments made from spares after preparation stopped, want at most 1", used-usedBefore)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = o.openEntries(t)
+	defer e.Close()
+	wantBounds(t, e, 1, last)
+	wantEntries(t, e, 1, last)
+}
