@@ -146,6 +146,7 @@ type bar struct {
 const (
 	chartW, chartH                     = 760.0, 380.0
 	padLeft, padRight, padTop, padBott = 80.0, 20.0, 40.0, 60.0
+	legendW                            = 150.0 // a line chart's legend strip, right of its plot
 )
 
 // palette colours a target consistently across charts.
@@ -233,7 +234,7 @@ func lineChart(title, xLabel, yLabel string, ss []series, xLog bool, fx, fy func
 	if math.IsInf(xmin, 1) {
 		return ""
 	}
-	xa := axis{lo: xmin, hi: xmax, log: xLog, from: padLeft, to: chartW - padRight}
+	xa := axis{lo: xmin, hi: xmax, log: xLog, from: padLeft, to: chartW - padRight - legendW}
 	if xLog {
 		xa.lo, xa.hi = math.Floor(math.Log10(math.Max(xmin, 1e-3))), math.Ceil(math.Log10(math.Max(xmax, 1e-3)))
 		if xa.hi <= xa.lo {
@@ -267,7 +268,7 @@ func lineChart(title, xLabel, yLabel string, ss []series, xLog bool, fx, fy func
 		fmt.Fprintf(&b, `<path class="series" data-series="%s" d="%s" fill="none" stroke="%s" stroke-width="2"/>`,
 			html.EscapeString(s.Name), strings.TrimSpace(d.String()), colour(s.Name, i))
 	}
-	legend(&b, ss)
+	legend(&b, ss, xa.to+16)
 	b.WriteString(`</svg>`)
 	return b.String()
 }
@@ -291,12 +292,12 @@ func frame(b *strings.Builder, xa, ya axis, xLabel, yLabel string, fx, fy func(f
 		(y0+y1)/2, (y0+y1)/2, html.EscapeString(yLabel))
 }
 
-// legend lists the series' names and colours in the top right corner.
-func legend(b *strings.Builder, ss []series) {
+// legend lists the series' names and colours from x rightwards, at the
+// top: a line chart keeps that strip to the right of its plot, so no curve
+// runs under the legend.
+func legend(b *strings.Builder, ss []series, x float64) {
 	y := padTop + 6
-	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="196" height="%d" fill="#fff" fill-opacity="0.85"/>`, chartW-padRight-206, y-14, 18*len(ss)+6)
 	for i, s := range ss {
-		x := chartW - padRight - 200
 		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="14" height="4" fill="%s"/>`, x, y-4, colour(s.Name, i))
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="12">%s</text>`, x+20, y+1, html.EscapeString(s.Name))
 		y += 18

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -221,6 +222,31 @@ func TestBarsClearLegend(t *testing.T) {
 		}
 		if y-14 < legendBottom { // the value label sits above the bar
 			t.Fatalf("a bar's top at y=%g with its label reaches into the legend, which ends at y=%g", y, legendBottom)
+		}
+	}
+}
+
+// TestLineChartLegendRightOfPlot checks that no curve reaches into the
+// legend: the legend's strip starts right of the plot's last point.
+func TestLineChartLegendRightOfPlot(t *testing.T) {
+	ss := []series{
+		{Name: "delaywheel", Points: []point{{X: 0.1, Y: 0}, {X: 1, Y: 0.99}, {X: 10, Y: 1}}},
+		{Name: "beanstalkd", Points: []point{{X: 5, Y: 0}, {X: 9000, Y: 1}}},
+	}
+	svg := lineChart("t", "x", "y", ss, true, fmtMs, trimFloat)
+	legendX := math.Inf(1)
+	for _, m := range regexp.MustCompile(`<rect x="([0-9.]+)"[^>]* height="4"`).FindAllStringSubmatch(svg, -1) {
+		x, _ := strconv.ParseFloat(m[1], 64)
+		legendX = math.Min(legendX, x)
+	}
+	if math.IsInf(legendX, 1) {
+		t.Fatal("no legend drawn")
+	}
+	for _, d := range regexp.MustCompile(`<path class="series"[^>]* d="([^"]+)"`).FindAllStringSubmatch(svg, -1) {
+		for _, xy := range regexp.MustCompile(`[ML]([0-9.]+) `).FindAllStringSubmatch(d[1]+" ", -1) {
+			if x, _ := strconv.ParseFloat(xy[1], 64); x >= legendX {
+				t.Fatalf("a curve reaches x=%g, into the legend at x=%g", x, legendX)
+			}
 		}
 	}
 }
