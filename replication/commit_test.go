@@ -43,9 +43,15 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 				{Topic: "t", Body: []byte("c"), DeliverAtMs: now + 3*3600_000},
 			}
 
-			// Hold the leader's state machine: nothing can be applied.
+			// Hold the leader's state machine: nothing logged from here on
+			// can be applied.
 			gate := make(chan struct{})
+			mark := n.raft.LastIndex()
+			n.fsm.holdAfter.Store(mark)
 			n.fsm.hold.Store(&gate)
+			WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
+				return n.raft.AppliedIndex() >= mark
+			})
 			held := true
 			release := func() {
 				if held {

@@ -34,8 +34,11 @@ type fsm struct {
 
 	commits *commitWaiters // told of each batch before it is applied
 	// hold, when set, makes ApplyBatch wait until the channel is closed
-	// (tests: an entry committed and not applied).
-	hold atomic.Pointer[chan struct{}]
+	// before applying a batch that holds an entry past holdAfter (tests:
+	// an entry committed and not applied; entries logged before the hold
+	// still apply, so none of them queues the held one behind it).
+	hold      atomic.Pointer[chan struct{}]
+	holdAfter atomic.Uint64
 
 	appliedMu sync.Mutex
 	applied   chan struct{} // closed (and replaced) after each apply
@@ -93,7 +96,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	if f.commits != nil {
 		f.commits.notify(logs) // Raft hands the FSM committed entries only
 	}
-	if h := f.hold.Load(); h != nil {
+	if h := f.hold.Load(); h != nil && len(logs) > 0 && logs[len(logs)-1].Index > f.holdAfter.Load() {
 		<-*h
 	}
 	out := make([]any, len(logs))
