@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -326,6 +327,19 @@ func extractTar(r io.Reader, dir string) error {
 		}
 	}
 	return nil
+}
+
+// mkdirSynced creates dir if it does not exist and syncs its parent, so
+// that the new directory's entry is durable before anything is written
+// under it.
+func mkdirSynced(dir string) error {
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
 }
 
 func syncDir(dir string) error {

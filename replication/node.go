@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -169,15 +168,8 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	raftDir := filepath.Join(cfg.DataDir, "raft")
-	if _, err := os.Stat(raftDir); errors.Is(err, fs.ErrNotExist) {
-		// A new node's: its entry in the data dir is synced before the
-		// log is written under it.
-		if err := os.Mkdir(raftDir, 0o755); err != nil {
-			return nil, fmt.Errorf("raft dir: %w", err)
-		}
-		if err := syncDir(cfg.DataDir); err != nil {
-			return nil, fmt.Errorf("raft dir: %w", err)
-		}
+	if err := mkdirSynced(raftDir); err != nil {
+		return nil, fmt.Errorf("raft dir: %w", err)
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
 	snaps, err := newSnapStore(raftDir, 2, n.log, hl)

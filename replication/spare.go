@@ -104,19 +104,32 @@ func newSpareSegments(dir string, size int, log *slog.Logger) (*spareSegments, e
 			// so that one's spare is made now, at full speed, rather than
 			// in the background (unless segments are larger than the
 			// default, which would hold up a new node's first start).
-			if err := s.prepare(0); err != nil {
-				os.Remove(filepath.Join(dir, spareTmpName))
-				log.Warn("raft log: could not prepare the first spare segment; the first segment is preallocated instead", "err", err)
-			} else {
-				s.ready = true
-				s.prepared++
-			}
+			err := s.prepare(0)
+			s.mu.Lock()
+			s.settle(err, "the first segment")
+			s.mu.Unlock()
 		}
 	}
 	s.mu.Lock()
 	s.prepareLocked()
 	s.mu.Unlock()
 	return s, nil
+}
+
+// settle records how preparing a spare ended: ready, or failed, in which
+// case the unfinished file is deleted and, unless Close stopped it, a
+// warning names what is preallocated instead. s.mu is held.
+func (s *spareSegments) settle(err error, instead string) {
+	s.preparing = false
+	if err != nil {
+		os.Remove(filepath.Join(s.dir, spareTmpName))
+		if s.ctx.Err() == nil {
+			s.log.Warn("raft log: could not prepare a spare segment; "+instead+" is preallocated instead", "err", err)
+		}
+		return
+	}
+	s.ready = true
+	s.prepared++
 }
 
 // Create creates segment name in dir: the ready spare renamed, when there
@@ -182,16 +195,7 @@ func (s *spareSegments) prepareLocked() {
 		err := s.prepare(sparePause)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.preparing = false
-		if err != nil {
-			os.Remove(filepath.Join(s.dir, spareTmpName))
-			if s.ctx.Err() == nil {
-				s.log.Warn("raft log: could not prepare a spare segment; the next segment is preallocated instead", "err", err)
-			}
-			return
-		}
-		s.ready = true
-		s.prepared++
+		s.settle(err, "the next segment")
 	}()
 }
 

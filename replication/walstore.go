@@ -123,15 +123,8 @@ func openEntries(raftDir string, bolt *raftboltdb.BoltStore, segmentBytes int, h
 		return entries{}, err
 	}
 	dir := filepath.Join(raftDir, walDirName)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		// A new node's: the directory's entry is synced before anything
-		// is written in it.
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return entries{}, fmt.Errorf("raft log: %w", err)
-		}
-		if err := syncDir(raftDir); err != nil {
-			return entries{}, fmt.Errorf("raft log: %w", err)
-		}
+	if err := mkdirSynced(dir); err != nil { // a new node's
+		return entries{}, fmt.Errorf("raft log: %w", err)
 	}
 	spares, err := newSpareSegments(dir, segmentBytes, log)
 	if err != nil {
