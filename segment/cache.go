@@ -321,13 +321,14 @@ func (c *Cache) syncFiles(seconds []int64, dirDirty bool) error {
 			}
 		}()
 	}
+	// The directory's fsync runs beside the files' and keeps its own
+	// error: errs belongs to the goroutines until wg.Wait returns.
+	var dirErr error
 	if dirDirty {
-		if err := syncDir(c.fs, c.dir); err != nil {
-			errs = append(errs, err)
-		}
+		dirErr = syncDir(c.fs, c.dir)
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, dirErr)...)
 }
 
 // redirty puts back what a failed Sync did not make durable.

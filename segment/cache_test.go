@@ -10,9 +10,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
 func newTestCache(t *testing.T, opts Options) *Cache {
@@ -781,5 +783,52 @@ func TestCacheStartsWriteback(t *testing.T) {
 	}
 	if size, err := c.Size(10); err != nil || size != HeaderSize+80 {
 		t.Fatalf("file of second 10 holds %d bytes (%v), want %d", size, err, HeaderSize+80)
+	}
+}
+
+// TestCacheSyncReportsFileAndDirErrors checks that a Sync whose file and
+// directory fsyncs both fail reports both failures and keeps everything it
+// did not make durable owed, so the next Sync retries it.
+func TestCacheSyncReportsFileAndDirErrors(t *testing.T) {
+	errFile := errors.New("injected file fsync failure")
+	errDir := errors.New("injected directory fsync failure")
+	var failing atomic.Bool // off while the cache is created
+	var c *Cache
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if op != errorfs.OpFileSync || !failing.Load() {
+			return nil
+		}
+		switch path {
+		case c.Path(103):
+			return errFile
+		case c.Dir():
+			return errDir
+		}
+		return nil
+	}))
+	c, err := NewCache("segments", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for s := int64(100); s < 108; s++ {
+		if _, _, err := c.Append(s, testRecords(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failing.Store(true)
+	err = c.Sync()
+	if !errors.Is(err, errFile) || !errors.Is(err, errDir) {
+		t.Fatalf("Sync = %v; want both %q and %q", err, errFile, errDir)
+	}
+	if n, dir := dirtySeconds(c); n == 0 || !dir {
+		t.Fatalf("after failed Sync: %d dirty seconds, dir dirty %v; want the failed file and the directory still owed", n, dir)
+	}
+	failing.Store(false)
+	if err := c.Sync(); err != nil {
+		t.Fatalf("retried Sync: %v", err)
+	}
+	if n, dir := dirtySeconds(c); n != 0 || dir {
+		t.Fatalf("after retried Sync: %d dirty seconds, dir dirty %v; want 0, false", n, dir)
 	}
 }
