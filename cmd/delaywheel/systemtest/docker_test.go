@@ -2,8 +2,10 @@ package systemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,10 +107,16 @@ func TestDockerCompose(t *testing.T) {
 		t.Logf("built delaywheel:local in %v:\n%s", time.Since(began).Round(time.Millisecond), lastLines(out, 3))
 	}
 
+	// The compose file requires a bearer token, read from a secret file.
+	const token = "compose-test-token"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	project := fmt.Sprintf("dwsystest%d", time.Now().UnixNano()%1_000_000_000)
 	dc := func(ctx context.Context, args ...string) (string, error) {
 		full := append(append([]string{}, compose[1:]...), append([]string{"-p", project, "-f", composeFile}, args...)...)
-		return run(ctx, root, nil, compose[0], full...)
+		return run(ctx, root, []string{"DELAYWHEEL_TOKEN_FILE=" + tokenFile}, compose[0], full...)
 	}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -139,7 +147,17 @@ func TestDockerCompose(t *testing.T) {
 
 	nodes := map[string]*client.Client{}
 	for i, p := range ports {
-		nodes[fmt.Sprintf("n%d", i+1)] = client.New(fmt.Sprintf("http://127.0.0.1:%d", p), client.WithHTTPClient(newHTTPClient()))
+		nodes[fmt.Sprintf("n%d", i+1)] = client.New(fmt.Sprintf("http://127.0.0.1:%d", p), client.WithHTTPClient(newHTTPClient()), client.WithToken(token))
+	}
+	// The APIs are published on loopback only.
+	for i := range ports {
+		out, err := dc(ctx, "port", fmt.Sprintf("n%d", i+1), "7070")
+		if err != nil {
+			t.Fatalf("compose port: %v", err)
+		}
+		if host := strings.TrimSpace(out); !strings.HasPrefix(host, "127.0.0.1:") {
+			t.Errorf("n%d's API is published on %q, want 127.0.0.1 only", i+1, host)
+		}
 	}
 	ready := func(ids ...string) string {
 		t.Helper()
@@ -206,6 +224,12 @@ func TestDockerCompose(t *testing.T) {
 
 	leader := ready("n1", "n2", "n3")
 	t.Logf("compose cluster up; leader %s", leader)
+	// Without the token, the API refuses the call.
+	anon := client.New("http://127.0.0.1:7070", client.WithHTTPClient(newHTTPClient()))
+	var ce *client.Error
+	if _, err := anon.Topics(ctx); !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized {
+		t.Fatalf("topics without the token: %v; want 401", err)
+	}
 	serve("n1", "n2")
 	serve("n3", "n1")
 
