@@ -35,11 +35,49 @@
 // absolute milliseconds of that clock, and a delivery is stamped when its
 // answer arrives.
 //
+// # What the figures mean
+//
+// Each alternative is given the durability delaywheel has: Redis answers
+// an enqueue after an AOF append and its fsync, beanstalkd after its
+// binlog's fsync, delaywheel once the batch is fsynced in the Raft log of
+// a majority. Redis's lateness is bounded below by its poll interval,
+// beanstalkd's by its whole-second delays.
+//
+// Lateness is measured at the consumer: it includes writing the answer, the
+// client's goroutine wake-ups and decoding, on the same cores as the
+// server. The server's own delaywheel_delivery_lateness_seconds measures
+// at the hand-off and reads lower. The harness's own CPU per message is
+// higher against delaywheel than against Redis: net/http's client wakes a
+// writer and a reader goroutine per connection for every call, go-redis
+// one. The harness raises its collector target for the same reason (see
+// cmd/delaywheel), alike for every target.
+//
+// Resident memory is read from /proc as VmRSS with its anonymous and
+// file-backed parts, and only once it has settled (steady over several
+// readings): right after a burst a server is still collecting, releasing
+// pages and compacting. Disk counts a file with several hard links once,
+// since delaywheel's snapshots link the live index's tables. The bodies the
+// harness writes (a sequence number padded with 'x') compress to almost
+// nothing, so a server that compresses its storage reads better here than
+// on real bodies.
+//
+// A failover run shows duplicates: hand-offs the killed leader answered
+// before their lease committed, delivered again by the next leader, as
+// at-least-once delivery allows.
+//
+// Figures move from one machine to the next and between runs on a shared
+// one. Compare targets as ratios within one run, over several runs, and
+// measure a change of delaywheel in alternating runs of the old and the
+// new binary. The README's benchmark section holds the figures and the
+// commands that produce them.
+//
 // # What it owns
 //
 // Only load generation, the processes it spawned and their temporary
 // directories, and the report (a table, JSON, or a self-contained HTML page
 // with SVG charts). It talks to delaywheel only through the public client
-// package transport/client and the server binary's flags; it must not import
-// the server's packages.
+// (packages transport/client and transport/api) and the server binary's
+// flags; it must not import the server's storage, Raft or HTTP packages.
+// The one helper it shares is the disk counter that counts a hard-linked
+// file once (diskuse).
 package bench

@@ -152,8 +152,8 @@ func (r *Report) ran() []Result {
 	return out
 }
 
-// Comparisons are delaywheel's figures as ratios of each alternative's, the
-// way the targets of the benchmark issue are stated.
+// Comparisons are delaywheel's figures as ratios of each alternative's:
+// ratios from one run hold across machines better than absolute figures.
 func (r *Report) Comparisons() []string {
 	var dw *Result
 	ran := r.ran()

@@ -87,7 +87,8 @@ func allZero(b []byte) bool {
 }
 
 // ReadFile reads and decodes a whole segment file. Any damage, including a
-// torn tail, is an error: callers read files that were repaired on open.
+// torn tail, is an error: the wheel reads only files it has rolled back to
+// the length its index records, which ends at a whole record.
 func ReadFile(path string) (second int64, entries []Entry, err error) {
 	return ReadFileFS(vfs.Default, path)
 }

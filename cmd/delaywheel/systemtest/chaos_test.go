@@ -28,9 +28,9 @@ import (
 //     overflow) still pending, unchanged, on every node;
 //   - every node's topic counts equal to the leader's.
 //
-// In CI the leader is killed three times and every other fault is injected
-// once; -chaos.faults sets how many times each test injects its fault and
-// -chaos.duration spreads them over that long, for a soak.
+// By default the leader is killed three times and every other fault is
+// injected once; -chaos.faults sets how many times each test injects its
+// fault and -chaos.duration spreads them over that long, for a soak.
 
 // chaosEnv is one chaos test's cluster, load and history.
 type chaosEnv struct {
@@ -634,9 +634,9 @@ func truncateBy(t *testing.T, path string, n int64) {
 }
 
 // tearLogTail zeroes the last n written bytes of the newest segment of
-// the Raft log in dir, as a write cut short by a crash leaves it. The
-// segments are preallocated, so what was written ends at the last byte
-// that is not zero.
+// the Raft log in dir, as a write cut short by a crash leaves it. A segment
+// is created at its full size, zero past what was written, so what was
+// written ends at the last byte that is not zero.
 func tearLogTail(t *testing.T, dir string, n int) {
 	t.Helper()
 	segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
@@ -704,12 +704,9 @@ func logLines(t *testing.T, n *Node, words ...string) {
 // file grown ahead of use, so its tail is free space. Cutting 5 bytes models
 // a torn last write; bolt opens it and the node must serve as before.
 // (Cutting into pages bolt uses is damage again:
-// TestDamagedFilesClearErrors.) The Raft log's entries are in a Pebble
-// database, whose newest write-ahead log loses its last 5 bytes too: Pebble
-// ends its replay at a torn record. Pebble reuses WAL files without
-// truncating them, so those bytes may be an old file's leftovers rather
-// than the last entry; replication/TestLogStoreTornTail cuts into a
-// record it has just written.
+// TestDamagedFilesClearErrors.) The Raft log's newest raft-wal segment has
+// its last 5 written bytes zeroed: raft-wal drops a torn last batch by its
+// checksum, and the follower gets those entries from the leader again.
 func TestChaosTornWrites(t *testing.T) {
 	e := newChaos(t)
 	e.repeat(1, func(int) {

@@ -23,11 +23,18 @@
 //   - Workload produces and consumes at a steady rate against a cluster and
 //     records everything into a History.
 //
-// The tests here cover issue 3 (the message lifecycle over HTTP on one node
-// and on three, forwarding from followers, input validation, never early)
-// and issue 4 (kills, pauses, partitions, torn writes, node replacement and
-// the Docker image). The chaos tests take their length from flags, so a soak
-// is
+// The tests cover the message lifecycle over HTTP on one node and on three
+// (every call sent to a follower, so that it is forwarded), input
+// validation, never delivering early, a clean restart, and faults: kills
+// of leaders, followers and whole clusters, pauses (SIGSTOP), partitions,
+// torn writes, damaged files refused with an error naming them, replacement
+// of a node by one that catches up from a snapshot, and the compose file's
+// cluster when Docker is available. Each chaos test checks its History,
+// that long-delay messages parked before the faults are still pending
+// unchanged, and that every node's counts agree with the leader's.
+//
+// By default each chaos test injects a few faults (three leader kills, or
+// one of its other fault); flags make a soak:
 //
 //	go test ./cmd/delaywheel/systemtest -run Chaos -chaos.duration=10m -chaos.faults=40 -timeout=2h -v
 //
