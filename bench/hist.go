@@ -63,15 +63,37 @@ type CDFPoint struct {
 	Fraction float64 `json:"fraction"`
 }
 
-// cdf returns the cumulative distribution of a microsecond histogram, with
-// more points towards the tail.
+// cdfMaxPoints bounds the points of a CDF below its last percent, so a
+// report stays small.
+const cdfMaxPoints = 400
+
+// cdf returns the cumulative distribution of a microsecond histogram as the
+// upper edge of every recorded bucket with the fraction at or below it, so
+// every point is backed by recorded values, from the lowest one up. Where
+// there are more than cdfMaxPoints buckets, a point is kept only when the
+// fraction has grown by at least 1/cdfMaxPoints since the last kept one or
+// lies in the last percent, where the tail needs every step; the last
+// bucket is always kept.
 func cdf(h *hdrhistogram.Histogram) []CDFPoint {
-	if h.TotalCount() == 0 {
+	total := h.TotalCount()
+	if total == 0 {
 		return nil
 	}
+	var bars []hdrhistogram.Bar
+	for _, b := range h.Distribution() {
+		if b.Count > 0 {
+			bars = append(bars, b)
+		}
+	}
 	var out []CDFPoint
-	for _, b := range h.CumulativeDistributionWithTicks(5) {
-		p := CDFPoint{Ms: float64(b.ValueAt) / 1000, Fraction: round6(b.Quantile / 100)}
+	var seen int64
+	for i, b := range bars {
+		seen += b.Count
+		p := CDFPoint{Ms: float64(b.To) / 1000, Fraction: round6(float64(seen) / float64(total))}
+		if n := len(out); n > 0 && len(bars) > cdfMaxPoints && i < len(bars)-1 &&
+			p.Fraction < 0.99 && p.Fraction-out[n-1].Fraction < 1.0/cdfMaxPoints {
+			continue
+		}
 		if n := len(out); n > 0 && out[n-1].Ms == p.Ms {
 			out[n-1].Fraction = p.Fraction
 			continue

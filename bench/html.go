@@ -79,7 +79,7 @@ func (r *Report) charts() []template.HTML {
 		for _, res := range ran {
 			ss = append(ss, cdfSeries(res.Target, res.Fire.CDF))
 		}
-		add(lineChart("Lateness (receive − due), cumulative distribution", "lateness", "fraction of messages delivered", ss, true, fmtMs, fmtFraction))
+		add(lineChart("Lateness (receive − due), cumulative distribution", "lateness", "fraction of messages delivered", ss, true, true, fmtMs, fmtFraction))
 	case WorkloadEnqueue:
 		var ss []series
 		var bars []bar
@@ -88,7 +88,7 @@ func (r *Report) charts() []template.HTML {
 			bars = append(bars, bar{Group: res.Target, Series: "messages/s", Value: res.Enqueue.PerSec})
 		}
 		add(barChart("Enqueue rate", "messages per second", bars, fmtCount))
-		add(lineChart("Latency of one enqueue call, cumulative distribution", "call latency", "fraction of calls", ss, true, fmtMs, fmtFraction))
+		add(lineChart("Latency of one enqueue call, cumulative distribution", "call latency", "fraction of calls", ss, true, true, fmtMs, fmtFraction))
 	case WorkloadBacklog:
 		var bars, disk []bar
 		for _, res := range ran {
@@ -115,7 +115,7 @@ func (r *Report) charts() []template.HTML {
 		of = res.ThroughputOf
 	}
 	if len(tp) > 0 {
-		add(lineChart("Throughput over time ("+of+" per second)", "seconds", "messages per second", tp, false, fmtSeconds, fmtCount))
+		add(lineChart("Throughput over time ("+of+" per second)", "seconds", "messages per second", tp, false, false, fmtSeconds, fmtCount))
 	}
 	return out
 }
@@ -218,9 +218,10 @@ func svgOpen(b *strings.Builder, title string) {
 	fmt.Fprintf(b, `<text x="%g" y="22" font-size="15" font-weight="bold">%s</text>`, padLeft, html.EscapeString(title))
 }
 
-// lineChart draws series against a linear or log x axis; y is linear from 0.
-// It returns "" when no series has a point.
-func lineChart(title, xLabel, yLabel string, ss []series, xLog bool, fx, fy func(float64) string) string {
+// lineChart draws ss against a linear or (xLog) logarithmic x axis, y
+// linear from 0; step draws each series as a staircase, as a cumulative
+// distribution is. It returns "" when no series has a point.
+func lineChart(title, xLabel, yLabel string, ss []series, xLog, step bool, fx, fy func(float64) string) string {
 	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
 	for _, s := range ss {
 		for _, p := range s.Points {
@@ -256,17 +257,29 @@ func lineChart(title, xLabel, yLabel string, ss []series, xLog bool, fx, fy func
 			if xLog && p.X <= 0 {
 				p.X = math.Pow(10, xa.lo)
 			}
-			cmd := "L"
-			if d.Len() == 0 {
-				cmd = "M"
+			switch {
+			case d.Len() == 0:
+				fmt.Fprintf(&d, "M%.1f %.1f ", xa.pos(p.X), ya.pos(p.Y))
+			case step:
+				// A distribution holds its fraction until the next
+				// recorded value: across, then up.
+				fmt.Fprintf(&d, "H%.1f V%.1f ", xa.pos(p.X), ya.pos(p.Y))
+			default:
+				fmt.Fprintf(&d, "L%.1f %.1f ", xa.pos(p.X), ya.pos(p.Y))
 			}
-			fmt.Fprintf(&d, "%s%.1f %.1f ", cmd, xa.pos(p.X), ya.pos(p.Y))
 		}
 		if d.Len() == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, `<path class="series" data-series="%s" d="%s" fill="none" stroke="%s" stroke-width="2"/>`,
-			html.EscapeString(s.Name), strings.TrimSpace(d.String()), colour(s.Name, i))
+		// Lines drawn earlier are wider, and every other one is dashed,
+		// so a line that runs exactly along another stays visible.
+		width := 2 + 2*float64(len(ss)-1-i)
+		dash := ""
+		if i%2 == 1 {
+			dash = ` stroke-dasharray="8 4"`
+		}
+		fmt.Fprintf(&b, `<path class="series" data-series="%s" d="%s" fill="none" stroke="%s" stroke-width="%g" stroke-opacity="0.85"%s/>`,
+			html.EscapeString(s.Name), strings.TrimSpace(d.String()), colour(s.Name, i), width, dash)
 	}
 	legend(&b, ss, xa.to+16)
 	b.WriteString(`</svg>`)

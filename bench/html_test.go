@@ -43,8 +43,8 @@ func svgSeries(t *testing.T, page string) map[string][]string {
 						names = append(names, a.Name.Local+":"+a.Value)
 					}
 				}
-				if el.Name.Local == "path" && hasAttr(el, "class", "series") && !regexp.MustCompile(`^M[\d.]+ [\d.]+( L[\d.]+ [\d.]+)*$`).MatchString(attr(el, "d")) {
-					t.Fatalf("path d=%q is not a polyline", attr(el, "d"))
+				if el.Name.Local == "path" && hasAttr(el, "class", "series") && !regexp.MustCompile(`^M[\d.]+ [\d.]+( L[\d.]+ [\d.]+| H[\d.]+ V[\d.]+)*$`).MatchString(attr(el, "d")) {
+					t.Fatalf("path d=%q is not a polyline or staircase", attr(el, "d"))
 				}
 			case xml.CharData:
 				if inTitle {
@@ -172,7 +172,7 @@ func TestAxisAndLabels(t *testing.T) {
 			t.Fatalf("fmtMs(%v) = %q, want %q", ms, got, want)
 		}
 	}
-	if lineChart("t", "x", "y", []series{{Name: "a"}}, true, fmtMs, fmtFraction) != "" {
+	if lineChart("t", "x", "y", []series{{Name: "a"}}, true, true, fmtMs, fmtFraction) != "" {
 		t.Fatal("a chart without points")
 	}
 }
@@ -233,7 +233,7 @@ func TestLineChartLegendRightOfPlot(t *testing.T) {
 		{Name: "delaywheel", Points: []point{{X: 0.1, Y: 0}, {X: 1, Y: 0.99}, {X: 10, Y: 1}}},
 		{Name: "beanstalkd", Points: []point{{X: 5, Y: 0}, {X: 9000, Y: 1}}},
 	}
-	svg := lineChart("t", "x", "y", ss, true, fmtMs, trimFloat)
+	svg := lineChart("t", "x", "y", ss, true, false, fmtMs, trimFloat)
 	legendX := math.Inf(1)
 	for _, m := range regexp.MustCompile(`<rect x="([0-9.]+)"[^>]* height="4"`).FindAllStringSubmatch(svg, -1) {
 		x, _ := strconv.ParseFloat(m[1], 64)
@@ -248,5 +248,51 @@ func TestLineChartLegendRightOfPlot(t *testing.T) {
 				t.Fatalf("a curve reaches x=%g, into the legend at x=%g", x, legendX)
 			}
 		}
+	}
+}
+
+// TestLineChartOverlappingSeriesStayVisible draws two identical series: the
+// one drawn first must be wider, so the one on top does not hide it.
+func TestLineChartOverlappingSeriesStayVisible(t *testing.T) {
+	pts := []point{{0, 5}, {1, 5}, {2, 5}}
+	svg := lineChart("t", "x", "y", []series{{Name: "a", Points: pts}, {Name: "b", Points: pts}}, false, false, fmtSeconds, fmtCount)
+	re := regexp.MustCompile(`data-series="(a|b)"[^>]*stroke-width="([0-9.]+)"`)
+	widths := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(svg, -1) {
+		widths[m[1]] = m[2]
+	}
+	if len(widths) != 2 || widths["a"] == widths["b"] {
+		t.Fatalf("stroke widths %v: want two series of different widths", widths)
+	}
+	if !strings.Contains(svg, `stroke-dasharray`) {
+		t.Errorf("no dashed series in %s", svg)
+	}
+}
+
+// TestCDFStepsFromLowestValue checks that a distribution's chart starts at
+// its lowest recorded value, with every step backed by recorded values,
+// and is drawn as a staircase.
+func TestCDFStepsFromLowestValue(t *testing.T) {
+	h := newHist()
+	for v := int64(1); v <= 100_000; v++ {
+		if err := h.RecordValue(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pts := cdf(h)
+	if len(pts) > 2*cdfMaxPoints {
+		t.Errorf("%d points, bound %d", len(pts), 2*cdfMaxPoints)
+	}
+	if first := pts[0]; first.Fraction > 2.0/cdfMaxPoints || first.Ms > 1 {
+		t.Fatalf("first point %+v: want the lowest values, not a jump from 0", first)
+	}
+	for i := 1; i < len(pts); i++ {
+		if jump := pts[i].Fraction - pts[i-1].Fraction; jump > 2.0/cdfMaxPoints {
+			t.Fatalf("fraction jumps by %v between %+v and %+v on uniform values", jump, pts[i-1], pts[i])
+		}
+	}
+	svg := lineChart("t", "x", "y", []series{cdfSeries("a", pts)}, true, true, fmtMs, fmtFraction)
+	if !strings.Contains(svg, " H") || !strings.Contains(svg, " V") {
+		t.Errorf("cdf not drawn as steps: %.300s", svg)
 	}
 }
