@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,20 @@ func answeredAtCommit(t *testing.T, n *Node) uint64 {
 	return m.GetHistogram().GetSampleCount()
 }
 
+// applyHold holds a node's state machine: while gate is set, a batch that
+// holds an entry past after waits until gate is closed. Entries logged
+// before the hold still apply, so none of them queues the held one behind it.
+type applyHold struct {
+	gate  atomic.Pointer[chan struct{}]
+	after atomic.Uint64
+}
+
+func (h *applyHold) wait(logs []*raft.Log) {
+	if g := h.gate.Load(); g != nil && len(logs) > 0 && logs[len(logs)-1].Index > h.after.Load() {
+		<-*g
+	}
+}
+
 // An enqueue without keys is answered once its entry commits, before the
 // leader applies it, with the IDs the apply gives; reads on the leader
 // wait for the apply, so they see what was answered.
@@ -33,8 +48,18 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			// Expire, whose batch, held in the state machine below, would
 			// keep the enqueue's batch (and so its answer, on three nodes)
 			// queued behind it.
-			c := NewTestCluster(t, size, func(cfg *Config) { cfg.Clock = wheel.NewFakeClock(time.Now()) })
+			holds := map[string]*applyHold{}
+			c := NewTestCluster(t, size, func(cfg *Config) {
+				cfg.Clock = wheel.NewFakeClock(time.Now())
+				h := holds[cfg.ID]
+				if h == nil {
+					h = &applyHold{}
+					holds[cfg.ID] = h
+				}
+				cfg.beforeApply = h.wait
+			})
 			n := c.Leader().Node
+			hold := holds[n.cfg.ID]
 			ctx := context.Background()
 			now := time.Now().UnixMilli()
 			msgs := []wheel.NewMessage{
@@ -43,12 +68,22 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 				{Topic: "t", Body: []byte("c"), DeliverAtMs: now + 3*3600_000},
 			}
 
+			// Every node's address is recorded first: a SetNode logged after
+			// the hold would keep the enqueue's batch queued behind it.
+			WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
+				for _, tn := range c.Nodes {
+					if !tn.Node.HasSelf() {
+						return false
+					}
+				}
+				return true
+			})
 			// Hold the leader's state machine: nothing logged from here on
 			// can be applied.
 			gate := make(chan struct{})
 			mark := n.raft.LastIndex()
-			n.fsm.holdAfter.Store(mark)
-			n.fsm.hold.Store(&gate)
+			hold.after.Store(mark)
+			hold.gate.Store(&gate)
 			WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
 				return n.raft.AppliedIndex() >= mark
 			})
@@ -56,7 +91,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			release := func() {
 				if held {
 					held = false
-					n.fsm.hold.Store(nil)
+					hold.gate.Store(nil)
 					close(gate)
 				}
 			}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,12 +33,9 @@ type fsm struct {
 	onRestore func(*wheel.Store)
 
 	commits *commitWaiters // told of each batch before it is applied
-	// hold, when set, makes ApplyBatch wait until the channel is closed
-	// before applying a batch that holds an entry past holdAfter (tests:
-	// an entry committed and not applied; entries logged before the hold
-	// still apply, so none of them queues the held one behind it).
-	hold      atomic.Pointer[chan struct{}]
-	holdAfter atomic.Uint64
+	// beforeApply, when set, runs after the commit notification and before
+	// each batch is applied (Config.beforeApply, set by tests only).
+	beforeApply func([]*raft.Log)
 
 	appliedMu sync.Mutex
 	applied   chan struct{} // closed (and replaced) after each apply
@@ -97,8 +93,8 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	if f.commits != nil {
 		f.commits.notify(logs) // Raft hands the FSM committed entries only
 	}
-	if h := f.hold.Load(); h != nil && len(logs) > 0 && logs[len(logs)-1].Index > f.holdAfter.Load() {
-		<-*h
+	if f.beforeApply != nil {
+		f.beforeApply(logs)
 	}
 	out := make([]any, len(logs))
 	entries := make([]wheel.Entry, 0, len(logs))

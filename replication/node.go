@@ -70,6 +70,11 @@ type Config struct {
 	RaftServerTLS, RaftClientTLS *tls.Config
 	// Store options (Pebble cache sizes…); FS and Logger are set by the node.
 	Store wheel.Options
+
+	// beforeApply, set only by tests, runs on Raft's FSM goroutine before
+	// each batch of committed entries is applied, after the commit
+	// notification: a test holds the state machine with it.
+	beforeApply func([]*raft.Log)
 }
 
 // advertised is the Raft address peers use for this node.
@@ -199,7 +204,7 @@ func Open(cfg Config) (*Node, error) {
 	// not, move it aside and let Raft restore the snapshot.
 	sopts := cfg.Store
 	sopts.Logger = n.log.With("component", "store")
-	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log, commits: n.commits, applied: make(chan struct{})}
+	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log, commits: n.commits, beforeApply: cfg.beforeApply, applied: make(chan struct{})}
 	latest, err := snaps.List()
 	if err != nil {
 		return fail(fmt.Errorf("list snapshots: %w", err))
