@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -251,9 +252,10 @@ func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	ids := newProposalIDs()
 	cmd := func() (*raft.Log, <-chan uint64) {
-		data := []byte{1, 2, 3}
-		return &raft.Log{Type: raft.LogCommand, Data: data}, commits.add(data)
+		id := ids.next()
+		return &raft.Log{Type: raft.LogCommand, Data: []byte{1, 2, 3}, Extensions: id[:]}, commits.add(id)
 	}
 	answered := func(ch <-chan uint64, want bool, what string) {
 		t.Helper()
@@ -310,6 +312,40 @@ func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
 	g, chg := cmd()
 	store(g)
 	answered(chg, true, "after a truncation of the head")
+}
+
+// A committed entry is matched to its proposal by the id in its
+// extensions, whatever slice holds its bytes: a copy (as a log store or
+// the network may hand over) is recognised, an entry without the id is not.
+func TestCommitWaitersMatchByID(t *testing.T) {
+	ids, commits := newProposalIDs(), newCommitWaiters()
+	id := ids.next()
+	other := ids.next()
+	if id == other {
+		t.Fatal("two proposals got the same id")
+	}
+	if again := newProposalIDs().next(); again == id {
+		t.Fatal("a node opened again hands out an id it handed out before")
+	}
+	ch := commits.add(id)
+	data := []byte{1, 2, 3}
+	commits.notify([]*raft.Log{
+		{Index: 4, Type: raft.LogCommand, Data: data},
+		{Index: 5, Type: raft.LogCommand, Data: data, Extensions: other[:]},
+		{Index: 6, Type: raft.LogNoop, Extensions: id[:]},
+	})
+	select {
+	case i := <-ch:
+		t.Fatalf("answered at index %d by an entry that does not carry the proposal's id", i)
+	default:
+	}
+	commits.notify([]*raft.Log{{Index: 7, Type: raft.LogCommand, Data: slices.Clone(data), Extensions: slices.Clone(id[:])}})
+	if i := <-ch; i != 7 {
+		t.Fatalf("answered at index %d, want 7", i)
+	}
+	if h := commits.highest.Load(); h != 7 {
+		t.Fatalf("highest answered index %d, want 7", h)
+	}
 }
 
 // refresh takes Raft's configuration unless the log store recorded one

@@ -145,6 +145,7 @@ type Node struct {
 
 	pending atomic.Int64 // proposals in flight
 	met     *metrics
+	ids     *proposalIDs   // names every proposal (commit.go)
 	commits *commitWaiters // proposals answered at commit (commit.go)
 	solo    *soloVoter     // whether this node is the only voter
 
@@ -194,7 +195,7 @@ func Open(cfg Config) (*Node, error) {
 	if n.ents, err = openEntries(raftDir, logs, cfg.LogSegmentBytes, hl, n.log); err != nil {
 		return fail(err)
 	}
-	n.commits = newCommitWaiters()
+	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
 	n.ents.commits, n.ents.solo = n.commits, n.solo
 
@@ -532,7 +533,7 @@ type proposal struct {
 	f      raft.ApplyFuture
 	cmds   int
 	start  time.Time
-	data   []byte        // the entry, when it waits for commit
+	id     proposalID    // carried in the entry's extensions
 	commit <-chan uint64 // takes the entry's index at commit
 }
 
@@ -552,12 +553,11 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	p := &proposal{n: n, cmds: len(cmds), start: time.Now()}
-	data := wheel.EncodeCommands(cmds)
+	p := &proposal{n: n, cmds: len(cmds), start: time.Now(), id: n.ids.next()}
 	if watch {
-		p.data, p.commit = data, n.commits.add(data)
+		p.commit = n.commits.add(p.id)
 	}
-	p.f = n.raft.Apply(data, timeout)
+	p.f = n.raft.ApplyLog(raft.Log{Data: wheel.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
 	return p, nil
 }
 
@@ -573,7 +573,7 @@ func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
 	applied := make(chan outcome, 1)
 	go func() {
 		res, err := p.wait()
-		p.n.commits.forget(p.data)
+		p.n.commits.forget(p.id)
 		applied <- outcome{res, err}
 	}()
 	select {
