@@ -69,12 +69,17 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 }
 
-// Only the leader hands out messages; a message due after the leader dies
-// is delivered by the new leader.
+// A follower knows where the leader serves and refuses what only the
+// leader can do; a message due after the leader dies is delivered by the
+// new leader.
 func TestThreeNodesFailover(t *testing.T) {
 	c := NewTestCluster(t, 3, nil)
 	leader := c.Leader()
 	f := c.Follower()
+	WaitFor(t, 10*time.Second, "the follower to know the leader's HTTP address", func() bool {
+		addr, isLeader, known := f.Node.LeaderHTTP()
+		return known && !isLeader && addr == leader.Cfg.HTTPAddr
+	})
 	if _, err := f.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("t", "x", 0)}); !errors.Is(err, wheel.ErrNotLeader) {
 		t.Fatalf("enqueue on a follower: %v, want ErrNotLeader", err)
 	}
