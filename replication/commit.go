@@ -21,9 +21,9 @@ import (
 // The entry is recognised by the proposal id it carries in its Raft
 // extensions (raft.Log.Extensions, which Raft replicates and raft-wal
 // stores with the entry): every proposal has one, unique per node across
-// restarts and terms. An entry whose id no waiter holds is answered after
-// its apply (TestEnqueueAnsweredAtCommit fails if none is answered at
-// commit).
+// restarts and terms. A proposal whose entry is not recognised at commit
+// is answered after its apply, like every other proposal; no enqueue is
+// then answered at commit, which TestEnqueueAnsweredAtCommit detects.
 //
 // Commit is observed in two places:
 //   - the FSM's ApplyBatch, before it applies anything: Raft hands it
