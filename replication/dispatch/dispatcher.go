@@ -30,7 +30,9 @@ type Node interface {
 
 // Config is the dispatcher's timing and limits; the node fills it from its own.
 type Config struct {
-	Clock  wheel.Clock
+	// Clock is the time the dispatcher fires by (default the system clock).
+	Clock wheel.Clock
+	// Logger receives the dispatcher's warnings (default: discarded).
 	Logger *slog.Logger
 	// ExpireGrace is how long after a second ends it expires.
 	ExpireGrace time.Duration
