@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -126,7 +127,7 @@ func (n *Node) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
 
 // Cancel removes a delayed or ready message.
 func (n *Node) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
-	if d := n.dispatcher(); d != nil && c.Topic == "" && d.inFlight(c.ID) {
+	if d := n.dispatcher(); d != nil && c.Topic == "" && d.InFlight(c.ID) {
 		return wheel.ID{}, fmt.Errorf("%w: message %s is being handed to a consumer", wheel.ErrConflict, c.ID)
 	}
 	v, err := n.result(ctx, c)
@@ -145,7 +146,7 @@ func (n *Node) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) (
 	return v.(int64), nil
 }
 
-func (n *Node) dispatcher() *dispatcher {
+func (n *Node) dispatcher() *dispatch.Dispatcher {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.disp
@@ -166,7 +167,7 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 			return nil, err
 		}
 	}
-	return d.reserve(ctx, topic, max, wait, ttr)
+	return d.Reserve(ctx, topic, max, wait, ttr)
 }
 
 func (n *Node) counted(ctx context.Context, cmd wheel.Command) (wheel.Counted, error) {

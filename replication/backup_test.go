@@ -8,43 +8,46 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 func TestBackupRestoreRoundTrip(t *testing.T) {
 	c := NewTestCluster(t, 1, nil)
-	cl := c.Leader().Client
+	n := c.Leader().Node
 	ctx := context.Background()
-	var ids []string
-	for _, delay := range []int64{60_000, 3 * 3600 * 1000, 48 * 3600 * 1000} { // wheel, overflow, far overflow
-		res := enqueue(t, cl, api.Message{Topic: "a", Payload: api.TextBody("d"), DelayMs: ptr(delay), Key: "k" + time.Duration(delay).String(),
-			Headers: map[string]string{"h": "v"}, Priority: 3})
+	var ids []wheel.ID
+	for _, delay := range []time.Duration{time.Minute, 3 * time.Hour, 48 * time.Hour} { // wheel, overflow, far overflow
+		m := msg("a", "d", delay)
+		m.Key, m.Headers, m.Priority = "k"+delay.String(), map[string]string{"h": "v"}, 3
+		res := enqueue(t, n, m)
 		ids = append(ids, res[0].ID)
 	}
 	// A dead message.
-	res := enqueue(t, cl, api.Message{Topic: "b", Payload: api.TextBody("dead"), MaxAttempts: ptr(int32(1))})
-	got := reserve(t, cl, "b", 1, 5*time.Second)
+	m := msg("b", "dead", 0)
+	m.MaxAttempts = 1
+	res := enqueue(t, n, m)
+	got := reserve(t, n, "b", 1, 5*time.Second)
 	if len(got) != 1 {
 		t.Fatalf("reserve: %+v", got)
 	}
-	if _, err := cl.Nack(ctx, []string{got[0].Receipt}, 0); err != nil {
+	if _, err := n.Nack(ctx, []wheel.Receipt{got[0].Receipt}, 0); err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, res[0].ID)
 
 	var buf bytes.Buffer
-	if _, err := cl.Backup(ctx, &buf); err != nil {
+	if _, err := n.Backup(ctx, &buf); err != nil {
 		t.Fatalf("backup: %v", err)
 	}
-	want := map[string]api.MessageView{}
+	want := map[wheel.ID]wheel.View{}
 	for _, id := range ids {
-		v, err := cl.Get(ctx, id)
+		v, err := n.Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want[id] = v
 	}
-	wantTopics, _ := cl.Topics(ctx)
+	wantTopics, _ := n.Topics(ctx)
 
 	dir := filepath.Join(t.TempDir(), "restored")
 	raftAddr := FreeAddr(t)
@@ -55,9 +58,9 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 		t.Fatal("restore into a used data dir must fail")
 	}
 	rc := StartTestCluster(t, Config{ID: "r1", DataDir: dir, RaftAddr: raftAddr, RedeliveryBackoff: -1})
-	rcl := rc.Leader().Client
+	rn := rc.Leader().Node
 	for _, id := range ids {
-		v, err := rcl.Get(ctx, id)
+		v, err := rn.Get(ctx, id)
 		if err != nil {
 			t.Fatalf("restored %s: %v", id, err)
 		}
@@ -65,19 +68,21 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 			t.Errorf("restored %s:\n got %+v\nwant %+v", id, v, want[id])
 		}
 	}
-	gotTopics, _ := rcl.Topics(ctx)
+	gotTopics, _ := rn.Topics(ctx)
 	if !reflect.DeepEqual(gotTopics, wantTopics) {
 		t.Errorf("topics: got %+v want %+v", gotTopics, wantTopics)
 	}
 	// New messages get ids that do not collide with restored ones.
-	res = enqueue(t, rcl, api.Message{Topic: "a", Payload: api.TextBody("new")})
+	res = enqueue(t, rn, msg("a", "new", 0))
 	for _, id := range ids {
 		if res[0].ID == id {
 			t.Fatalf("new id %s collides with a restored one", id)
 		}
 	}
 	// The key index came back too: the same key dedupes.
-	dup := enqueue(t, rcl, api.Message{Topic: "a", Payload: api.TextBody("x"), Key: "k" + time.Duration(60_000).String()})
+	m = msg("a", "x", 0)
+	m.Key = "k" + time.Minute.String()
+	dup := enqueue(t, rn, m)
 	if !dup[0].Duplicate || dup[0].ID != ids[0] {
 		t.Fatalf("dedupe after restore: %+v", dup)
 	}

@@ -2,6 +2,8 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -16,11 +18,12 @@ import (
 // which takes the apply (and the wait for the batch ahead of it) off the
 // client's latency. Reads on the leader wait for the apply (Node.caughtUp).
 //
-// The entry is recognised by its data: hashicorp/raft hands the leader's
-// log store and FSM the very slice Apply was given, so the first byte's
-// address names the proposal. Should that ever change, nothing is
-// notified and proposals are answered after the apply, as before
-// (TestEnqueueAnsweredAtCommit would fail).
+// The entry is recognised by the proposal id it carries in its Raft
+// extensions (raft.Log.Extensions, which Raft replicates and raft-wal
+// stores with the entry): every proposal has one, unique per node across
+// restarts and terms. A proposal whose entry is not recognised at commit
+// is answered after its apply, like every other proposal; no enqueue is
+// then answered at commit, which TestEnqueueAnsweredAtCommit detects.
 //
 // Commit is observed in two places:
 //   - the FSM's ApplyBatch, before it applies anything: Raft hands it
@@ -31,34 +34,66 @@ import (
 //     Raft's leader loop to process the commit (with new batches competing
 //     for that loop, often one more fsync).
 
-// commitWaiters maps proposals' data to the channel that takes their index
-// once committed.
+// proposalIDLen is the length of a proposal id: the node's prefix and a
+// counter, 8 bytes each, big-endian.
+const proposalIDLen = 16
+
+// proposalID names one proposal of this node.
+type proposalID [proposalIDLen]byte
+
+// proposalIDs hands out proposal ids. The prefix is drawn at random when the
+// node opens, so ids stay unique across restarts; the counter makes them
+// unique within one run, whatever the term.
+type proposalIDs struct {
+	prefix uint64
+	seq    atomic.Uint64
+}
+
+func newProposalIDs() *proposalIDs { return &proposalIDs{prefix: rand.Uint64()} }
+
+func (g *proposalIDs) next() proposalID {
+	var id proposalID
+	binary.BigEndian.PutUint64(id[:8], g.prefix)
+	binary.BigEndian.PutUint64(id[8:], g.seq.Add(1))
+	return id
+}
+
+// idOf reads the proposal id an entry carries, if it carries one.
+func idOf(l *raft.Log) (proposalID, bool) {
+	if l.Type != raft.LogCommand || len(l.Extensions) != proposalIDLen {
+		return proposalID{}, false
+	}
+	return proposalID(l.Extensions), true
+}
+
+// commitWaiters maps the ids of proposals answered at commit to the channel
+// that takes their index once committed.
 type commitWaiters struct {
 	mu sync.Mutex
-	m  map[*byte]chan uint64
+	m  map[proposalID]chan uint64
 	// highest is the highest index told to a waiter: a client may ask
 	// for its message before Raft's own last index has caught up.
 	highest atomic.Uint64
 }
 
 func newCommitWaiters() *commitWaiters {
-	return &commitWaiters{m: make(map[*byte]chan uint64)}
+	return &commitWaiters{m: make(map[proposalID]chan uint64)}
 }
 
-// add registers data (a proposal's encoded entry) and returns the channel
-// that receives its index at commit.
-func (w *commitWaiters) add(data []byte) <-chan uint64 {
+// add registers a proposal's id and returns the channel that receives its
+// index at commit.
+func (w *commitWaiters) add(id proposalID) <-chan uint64 {
 	ch := make(chan uint64, 1)
 	w.mu.Lock()
-	w.m[&data[0]] = ch
+	w.m[id] = ch
 	w.mu.Unlock()
 	return ch
 }
 
-// forget drops data's registration if it was not notified.
-func (w *commitWaiters) forget(data []byte) {
+// forget drops id's registration if it was not notified.
+func (w *commitWaiters) forget(id proposalID) {
 	w.mu.Lock()
-	delete(w.m, &data[0])
+	delete(w.m, id)
 	w.mu.Unlock()
 }
 
@@ -70,11 +105,12 @@ func (w *commitWaiters) notify(logs []*raft.Log) {
 		return
 	}
 	for _, l := range logs {
-		if l.Type != raft.LogCommand || len(l.Data) == 0 {
+		id, ok := idOf(l)
+		if !ok {
 			continue
 		}
-		if ch, ok := w.m[&l.Data[0]]; ok {
-			delete(w.m, &l.Data[0])
+		if ch, ok := w.m[id]; ok {
+			delete(w.m, id)
 			if l.Index > w.highest.Load() {
 				w.highest.Store(l.Index)
 			}

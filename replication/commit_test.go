@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,20 @@ func answeredAtCommit(t *testing.T, n *Node) uint64 {
 	return m.GetHistogram().GetSampleCount()
 }
 
+// applyHold holds a node's state machine: while gate is set, a batch that
+// holds an entry past after waits until gate is closed. Entries logged
+// before the hold still apply, so none of them queues the held one behind it.
+type applyHold struct {
+	gate  atomic.Pointer[chan struct{}]
+	after atomic.Uint64
+}
+
+func (h *applyHold) wait(logs []*raft.Log) {
+	if g := h.gate.Load(); g != nil && len(logs) > 0 && logs[len(logs)-1].Index > h.after.Load() {
+		<-*g
+	}
+}
+
 // An enqueue without keys is answered once its entry commits, before the
 // leader applies it, with the IDs the apply gives; reads on the leader
 // wait for the apply, so they see what was answered.
@@ -33,8 +49,18 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			// Expire, whose batch, held in the state machine below, would
 			// keep the enqueue's batch (and so its answer, on three nodes)
 			// queued behind it.
-			c := NewTestCluster(t, size, func(cfg *Config) { cfg.Clock = wheel.NewFakeClock(time.Now()) })
+			holds := map[string]*applyHold{}
+			c := NewTestCluster(t, size, func(cfg *Config) {
+				cfg.Clock = wheel.NewFakeClock(time.Now())
+				h := holds[cfg.ID]
+				if h == nil {
+					h = &applyHold{}
+					holds[cfg.ID] = h
+				}
+				cfg.beforeApply = h.wait
+			})
 			n := c.Leader().Node
+			hold := holds[n.cfg.ID]
 			ctx := context.Background()
 			now := time.Now().UnixMilli()
 			msgs := []wheel.NewMessage{
@@ -43,12 +69,22 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 				{Topic: "t", Body: []byte("c"), DeliverAtMs: now + 3*3600_000},
 			}
 
+			// Every node's address is recorded first: a SetNode logged after
+			// the hold would keep the enqueue's batch queued behind it.
+			WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
+				for _, tn := range c.Nodes {
+					if !tn.Node.HasSelf() {
+						return false
+					}
+				}
+				return true
+			})
 			// Hold the leader's state machine: nothing logged from here on
 			// can be applied.
 			gate := make(chan struct{})
 			mark := n.raft.LastIndex()
-			n.fsm.holdAfter.Store(mark)
-			n.fsm.hold.Store(&gate)
+			hold.after.Store(mark)
+			hold.gate.Store(&gate)
 			WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
 				return n.raft.AppliedIndex() >= mark
 			})
@@ -56,7 +92,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			release := func() {
 				if held {
 					held = false
-					n.fsm.hold.Store(nil)
+					hold.gate.Store(nil)
 					close(gate)
 				}
 			}
@@ -216,9 +252,10 @@ func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	ids := newProposalIDs()
 	cmd := func() (*raft.Log, <-chan uint64) {
-		data := []byte{1, 2, 3}
-		return &raft.Log{Type: raft.LogCommand, Data: data}, commits.add(data)
+		id := ids.next()
+		return &raft.Log{Type: raft.LogCommand, Data: []byte{1, 2, 3}, Extensions: id[:]}, commits.add(id)
 	}
 	answered := func(ch <-chan uint64, want bool, what string) {
 		t.Helper()
@@ -275,6 +312,40 @@ func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
 	g, chg := cmd()
 	store(g)
 	answered(chg, true, "after a truncation of the head")
+}
+
+// A committed entry is matched to its proposal by the id in its
+// extensions, whatever slice holds its bytes: a copy (as a log store or
+// the network may hand over) is recognised, an entry without the id is not.
+func TestCommitWaitersMatchByID(t *testing.T) {
+	ids, commits := newProposalIDs(), newCommitWaiters()
+	id := ids.next()
+	other := ids.next()
+	if id == other {
+		t.Fatal("two proposals got the same id")
+	}
+	if again := newProposalIDs().next(); again == id {
+		t.Fatal("a node opened again hands out an id it handed out before")
+	}
+	ch := commits.add(id)
+	data := []byte{1, 2, 3}
+	commits.notify([]*raft.Log{
+		{Index: 4, Type: raft.LogCommand, Data: data},
+		{Index: 5, Type: raft.LogCommand, Data: data, Extensions: other[:]},
+		{Index: 6, Type: raft.LogNoop, Extensions: id[:]},
+	})
+	select {
+	case i := <-ch:
+		t.Fatalf("answered at index %d by an entry that does not carry the proposal's id", i)
+	default:
+	}
+	commits.notify([]*raft.Log{{Index: 7, Type: raft.LogCommand, Data: slices.Clone(data), Extensions: slices.Clone(id[:])}})
+	if i := <-ch; i != 7 {
+		t.Fatalf("answered at index %d, want 7", i)
+	}
+	if h := commits.highest.Load(); h != 7 {
+		t.Fatalf("highest answered index %d, want 7", h)
+	}
 }
 
 // refresh takes Raft's configuration unless the log store recorded one

@@ -1,50 +1,70 @@
-// Package replication owns the Raft node: the FSM that applies committed
-// entries to the wheel store, snapshots (checkpoints of the store streamed
-// as a tar), membership, the start-up decision between resuming from the
-// on-disk state and restoring a snapshot, and the leader's dispatcher (the
-// tick loop that stamps Expire/Promote into the log, the precision heap, and
-// hand-offs to long-polling consumers).
+// Package replication owns the Raft node that replicates the wheel store:
 //
-// # Design
+//   - the node (node.go, leader.go, proposal.go, backend.go): its
+//     lifecycle, the start-up decision between resuming from the on-disk
+//     state and restoring a snapshot, proposals and their answers,
+//     membership, the leadership lease (lease.go), and the methods the
+//     HTTP API calls (transport.Backend);
+//   - the log (walstore.go, spare.go, raftlog.go): the entries in
+//     hashicorp/raft-wal segment files, spare segments, and the term and
+//     vote in raft-boltdb as Raft's StableStore;
+//   - the state machine and its snapshots (fsm.go, snapshot.go,
+//     snapstore.go): committed entries applied to the wheel store,
+//     snapshots as checkpoints of the store's directory;
+//   - the test kit (testing.go): an in-process cluster of real nodes.
 //
-// The FSM's state is on disk and every apply records its Raft index in the
-// same Pebble batch, so a restart does not re-restore the local snapshot
-// (NoSnapshotRestoreOnStart): Raft replays the log after the snapshot and the
-// store skips entries at or below its applied index. That is only safe when
-// the store covers the latest snapshot — otherwise Raft would resume after
-// entries the store never saw. Open checks exactly that, and when the store
-// is behind, or its files do not cover its own applied index, it moves the
-// store aside and lets Raft restore the snapshot instead.
+// Its sub-packages own the rest: dispatch the leader's dispatcher (the tick
+// that stamps time into the log, the precision heap, the hand-offs to
+// consumers), behind the small interface dispatch.Node that the node
+// implements; diskuse the disk usage the metrics report.
 //
-// The dispatcher answers a first hand-off as soon as its Lease entry is in
-// the leader's log order, without waiting for the commit, while the leader
-// holds a leadership lease (a quorum confirmed it within half a heartbeat
-// timeout; followers do not vote for another candidate within a whole one).
-// Without the lease, and for redeliveries of expired leases, it answers only
-// what commits. See dispatcher for the argument.
+// The package knows nothing of HTTP: transport calls the node through
+// transport.Backend, which *Node implements.
+//
+// # Raft
+//
+// Every change to the queue is a command in a Raft log entry, and every
+// replica applies the same entries in the same order to its own store, so
+// the replicas hold the same state at the same applied index. The state
+// machine's state is on disk and every apply records its Raft index in the
+// same Pebble batch, so a restart does not restore the local snapshot
+// (NoSnapshotRestoreOnStart): Raft replays the log after the snapshot and
+// the store skips entries at or below its applied index. That is only safe
+// when the store covers the latest snapshot, otherwise Raft would resume
+// after entries the store never saw. Open checks exactly that, and when the
+// store is behind, or its files do not cover its own applied index, it
+// moves the store aside and lets Raft restore the snapshot instead.
+//
+// # Answering at commit
 //
 // An enqueue of messages without keys is answered when its entry commits,
 // not when it is applied: its result depends only on the entry's index
-// (wheel.Scheduled). The leader learns of the commit in the FSM's
-// ApplyBatch before applying, or, when it is the only voter, in the log
-// store once the batch is durable. Reads on the leader (Get, Topics, Dead,
-// Wheel, Slot, and a Reserve that does not wait) first wait until every
-// entry answered so is applied, so a client reads its own enqueues. See
-// commit.go.
+// (wheel.Scheduled). Each proposal carries an id (a random prefix drawn
+// when the node opens, and a counter) in its entry's Raft extensions; the
+// leader matches committed entries to waiting proposals by that id. It
+// learns of the commit in the state machine's ApplyBatch before applying,
+// or, when it is the only voter, in the log store once the batch is
+// durable. Reads on the leader (Get, Topics, Dead, Wheel, Slot, and a
+// Reserve that does not wait) first wait until every entry answered so is
+// applied, so a client reads its own enqueues. See commit.go.
 //
-// The Raft log's entries are in hashicorp/raft-wal's segment files
-// (<data>/raft/wal): a StoreLogs is one append and one fsync, and a head
-// truncation deletes whole segments. New segments are spares written in
-// full ahead of time rather than preallocated, so an append's fsync does
-// not commit an extent change too (spare.go). Opening a data dir of an earlier
-// version moves the entries there (moveOldLog) from bolt or from the Pebble
-// database that held them in between (logStore, now only read for the
-// move). The term and vote stay in raft.db (raft-boltdb), which bolt maps
-// with 8 GiB of address space up front, so the map does not move while the
-// file stays under half of that; HoldLogMap lets the server drop the map's
-// resident pages safely. bolt keeps its freelist in memory only
-// (NoFreelistSync, a hash map).
+// # Leadership lease
 //
-// It must not know about HTTP: the transport package calls the node through
-// a small interface.
+// The node holds a lease on its leadership while a quorum confirmed it
+// within half a heartbeat timeout; followers do not vote for another
+// candidate within a whole one, so no other leader can exist meanwhile.
+// Confirmations come from heartbeat rounds and from every committed
+// proposal; the only voter always holds the lease. The lease lives in the
+// node, not the dispatcher, because it is a fact about Raft leadership
+// (configuration, heartbeats, commits); the dispatcher only asks whether
+// it is held (dispatch.Node.LeaseHeld) to decide whether a first hand-off
+// may be answered before its Lease entry commits. Handing leadership over
+// (StepDown) revokes it first.
+//
+// # Dispatcher
+//
+// The node starts a dispatcher each time it wins an election, once the
+// state machine has applied everything earlier leaders committed (a Raft
+// barrier), and stops it when leadership ends. Only the leader hands out
+// messages; followers answer Reserve with wheel.ErrNotLeader.
 package replication

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // metricValue returns the value of the metric name whose labels include want.
@@ -58,8 +58,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_raft_leader", nil); v != 1 {
 		t.Fatalf("raft_leader = %v on the leader", v)
 	}
-	enqueue(t, l.Client, api.Message{Topic: "m", Payload: api.TextBody("x"), DelayMs: ptr(int64(50))},
-		api.Message{Topic: "m", Payload: api.TextBody("y"), DelayMs: ptr(int64(3 * 3600 * 1000))})
+	enqueue(t, l.Node, msg("m", "x", 50*time.Millisecond), msg("m", "y", 3*time.Hour))
 	// An enqueue without keys is answered when it commits, before its
 	// apply counts it.
 	WaitFor(t, 5*time.Second, "the enqueue to apply", func() bool {
@@ -71,7 +70,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_overflow_messages", nil); v != 1 {
 		t.Fatalf("overflow = %v, want 1", v)
 	}
-	got := reserve(t, l.Client, "m", 1, 5*time.Second)
+	got := reserve(t, l.Node, "m", 1, 5*time.Second)
 	if len(got) != 1 {
 		t.Fatalf("reserve: %+v", got)
 	}
@@ -85,7 +84,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "delivered"}); v != 1 {
 		t.Fatalf("delivered = %v, want 1", v)
 	}
-	if _, err := l.Client.Ack(t.Context(), []string{got[0].Receipt}); err != nil {
+	if _, err := l.Node.Ack(t.Context(), []wheel.Receipt{got[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "acked"}); v != 1 {

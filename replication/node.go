@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -70,6 +71,11 @@ type Config struct {
 	RaftServerTLS, RaftClientTLS *tls.Config
 	// Store options (Pebble cache sizes…); FS and Logger are set by the node.
 	Store wheel.Options
+
+	// beforeApply, set only by tests, runs on Raft's FSM goroutine before
+	// each batch of committed entries is applied, after the commit
+	// notification: a test holds the state machine with it.
+	beforeApply func([]*raft.Log)
 }
 
 // advertised is the Raft address peers use for this node.
@@ -140,11 +146,13 @@ type Node struct {
 
 	pending atomic.Int64 // proposals in flight
 	met     *metrics
+	ids     *proposalIDs   // names every proposal (commit.go)
 	commits *commitWaiters // proposals answered at commit (commit.go)
 	solo    *soloVoter     // whether this node is the only voter
 
 	mu       sync.Mutex
-	disp     *dispatcher // non-nil while leader
+	disp     *dispatch.Dispatcher            // non-nil while leader
+	lease    atomic.Pointer[leadershipLease] // this term's, while leader
 	closed   bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -189,7 +197,7 @@ func Open(cfg Config) (*Node, error) {
 	if n.ents, err = openEntries(raftDir, logs, cfg.LogSegmentBytes, hl, n.log); err != nil {
 		return fail(err)
 	}
-	n.commits = newCommitWaiters()
+	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
 	n.ents.commits, n.ents.solo = n.commits, n.solo
 
@@ -199,7 +207,7 @@ func Open(cfg Config) (*Node, error) {
 	// not, move it aside and let Raft restore the snapshot.
 	sopts := cfg.Store
 	sopts.Logger = n.log.With("component", "store")
-	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log, commits: n.commits, applied: make(chan struct{})}
+	f := &fsm{dir: filepath.Join(cfg.DataDir, "fsm"), opts: sopts, log: n.log, commits: n.commits, beforeApply: cfg.beforeApply, applied: make(chan struct{})}
 	latest, err := snaps.List()
 	if err != nil {
 		return fail(fmt.Errorf("list snapshots: %w", err))
@@ -265,16 +273,16 @@ func Open(cfg Config) (*Node, error) {
 		// its decoder exits, the send loop may still issue one more send,
 		// which then waits forever for a slot. The follower gets
 		// heartbeats but no entries again, and Raft's shutdown hangs on
-		// that goroutine (TestLaggingFollowerCatchesUpBySnapshot hung so
-		// in CI). Entries still go out in batches of up to MaxAppendEntries.
+		// that goroutine. Entries still go out in batches of up to
+		// MaxAppendEntries.
 		MaxRPCsInFlight: 1,
 	})
 	// The cache holds whole entries (up to a batch of 10,000 messages each),
 	// bounded by count: keep it small, it only spares recent reads. The
 	// leader reads it to replicate to a follower within 64 entries of it
-	// (replication pipelines, so they usually are), and every node reads
+	// (a follower that keeps up usually is), and every node reads
 	// it to apply what committed; further back, entries are read from the
-	// log store. 256 entries of enqueued batches of 100 held 4 MiB.
+	// log store.
 	cache, err := raft.NewLogCache(64, n.ents)
 	if err != nil {
 		st.Close()
@@ -337,101 +345,8 @@ func (w slogWriter) Write(p []byte) (int, error) {
 
 var _ io.Writer = slogWriter{}
 
-func (n *Node) onRestore(st *wheel.Store) {
-	n.mu.Lock()
-	d := n.disp
-	n.mu.Unlock()
-	if d != nil {
-		d.reattach(st)
-	}
-}
-
 // store returns the current store.
 func (n *Node) store() *wheel.Store { return n.fsm.Store() }
-
-// watchLeadership starts the dispatcher when this node becomes leader and
-// stops it when it loses leadership.
-func (n *Node) watchLeadership(ctx context.Context) {
-	defer n.wg.Done()
-	ch := make(chan raft.Observation, 16)
-	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		_, ok2 := o.Data.(raft.RaftState)
-		return ok || ok2
-	})
-	n.raft.RegisterObserver(obs)
-	defer n.raft.DeregisterObserver(obs)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	lastLeader := ""
-	for {
-		isLeader := n.raft.State() == raft.Leader
-		n.mu.Lock()
-		running := n.disp != nil
-		n.mu.Unlock()
-		if isLeader && !running {
-			n.solo.refresh(ctx, n.raft)
-			n.startDispatcher(ctx)
-		} else if !isLeader && running {
-			n.stopDispatcher()
-		}
-		if _, id := n.raft.LeaderWithID(); string(id) != lastLeader {
-			lastLeader = string(id)
-			n.log.Info("leader changed", "leader", lastLeader, "term", n.raft.CurrentTerm())
-		}
-		select {
-		case <-ctx.Done():
-			n.stopDispatcher()
-			return
-		case <-ch:
-		case <-tick.C:
-		}
-	}
-}
-
-func (n *Node) startDispatcher(ctx context.Context) {
-	// The FSM must have applied everything a previous leader committed
-	// before the heap is built from it.
-	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
-		n.log.Warn("barrier after election failed", "err", err)
-		return
-	}
-	d := newDispatcher(n)
-	if err := d.start(ctx); err != nil {
-		n.log.Error("starting dispatcher", "err", err)
-		return
-	}
-	n.mu.Lock()
-	n.disp = d
-	n.mu.Unlock()
-	n.log.Info("leading: dispatcher started", "cursor", n.store().Cursor())
-	go n.registerSelf(ctx)
-}
-
-func (n *Node) stopDispatcher() {
-	n.mu.Lock()
-	d := n.disp
-	n.disp = nil
-	n.mu.Unlock()
-	if d != nil {
-		d.stop()
-		n.log.Info("dispatcher stopped")
-	}
-}
-
-// registerSelf records the leader's own HTTP address in the replicated node
-// metadata, so followers can forward to it.
-func (n *Node) registerSelf(ctx context.Context) {
-	for _, m := range n.store().Nodes() {
-		if m.ID == n.cfg.ID && m.HTTPAddr == n.cfg.HTTPAddr && m.RaftAddr == n.cfg.advertised() {
-			return
-		}
-	}
-	self := wheel.Node{ID: n.cfg.ID, RaftAddr: n.cfg.advertised(), HTTPAddr: n.cfg.HTTPAddr}
-	if _, err := n.propose(ctx, wheel.SetNode{Node: self}); err != nil {
-		n.log.Warn("recording own address", "err", err)
-	}
-}
 
 // Close stops the node. A leader first hands leadership to a follower so
 // the cluster keeps serving without waiting for an election timeout.
@@ -509,122 +424,6 @@ func (n *Node) Store() *wheel.Store { return n.store() }
 
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
-
-// propose commits commands as one log entry and returns their results. It
-// answers ErrNotLeader on a follower and ErrOverloaded when too many
-// proposals are in flight.
-func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
-	p, err := n.submit(ctx, false, cmds...)
-	if err != nil {
-		return nil, err
-	}
-	return p.wait()
-}
-
-// proposal is a log entry handed to Raft and not yet committed.
-type proposal struct {
-	n      *Node
-	f      raft.ApplyFuture
-	cmds   int
-	start  time.Time
-	data   []byte        // the entry, when it waits for commit
-	commit <-chan uint64 // takes the entry's index at commit
-}
-
-// submit hands commands to Raft as one log entry without waiting for it to
-// commit. Entries submitted one after another are committed in that order,
-// before any entry submitted later. The caller must wait on the proposal;
-// with watch, it may wait for the commit alone (waitCommit).
-func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*proposal, error) {
-	if n.raft.State() != raft.Leader {
-		return nil, wheel.ErrNotLeader
-	}
-	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
-		n.pending.Add(-1)
-		return nil, fmt.Errorf("%w: %d proposals waiting for the log", wheel.ErrOverloaded, n.cfg.MaxPendingApply)
-	}
-	timeout := n.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	p := &proposal{n: n, cmds: len(cmds), start: time.Now()}
-	data := wheel.EncodeCommands(cmds)
-	if watch {
-		p.data, p.commit = data, n.commits.add(data)
-	}
-	p.f = n.raft.Apply(data, timeout)
-	return p, nil
-}
-
-// waitCommit blocks until the proposal commits and returns its index, or
-// until it is applied (when it was not recognised at commit) and returns
-// its results instead, or until it fails. The proposal stays counted as
-// pending until it is applied.
-func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
-	type outcome struct {
-		res []wheel.Result
-		err error
-	}
-	applied := make(chan outcome, 1)
-	go func() {
-		res, err := p.wait()
-		p.n.commits.forget(p.data)
-		applied <- outcome{res, err}
-	}()
-	select {
-	case index = <-p.commit:
-		p.n.met.answered.Observe(time.Since(p.start).Seconds())
-		return index, nil, nil
-	case o := <-applied:
-		return 0, o.res, o.err
-	}
-}
-
-// wait blocks until the proposal commits and returns its results.
-func (p *proposal) wait() ([]wheel.Result, error) {
-	n := p.n
-	defer n.pending.Add(-1)
-	err := p.f.Error()
-	n.met.apply.Observe(time.Since(p.start).Seconds())
-	if err != nil {
-		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrNotLeader, err)
-		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrOverloaded, err)
-		}
-		return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
-	}
-	res, ok := p.f.Response().([]wheel.Result)
-	if !ok || len(res) != p.cmds {
-		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, p.f.Response())
-	}
-	return res, nil
-}
-
-// PendingApplies is the number of proposals waiting to commit.
-func (n *Node) PendingApplies() int64 { return n.pending.Load() }
-
-// StepDown hands leadership to a follower (when there is one) and stops
-// the dispatcher, so waiting long-polls answer empty. Shutdown calls it
-// before closing the HTTP server.
-func (n *Node) StepDown() {
-	n.mu.Lock()
-	if n.disp != nil {
-		// The follower taking over is elected at once, so hand-offs from
-		// here on are answered only once their Lease commits.
-		n.disp.revokeLease()
-	}
-	n.mu.Unlock()
-	if n.raft.State() == raft.Leader && n.multiVoter() {
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
-			n.log.Warn("leadership transfer failed", "err", err)
-		} else {
-			n.log.Info("leadership transferred")
-		}
-	}
-	n.stopDispatcher()
-}
 
 // HasSelf reports whether the replicated metadata holds this node's
 // current addresses.

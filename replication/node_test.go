@@ -8,28 +8,32 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/delaywheel/delaywheel/transport/api"
-	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
-func ptr[T any](v T) *T { return &v }
+// msg is a message due after delay, with the HTTP API's default lease
+// time and attempts.
+func msg(topic, body string, delay time.Duration) wheel.NewMessage {
+	return wheel.NewMessage{Topic: topic, Body: []byte(body), DeliverAtMs: time.Now().Add(delay).UnixMilli(),
+		TTRMs: 30_000, MaxAttempts: 10}
+}
 
-func enqueue(t *testing.T, cl *client.Client, msgs ...api.Message) []api.Result {
+func enqueue(t testing.TB, n *Node, msgs ...wheel.NewMessage) []wheel.Enqueued {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := cl.Enqueue(ctx, msgs)
+	res, err := n.Enqueue(ctx, msgs)
 	if err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
 	return res
 }
 
-func reserve(t *testing.T, cl *client.Client, topic string, max int, wait time.Duration) []api.Delivery {
+func reserve(t *testing.T, n *Node, topic string, max int, wait time.Duration) []wheel.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
 	defer cancel()
-	d, err := cl.Reserve(ctx, topic, api.ReserveRequest{Max: ptr(max), WaitMs: wait.Milliseconds()})
+	d, err := n.Reserve(ctx, topic, max, wait, 0)
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
@@ -38,50 +42,60 @@ func reserve(t *testing.T, cl *client.Client, topic string, max int, wait time.D
 
 func TestSingleNodeLifecycle(t *testing.T) {
 	c := NewTestCluster(t, 1, nil)
-	cl := c.Leader().Client
-	body := "hello"
-	res := enqueue(t, cl, api.Message{Topic: "orders", Payload: api.Payload{Body: &body}, DelayMs: ptr(int64(300)), Key: "k1"})
-	dup := enqueue(t, cl, api.Message{Topic: "orders", Payload: api.Payload{Body: &body}, Key: "k1"})
+	n := c.Leader().Node
+	m := msg("orders", "hello", 300*time.Millisecond)
+	m.Key = "k1"
+	res := enqueue(t, n, m)
+	m = msg("orders", "hello", 0)
+	m.Key = "k1"
+	dup := enqueue(t, n, m)
 	if !dup[0].Duplicate || dup[0].ID != res[0].ID {
 		t.Fatalf("dedupe by key: %+v vs %+v", dup, res)
 	}
-	got := reserve(t, cl, "orders", 10, 10*time.Second)
-	if len(got) != 1 || got[0].ID != res[0].ID || got[0].Attempt != 1 {
+	got := reserve(t, n, "orders", 10, 10*time.Second)
+	if len(got) != 1 || got[0].Message.ID != res[0].ID || got[0].Attempt != 1 {
 		t.Fatalf("reserve: %+v", got)
 	}
 	recv := time.Now().UnixMilli()
-	if recv < got[0].DeliverAtMs {
-		t.Fatalf("delivered %d ms early", got[0].DeliverAtMs-recv)
+	if recv < got[0].Message.DeliverAtMs {
+		t.Fatalf("delivered %d ms early", got[0].Message.DeliverAtMs-recv)
 	}
-	ack, err := cl.Ack(context.Background(), []string{got[0].Receipt})
-	if err != nil || ack.Acked != 1 {
+	ack, err := n.Ack(context.Background(), []wheel.Receipt{got[0].Receipt})
+	if err != nil || ack.Done != 1 {
 		t.Fatalf("ack: %+v %v", ack, err)
 	}
-	if _, err := cl.Get(context.Background(), res[0].ID); !client.HasCode(err, "not_found") {
+	if _, err := n.Get(context.Background(), res[0].ID); !errors.Is(err, wheel.ErrNotFound) {
 		t.Fatalf("get after ack: %v", err)
 	}
 }
 
-func TestThreeNodesForwardAndFailover(t *testing.T) {
+// A follower knows where the leader serves and refuses what only the
+// leader can do; a message due after the leader dies is delivered by the
+// new leader.
+func TestThreeNodesFailover(t *testing.T) {
 	c := NewTestCluster(t, 3, nil)
 	leader := c.Leader()
 	f := c.Follower()
-	WaitFor(t, 10*time.Second, "follower knows leader's http address", func() bool {
-		_, _, known := f.Node.LeaderHTTP()
-		return known
+	WaitFor(t, 10*time.Second, "the follower to know the leader's HTTP address", func() bool {
+		addr, isLeader, known := f.Node.LeaderHTTP()
+		return known && !isLeader && addr == leader.Cfg.HTTPAddr
 	})
-	body := "x"
-	res := enqueue(t, f.Client, api.Message{Topic: "t", Payload: api.Payload{Body: &body}, DelayMs: ptr(int64(200))})
-	got := reserve(t, f.Client, "t", 1, 10*time.Second)
-	if len(got) != 1 || got[0].ID != res[0].ID {
-		t.Fatalf("reserve via follower: %+v", got)
+	if _, err := f.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("t", "x", 0)}); !errors.Is(err, wheel.ErrNotLeader) {
+		t.Fatalf("enqueue on a follower: %v, want ErrNotLeader", err)
 	}
-	if _, err := f.Client.Ack(context.Background(), []string{got[0].Receipt}); err != nil {
+	if _, err := f.Node.Reserve(context.Background(), "t", 1, 0, 0); !errors.Is(err, wheel.ErrNotLeader) {
+		t.Fatalf("reserve on a follower: %v, want ErrNotLeader", err)
+	}
+	res := enqueue(t, leader.Node, msg("t", "x", 200*time.Millisecond))
+	got := reserve(t, leader.Node, "t", 1, 10*time.Second)
+	if len(got) != 1 || got[0].Message.ID != res[0].ID {
+		t.Fatalf("reserve: %+v", got)
+	}
+	if _, err := leader.Node.Ack(context.Background(), []wheel.Receipt{got[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
 
-	// A message due after the leader dies is delivered by the new leader.
-	res = enqueue(t, leader.Client, api.Message{Topic: "t", Payload: api.Payload{Body: &body}, DelayMs: ptr(int64(1500))})
+	res = enqueue(t, leader.Node, msg("t", "x", 1500*time.Millisecond))
 	for i, tn := range c.Nodes {
 		if tn == leader {
 			c.Stop(i)
@@ -91,29 +105,26 @@ func TestThreeNodesForwardAndFailover(t *testing.T) {
 	if nl == leader {
 		t.Fatal("old leader still leads")
 	}
-	got = reserve(t, nl.Client, "t", 1, 15*time.Second)
-	if len(got) != 1 || got[0].ID != res[0].ID {
+	got = reserve(t, nl.Node, "t", 1, 15*time.Second)
+	if len(got) != 1 || got[0].Message.ID != res[0].ID {
 		t.Fatalf("after failover: %+v", got)
 	}
-	if now := time.Now().UnixMilli(); now < got[0].DeliverAtMs {
-		t.Fatalf("early by %d ms", got[0].DeliverAtMs-now)
+	if now := time.Now().UnixMilli(); now < got[0].Message.DeliverAtMs {
+		t.Fatalf("early by %d ms", got[0].Message.DeliverAtMs-now)
 	}
 }
 
 func TestRestartKeepsState(t *testing.T) {
 	c := NewTestCluster(t, 1, nil)
-	body := "later"
-	res := enqueue(t, c.Leader().Client, api.Message{Topic: "a", Payload: api.Payload{Body: &body}, DelayMs: ptr(int64(3 * 3600 * 1000))})
+	res := enqueue(t, c.Leader().Node, msg("a", "later", 3*time.Hour))
 	c.Stop(0)
 	c.Start(0)
-	l := c.Leader()
-	v, err := l.Client.Get(context.Background(), res[0].ID)
-	if err != nil || v.State != "delayed" {
+	n := c.Leader().Node
+	v, err := n.Get(context.Background(), res[0].ID)
+	if err != nil || v.State != wheel.StateDelayed {
 		t.Fatalf("after restart: %+v %v", v, err)
 	}
-	var apiErr *client.Error
-	_, err = l.Client.Get(context.Background(), "000000000000000000000001")
-	if !errors.As(err, &apiErr) || apiErr.Status != 404 {
+	if _, err = n.Get(context.Background(), wheel.ID{Index: 1 << 40}); !errors.Is(err, wheel.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 }

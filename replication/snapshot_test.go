@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // A follower that misses entries compacted out of the leader's log catches
@@ -32,10 +32,11 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		}
 	}
 	c.Stop(lagging)
-	var ids []string
+	var ids []wheel.ID
 	for i := 0; i < 200; i++ {
-		res := enqueue(t, leader.Client, api.Message{Topic: fmt.Sprintf("t%d", i%3), Payload: api.TextBody("b"),
-			DelayMs: ptr(int64(10*60_000 + i)), Key: fmt.Sprintf("k%d", i)})
+		m := msg(fmt.Sprintf("t%d", i%3), "b", 10*time.Minute+time.Duration(i)*time.Millisecond)
+		m.Key = fmt.Sprintf("k%d", i)
+		res := enqueue(t, leader.Node, m)
 		ids = append(ids, res[0].ID)
 	}
 	WaitFor(t, 20*time.Second, "leader snapshot past the stopped follower", func() bool {
@@ -43,14 +44,14 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 	})
 	c.Start(lagging)
 	ctx := context.Background()
-	want, _ := leader.Client.Topics(ctx)
+	want, _ := leader.Node.Topics(ctx)
 	f := c.Nodes[lagging]
 	WaitFor(t, 30*time.Second, "follower to converge", func() bool {
-		got, err := f.Client.Topics(ctx)
+		got, err := f.Node.Topics(ctx)
 		return err == nil && reflect.DeepEqual(got, want)
 	})
 	for _, id := range ids {
-		if _, err := f.Client.Get(ctx, id); err != nil {
+		if _, err := f.Node.Get(ctx, id); err != nil {
 			t.Fatalf("follower lacks %s: %v", id, err)
 		}
 	}
@@ -62,10 +63,10 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 	c := NewTestCluster(t, 1, nil)
 	l := c.Leader()
-	var ids []string
+	var ids []wheel.ID
 	for round := 0; round < 3; round++ {
 		for i := 0; i < 20; i++ {
-			res := enqueue(t, l.Client, api.Message{Topic: "s", Payload: api.TextBody("b"), DelayMs: ptr(int64(3600_000 + i))})
+			res := enqueue(t, l.Node, msg("s", "b", time.Hour+time.Duration(i)*time.Millisecond))
 			ids = append(ids, res[0].ID)
 		}
 		if err := l.Node.Raft().Snapshot().Error(); err != nil {
@@ -73,7 +74,7 @@ func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 		}
 	}
 	// Entries after the last snapshot must come back from the log.
-	res := enqueue(t, l.Client, api.Message{Topic: "s", Payload: api.TextBody("after")})
+	res := enqueue(t, l.Node, msg("s", "after", 0))
 	ids = append(ids, res[0].ID)
 	ckpts, _ := os.ReadDir(filepath.Join(l.Cfg.DataDir, "raft", "checkpoints"))
 	if len(ckpts) > 2 {
@@ -100,7 +101,7 @@ func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 	c.Start(0)
 	l = c.Leader()
 	for _, id := range ids {
-		if _, err := l.Client.Get(context.Background(), id); err != nil {
+		if _, err := l.Node.Get(context.Background(), id); err != nil {
 			t.Fatalf("after restoring the local snapshot, %s: %v", id, err)
 		}
 	}

@@ -7,29 +7,29 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/transport/api"
-	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // This file is the replication test kit: an in-process cluster of real
-// nodes (Raft over loopback TCP, stores on disk in t.TempDir()), each behind
-// the real HTTP API, as hashicorp/raft ships its own in testing.go.
+// nodes (Raft over loopback TCP, stores on disk in t.TempDir()), as
+// hashicorp/raft ships its own in testing.go. Tests call each node's
+// methods directly (the transport.Backend methods of *Node); the kit
+// imports nothing above this package, so the transport's own kit can put
+// the nodes behind HTTP.
 
 // TestNode is one node of a TestCluster.
 type TestNode struct {
-	Cfg    Config
-	Node   *Node
-	URL    string // http://host:port of its API
-	Client *client.Client
+	// Cfg is the node's configuration before TestCluster.Configure runs.
+	Cfg Config
+	// Node is the running node, nil while it is stopped.
+	Node *Node
 
-	ln     net.Listener
-	cancel context.CancelFunc
-	served chan error
+	cancel context.CancelFunc // stops the registration loop
+	done   chan struct{}      // closed when the registration loop ends
 }
 
 // TestCluster is a set of in-process nodes.
@@ -38,6 +38,9 @@ type TestCluster struct {
 	Nodes []*TestNode
 	// Configure, when set, adjusts each node's config before it starts.
 	Configure func(*Config)
+
+	mu      sync.Mutex
+	running map[string]*Node // by node id, for the registration loops
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the call.
@@ -52,18 +55,19 @@ func FreeAddr(t testing.TB) string {
 }
 
 // NewTestCluster starts n nodes as one new cluster and waits for a leader.
+// Each node's HTTPAddr is a free loopback address, recorded in the
+// replicated metadata; nothing listens on it unless the caller serves it.
 func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 	t.Helper()
-	c := &TestCluster{t: t, Configure: configure}
 	var members []wheel.Node
 	for i := 0; i < n; i++ {
-		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t)})
+		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
 	}
 	base := t.TempDir()
+	var cfgs []Config
 	for _, m := range members {
 		cfg := Config{
-			ID: m.ID, DataDir: filepath.Join(base, m.ID), RaftAddr: m.RaftAddr,
-			Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			ID: m.ID, DataDir: filepath.Join(base, m.ID), RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
 			RedeliveryBackoff: -1,
 			ExpireGrace:       200 * time.Millisecond,
 			// Small segments: each node writes less ahead, and the log
@@ -74,6 +78,25 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 		}
 		if n > 1 {
 			cfg.InitialCluster = members
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	return startCluster(t, configure, cfgs)
+}
+
+// StartTestCluster starts nodes with the given configs (data dirs and
+// addresses set by the caller, e.g. a restored directory) and waits for a leader.
+func StartTestCluster(t testing.TB, cfgs ...Config) *TestCluster {
+	t.Helper()
+	return startCluster(t, nil, cfgs)
+}
+
+func startCluster(t testing.TB, configure func(*Config), cfgs []Config) *TestCluster {
+	t.Helper()
+	c := &TestCluster{t: t, Configure: configure, running: map[string]*Node{}}
+	for _, cfg := range cfgs {
+		if cfg.Logger == nil {
+			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
 		c.Nodes = append(c.Nodes, &TestNode{Cfg: cfg})
 	}
@@ -92,20 +115,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Start (re)starts node i with its data directory.
+// Start (re)starts node i with its data directory. Until the replicated
+// metadata holds the node's addresses, it asks the leader to record them,
+// as the server command does through the leader's API.
 func (c *TestCluster) Start(i int) {
 	c.t.Helper()
 	tn := c.Nodes[i]
-	if tn.ln == nil {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			c.t.Fatalf("listen: %v", err)
-		}
-		tn.ln = ln
-		tn.Cfg.HTTPAddr = ln.Addr().String()
-		tn.URL = "http://" + tn.Cfg.HTTPAddr
-		tn.Client = client.New(tn.URL)
-	}
 	cfg := tn.Cfg
 	if c.Configure != nil {
 		c.Configure(&cfg)
@@ -115,29 +130,39 @@ func (c *TestCluster) Start(i int) {
 		c.t.Fatalf("open node %s: %v", cfg.ID, err)
 	}
 	tn.Node = node
-	srv := transport.NewServer(transport.Config{Logger: cfg.Logger}, node)
+	c.mu.Lock()
+	c.running[cfg.ID] = node
+	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	tn.cancel = cancel
-	tn.served = make(chan error, 1)
-	ln := tn.ln
-	go func() { tn.served <- srv.Serve(ctx, ln) }()
+	tn.cancel, tn.done = cancel, make(chan struct{})
 	go func() {
-		for !node.HasSelf() && ctx.Err() == nil {
-			if addr, isLeader, known := node.LeaderHTTP(); known && !isLeader {
-				cl := client.New("http://" + addr)
-				rctx, rc := context.WithTimeout(ctx, 2*time.Second)
-				cl.AddNode(rctx, apiNode(cfg))
-				rc()
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		defer close(tn.done)
+		c.register(ctx, node, cfg)
 	}()
 }
 
-// Stop shuts node i down cleanly (its HTTP listener is kept for a restart).
+// register asks the leader to record node's addresses until they are.
+func (c *TestCluster) register(ctx context.Context, node *Node, cfg Config) {
+	self := wheel.Node{ID: cfg.ID, RaftAddr: cfg.advertised(), HTTPAddr: cfg.HTTPAddr}
+	for !node.HasSelf() && ctx.Err() == nil {
+		if _, id := node.raft.LeaderWithID(); id != "" && string(id) != cfg.ID {
+			c.mu.Lock()
+			leader := c.running[string(id)]
+			c.mu.Unlock()
+			if leader != nil {
+				rctx, rc := context.WithTimeout(ctx, 2*time.Second)
+				leader.AddNode(rctx, self)
+				rc()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop shuts node i down cleanly: it steps down, then closes.
 func (c *TestCluster) Stop(i int) {
 	c.t.Helper()
 	tn := c.Nodes[i]
@@ -146,11 +171,10 @@ func (c *TestCluster) Stop(i int) {
 	}
 	tn.Node.StepDown()
 	tn.cancel()
-	<-tn.served
-	ln, err := net.Listen("tcp", tn.Cfg.HTTPAddr) // Serve closed it; hold the port
-	if err == nil {
-		tn.ln = ln
-	}
+	<-tn.done
+	c.mu.Lock()
+	delete(c.running, tn.Cfg.ID)
+	c.mu.Unlock()
 	if err := tn.Node.Close(context.Background()); err != nil {
 		c.t.Errorf("close %s: %v", tn.Cfg.ID, err)
 	}
@@ -159,11 +183,8 @@ func (c *TestCluster) Stop(i int) {
 
 // Shutdown stops every node.
 func (c *TestCluster) Shutdown() {
-	for i, tn := range c.Nodes {
+	for i := range c.Nodes {
 		c.Stop(i)
-		if tn.ln != nil {
-			tn.ln.Close()
-		}
 	}
 }
 
@@ -215,27 +236,4 @@ func TempDirFor(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return d
-}
-
-func apiNode(cfg Config) api.Node {
-	return api.Node{ID: cfg.ID, RaftAddr: cfg.RaftAddr, HTTPAddr: cfg.HTTPAddr}
-}
-
-// StartTestCluster starts nodes with the given configs (data dirs and
-// addresses set by the caller, e.g. a restored directory) and waits for a leader.
-func StartTestCluster(t testing.TB, cfgs ...Config) *TestCluster {
-	t.Helper()
-	c := &TestCluster{t: t}
-	for _, cfg := range cfgs {
-		if cfg.Logger == nil {
-			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		}
-		c.Nodes = append(c.Nodes, &TestNode{Cfg: cfg})
-	}
-	for i := range c.Nodes {
-		c.Start(i)
-	}
-	t.Cleanup(c.Shutdown)
-	c.Leader()
-	return c
 }

@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/delaywheel/delaywheel/transport/api"
 )
 
 // writeCA creates a CA and one node certificate signed by it, as PEM files.
@@ -58,10 +56,13 @@ func TestMutualTLSCluster(t *testing.T) {
 	c := NewTestCluster(t, 3, func(cfg *Config) { cfg.RaftServerTLS, cfg.RaftClientTLS = srvTLS, cliTLS })
 	leader := c.Leader()
 	f := c.Follower()
-	WaitFor(t, 10*time.Second, "follower knows the leader", func() bool { _, _, k := f.Node.LeaderHTTP(); return k })
-	res := enqueue(t, f.Client, api.Message{Topic: "tls", Payload: api.TextBody("x"), DelayMs: ptr(int64(100))})
-	got := reserve(t, leader.Client, "tls", 1, 10*time.Second)
-	if len(got) != 1 || got[0].ID != res[0].ID {
+	res := enqueue(t, leader.Node, msg("tls", "x", 100*time.Millisecond))
+	WaitFor(t, 10*time.Second, "the follower to apply the enqueue over TLS", func() bool {
+		_, err := f.Node.Store().Get(res[0].ID)
+		return err == nil
+	})
+	got := reserve(t, leader.Node, "tls", 1, 10*time.Second)
+	if len(got) != 1 || got[0].Message.ID != res[0].ID {
 		t.Fatalf("reserve over a TLS cluster: %+v", got)
 	}
 

@@ -10,12 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
-	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // oldLayout is a raft directory as an earlier version left it.
@@ -154,12 +155,11 @@ func TestMoveOldLog(t *testing.T) {
 
 func enqueueN(t *testing.T, tn *TestNode, topic string, n int) {
 	t.Helper()
-	body := "x"
-	var msgs []api.Message
+	var msgs []wheel.NewMessage
 	for range n {
-		msgs = append(msgs, api.Message{Topic: topic, Payload: api.Payload{Body: &body}, DelayMs: ptr(int64(3600_000))})
+		msgs = append(msgs, msg(topic, "x", time.Hour))
 	}
-	enqueue(t, tn.Client, msgs...)
+	enqueue(t, tn.Node, msgs...)
 }
 
 func delayedIn(t *testing.T, n *Node, topic string) int64 {

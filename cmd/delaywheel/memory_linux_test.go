@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/delaywheel/delaywheel/replication"
-	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -261,8 +261,8 @@ func TestReleaserDropsARealRaftLogsPages(t *testing.T) {
 		t.Fatalf("%d bytes resident after releasing %d", after, released)
 	}
 	// The node still serves from the log it no longer holds resident.
-	delay := int64(60_000)
-	if _, err := c.Leader().Client.Enqueue(t.Context(), []api.Message{{Topic: "t", DelayMs: &delay}}); err != nil {
+	due := time.Now().Add(time.Minute).UnixMilli()
+	if _, err := c.Leader().Node.Enqueue(t.Context(), []wheel.NewMessage{{Topic: "t", DeliverAtMs: due, MaxAttempts: 1}}); err != nil {
 		t.Fatal(err)
 	}
 }

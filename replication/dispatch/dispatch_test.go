@@ -1,0 +1,212 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// fakeNode is a leader without Raft: a proposal is applied to the store
+// when it is submitted, in submission order, and its wait returns once
+// commit is closed (at once when it is nil).
+type fakeNode struct {
+	st        *wheel.Store
+	leaseHeld atomic.Bool
+	submitted chan struct{} // receives once per Submit, when set
+
+	mu     sync.Mutex
+	index  uint64
+	commit chan struct{}
+}
+
+func (f *fakeNode) Store() *wheel.Store { return f.st }
+func (f *fakeNode) LeaseHeld() bool     { return f.leaseHeld.Load() }
+
+func (f *fakeNode) apply(cmds []wheel.Command) ([]wheel.Result, chan struct{}, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index++
+	res, err := f.st.Apply([]wheel.Entry{{Index: f.index, Cmds: cmds}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res[0], f.commit, nil
+}
+
+func (f *fakeNode) Propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+	res, _, err := f.apply(cmds)
+	return res, err
+}
+
+func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]wheel.Result, error), error) {
+	res, commit, err := f.apply(cmds)
+	if err != nil {
+		return nil, err
+	}
+	if f.submitted != nil {
+		f.submitted <- struct{}{}
+	}
+	return func() ([]wheel.Result, error) {
+		if commit != nil {
+			<-commit
+		}
+		return res, nil
+	}, nil
+}
+
+// startFake starts a dispatcher over a fake node on a fake clock that reads
+// a little past the start of the current second.
+func startFake(t *testing.T) (*Dispatcher, *fakeNode, *wheel.FakeClock) {
+	t.Helper()
+	clk := wheel.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
+	st, err := wheel.Open(t.TempDir(), wheel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	n := &fakeNode{st: st}
+	n.leaseHeld.Store(true)
+	d := New(n, Config{Clock: clk, ExpireGrace: 200 * time.Millisecond, Preload: time.Second,
+		ApplyTimeout: 10 * time.Second, MaxLeaseBatch: 1024})
+	if err := d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d, n, clk
+}
+
+func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs int64) wheel.ID {
+	t.Helper()
+	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(),
+		Messages: []wheel.NewMessage{{Topic: topic, Body: []byte("x"), DeliverAtMs: dueMs, MaxAttempts: 3}}})
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	if res[0].Err != nil {
+		t.Fatalf("enqueue: %v", res[0].Err)
+	}
+	return res[0].Value.([]wheel.Enqueued)[0].ID
+}
+
+func reserveNow(t *testing.T, d *Dispatcher, topic string) []wheel.Delivery {
+	t.Helper()
+	ds, err := d.Reserve(t.Context(), topic, 10, 0, 0)
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	return ds
+}
+
+// A reserve pops what the clock says is due itself: it does not depend on
+// the fire loop having run, and it never takes a message before its time.
+func TestReserveTakesWhatCameDue(t *testing.T) {
+	d, n, clk := startFake(t)
+	due := clk.Now().Add(300 * time.Millisecond).UnixMilli()
+	id := enqueueAt(t, n, clk, "t", due)
+
+	clk.Set(time.UnixMilli(due - 1))
+	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+		t.Fatalf("reserve a millisecond before the due time got %d messages", len(ds))
+	}
+	clk.Set(time.UnixMilli(due))
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 || ds[0].Message.ID != id {
+		t.Fatalf("reserve at the due time got %+v, want message %s", ds, id)
+	}
+}
+
+// A topic whose ready queue was read empty is read again once messages
+// reach it (here, by the expiry of the slot nobody reserved from).
+func TestReadyQueueReadAgainAfterItFills(t *testing.T) {
+	d, n, clk := startFake(t)
+	due := clk.Now().Add(300 * time.Millisecond).UnixMilli()
+	id := enqueueAt(t, n, clk, "t", due)
+	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+		t.Fatalf("reserve before the due time got %d messages", len(ds))
+	}
+
+	// Past the slot's second and the grace: the tick expires the slot and
+	// the message moves to the ready queue.
+	clk.Set(time.UnixMilli(due).Truncate(time.Second).Add(time.Second + d.cfg.ExpireGrace + time.Millisecond))
+	waitFor(t, "the message to reach the ready queue", func() bool {
+		clk.Advance(time.Millisecond) // lets the tick loop run again
+		v, err := n.st.Get(id)
+		return err == nil && v.State == wheel.StateReady
+	})
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 || ds[0].Message.ID != id {
+		t.Fatalf("reserve from the ready queue got %+v, want message %s", ds, id)
+	}
+}
+
+// A first hand-off is answered before its Lease commits while the lease is
+// held, and only at its commit while it is not.
+func TestHandoffBeforeCommitOnlyUnderLease(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			d, n, clk := startFake(t)
+			id := enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+			commit := make(chan struct{})
+			n.mu.Lock()
+			n.commit = commit
+			n.mu.Unlock()
+			n.submitted = make(chan struct{}, 1)
+			n.leaseHeld.Store(held)
+			answered := make(chan []wheel.Delivery, 1)
+			go func() { answered <- reserveNow(t, d, "t") }()
+			<-n.submitted // the Lease is in the log order
+			var ds []wheel.Delivery
+			if held {
+				ds = <-answered // not committed yet
+				close(commit)
+			} else {
+				select {
+				case ds = <-answered:
+					t.Fatalf("answered %+v before the Lease committed, without the lease", ds)
+				default:
+				}
+				close(commit)
+				ds = <-answered
+			}
+			if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+				t.Fatalf("hand-off %+v, want message %s at attempt 1", ds, id)
+			}
+			waitFor(t, "the hand-off to end", func() bool { return !d.InFlight(id) })
+		})
+	}
+}
+
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// With an injected clock the waker uses the clock's timers.
+func TestWakerFollowsInjectedClock(t *testing.T) {
+	clk := wheel.NewFakeClock(time.Unix(1000, 0))
+	w, err := newWaker(clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	c := w.at(clk.Now().Add(5 * time.Millisecond))
+	select {
+	case <-c:
+		t.Fatal("woke before the clock moved")
+	default:
+	}
+	clk.Advance(5 * time.Millisecond)
+	<-c
+}

@@ -1,0 +1,357 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Node is what the dispatcher needs from the Raft node it runs on.
+type Node interface {
+	// Store returns the node's current store. A snapshot restore replaces
+	// it; the node then calls Reattach.
+	Store() *wheel.Store
+	// Propose commits cmds as one log entry and returns their results.
+	Propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error)
+	// Submit hands cmds to the log as one entry without waiting for the
+	// commit. Entries submitted one after another commit in that order,
+	// before any entry submitted later. wait blocks until the entry
+	// commits and returns its results; it must be called once.
+	Submit(ctx context.Context, cmds ...wheel.Command) (wait func() ([]wheel.Result, error), err error)
+	// LeaseHeld reports whether the node holds the leadership lease: no
+	// other leader can exist yet, so nothing but this node can deliver.
+	LeaseHeld() bool
+}
+
+// Config is the dispatcher's timing and limits; the node fills it from its own.
+type Config struct {
+	// Clock is the time the dispatcher fires by (default the system clock).
+	Clock wheel.Clock
+	// Logger receives the dispatcher's warnings (default: discarded).
+	Logger *slog.Logger
+	// ExpireGrace is how long after a second ends it expires.
+	ExpireGrace time.Duration
+	// Preload is how far ahead slots are loaded into the heap.
+	Preload time.Duration
+	// ApplyTimeout bounds each proposal the tick makes.
+	ApplyTimeout time.Duration
+	// RedeliveryBackoff times the attempt number is added to a lease's
+	// expiry before an unacked message comes back (at most a minute).
+	RedeliveryBackoff time.Duration
+	// MaxLeaseBatch bounds the messages of one hand-off (one Lease entry).
+	MaxLeaseBatch int
+	// Lateness, when set, observes each delivery's lateness in seconds
+	// (hand-off time minus due time).
+	Lateness func(seconds float64)
+}
+
+// Dispatcher runs on the leader only. It keeps the precision heap loaded a
+// little ahead of the cursor, pops each message at its due millisecond,
+// hands it to a waiting consumer, and stamps time into the log (Expire and
+// Promote) as the cursor moves. See the package documentation for when a
+// hand-off is answered.
+type Dispatcher struct {
+	n      Node
+	cfg    Config
+	log    *slog.Logger
+	clock  wheel.Clock
+	loader *wheel.Loader // replaced under mu by a snapshot restore
+	wake   *waker
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	waiters  map[string][]*waiter
+	due      map[string][]wheel.Message // popped from the heap, not handed out yet
+	inflight map[wheel.ID]struct{}      // handed out, Lease not yet applied
+	// drained holds the topics whose ready queue held nothing to hand out
+	// when last read, and has not received a message since: taking from
+	// them skips reading the queue. A topic absent is read.
+	drained map[string]bool
+}
+
+type waiter struct {
+	max  int
+	ch   chan []wheel.Message // receives once, buffered
+	done bool
+}
+
+// New returns a dispatcher for n, not started. Zero Clock and Logger take
+// the system clock and a logger that discards.
+func New(n Node, cfg Config) *Dispatcher {
+	if cfg.Clock == nil {
+		cfg.Clock = wheel.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{
+		n: n, cfg: cfg, log: cfg.Logger, clock: cfg.Clock, loader: wheel.NewLoader(),
+		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
+		inflight: map[wheel.ID]struct{}{}, drained: map[string]bool{},
+	}
+}
+
+// Start attaches the dispatcher's loader to the store, runs a first tick
+// and starts the tick and fire loops, which run until Stop or until parent
+// is done.
+func (d *Dispatcher) Start(parent context.Context) error {
+	d.ctx, d.cancel = context.WithCancel(parent)
+	w, err := newWaker(d.clock)
+	if err != nil {
+		d.log.Warn("no precise alarm; due messages may fire up to a millisecond late", "err", err)
+	}
+	d.wake = w
+	st := d.n.Store()
+	st.AttachLoader(d.loader)
+	if err := d.tick(); err != nil {
+		st.DetachLoader()
+		d.wake.close()
+		d.cancel()
+		return err
+	}
+	d.wg.Add(2)
+	go d.tickLoop()
+	go d.fireLoop()
+	return nil
+}
+
+// Stop ends the loops, detaches the loader and answers every waiting
+// reserve empty.
+func (d *Dispatcher) Stop() {
+	d.cancel()
+	d.wg.Wait()
+	d.wake.close()
+	d.n.Store().DetachLoader()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for topic, ws := range d.waiters {
+		for _, w := range ws {
+			if !w.done {
+				w.done = true
+				close(w.ch)
+			}
+		}
+		delete(d.waiters, topic)
+	}
+}
+
+// Reattach follows a store swapped by a snapshot restore.
+func (d *Dispatcher) Reattach(st *wheel.Store) {
+	l := wheel.NewLoader()
+	st.AttachLoader(l)
+	d.mu.Lock()
+	d.loader = l
+	clear(d.drained) // the loader that reported new ready messages is gone
+	d.mu.Unlock()
+}
+
+// tick loads the slots about to come due and, once a second (plus the
+// grace) has passed, proposes its expiry and the matching promotion.
+func (d *Dispatcher) tick() error {
+	st := d.n.Store()
+	now := d.clock.Now()
+	before := wheel.SecondOf(now.Add(-d.cfg.ExpireGrace).UnixMilli())
+	if before > st.Cursor() {
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
+		_, err := d.n.Propose(ctx, wheel.Expire{Before: before}, wheel.Promote{Before: before + wheel.HorizonSecs})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("expire up to second %d: %w", before, err)
+		}
+	}
+	if _, err := st.LoadThrough(wheel.SecondOf(now.Add(d.cfg.Preload).UnixMilli())); err != nil {
+		return fmt.Errorf("load slots: %w", err)
+	}
+	return nil
+}
+
+func (d *Dispatcher) tickLoop() {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-d.clock.After(100 * time.Millisecond):
+		}
+		if err := d.tick(); err != nil && d.ctx.Err() == nil {
+			d.log.Warn("wheel tick", "err", err)
+		}
+	}
+}
+
+// fireLoop wakes at each due millisecond and offers the due messages.
+func (d *Dispatcher) fireLoop() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		changed := d.loader.Changed()
+		next := d.offerLocked()
+		d.mu.Unlock()
+		var timer <-chan time.Time
+		if next >= 0 {
+			timer = d.wake.at(time.UnixMilli(next))
+		}
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-changed:
+		case <-timer:
+		}
+	}
+}
+
+// offerLocked pops the loaded messages due by the clock and hands them, and
+// the messages of topics whose ready queue received some, to the waiting
+// consumers. It returns the next due instant (-1 when none is loaded).
+// Both the fire loop and an arriving reserve call it: whichever runs first
+// after a message comes due hands it out.
+func (d *Dispatcher) offerLocked() int64 {
+	msgs, next := d.loader.PopDue(d.clock.Now().UnixMilli())
+	topics := d.loader.TakeReadyTopics()
+	for _, t := range topics {
+		delete(d.drained, t)
+	}
+	for _, m := range msgs {
+		d.due[m.Topic] = append(d.due[m.Topic], m)
+		if !slices.Contains(topics, m.Topic) {
+			topics = append(topics, m.Topic)
+		}
+	}
+	for _, t := range topics {
+		d.serveWaitersLocked(t)
+	}
+	return next
+}
+
+// serveWaitersLocked hands available messages to a topic's waiters, oldest first.
+func (d *Dispatcher) serveWaitersLocked(topic string) {
+	ws := d.waiters[topic]
+	for len(ws) > 0 {
+		w := ws[0]
+		msgs := d.takeLocked(topic, w.max)
+		if len(msgs) == 0 {
+			break
+		}
+		w.done = true
+		w.ch <- msgs
+		ws = ws[1:]
+	}
+	if len(ws) == 0 {
+		delete(d.waiters, topic)
+	} else {
+		d.waiters[topic] = ws
+	}
+}
+
+// takeLocked takes up to max deliverable messages of a topic: the ready
+// queue first (it holds older, expired slots), then the due list. Taken
+// messages are in flight until their Lease applies.
+func (d *Dispatcher) takeLocked(topic string, max int) []wheel.Message {
+	st := d.n.Store()
+	var out []wheel.Message
+	if !d.drained[topic] {
+		skipped := false
+		views, err := st.Ready(topic, max, func(id wheel.ID) bool {
+			_, ok := d.inflight[id]
+			skipped = skipped || ok
+			return ok
+		})
+		if err != nil {
+			d.log.Warn("reading ready queue", "topic", topic, "err", err)
+		} else if len(views) < max && !skipped {
+			d.drained[topic] = true
+		}
+		for _, v := range views {
+			out = append(out, v.Message)
+			d.inflight[v.ID] = struct{}{}
+		}
+	}
+	list := d.due[topic]
+	cursor := st.Cursor()
+	for len(out) < max && len(list) > 0 {
+		m := list[0]
+		list = list[1:]
+		if !d.loader.Claim(m.ID) {
+			continue // acked, cancelled or moved since it was loaded
+		}
+		if wheel.SecondOf(m.DeliverAtMs) < cursor {
+			continue // its slot expired: it is on the ready queue now
+		}
+		if _, ok := d.inflight[m.ID]; ok {
+			continue
+		}
+		out = append(out, m)
+		d.inflight[m.ID] = struct{}{}
+	}
+	if len(list) == 0 {
+		delete(d.due, topic)
+	} else {
+		d.due[topic] = list
+	}
+	return out
+}
+
+// InFlight reports whether a message is being handed out.
+func (d *Dispatcher) InFlight(id wheel.ID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.inflight[id]
+	return ok
+}
+
+// Reserve takes up to max due messages of topic, waiting up to wait for the
+// first, and leases them for ttr (zero: each message's own).
+func (d *Dispatcher) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+	max = min(max, d.cfg.MaxLeaseBatch) // one hand-off is one Lease entry
+	d.mu.Lock()
+	d.offerLocked()
+	msgs := d.takeLocked(topic, max)
+	if len(msgs) > 0 || wait <= 0 {
+		d.mu.Unlock()
+		return d.handoff(ctx, msgs, ttr)
+	}
+	w := &waiter{max: max, ch: make(chan []wheel.Message, 1)}
+	d.waiters[topic] = append(d.waiters[topic], w)
+	d.mu.Unlock()
+
+	select {
+	case msgs, ok := <-w.ch:
+		if !ok {
+			return []wheel.Delivery{}, nil // drained: leadership ended
+		}
+		return d.handoff(ctx, msgs, ttr)
+	case <-ctx.Done():
+	case <-d.ctx.Done():
+	case <-d.clock.After(wait):
+	}
+	d.mu.Lock()
+	if w.done {
+		d.mu.Unlock()
+		msgs, ok := <-w.ch
+		if !ok {
+			return []wheel.Delivery{}, nil
+		}
+		return d.handoff(ctx, msgs, ttr)
+	}
+	w.done = true
+	ws := d.waiters[topic]
+	for i, x := range ws {
+		if x == w {
+			d.waiters[topic] = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(d.waiters[topic]) == 0 {
+		delete(d.waiters, topic)
+	}
+	d.mu.Unlock()
+	return []wheel.Delivery{}, nil
+}

@@ -1,0 +1,45 @@
+// Package dispatch owns the leader's dispatcher: the tick loop that stamps
+// Expire and Promote into the log as the clock moves, the precision heap
+// (a wheel.Loader) kept loaded a little ahead of the cursor, the fire loop
+// that pops each message at its due millisecond, and the hand-offs to
+// waiting consumers, each leased by one Lease entry.
+//
+// The dispatcher reaches the Raft node only through the small Node
+// interface: propose commands (and wait for their results, or submit them
+// and wait later), ask whether the leadership lease is held, and read the
+// current store to attach its loader. The node owns the lease itself (its
+// confirmations come from Raft: VerifyLeader rounds and committed
+// proposals) and starts a dispatcher on each election it wins.
+//
+// # Answering a hand-off
+//
+// A first hand-off is answered as soon as its Lease entry is in the
+// leader's log order, without waiting for the commit, while the node holds
+// its leadership lease: a quorum confirmed it at most half a heartbeat
+// timeout ago. No follower votes for another candidate until it has not
+// heard from the leader for a whole heartbeat timeout, so within that
+// window no other leader can exist, and a deposed leader (paused,
+// partitioned) cannot deliver. An ack the consumer sends afterwards is
+// ordered after the Lease. If the leader dies before the Lease commits, the
+// next leader delivers the message again (at-least-once, a duplicate only
+// where the leader changed). Without the lease (just elected, quorum
+// contact lost, leadership being handed over), a hand-off is answered only
+// once its Lease has committed.
+//
+// A redelivery of an expired lease is always answered at commit: its Lease
+// races the consumer's own ack, touch or nack of the previous attempt, and
+// must not be handed out if one of those wins. A first hand-off's Lease is
+// refused only if a cancel or reschedule races it.
+//
+// # Lateness
+//
+// The path from a due millisecond to the answer is kept short, because
+// every step of it is lateness: the fire loop wakes on a precise alarm
+// (waker: a timerfd on Linux with the system clock), an arriving reserve
+// pops what came due itself rather than wait for the fire loop, the
+// consumer's goroutine submits its Lease entry itself (Raft batches
+// concurrent entries into one write), and a goroutine per Lease waits for
+// its commit, so a commit stall holds up no hand-off while the lease is
+// held. A wake-up is only a hint to look: what the clock says is due is
+// what is popped, so no message is handed out early.
+package dispatch

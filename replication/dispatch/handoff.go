@@ -1,0 +1,149 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// leaseCommit is a submitted Lease entry and the hand-off it carries.
+type leaseCommit struct {
+	wait func() ([]wheel.Result, error)
+	msgs []wheel.Message
+	res  chan leaseRes // buffered: finishLease never waits for the hand-off
+}
+
+type leaseRes struct {
+	ok  []bool
+	err error
+}
+
+// backoff is how long after a lease expires an unacked message comes back.
+func (d *Dispatcher) backoff(attempt int32) int64 {
+	b := d.cfg.RedeliveryBackoff * time.Duration(attempt)
+	return min(b, time.Minute).Milliseconds()
+}
+
+// handoff leases msgs and returns their deliveries: at once when the Lease
+// is in the log order and the leader holds its lease, else once it commits.
+func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time.Duration) ([]wheel.Delivery, error) {
+	if len(msgs) == 0 {
+		return []wheel.Delivery{}, nil
+	}
+	now := d.clock.Now().UnixMilli()
+	items := make([]wheel.LeaseItem, len(msgs))
+	for i, m := range msgs {
+		ttrMs := m.TTRMs
+		if ttr > 0 {
+			ttrMs = ttr.Milliseconds()
+		}
+		exp := now + max(ttrMs, 1)
+		// The redelivery comes due a millisecond after the lease ends at the
+		// earliest: at the end instant itself the lease still holds, and a
+		// Lease proposed then would be refused.
+		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: exp + max(d.backoff(m.Attempts+1), 1)}
+	}
+	wait, err := d.n.Submit(d.ctx, wheel.Lease{NowMs: now, Items: items})
+	if err != nil {
+		d.release(msgs, nil)
+		return nil, err
+	}
+	// The Lease is in the log order now: an ack the consumer sends for what
+	// it is answered is ordered after it.
+	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1)}
+	go d.finishLease(c)
+	if firstHandoffs(msgs) && d.n.LeaseHeld() {
+		ok := make([]bool, len(msgs))
+		for i := range ok {
+			ok[i] = true
+		}
+		return d.deliveries(msgs, items, ok), nil
+	}
+	var res leaseRes
+	select {
+	case res = <-c.res:
+	case <-d.ctx.Done():
+		// Leadership ended; if the Lease still commits, the message comes
+		// back when that lease expires.
+		res.err = wheel.ErrNotLeader
+	}
+	if res.err != nil {
+		return nil, res.err
+	}
+	return d.deliveries(msgs, items, res.ok), nil
+}
+
+// deliveries builds the answer for leased messages and observes lateness.
+func (d *Dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, ok []bool) []wheel.Delivery {
+	out := make([]wheel.Delivery, 0, len(msgs))
+	at := d.clock.Now().UnixMilli()
+	for i, m := range msgs {
+		if !ok[i] {
+			continue
+		}
+		if d.cfg.Lateness != nil {
+			d.cfg.Lateness(float64(at-m.DeliverAtMs) / 1000)
+		}
+		m.Attempts++
+		m.Receipt = items[i].Nonce
+		m.LeaseExpiresMs = items[i].ExpiresMs
+		out = append(out, wheel.Delivery{Message: m, Attempt: m.Attempts, Receipt: wheel.Receipt{ID: m.ID, Nonce: items[i].Nonce}})
+	}
+	return out
+}
+
+// release ends the hand-off of msgs: they may be taken again. leased says
+// which of them the Lease reserved (nil: none); the others are where they
+// were, and their topics' ready queues are read again.
+func (d *Dispatcher) release(msgs []wheel.Message, leased []bool) {
+	d.mu.Lock()
+	for i, m := range msgs {
+		delete(d.inflight, m.ID)
+		if leased == nil || !leased[i] {
+			delete(d.drained, m.Topic)
+		}
+	}
+	d.mu.Unlock()
+}
+
+// firstHandoffs reports whether none of msgs is the redelivery of an
+// expired lease. Only those are answered before their Lease commits: the
+// Lease of a message that is not reserved is refused only if a cancel or
+// reschedule races it, while a lease redelivery races the consumer's own
+// ack, touch or nack of the previous attempt, and must not be handed out
+// if one of those wins.
+func firstHandoffs(msgs []wheel.Message) bool {
+	for _, m := range msgs {
+		if m.Receipt != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// finishLease waits for a Lease entry to commit, releases its messages and
+// answers its hand-off if it is still waiting.
+func (d *Dispatcher) finishLease(c *leaseCommit) {
+	res, err := c.wait()
+	var ok []bool
+	if err == nil {
+		if res[0].Err != nil {
+			err = res[0].Err
+		} else {
+			ok, _ = res[0].Value.([]bool)
+			if len(ok) != len(c.msgs) {
+				err = fmt.Errorf("%w: lease result has %d items, want %d", wheel.ErrUnavailable, len(ok), len(c.msgs))
+			}
+		}
+	}
+	if err != nil {
+		d.release(c.msgs, nil)
+		c.res <- leaseRes{err: err}
+		return
+	}
+	d.release(c.msgs, ok)
+	c.res <- leaseRes{ok: ok}
+}

@@ -1,0 +1,46 @@
+package replication
+
+import (
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// fakeClockCluster starts n nodes on a fake clock that reads a little past
+// the start of the current second.
+func fakeClockCluster(t *testing.T, n int) (*TestCluster, *wheel.FakeClock) {
+	t.Helper()
+	clk := wheel.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
+	return NewTestCluster(t, n, func(cfg *Config) { cfg.Clock = clk }), clk
+}
+
+// The only voter holds the leadership lease without confirmations; with
+// other voters, it takes a quorum's, and holds it for half a heartbeat
+// timeout after.
+func TestLeaseHeldBySoleVoterOnly(t *testing.T) {
+	c, _ := fakeClockCluster(t, 1)
+	l := newLeadershipLease(c.Leader().Node) // never started: nothing confirms
+	if !l.held() {
+		t.Fatal("the only voter does not hold the lease")
+	}
+	l.revoke()
+	if l.held() {
+		t.Fatal("a revoked lease is held")
+	}
+
+	c3, clk := fakeClockCluster(t, 3)
+	n := c3.Leader().Node
+	l = newLeadershipLease(n)
+	if l.held() {
+		t.Fatal("a leader of three holds the lease without any confirmation")
+	}
+	l.confirmed(clk.Now())
+	if !l.held() {
+		t.Fatal("a leader of three does not hold the lease just after a confirmation")
+	}
+	clk.Advance(n.cfg.HeartbeatTimeout / 2)
+	if l.held() {
+		t.Fatal("the lease is held half a heartbeat timeout after the last confirmation")
+	}
+}

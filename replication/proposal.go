@@ -1,0 +1,110 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// propose commits commands as one log entry and returns their results. It
+// answers ErrNotLeader on a follower and ErrOverloaded when too many
+// proposals are in flight.
+func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+	p, err := n.submit(ctx, false, cmds...)
+	if err != nil {
+		return nil, err
+	}
+	return p.wait()
+}
+
+// proposal is a log entry handed to Raft and not yet committed.
+type proposal struct {
+	n      *Node
+	f      raft.ApplyFuture
+	cmds   int
+	start  time.Time
+	id     proposalID       // carried in the entry's extensions
+	lease  *leadershipLease // the term's lease, confirmed if the entry commits
+	at     time.Time        // clock time at submit, for the lease
+	commit <-chan uint64    // takes the entry's index at commit
+}
+
+// submit hands commands to Raft as one log entry without waiting for it to
+// commit. Entries submitted one after another are committed in that order,
+// before any entry submitted later. The caller must wait on the proposal;
+// with watch, it may wait for the commit alone (waitCommit).
+func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*proposal, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, wheel.ErrNotLeader
+	}
+	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
+		n.pending.Add(-1)
+		return nil, fmt.Errorf("%w: %d proposals waiting for the log", wheel.ErrOverloaded, n.cfg.MaxPendingApply)
+	}
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	p := &proposal{n: n, cmds: len(cmds), start: time.Now(), id: n.ids.next(), lease: n.lease.Load(), at: n.clock.Now()}
+	if watch {
+		p.commit = n.commits.add(p.id)
+	}
+	p.f = n.raft.ApplyLog(raft.Log{Data: wheel.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
+	return p, nil
+}
+
+// waitCommit blocks until the proposal commits and returns its index, or
+// until it is applied (when it was not recognised at commit) and returns
+// its results instead, or until it fails. The proposal stays counted as
+// pending until it is applied.
+func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
+	type outcome struct {
+		res []wheel.Result
+		err error
+	}
+	applied := make(chan outcome, 1)
+	go func() {
+		res, err := p.wait()
+		p.n.commits.forget(p.id)
+		applied <- outcome{res, err}
+	}()
+	select {
+	case index = <-p.commit:
+		p.n.met.answered.Observe(time.Since(p.start).Seconds())
+		return index, nil, nil
+	case o := <-applied:
+		return 0, o.res, o.err
+	}
+}
+
+// wait blocks until the proposal commits and returns its results.
+func (p *proposal) wait() ([]wheel.Result, error) {
+	n := p.n
+	defer n.pending.Add(-1)
+	err := p.f.Error()
+	n.met.apply.Observe(time.Since(p.start).Seconds())
+	if err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, fmt.Errorf("%w: %w", wheel.ErrNotLeader, err)
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, fmt.Errorf("%w: %w", wheel.ErrOverloaded, err)
+		}
+		return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+	}
+	// The entry reached a quorum after it was submitted.
+	p.lease.confirmed(p.at)
+	res, ok := p.f.Response().([]wheel.Result)
+	if !ok || len(res) != p.cmds {
+		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, p.f.Response())
+	}
+	return res, nil
+}
+
+// PendingApplies is the number of proposals waiting to commit.
+func (n *Node) PendingApplies() int64 { return n.pending.Load() }
