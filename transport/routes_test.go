@@ -222,9 +222,9 @@ func TestClusterRoutes(t *testing.T) {
 	t.Parallel() // the second member spends its start catching up
 	// Raft's default timeouts: a second member must catch up in time.
 	defaults := func(c *replication.Config) { c.HeartbeatTimeout, c.ElectionTimeout = 0, 0 }
-	e := newEnvWith(t, transporttest.Options{Raft: defaults})
+	e := newEnvWith(t, transporttest.Options{Replication: defaults})
 	ctx := t.Context()
-	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Raft: defaults})
+	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Replication: defaults})
 	n2 := api.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.Addr}
 	check(t, "add node", e.c.AddNode(ctx, n2))
 	c, err := e.c.Cluster(ctx)

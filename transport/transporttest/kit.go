@@ -31,10 +31,11 @@ type Options struct {
 	Backend func(transport.Backend) transport.Backend
 	// Handler, when set, wraps the handler of the server of node id.
 	Handler func(id string, h http.Handler) http.Handler
-	// Raft edits each node's replication config after the kit's own
-	// settings. A one-node cluster elects itself on short Raft timeouts;
-	// a test that adds members to it sets longer ones here.
-	Raft func(*replication.Config)
+	// Replication edits each node's config after the kit's own settings.
+	// A one-node cluster runs on short Raft timeouts, so that it elects
+	// itself at once; a test that adds a member to it restores the
+	// defaults here (zero timeouts), which a catching-up member needs.
+	Replication func(*replication.Config)
 }
 
 // Node is one node behind its own HTTP server.
@@ -108,13 +109,14 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 		cfg.HTTPAddr = byID[cfg.ID].Addr
 		byID[cfg.ID].RaftAddr = cfg.RaftAddr
 		if n == 1 {
-			// Nobody else can win an election: hold the first one at once.
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
 		}
-		if o.Raft != nil {
-			o.Raft(cfg)
+		if o.Replication != nil {
+			o.Replication(cfg)
 		}
 	})
+	// The test cluster names its nodes n1, n2… in order. Were the match
+	// wrong, no node would find the leader at the leader's address below.
 	for i, tn := range c.tc.Nodes {
 		kn := c.Nodes[i]
 		kn.Node = tn.Node
@@ -146,8 +148,8 @@ func StartJoiner(t testing.TB, id string, o Options) *Node {
 		ID: id, DataDir: t.TempDir(), RaftAddr: kn.RaftAddr, HTTPAddr: kn.Addr, Join: "unused:1",
 		Logger: testLogger(t), Clock: o.Clock, RedeliveryBackoff: -1,
 	}
-	if o.Raft != nil {
-		o.Raft(&cfg)
+	if o.Replication != nil {
+		o.Replication(&cfg)
 	}
 	node, err := replication.Open(cfg)
 	if err != nil {
