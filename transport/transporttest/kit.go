@@ -109,7 +109,7 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 		cfg.HTTPAddr = byID[cfg.ID].Addr
 		byID[cfg.ID].RaftAddr = cfg.RaftAddr
 		if n == 1 {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 10*time.Millisecond
 		}
 		if o.Replication != nil {
 			o.Replication(cfg)
