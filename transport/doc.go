@@ -7,8 +7,8 @@
 // It talks to the rest of the server only through the [Backend] interface,
 // which the Raft node implements; it must not know about Raft, Pebble or
 // segment files. The JSON wire types live in package transport/api and the Go
-// client in transport/client. [NewFakeBackend] is an in-memory Backend for
-// tests of this and other packages.
+// client in transport/client. Tests run the API against real nodes started
+// by package transport/transporttest, which only tests import.
 //
 // # Answers
 //

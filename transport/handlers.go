@@ -120,7 +120,9 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
 	ds, err := s.b.Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
-	if err != nil && s.drain.Err() != nil && r.Context().Err() == nil {
+	// A long-poll the shutdown cut short (the backend may answer it empty
+	// or with the context's error) sends its client to another node.
+	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && r.Context().Err() == nil {
 		return nil, unavailable("this node is shutting down; retry on another node")
 	}
 	return api.ReserveResponse{Messages: deliveriesOf(ds)}, err

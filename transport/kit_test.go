@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,57 +15,50 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
-// startMs is the fixed instant every test starts at.
-const startMs = int64(1_732_245_600_000)
+// startMs is the instant every test starts at.
+const startMs = transporttest.StartMs
 
-// env is one server on a fake backend, with a clock the test moves.
+// env is one real node behind its server, on a clock the test moves.
 type env struct {
-	t    *testing.T
-	fb   *transport.FakeBackend
-	srv  *httptest.Server
-	c    *client.Client
-	nowM atomic.Int64
+	t *testing.T
+	*transporttest.Node
+	c *client.Client
 }
 
-// newEnv starts a server; edit changes its config before it starts.
+// newEnv starts a one-node cluster; edit changes its server's config.
 func newEnv(t *testing.T, edit ...func(*transport.Config)) *env {
 	t.Helper()
-	return newWrappedEnv(t, nil, edit...)
+	return newEnvWith(t, transporttest.Options{}, edit...)
 }
 
-// newWrappedEnv starts a server whose handler wrap wraps (when not nil).
-func newWrappedEnv(t *testing.T, wrap func(http.Handler) http.Handler, edit ...func(*transport.Config)) *env {
+// newEnvWith starts a one-node cluster with the kit options o.
+func newEnvWith(t *testing.T, o transporttest.Options, edit ...func(*transport.Config)) *env {
 	t.Helper()
-	e := &env{t: t, fb: transport.NewFakeBackend()}
-	e.nowM.Store(startMs)
-	clock := func() time.Time { return time.UnixMilli(e.nowM.Load()) }
-	e.fb.SetClock(clock)
-	cfg := transport.Config{
-		Clock:  clock,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	o.Server = func(c *transport.Config) {
+		for _, f := range edit {
+			f(c)
+		}
 	}
-	for _, f := range edit {
-		f(&cfg)
-	}
-	h := transport.NewServer(cfg, e.fb).Handler()
-	if wrap != nil {
-		h = wrap(h)
-	}
-	e.srv = httptest.NewServer(h)
-	t.Cleanup(e.srv.Close)
-	e.c = client.New(e.srv.URL, client.WithToken(cfg.AuthToken))
-	return e
+	n := transporttest.Start(t, o)
+	return &env{t: t, Node: n, c: n.Client}
 }
 
-// advance moves the clock and wakes blocked reserves.
-func (e *env) advance(d time.Duration) {
-	e.nowM.Add(d.Milliseconds())
-	e.fb.Wake()
-}
+// advance moves the clock.
+func (e *env) advance(d time.Duration) { e.Clock.Advance(d) }
 
-func (e *env) now() int64 { return e.nowM.Load() }
+func (e *env) now() int64 { return e.Clock.Now().UnixMilli() }
+
+// topicCount is the number of topics the node holds: 0 shows that
+// refused requests changed nothing.
+func (e *env) topicCount() int {
+	e.t.Helper()
+	ts, err := e.Node.Node.Topics(e.t.Context())
+	check(e.t, "topics", err)
+	return len(ts)
+}
 
 // answer is a raw HTTP answer.
 type answer struct {
@@ -92,7 +82,7 @@ func (a answer) errBody(t *testing.T) api.ErrorDetail {
 // do sends a raw request to the server.
 func (e *env) do(method, path, body string, header ...string) answer {
 	e.t.Helper()
-	return doURL(e.t, method, e.srv.URL+path, body, header...)
+	return doURL(e.t, method, e.URL+path, body, header...)
 }
 
 // doURL sends a raw request; header holds name, value pairs.

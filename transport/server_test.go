@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -45,26 +46,26 @@ func v1Routes() []v1Route {
 }
 
 func TestAuth(t *testing.T) {
-	on := newEnv(t, func(c *transport.Config) { c.AuthToken = "s3cret" })
-	off := newEnv(t)
+	edit := func(c *transport.Config) { c.AuthToken = "s3cret" }
+	on := newEnvWith(t, transporttest.Options{Backend: refuseJoins}, edit)
+	off := newEnvWith(t, transporttest.Options{Backend: refuseJoins})
 	for _, rt := range v1Routes() {
-		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
-			for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret"}, {"Authorization", "Basic s3cret"}} {
-				before := len(on.fb.Calls())
-				a := on.do(rt.method, rt.path, rt.body, h...)
-				equal(t, fmt.Sprintf("status with %q", h), a.status, http.StatusUnauthorized)
-				equal(t, "code", a.errBody(t).Code, api.CodeUnauthenticated)
-				equal(t, "backend calls", len(on.fb.Calls()), before)
+		for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret"}, {"Authorization", "Basic s3cret"}} {
+			a := on.do(rt.method, rt.path, rt.body, h...)
+			equal(t, fmt.Sprintf("%s %s status with %q", rt.method, rt.path, h), a.status, http.StatusUnauthorized)
+			equal(t, "code", a.errBody(t).Code, api.CodeUnauthenticated)
+		}
+	}
+	equal(t, "topics after refusals", on.topicCount(), 0)
+	for _, rt := range v1Routes() {
+		for _, a := range []answer{
+			on.do(rt.method, rt.path, rt.body, "Authorization", "Bearer s3cret"),
+			off.do(rt.method, rt.path, rt.body),
+		} {
+			if a.status == http.StatusUnauthorized {
+				t.Fatalf("%s %s: refused a good request: %s", rt.method, rt.path, a.body)
 			}
-			for _, a := range []answer{
-				on.do(rt.method, rt.path, rt.body, "Authorization", "Bearer s3cret"),
-				off.do(rt.method, rt.path, rt.body),
-			} {
-				if a.status == http.StatusUnauthorized {
-					t.Fatalf("refused a good request: %s", a.body)
-				}
-			}
-		})
+		}
 	}
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		equal(t, p+" stays open", on.do(http.MethodGet, p, "").status, http.StatusOK)
@@ -73,8 +74,34 @@ func TestAuth(t *testing.T) {
 	check(t, "client with token", err)
 }
 
+// refuseJoins wraps a node so that adding the made-up member of v1Routes
+// fails: as a voter it would cost the cluster its quorum.
+func refuseJoins(b transport.Backend) transport.Backend { return joinRefuser{b} }
+
+type joinRefuser struct{ transport.Backend }
+
+func (j joinRefuser) AddNode(ctx context.Context, n wheel.Node) error {
+	if n.RaftAddr == "h:1" {
+		return fmt.Errorf("%w: no such member can be reached", wheel.ErrConflict)
+	}
+	return j.Backend.AddNode(ctx, n)
+}
+
+// failingTopics is a node whose Topics fails with the error in err.
+type failingTopics struct {
+	transport.Backend
+	err *atomic.Pointer[error]
+}
+
+func (f failingTopics) Topics(context.Context) ([]wheel.TopicCounts, error) {
+	return nil, *f.err.Load()
+}
+
 func TestErrorMapping(t *testing.T) {
-	e := newEnv(t)
+	var fail atomic.Pointer[error]
+	e := newEnvWith(t, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
+		return failingTopics{b, &fail}
+	}})
 	for _, tc := range []struct {
 		err    error
 		status int
@@ -91,7 +118,7 @@ func TestErrorMapping(t *testing.T) {
 		{context.DeadlineExceeded, 503, api.CodeUnavailable, "1"},
 		{errors.New("disk on fire"), 500, api.CodeInternal, ""},
 	} {
-		e.fb.FailWith(tc.err)
+		fail.Store(&tc.err)
 		a := e.do(http.MethodGet, "/v1/topics", "")
 		equal(t, tc.err.Error()+" status", a.status, tc.status)
 		got := a.errBody(t)
@@ -108,26 +135,62 @@ func TestErrorMapping(t *testing.T) {
 	}
 }
 
-// forwardPair is a leader and a follower that knows it, with the requests
-// that reached the leader recorded.
+// forwardPair is a two-node cluster seen from its follower, with the
+// forwarded requests that reached the leader's server recorded.
 type forwardPair struct {
 	leader, follower *env
 	seen             chan *http.Request
+	mu               sync.Mutex
+	leaderID         string
+	atLeader         func(w http.ResponseWriter, r *http.Request) // when set, runs before the leader answers
 }
 
 func newForwardPair(t *testing.T, edit ...func(*transport.Config)) *forwardPair {
-	p := &forwardPair{follower: newEnv(t, edit...), seen: make(chan *http.Request, 16)}
-	p.leader = newWrappedEnv(t, func(inner http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.seen <- r.Clone(context.Background())
-			inner.ServeHTTP(w, r)
-		})
-	}, edit...)
-	p.follower.fb.SetLeader(p.leader.srv.Listener.Addr().String(), false, true)
+	p := &forwardPair{seen: make(chan *http.Request, 64)}
+	o := transporttest.Options{
+		Backend: refuseJoins,
+		Server: func(c *transport.Config) {
+			for _, f := range edit {
+				f(c)
+			}
+		},
+		Handler: func(id string, inner http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.mu.Lock()
+				atLeader, hook := id == p.leaderID, p.atLeader
+				p.mu.Unlock()
+				if atLeader && r.Header.Get(transport.ForwardedHeader) != "" {
+					p.seen <- r.Clone(context.Background())
+					if hook != nil {
+						hook(w, r)
+					}
+				}
+				inner.ServeHTTP(w, r)
+			})
+		},
+	}
+	c := transporttest.StartCluster(t, 2, o)
+	leader, follower := c.Leader(), c.Follower()
+	p.mu.Lock()
+	p.leaderID = leader.ID
+	p.mu.Unlock()
+	p.leader = &env{t: t, Node: leader, c: leader.Client}
+	p.follower = &env{t: t, Node: follower, c: follower.Client}
 	return p
 }
 
+// nothingSeen fails if a forwarded request reached the leader.
+func (p *forwardPair) nothingSeen(t *testing.T) {
+	t.Helper()
+	select {
+	case r := <-p.seen:
+		t.Fatalf("%s %s reached the leader", r.Method, r.URL)
+	default:
+	}
+}
+
 func TestFollowerForwardsWrites(t *testing.T) {
+	t.Parallel() // a two-node cluster spends its start waiting for an election
 	p := newForwardPair(t, func(c *transport.Config) { c.AuthToken = "tok" })
 	ctx := t.Context()
 	res, err := p.follower.c.Enqueue(ctx, []api.Message{{Topic: "f", Payload: api.TextBody("hi"), DelayMs: api.Ptr(int64(10))}})
@@ -137,13 +200,11 @@ func TestFollowerForwardsWrites(t *testing.T) {
 	equal(t, "forwarded header", r.Header.Get(transport.ForwardedHeader), "1")
 	equal(t, "authorization", r.Header.Get("Authorization"), "Bearer tok")
 	equal(t, "path", r.URL.Path, "/v1/messages")
-	equal(t, "leader calls", strings.Join(p.leader.fb.Calls(), ","), "Enqueue")
-	equal(t, "follower calls", len(p.follower.fb.Calls()), 0)
 
 	// A read is answered locally.
 	_, err = p.follower.c.Topics(ctx)
 	check(t, "topics via follower", err)
-	equal(t, "follower answered the read", strings.Join(p.follower.fb.Calls(), ","), "Topics")
+	p.nothingSeen(t)
 
 	// Query strings are kept; validation happens on the leader.
 	a := p.follower.do(http.MethodPost, "/v1/ack?trace=1", `{"receipts":["bad"]}`, "Authorization", "Bearer tok")
@@ -155,26 +216,29 @@ func TestFollowerForwardsWrites(t *testing.T) {
 		if rt.method == http.MethodGet {
 			continue
 		}
-		before := len(p.leader.fb.Calls())
 		a := p.follower.do(rt.method, rt.path, rt.body, "Authorization", "Bearer tok")
-		<-p.seen
-		if len(p.leader.fb.Calls()) != before+1 {
+		select {
+		case r := <-p.seen:
+			equal(t, rt.method+" "+rt.path+" forwarded", r.Method+" "+r.URL.RequestURI(), rt.method+" "+rt.path)
+			equal(t, "forwarded header", r.Header.Get(transport.ForwardedHeader), "1")
+		default:
 			t.Fatalf("%s %s not forwarded (%d): %s", rt.method, rt.path, a.status, a.body)
 		}
 	}
-	equal(t, "follower backend writes", slices.Equal(p.follower.fb.Calls(), []string{"Topics"}), true)
 }
 
 func TestForwardLoopAndNoLeader(t *testing.T) {
+	t.Parallel() // a two-node cluster spends its start waiting for an election
 	p := newForwardPair(t)
 	a := p.follower.do(http.MethodPost, "/v1/messages", msgs(okMsg), transport.ForwardedHeader, "1")
 	equal(t, "loop status", a.status, http.StatusServiceUnavailable)
 	equal(t, "loop code", a.errBody(t).Code, api.CodeUnavailable)
 	equal(t, "loop Retry-After", a.header.Get("Retry-After"), "1")
-	equal(t, "leader untouched", len(p.leader.fb.Calls()), 0)
+	p.nothingSeen(t)
 
-	p.follower.fb.SetLeader("", false, false)
-	_, err := p.follower.c.Enqueue(t.Context(), []api.Message{{Topic: "t"}})
+	// A node that waits to be added knows no leader.
+	j := transporttest.StartJoiner(t, "n3", transporttest.Options{Clock: p.follower.Clock})
+	_, err := j.Client.Enqueue(t.Context(), []api.Message{{Topic: "t"}})
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.Code != api.CodeUnavailable || ce.RetryAfter.Seconds() != 1 {
 		t.Fatalf("no leader: %v", err)
@@ -183,28 +247,28 @@ func TestForwardLoopAndNoLeader(t *testing.T) {
 		t.Fatalf("message %q", ce.Message)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(t, "listen", err)
-	dead := ln.Addr().String()
-	check(t, "close", ln.Close())
-	p.follower.fb.SetLeader(dead, false, true)
+	// The leader's HTTP server is gone while it still leads.
+	p.leader.CloseHTTP()
 	a = p.follower.do(http.MethodPost, "/v1/messages", msgs(okMsg))
 	equal(t, "unreachable leader", a.status, http.StatusServiceUnavailable)
-	if !strings.Contains(a.errBody(t).Message, dead) {
+	if !strings.Contains(a.errBody(t).Message, p.leader.Addr) {
 		t.Fatalf("message should name the leader: %s", a.body)
 	}
-	equal(t, "follower backend", len(p.follower.fb.Calls()), 0)
+	equal(t, "topics", p.follower.topicCount(), 0)
 }
 
 func TestWaitersLimit(t *testing.T) {
-	e := newEnv(t, func(c *transport.Config) { c.Limits.MaxWaiters = 1 })
+	polling := make(chan struct{}, 1)
+	e := newEnvWith(t, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
+		return reserveSignal{b, polling}
+	}}, func(c *transport.Config) { c.Limits.MaxWaiters = 1 })
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.c.Reserve(ctx, "t", api.ReserveRequest{WaitMs: 300000})
 		done <- err
 	}()
-	check(t, "first long-poll waits", e.fb.WaitForWaiters(t.Context(), 1))
+	<-polling // the first long-poll holds the only slot
 	_, err := e.c.Reserve(t.Context(), "t", api.ReserveRequest{WaitMs: 1000})
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Code != api.CodeOverloaded || ce.RetryAfter.Seconds() != 1 {
@@ -222,8 +286,9 @@ func TestWaitersLimit(t *testing.T) {
 }
 
 func TestServeShutsDownGracefully(t *testing.T) {
-	fb := transport.NewFakeBackend()
-	srv := transport.NewServer(transport.Config{}, fb)
+	n := transporttest.Start(t, transporttest.Options{})
+	polling := make(chan struct{}, 1)
+	srv := transport.NewServer(transport.Config{Clock: n.Clock.Now}, reserveSignal{n.Node, polling})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	check(t, "listen", err)
 	ctx, stop := context.WithCancel(t.Context())
@@ -237,7 +302,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		_, err := c.Reserve(t.Context(), "t", api.ReserveRequest{WaitMs: 300000})
 		polled <- err
 	}()
-	check(t, "long-poll waits", fb.WaitForWaiters(t.Context(), 1))
+	<-polling
 	stop()
 	check(t, "serve", <-served)
 	err = <-polled
@@ -263,22 +328,23 @@ func TestMetricsRegisterer(t *testing.T) {
 // A forward to a leader that stops answering is cancelled once this node
 // sees another leader, and answers 503 so the client retries there.
 func TestForwardCancelledWhenLeaderChanges(t *testing.T) {
+	t.Parallel() // a two-node cluster spends its start waiting for an election
 	p := newForwardPair(t)
 	hung, release := make(chan struct{}), make(chan struct{})
-	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.atLeader = func(w http.ResponseWriter, r *http.Request) {
 		close(hung)
 		select {
 		case <-r.Context().Done():
 		case <-release:
 		}
-	}))
-	t.Cleanup(stuck.Close)
+	}
+	p.mu.Unlock()
 	t.Cleanup(func() { close(release) })
-	p.follower.fb.SetLeader(strings.TrimPrefix(stuck.URL, "http://"), false, true)
 	done := make(chan answer, 1)
 	go func() { done <- p.follower.do(http.MethodPost, "/v1/messages", msgs(okMsg)) }()
 	<-hung
-	p.follower.fb.SetLeader("127.0.0.1:1", false, true) // a new leader was elected
+	p.leader.Node.Node.StepDown() // hands leadership to the follower
 	a := <-done
 	equal(t, "status after the leader changed", a.status, http.StatusServiceUnavailable)
 	equal(t, "Retry-After", a.header.Get("Retry-After"), "1")

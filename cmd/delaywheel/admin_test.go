@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,26 +15,24 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// startMs is the fixed instant of the fake node's clock.
-const startMs = int64(1_732_245_600_000)
+// startMs is where the node's clock starts; it moves only when a test
+// advances it.
+const startMs = transporttest.StartMs
 
-// node is a server on a fake backend, with a fixed clock.
+// node is a real one-node cluster behind its HTTP server.
 type node struct {
-	fb   *transport.FakeBackend
+	*transporttest.Node
 	addr string
 }
 
 func newNode(t *testing.T, token string) *node {
 	t.Helper()
-	clock := func() time.Time { return time.UnixMilli(startMs) }
-	fb := transport.NewFakeBackend()
-	fb.SetClock(clock)
-	srv := httptest.NewServer(transport.NewServer(transport.Config{Clock: clock, AuthToken: token}, fb).Handler())
-	t.Cleanup(srv.Close)
-	return &node{fb: fb, addr: srv.URL}
+	n := transporttest.Start(t, transporttest.Options{Server: func(c *transport.Config) { c.AuthToken = token }})
+	return &node{Node: n, addr: n.URL}
 }
 
 // run runs the app built by newApp with args (after the program name) and
@@ -179,8 +176,9 @@ func TestPushFromStdinAndBadInput(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
 		}
 	}
-	if calls := n.fb.Calls(); len(calls) != 2 {
-		t.Fatalf("bad input reached the backend: %v", calls)
+	topics, err := n.Client.Topics(t.Context())
+	if err != nil || len(topics) != 1 || topics[0].Delayed+topics[0].Ready != 1 {
+		t.Fatalf("bad input reached the node: topics %+v (error %v), want the one message", topics, err)
 	}
 }
 
@@ -188,8 +186,13 @@ func TestReserveTopicsDeadRedrive(t *testing.T) {
 	n := newNode(t, "")
 	n.mustRun(t, "push", "a", "one")
 	n.mustRun(t, "push", "--priority", "9", "a", "two")
-	n.mustRun(t, "push", "--delay", "1h", "a", "later")
 	n.mustRun(t, "push", "--max-attempts", "1", "--ttr", "1ms", "b", "doomed")
+	// Messages due now are ready once their second has passed.
+	n.AdvanceUntil(t, 100*time.Millisecond, "the due messages to be ready", func() bool {
+		tr, err := n.Client.Topics(t.Context())
+		return err == nil && len(tr) == 2 && tr[0].Ready == 2 && tr[1].Ready == 1
+	})
+	n.mustRun(t, "push", "--delay", "1h", "a", "later")
 
 	out := n.mustRun(t, "topics")
 	rows := fields(out)
@@ -205,18 +208,25 @@ func TestReserveTopicsDeadRedrive(t *testing.T) {
 	contains(t, out, "acked 2, stale 0")
 
 	var rr api.ReserveResponse
+	now := n.Clock.Now().UnixMilli()
 	decodeJSON(t, n.mustRun(t, "reserve", "--json", "--ttr", "5s", "b"), &rr)
-	if len(rr.Messages) != 1 || rr.Messages[0].LeaseExpiresMs != startMs+5000 {
+	if len(rr.Messages) != 1 || rr.Messages[0].LeaseExpiresMs != now+5000 {
 		t.Fatalf("reserve JSON: %+v", rr)
 	}
 	var tr api.TopicsResponse
-	decodeJSON(t, n.mustRun(t, "topics", "--json"), &tr)
-	if len(tr.Topics) != 2 || tr.Topics[0] != (api.TopicCounts{Topic: "a", Delayed: 1}) || tr.Topics[1].Reserved != 1 {
+	n.Eventually(t, "the lease to be counted", func() bool {
+		decodeJSON(t, n.mustRun(t, "topics", "--json"), &tr)
+		return len(tr.Topics) == 2 && tr.Topics[1].Reserved == 1
+	})
+	if tr.Topics[0] != (api.TopicCounts{Topic: "a", Delayed: 1}) {
 		t.Fatalf("topics JSON: %+v", tr)
 	}
 
 	// Expire b's lease: with max_attempts 1 it goes dead.
-	n.fb.SetClock(func() time.Time { return time.UnixMilli(startMs + 5000) })
+	n.AdvanceUntil(t, 100*time.Millisecond, "b's message to be dead", func() bool {
+		dead, err := n.Client.Dead(t.Context(), "b", 0)
+		return err == nil && len(dead) == 1
+	})
 	out = n.mustRun(t, "dead", "b")
 	rows = fields(out)
 	if len(rows) != 2 || rows[1][0] != rr.Messages[0].ID || rows[1][1] != "1" {
@@ -242,9 +252,13 @@ func TestWheelSlotCluster(t *testing.T) {
 	slot := wheel.SlotOf(sec)
 
 	out := n.mustRun(t, "wheel")
-	contains(t, out, "cursor:", "2024-11-22T03:20:00.000Z", "horizon:", "2024-11-22T05:20:00.000Z", "slots:", "7200 of 1000 ms")
+	wi, err := n.Client.Wheel(t.Context())
+	if err != nil || len(wi.NonEmpty) != 1 {
+		t.Fatalf("wheel %+v (error %v)", wi, err)
+	}
+	contains(t, out, "cursor:", instant(wi.CursorMs), "horizon:", instant(wi.HorizonMs), "slots:", "7200 of 1000 ms")
 	hasRow(t, out, "SLOT", "SECOND", "DUE", "MESSAGES", "BYTES")
-	hasRow(t, out, itoa(slot), itoa(int(sec)), "2024-11-22T03:20:03.000Z", "1", "5")
+	hasRow(t, out, itoa(slot), itoa(int(sec)), "2024-11-22T03:20:03.000Z", "1", itoa(int(wi.NonEmpty[0].Bytes)))
 	var w api.Wheel
 	decodeJSON(t, n.mustRun(t, "wheel", "--json"), &w)
 	if w.Slots != 7200 || w.TickMs != 1000 || len(w.NonEmpty) != 1 || w.NonEmpty[0].Slot != slot {
@@ -260,7 +274,11 @@ func TestWheelSlotCluster(t *testing.T) {
 	}
 
 	out = n.mustRun(t, "cluster")
-	contains(t, out, "leader:", "n1", "term:", "ID", "RAFT_ADDR", "127.0.0.1:7071", "voter", "leader")
+	cl, err := n.Client.Cluster(t.Context())
+	if err != nil || len(cl.Nodes) != 1 {
+		t.Fatalf("cluster %+v (error %v)", cl, err)
+	}
+	contains(t, out, "leader:", "n1", "term:", "ID", "RAFT_ADDR", cl.Nodes[0].RaftAddr, n.Addr, "voter", "leader")
 	var c api.Cluster
 	decodeJSON(t, n.mustRun(t, "cluster", "--json"), &c)
 	if c.Leader != "n1" || len(c.Nodes) != 1 {

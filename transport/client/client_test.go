@@ -7,18 +7,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
 func TestErrorFromErrorBody(t *testing.T) {
-	srv := httptest.NewServer(transport.NewServer(transport.Config{AuthToken: "t"}, transport.NewFakeBackend()).Handler())
-	defer srv.Close()
-	_, err := client.New(srv.URL).Topics(t.Context())
+	n := transporttest.Start(t, transporttest.Options{Server: func(c *transport.Config) { c.AuthToken = "t" }})
+	_, err := client.New(n.URL).Topics(t.Context())
 	var ce *client.Error
 	if !errors.As(err, &ce) {
 		t.Fatalf("error %T %v is not a *client.Error", err, err)
@@ -32,7 +33,7 @@ func TestErrorFromErrorBody(t *testing.T) {
 	if !strings.Contains(err.Error(), "401 unauthenticated") {
 		t.Fatalf("Error() = %q", err.Error())
 	}
-	_, err = client.New(srv.URL, client.WithToken("t")).Topics(t.Context())
+	_, err = client.New(n.URL, client.WithToken("t")).Topics(t.Context())
 	if err != nil {
 		t.Fatalf("with token: %v", err)
 	}
@@ -86,16 +87,20 @@ func TestReserveIsNotCutByClientTimeout(t *testing.T) {
 }
 
 func TestRawResponseAndEscaping(t *testing.T) {
-	var paths []string
-	fb := transport.NewFakeBackend()
-	inner := transport.NewServer(transport.Config{}, fb).Handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		paths = append(paths, r.URL.EscapedPath())
-		inner.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	var (
+		mu    sync.Mutex
+		paths []string
+	)
+	n := transporttest.Start(t, transporttest.Options{Handler: func(_ string, inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			paths = append(paths, r.URL.EscapedPath())
+			mu.Unlock()
+			inner.ServeHTTP(w, r)
+		})
+	}})
 	var raw []string
-	c := client.New(srv.URL+"/", client.WithRawResponse(func(b []byte) { raw = append(raw, string(b)) }))
+	c := client.New(n.URL+"/", client.WithRawResponse(func(b []byte) { raw = append(raw, string(b)) }))
 	ctx := t.Context()
 	if _, err := c.Enqueue(ctx, []api.Message{{Topic: "t", Key: "a/b c"}}); err != nil {
 		t.Fatal(err)
@@ -107,6 +112,8 @@ func TestRawResponseAndEscaping(t *testing.T) {
 	if got.State != api.StateCancelled {
 		t.Fatalf("cancelled %+v", got)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if paths[1] != "/v1/topics/t/keys/a%2Fb%20c" {
 		t.Fatalf("path %q", paths[1])
 	}

@@ -1,0 +1,213 @@
+package transporttest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// StartMs is where a kit's clock starts when the test gives none:
+// 2024-11-22T03:20:00Z, on a second boundary.
+const StartMs = int64(1_732_245_600_000)
+
+// Options shape the nodes a kit starts. The zero value is fine.
+type Options struct {
+	// Clock is the clock of every node and server; nil: a new FakeClock at StartMs.
+	Clock *wheel.FakeClock
+	// Server edits each node's server config (token, limits, metrics).
+	Server func(*transport.Config)
+	// Backend, when set, stands between a node and its server, for a test
+	// that fails one method of the real node.
+	Backend func(transport.Backend) transport.Backend
+	// Handler, when set, wraps the handler of the server of node id.
+	Handler func(id string, h http.Handler) http.Handler
+	// Replication edits each node's config after the kit's own settings.
+	// A one-node cluster runs on short Raft timeouts, so that it elects
+	// itself at once; a test that adds a member to it restores the
+	// defaults here (zero timeouts), which a catching-up member needs.
+	Replication func(*replication.Config)
+}
+
+// Node is one node behind its own HTTP server.
+type Node struct {
+	ID       string
+	RaftAddr string
+	Addr     string         // host:port of the HTTP API
+	URL      string         // http://Addr
+	Client   *client.Client // sends the server's token, if it has one
+	Clock    *wheel.FakeClock
+	// Node is the node itself, for a test that reads or drives it directly.
+	Node *replication.Node
+
+	srv *httptest.Server
+}
+
+// CloseHTTP stops the node's HTTP server (the node keeps running), so its
+// address refuses connections.
+func (n *Node) CloseHTTP() { n.srv.Close() }
+
+// AdvanceUntil moves the clock on by step until cond holds, so the node's
+// timed work (slot expiry, lease ends) runs without waiting on the wall clock.
+func (n *Node) AdvanceUntil(t testing.TB, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	n.Eventually(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		n.Clock.Advance(step)
+		return false
+	})
+}
+
+// Eventually waits until cond holds, for what the node does in the
+// background (applying a lease, catching up) without time passing.
+func (n *Node) Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	replication.WaitFor(t, 20*time.Second, what, cond)
+}
+
+// Cluster is a set of nodes that form one Raft cluster.
+type Cluster struct {
+	Nodes []*Node
+	tc    *replication.TestCluster
+}
+
+// Start starts a one-node cluster and returns its node once it leads and
+// is ready.
+func Start(t testing.TB, o Options) *Node {
+	t.Helper()
+	return StartCluster(t, 1, o).Nodes[0]
+}
+
+// StartCluster starts n nodes as one new cluster and returns once a
+// leader is ready and every node knows the leader's HTTP address.
+func StartCluster(t testing.TB, n int, o Options) *Cluster {
+	t.Helper()
+	if o.Clock == nil {
+		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
+	}
+	c := &Cluster{}
+	byID := map[string]*Node{}
+	for i := range n {
+		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
+		kn.Addr = kn.srv.Listener.Addr().String()
+		c.Nodes = append(c.Nodes, kn)
+		byID[kn.ID] = kn
+	}
+	c.tc = replication.NewTestCluster(t, n, func(cfg *replication.Config) {
+		cfg.Clock = o.Clock
+		cfg.HTTPAddr = byID[cfg.ID].Addr
+		byID[cfg.ID].RaftAddr = cfg.RaftAddr
+		if n == 1 {
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 10*time.Millisecond
+		}
+		if o.Replication != nil {
+			o.Replication(cfg)
+		}
+	})
+	// The test cluster names its nodes n1, n2… in order. Were the match
+	// wrong, no node would find the leader at the leader's address below.
+	for i, tn := range c.tc.Nodes {
+		kn := c.Nodes[i]
+		kn.Node = tn.Node
+		serve(t, kn, tn.Node, o)
+	}
+	leader := c.Leader()
+	replication.WaitFor(t, 20*time.Second, "every node to know the leader's address", func() bool {
+		for _, kn := range c.Nodes {
+			if addr, _, known := kn.Node.LeaderHTTP(); !known || addr != leader.Addr {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// StartJoiner starts a node that is to join a cluster (as `server --join`
+// does) and has not been added: it knows no leader and is not ready. Add
+// it with the leader's AddNode and its ID, RaftAddr and Addr.
+func StartJoiner(t testing.TB, id string, o Options) *Node {
+	t.Helper()
+	if o.Clock == nil {
+		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
+	}
+	kn := &Node{ID: id, RaftAddr: replication.FreeAddr(t), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
+	kn.Addr = kn.srv.Listener.Addr().String()
+	cfg := replication.Config{
+		ID: id, DataDir: t.TempDir(), RaftAddr: kn.RaftAddr, HTTPAddr: kn.Addr, Join: "unused:1",
+		Logger: testLogger(t), Clock: o.Clock, RedeliveryBackoff: -1,
+	}
+	if o.Replication != nil {
+		o.Replication(&cfg)
+	}
+	node, err := replication.Open(cfg)
+	if err != nil {
+		t.Fatalf("open %s: %v", id, err)
+	}
+	t.Cleanup(func() {
+		if err := node.Close(context.Background()); err != nil {
+			t.Errorf("close %s: %v", id, err)
+		}
+	})
+	kn.Node = node
+	serve(t, kn, node, o)
+	return kn
+}
+
+// serve starts kn's HTTP server in front of node.
+func serve(t testing.TB, kn *Node, node *replication.Node, o Options) {
+	cfg := transport.Config{Clock: o.Clock.Now, Logger: testLogger(t)}
+	if o.Server != nil {
+		o.Server(&cfg)
+	}
+	var b transport.Backend = node
+	if o.Backend != nil {
+		b = o.Backend(b)
+	}
+	h := transport.NewServer(cfg, b).Handler()
+	if o.Handler != nil {
+		h = o.Handler(kn.ID, h)
+	}
+	kn.srv.Config.Handler = h
+	kn.srv.Start()
+	t.Cleanup(kn.srv.Close)
+	kn.URL = kn.srv.URL
+	kn.Client = client.New(kn.URL, client.WithToken(cfg.AuthToken))
+}
+
+// Leader waits for a leader that is ready and returns it.
+func (c *Cluster) Leader() *Node { return c.node(c.tc.Leader().Node) }
+
+// Follower returns a node that is not the leader.
+func (c *Cluster) Follower() *Node { return c.node(c.tc.Follower().Node) }
+
+func (c *Cluster) node(rn *replication.Node) *Node {
+	for _, kn := range c.Nodes {
+		if kn.Node == rn {
+			return kn
+		}
+	}
+	panic("transporttest: a node the kit did not start")
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
