@@ -102,15 +102,25 @@ func (n *Node) resultAtCommit(ctx context.Context, cmd wheel.Schedule) (any, err
 }
 
 // caughtUp waits until this node has applied every entry it answered at
-// commit (commit.go), so that what a client reads after its enqueue was
-// answered includes that enqueue.
+// commit (commit.go) and every Lease its dispatcher answered before the
+// apply, so that what a client reads after its enqueue or reserve was
+// answered includes them.
 func (n *Node) caughtUp(ctx context.Context) error {
+	d := n.dispatcher()
 	h := n.commits.highest.Load()
-	if h == 0 || n.store().AppliedIndex() >= h {
+	if d == nil && (h == 0 || n.store().AppliedIndex() >= h) {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
+	if d != nil {
+		if err := d.WaitAnswered(wctx); err != nil {
+			return fmt.Errorf("%w: waiting for the leases answered before their apply: %w", wheel.ErrUnavailable, err)
+		}
+	}
+	if h == 0 || n.store().AppliedIndex() >= h {
+		return nil
+	}
 	if err := n.fsm.waitApplied(wctx, h); err != nil {
 		return fmt.Errorf("%w: waiting for entry %d to be applied: %w", wheel.ErrUnavailable, h, err)
 	}

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -371,5 +372,63 @@ func TestSoloVoterRefresh(t *testing.T) {
 	s.refresh(context.Background(), n.raft)
 	if !s.solo() {
 		t.Fatal("refresh with nothing stored meanwhile did not take Raft's configuration")
+	}
+}
+
+// A reserve answered before its Lease is applied (one node holds the
+// leadership lease) is followed by reads on that node that see the lease:
+// while the Lease waits in the state machine, a read of the message waits
+// for it rather than answering the state before the hand-off.
+func TestReadOwnLease(t *testing.T) {
+	hold := &applyHold{}
+	clock := wheel.NewFakeClock(time.Now())
+	c := NewTestCluster(t, 1, func(cfg *Config) {
+		cfg.Clock = clock
+		cfg.beforeApply = hold.wait
+	})
+	n := c.Leader().Node
+	ctx := context.Background()
+	res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte("a"), DeliverAtMs: clock.Now().UnixMilli() - 5, MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].ID
+	if _, err := n.Get(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the state machine: the Lease the reserve proposes is not applied.
+	gate := make(chan struct{})
+	hold.after.Store(n.raft.LastIndex())
+	hold.gate.Store(&gate)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			hold.gate.Store(nil)
+			close(gate)
+		}
+	}
+	defer release()
+	ds, err := n.Reserve(ctx, "t", 1, 10*time.Second, time.Minute)
+	if err != nil || len(ds) != 1 || ds[0].ID != id {
+		t.Fatalf("reserve = %+v, %v; want message %s", ds, err, id)
+	}
+	if applied := n.store().AppliedIndex(); applied > hold.after.Load() {
+		t.Fatalf("the Lease was applied (index %d) before the reserve was answered: the test holds nothing", applied)
+	}
+	// While the Lease is held, a read must not answer the state before it.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	v, err := n.Get(short, id)
+	cancel()
+	if err == nil {
+		t.Fatalf("Get while the lease is unapplied = %+v; want a wait for the lease, not the state before it", v)
+	}
+	if !errors.Is(err, wheel.ErrUnavailable) {
+		t.Fatalf("Get while the lease is unapplied: %v; want ErrUnavailable", err)
+	}
+	release()
+	v, err = n.Get(ctx, id)
+	if err != nil || v.State != wheel.StateReserved || v.Attempts != 1 {
+		t.Fatalf("Get after the reserve = %+v, %v; want reserved, attempt 1", v, err)
 	}
 }

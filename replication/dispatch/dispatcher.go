@@ -75,6 +75,8 @@ type Dispatcher struct {
 	// when last read, and has not received a message since: taking from
 	// them skips reading the queue. A topic absent is read.
 	drained map[string]bool
+	// early holds the Leases answered before they were applied here.
+	early map[*leaseCommit]struct{}
 }
 
 type waiter struct {
@@ -96,6 +98,7 @@ func New(n Node, cfg Config) *Dispatcher {
 		n: n, cfg: cfg, log: cfg.Logger, clock: cfg.Clock, loader: wheel.NewLoader(),
 		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
 		inflight: map[wheel.ID]struct{}{}, drained: map[string]bool{},
+		early: map[*leaseCommit]struct{}{},
 	}
 }
 

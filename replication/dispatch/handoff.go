@@ -14,6 +14,8 @@ type leaseCommit struct {
 	wait func() ([]wheel.Result, error)
 	msgs []wheel.Message
 	res  chan leaseRes // buffered: finishLease never waits for the hand-off
+	// applied is closed once the entry is applied here (or has failed).
+	applied chan struct{}
 }
 
 type leaseRes struct {
@@ -53,9 +55,17 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 	}
 	// The Lease is in the log order now: an ack the consumer sends for what
 	// it is answered is ordered after it.
-	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1)}
+	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1), applied: make(chan struct{})}
+	early := firstHandoffs(msgs) && d.n.LeaseHeld()
+	if early {
+		// Answered before its apply: reads on this node wait for it
+		// (WaitAnswered), so a consumer reads its own lease.
+		d.mu.Lock()
+		d.early[c] = struct{}{}
+		d.mu.Unlock()
+	}
 	go d.finishLease(c)
-	if firstHandoffs(msgs) && d.n.LeaseHeld() {
+	if early {
 		ok := make([]bool, len(msgs))
 		for i := range ok {
 			ok[i] = true
@@ -128,6 +138,12 @@ func firstHandoffs(msgs []wheel.Message) bool {
 // answers its hand-off if it is still waiting.
 func (d *Dispatcher) finishLease(c *leaseCommit) {
 	res, err := c.wait()
+	defer func() {
+		d.mu.Lock()
+		delete(d.early, c)
+		d.mu.Unlock()
+		close(c.applied)
+	}()
 	var ok []bool
 	if err == nil {
 		if res[0].Err != nil {
@@ -146,4 +162,24 @@ func (d *Dispatcher) finishLease(c *leaseCommit) {
 	}
 	d.release(c.msgs, ok)
 	c.res <- leaseRes{ok: ok}
+}
+
+// WaitAnswered waits until every Lease this dispatcher answered before
+// its entry was applied, as of the call, has been applied (or has failed),
+// so a read that follows sees the leases its client was handed.
+func (d *Dispatcher) WaitAnswered(ctx context.Context) error {
+	d.mu.Lock()
+	pending := make([]chan struct{}, 0, len(d.early))
+	for c := range d.early {
+		pending = append(pending, c.applied)
+	}
+	d.mu.Unlock()
+	for _, ch := range pending {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
