@@ -32,18 +32,9 @@
 // entry answered so is applied, so a client reads its own enqueues. See
 // commit.go.
 //
-// The Raft log's entries are in hashicorp/raft-wal's segment files
-// (<data>/raft/wal): a StoreLogs is one append and one fsync, and a head
-// truncation deletes whole segments. New segments are spares written in
-// full ahead of time rather than preallocated, so an append's fsync does
-// not commit an extent change too (spare.go). Opening a data dir of an earlier
-// version moves the entries there (moveOldLog) from bolt or from the Pebble
-// database that held them in between (logStore, now only read for the
-// move). The term and vote stay in raft.db (raft-boltdb), which bolt maps
-// with 8 GiB of address space up front, so the map does not move while the
-// file stays under half of that; HoldLogMap lets the server drop the map's
-// resident pages safely. bolt keeps its freelist in memory only
-// (NoFreelistSync, a hash map).
+// The Raft log (its entries, spare segments and the term and vote) lives
+// in <data>/raft and is package raftlog's; entries.go wraps it to note
+// configuration entries and answer proposals at commit.
 //
 // It must not know about HTTP: the transport package calls the node through
 // a small interface.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/segment"
@@ -258,7 +258,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := os.Rename(tmp, f.dir); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if err := syncDir(filepath.Dir(f.dir)); err != nil {
+	if err := segment.SyncDir(vfs.Default, filepath.Dir(f.dir)); err != nil {
 		return err
 	}
 	st, err := wheel.Open(f.dir, f.opts)
@@ -322,34 +322,9 @@ func extractTar(r io.Reader, dir string) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
-		if err := syncDir(d); err != nil {
+		if err := segment.SyncDir(vfs.Default, d); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// mkdirSynced creates dir if it does not exist and syncs its parent, so
-// that the new directory's entry is durable before anything is written
-// under it.
-func mkdirSynced(dir string) error {
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(dir))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
 }

@@ -14,10 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/delaywheel/delaywheel/replication/raftlog"
+	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -47,8 +49,8 @@ type Config struct {
 	// ApplyTimeout bounds how long a proposal waits to be committed (10 s).
 	ApplyTimeout time.Duration
 	// LogSegmentBytes is the size of the Raft log's segment files (64 MiB,
-	// at least MinLogSegmentBytes). One spare segment is kept besides the
-	// log's own (spare.go).
+	// raftlog.MinSegmentBytes to raftlog.MaxSegmentBytes). One spare
+	// segment is kept besides the log's own.
 	LogSegmentBytes int
 
 	// Wheel timing.
@@ -103,7 +105,7 @@ func (c *Config) setDefaults() {
 		c.TrailingLogs = 4096
 	}
 	if c.LogSegmentBytes == 0 {
-		c.LogSegmentBytes = DefaultLogSegmentBytes
+		c.LogSegmentBytes = raftlog.DefaultSegmentBytes
 	}
 	if c.MaxTopics == 0 {
 		c.MaxTopics = 10000
@@ -131,12 +133,8 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans *raft.NetworkTransport
-	logs  *raftboltdb.BoltStore // the term and vote (Raft's stable store)
-	ents  entries               // the log's entries
-
-	logPath    string
-	mapMu      sync.RWMutex // held shared by HoldLogMap, exclusively to close logs
-	logsClosed bool
+	logs  *raftlog.Log // the log's entries, and the term and vote
+	ents  entries      // logs as Raft sees it
 
 	pending atomic.Int64 // proposals in flight
 	met     *metrics
@@ -158,17 +156,13 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
 	}
-	if cfg.LogSegmentBytes < MinLogSegmentBytes || cfg.LogSegmentBytes > MaxLogSegmentBytes {
-		return nil, fmt.Errorf("%w: raft log segment bytes %d: want %d to %d", wheel.ErrInvalid,
-			cfg.LogSegmentBytes, MinLogSegmentBytes, MaxLogSegmentBytes)
-	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
 	n.met = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	raftDir := filepath.Join(cfg.DataDir, "raft")
-	if err := mkdirSynced(raftDir); err != nil {
+	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
@@ -176,22 +170,21 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	n.logPath = realPath(filepath.Join(raftDir, "raft.db"))
-	logs, err := openRaftLog(n.logPath)
+	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl})
+	if errors.Is(err, raftlog.ErrInvalidSize) {
+		return nil, fmt.Errorf("%w: %w", wheel.ErrInvalid, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("raft log: %w", err)
+		return nil, err
 	}
 	n.logs = logs
 	fail := func(err error) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
-	if n.ents, err = openEntries(raftDir, logs, cfg.LogSegmentBytes, hl, n.log); err != nil {
-		return fail(err)
-	}
 	n.commits = newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
-	n.ents.commits, n.ents.solo = n.commits, n.solo
+	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo}
 
 	// Decide whether the FSM's on-disk state can be used as is. It can when
 	// it opens cleanly and its applied index covers the latest snapshot
@@ -280,12 +273,12 @@ func Open(cfg Config) (*Node, error) {
 		st.Close()
 		return fail(err)
 	}
-	existing, err := raft.HasExistingState(cache, logs, snaps)
+	existing, err := raft.HasExistingState(cache, logs.Stable(), snaps)
 	if err != nil {
 		st.Close()
 		return fail(fmt.Errorf("raft state: %w", err))
 	}
-	r, err := raft.NewRaft(rc, f, cache, logs, snaps, n.trans)
+	r, err := raft.NewRaft(rc, f, cache, logs.Stable(), snaps, n.trans)
 	if err != nil {
 		n.trans.Close()
 		f.Store().Close()
@@ -468,20 +461,14 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeLogs closes the Raft log's entries, and its stable store once no
-// HoldLogMap is running.
+// closeLogs closes the Raft log once.
 func (n *Node) closeLogs() error {
-	n.mapMu.Lock()
-	defer n.mapMu.Unlock()
-	if n.logs == nil || n.logsClosed {
+	if n.logs == nil {
 		return nil
 	}
-	n.logsClosed = true
-	var err error
-	if n.ents.WAL != nil {
-		err = n.ents.Close()
-	}
-	return errors.Join(err, n.logs.Close())
+	err := n.logs.Close()
+	n.logs = nil
+	return err
 }
 
 // voters counts the voters of the latest configuration and reports whether

@@ -186,7 +186,7 @@ func (c *Cache) AppendEncoded(second int64, buf []byte) (off, end int64, err err
 			return 0, 0, fmt.Errorf("sync segment %s: %w", h.name, err)
 		}
 		if c.dirDirty { // a new file is durable only once its directory entry is
-			if err := syncDir(c.fs, c.dir); err != nil {
+			if err := SyncDir(c.fs, c.dir); err != nil {
 				return 0, 0, err
 			}
 			c.dirDirty = false
@@ -322,7 +322,7 @@ func (c *Cache) syncFiles(seconds []int64, dirDirty bool) error {
 		}()
 	}
 	if dirDirty {
-		if err := syncDir(c.fs, c.dir); err != nil {
+		if err := SyncDir(c.fs, c.dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -360,7 +360,7 @@ func MkdirAllSync(fs vfs.FS, dir string) error {
 	}
 	for d := dir; ; {
 		parent := fs.PathDir(d)
-		if err := syncDir(fs, parent); err != nil {
+		if err := SyncDir(fs, parent); err != nil {
 			return err
 		}
 		if parent == d || parent == "." || parent == "/" {
@@ -370,7 +370,9 @@ func MkdirAllSync(fs vfs.FS, dir string) error {
 	}
 }
 
-func syncDir(fs vfs.FS, dir string) error {
+// SyncDir makes the entries of dir (files created, renamed or removed in
+// it) durable.
+func SyncDir(fs vfs.FS, dir string) error {
 	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("open dir %s: %w", dir, err)

@@ -19,13 +19,6 @@ type memorySettings struct {
 	// GCPercent is the Go collector's target (debug.SetGCPercent). 0 leaves
 	// the runtime's own setting (the GOGC environment variable, or 100).
 	GCPercent int
-	// ReleaseMappedBytes is how many bytes of raft.db's memory map may
-	// stay resident before its pages are dropped from the process (they
-	// stay in the page cache). 0 never drops them.
-	ReleaseMappedBytes int64
-	// ReleaseInterval is how often the mappings, and whether the process
-	// has gone idle, are checked.
-	ReleaseInterval time.Duration
 	// ReleaseIdleHeap hands the heap's free memory back to the kernel once
 	// the process goes quiet after a burst of work, and now and then while
 	// it stays quiet (see idleReleaser).
@@ -39,12 +32,6 @@ func (m memorySettings) validate() error {
 	}
 	if m.GCPercent < 0 {
 		return fmt.Errorf("--gc-percent %d: want a percentage above 0, or 0 for the runtime's default", m.GCPercent)
-	}
-	if m.ReleaseMappedBytes < 0 {
-		return fmt.Errorf("--release-mapped-bytes %d: want a byte count, or 0 to never release", m.ReleaseMappedBytes)
-	}
-	if (m.ReleaseMappedBytes > 0 || m.ReleaseIdleHeap) && m.ReleaseInterval <= 0 {
-		return fmt.Errorf("--release-mapped-interval %s: want a positive duration", m.ReleaseInterval)
 	}
 	return nil
 }
@@ -90,24 +77,17 @@ func currentGCPercent() int {
 // appliedIndex reads the node's applied Raft index (raft.Raft.AppliedIndex).
 type appliedIndex func() uint64
 
-// logMap is the part of a node the mapped-page releaser needs: the Raft
-// log's path, handed to fn while bolt's map of it cannot move
-// (replication.Node.HoldLogMap).
-type logMap func(fn func(path string) error) error
+// idleInterval is how often the idle releaser checks whether the process
+// has gone quiet.
+const idleInterval = time.Second
 
-// release runs, until ctx ends, the releasers the settings ask for: of
-// raft.db's mapped pages (where the platform can), and of the heap when
-// the process goes idle.
-func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logMap, applied appliedIndex) {
-	if m.ReleaseMappedBytes > 0 {
-		if r := newPageReleaser(hold, m.ReleaseMappedBytes, log); r != nil {
-			go r.run(ctx, m.ReleaseInterval)
-		}
-	}
+// release runs, until ctx ends, the heap's idle releaser when the settings
+// ask for it.
+func (m memorySettings) release(ctx context.Context, log *slog.Logger, applied appliedIndex) {
 	if m.ReleaseIdleHeap {
 		r := newIdleReleaser(log, heapAllocated, releaseHeaps)
 		r.applied = applied
-		go r.run(ctx, m.ReleaseInterval)
+		go r.run(ctx, idleInterval)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/raftlog"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
@@ -35,8 +36,7 @@ func envs(flag string) []string {
 }
 
 // Memory defaults. A node's memory must not grow with its backlog: it is
-// the runtime and its heap, the index's block cache and memtables, and the
-// pages of raft.db the process maps.
+// the runtime and its heap, and the index's block cache and memtables.
 const (
 	defaultCacheBytes = 16 << 20
 	// An idle node holds two memtables, the current one and a flushed one
@@ -49,10 +49,6 @@ const (
 	defaultMemTableBytes = 3 << 20
 	defaultMemoryLimit   = 0
 	defaultGCPercent     = 0
-	// The Raft log's map keeps at most this much resident before its pages
-	// are dropped (they stay in the page cache: a later read costs a minor
-	// fault, not a disk read).
-	defaultReleaseMappedBytes = 8 << 20
 )
 
 func serverFlags() []cli.Flag {
@@ -84,14 +80,12 @@ func serverFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "max-delay", Value: 10 * 365 * 24 * time.Hour, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
 		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
 		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 4096, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
-		&cli.IntFlag{Name: "raft-segment-bytes", Value: replication.DefaultLogSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
+		&cli.IntFlag{Name: "raft-segment-bytes", Value: raftlog.DefaultSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
 		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
-		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "drop raft.db's mapped pages (Raft's term and vote, and an earlier version's log while it is moved out) from resident memory once they hold this many bytes; they stay in the page cache (Linux; 0: never)", EnvVars: envs("release-mapped-bytes")},
-		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
 		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
 		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes quiet after a burst of work, and now and then while it stays quiet, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
@@ -249,8 +243,8 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
-	if b := c.Int("raft-segment-bytes"); b < replication.MinLogSegmentBytes || b > replication.MaxLogSegmentBytes {
-		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, replication.MinLogSegmentBytes, replication.MaxLogSegmentBytes)
+	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
+		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
 	tcfg := transport.Config{Logger: logger, AuthToken: token}
 	var serverTLS *tls.Config
@@ -279,9 +273,7 @@ func runServer(c *cli.Context) error {
 		}
 	}
 	mem := memorySettings{
-		Limit: c.Int64("memory-limit"), GCPercent: c.Int("gc-percent"),
-		ReleaseMappedBytes: c.Int64("release-mapped-bytes"), ReleaseInterval: c.Duration("release-mapped-interval"),
-		ReleaseIdleHeap: c.Bool("release-idle-heap"),
+		Limit: c.Int64("memory-limit"), GCPercent: c.Int("gc-percent"), ReleaseIdleHeap: c.Bool("release-idle-heap"),
 	}
 	if err := mem.validate(); err != nil {
 		return err
@@ -333,7 +325,7 @@ func runServer(c *cli.Context) error {
 			return err
 		}
 	}
-	mem.release(sigCtx, logger, node.HoldLogMap, node.Raft().AppliedIndex)
+	mem.release(sigCtx, logger, node.Raft().AppliedIndex)
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
