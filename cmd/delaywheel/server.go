@@ -11,10 +11,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -316,8 +314,7 @@ func runServer(c *cli.Context) error {
 	tcfg.Gatherer, tcfg.Registerer, tcfg.Limits = reg, reg, limits
 	srv := transport.NewServer(tcfg, node)
 
-	sigCtx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	sigCtx := c.Context // ends at SIGINT or SIGTERM (main)
 	if addr := c.String("debug-addr"); addr != "" {
 		if err := serveDebug(sigCtx, logger, addr); err != nil {
 			ln.Close()
