@@ -40,30 +40,30 @@ type Config struct {
 	Logger *slog.Logger
 	Clock  wheel.Clock
 
-	// Raft tuning; zero values take the defaults documented on each.
-	HeartbeatTimeout  time.Duration // 500 ms
-	ElectionTimeout   time.Duration // 500 ms
-	SnapshotThreshold uint64        // 4096 entries
-	SnapshotInterval  time.Duration // 10 s: how often the threshold is checked
-	TrailingLogs      uint64        // 4096 entries
-	// ApplyTimeout bounds how long a proposal waits to be committed (10 s).
+	// Raft tuning. Here and below, a zero value takes DefaultConfig's.
+	HeartbeatTimeout  time.Duration
+	ElectionTimeout   time.Duration
+	SnapshotThreshold uint64        // entries between snapshots
+	SnapshotInterval  time.Duration // how often the threshold is checked
+	TrailingLogs      uint64        // entries kept after a snapshot
+	// ApplyTimeout bounds how long a proposal waits to be committed.
 	ApplyTimeout time.Duration
-	// LogSegmentBytes is the size of the Raft log's segment files (64 MiB,
-	// raftlog.MinSegmentBytes to raftlog.MaxSegmentBytes). One spare
+	// LogSegmentBytes is the size of the Raft log's segment files
+	// (raftlog.MinSegmentBytes to raftlog.MaxSegmentBytes). One spare
 	// segment is kept besides the log's own.
 	LogSegmentBytes int
 
 	// Wheel timing.
-	ExpireGrace time.Duration // how long after a second ends it expires (500 ms)
-	Preload     time.Duration // how far ahead slots are loaded into the heap (1 s)
+	ExpireGrace time.Duration // how long after a second ends it expires
+	Preload     time.Duration // how far ahead slots are loaded into the heap
 	// RedeliveryBackoff is added to a lease's expiry before an unacked message
-	// comes back; it grows with attempts up to 60 s. Default 1 s; negative: 0.
+	// comes back; it grows with attempts up to 60 s. Negative: none.
 	RedeliveryBackoff time.Duration
 
 	// Limits.
-	MaxTopics       int // distinct topics (default 10000)
-	MaxPendingApply int // proposals in flight before enqueues answer 429 (default 4096)
-	MaxLeaseBatch   int // hand-offs per Lease entry (default 1024)
+	MaxTopics       int // distinct topics
+	MaxPendingApply int // proposals in flight before enqueues answer 429
+	MaxLeaseBatch   int // hand-offs per Lease entry
 
 	// RaftAdvertise is the Raft address peers dial (default RaftAddr), for a
 	// node behind NAT or a proxy.
@@ -82,45 +82,56 @@ func (c *Config) advertised() string {
 	return c.RaftAddr
 }
 
+// DefaultConfig returns the default of every tuning field: Open takes it
+// for a field left zero, and the server's flags show it.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:  500 * time.Millisecond,
+		ElectionTimeout:   500 * time.Millisecond,
+		SnapshotThreshold: 4096,
+		SnapshotInterval:  10 * time.Second,
+		TrailingLogs:      4096,
+		ApplyTimeout:      10 * time.Second,
+		LogSegmentBytes:   raftlog.DefaultSegmentBytes,
+		ExpireGrace:       500 * time.Millisecond,
+		Preload:           time.Second,
+		RedeliveryBackoff: time.Second,
+		MaxTopics:         10000,
+		MaxPendingApply:   4096,
+		MaxLeaseBatch:     1024,
+	}
+}
+
+// setDefaults fills the fields left zero from DefaultConfig.
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.HeartbeatTimeout, 500*time.Millisecond)
-	def(&c.ElectionTimeout, 500*time.Millisecond)
-	def(&c.SnapshotInterval, 10*time.Second)
-	def(&c.ApplyTimeout, 10*time.Second)
-	def(&c.ExpireGrace, 500*time.Millisecond)
-	def(&c.Preload, time.Second)
-	def(&c.RedeliveryBackoff, time.Second)
-	if c.RedeliveryBackoff < 0 {
-		c.RedeliveryBackoff = 0
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 4096
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 4096
-	}
-	if c.LogSegmentBytes == 0 {
-		c.LogSegmentBytes = raftlog.DefaultSegmentBytes
-	}
-	if c.MaxTopics == 0 {
-		c.MaxTopics = 10000
-	}
-	if c.MaxPendingApply == 0 {
-		c.MaxPendingApply = 4096
-	}
-	if c.MaxLeaseBatch == 0 {
-		c.MaxLeaseBatch = 1024
-	}
+	d := DefaultConfig()
+	orDefault(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	orDefault(&c.ElectionTimeout, d.ElectionTimeout)
+	orDefault(&c.SnapshotThreshold, d.SnapshotThreshold)
+	orDefault(&c.SnapshotInterval, d.SnapshotInterval)
+	orDefault(&c.TrailingLogs, d.TrailingLogs)
+	orDefault(&c.ApplyTimeout, d.ApplyTimeout)
+	orDefault(&c.LogSegmentBytes, d.LogSegmentBytes)
+	orDefault(&c.ExpireGrace, d.ExpireGrace)
+	orDefault(&c.Preload, d.Preload)
+	orDefault(&c.RedeliveryBackoff, d.RedeliveryBackoff)
+	c.RedeliveryBackoff = max(c.RedeliveryBackoff, 0)
+	orDefault(&c.MaxTopics, d.MaxTopics)
+	orDefault(&c.MaxPendingApply, d.MaxPendingApply)
+	orDefault(&c.MaxLeaseBatch, d.MaxLeaseBatch)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
 		c.Clock = wheel.SystemClock{}
+	}
+}
+
+// orDefault sets *v to d when *v is zero.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
 }
 

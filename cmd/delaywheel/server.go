@@ -38,18 +38,18 @@ func envs(flag string) []string {
 const (
 	defaultCacheBytes = 16 << 20
 	// An idle node holds two memtables, the current one and a flushed one
-	// Pebble keeps for reuse. After a 10M-message fill (one run each), the
-	// idle node held 42.4 MiB at 4 MiB, 40.8 MiB at 3 MiB and 37.6 MiB at
-	// 2 MiB, and the fill beyond the horizon ran at 92k, 76k and 72k msg/s.
-	// An enqueue within the horizon, which writes only a small meta per
-	// message to the index, was the same; fire p99 lateness read 1.9 ms at
-	// 4 MiB and 2.1 to 2.6 ms at 2 MiB (more flushes, more compactions).
+	// Pebble keeps for reuse: a smaller memtable holds less memory at rest
+	// and costs more flushes and compactions under writes.
 	defaultMemTableBytes = 3 << 20
 	defaultMemoryLimit   = 0
 	defaultGCPercent     = 0
 )
 
+// serverFlags are the server's flags; the node's tuning and the API's
+// limits show replication.DefaultConfig's and transport.DefaultLimits'
+// values as their defaults.
 func serverFlags() []cli.Flag {
+	def, lim := replication.DefaultConfig(), transport.DefaultLimits()
 	return []cli.Flag{
 		&cli.StringFlag{Name: "node-id", Value: "n1", Usage: "this node's id", EnvVars: envs("node-id")},
 		&cli.StringFlag{Name: "data-dir", Value: "./data", Usage: "where segments, the index and the Raft log live", EnvVars: envs("data-dir")},
@@ -68,18 +68,18 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "debug-addr", Usage: "serve Go's /debug/pprof profiles on this address (keep it private; off when empty)", EnvVars: envs("debug-addr")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: envs("log-format")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error", EnvVars: envs("log-level")},
-		&cli.DurationFlag{Name: "redelivery-backoff", Value: time.Second, Usage: "added to an expired lease before redelivery, times the attempt (capped at 1m)", EnvVars: envs("redelivery-backoff")},
-		&cli.DurationFlag{Name: "expire-grace", Value: 500 * time.Millisecond, Usage: "how long after a second ends its slot expires to the ready queues", EnvVars: envs("expire-grace")},
-		&cli.IntFlag{Name: "max-topics", Value: 10000, Usage: "distinct topics the cluster accepts", EnvVars: envs("max-topics")},
-		&cli.IntFlag{Name: "max-pending-applies", Value: 4096, Usage: "proposals waiting for the log before writes answer 429", EnvVars: envs("max-pending-applies")},
-		&cli.IntFlag{Name: "max-body-bytes", Value: 1 << 20, Usage: "largest message body in bytes", EnvVars: envs("max-body-bytes")},
-		&cli.IntFlag{Name: "max-batch", Value: 10000, Usage: "most messages per enqueue (and receipts per ack)", EnvVars: envs("max-batch")},
-		&cli.Int64Flag{Name: "max-request-bytes", Value: 32 << 20, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
-		&cli.DurationFlag{Name: "max-delay", Value: 10 * 365 * 24 * time.Hour, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
-		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
-		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 4096, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
-		&cli.IntFlag{Name: "raft-segment-bytes", Value: raftlog.DefaultSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
-		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
+		&cli.DurationFlag{Name: "redelivery-backoff", Value: def.RedeliveryBackoff, Usage: "added to an expired lease before redelivery, times the attempt (capped at 1m)", EnvVars: envs("redelivery-backoff")},
+		&cli.DurationFlag{Name: "expire-grace", Value: def.ExpireGrace, Usage: "how long after a second ends its slot expires to the ready queues", EnvVars: envs("expire-grace")},
+		&cli.IntFlag{Name: "max-topics", Value: def.MaxTopics, Usage: "distinct topics the cluster accepts", EnvVars: envs("max-topics")},
+		&cli.IntFlag{Name: "max-pending-applies", Value: def.MaxPendingApply, Usage: "proposals waiting for the log before writes answer 429", EnvVars: envs("max-pending-applies")},
+		&cli.IntFlag{Name: "max-body-bytes", Value: lim.MaxBodyBytes, Usage: "largest message body in bytes", EnvVars: envs("max-body-bytes")},
+		&cli.IntFlag{Name: "max-batch", Value: lim.MaxBatch, Usage: "most messages per enqueue (and receipts per ack)", EnvVars: envs("max-batch")},
+		&cli.Int64Flag{Name: "max-request-bytes", Value: lim.MaxRequestBytes, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
+		&cli.DurationFlag{Name: "max-delay", Value: time.Duration(lim.MaxDelayMs) * time.Millisecond, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
+		&cli.IntFlag{Name: "max-waiters", Value: lim.MaxWaiters, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
+		&cli.Uint64Flag{Name: "snapshot-threshold", Value: def.SnapshotThreshold, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
+		&cli.IntFlag{Name: "raft-segment-bytes", Value: def.LogSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
+		&cli.Uint64Flag{Name: "trailing-logs", Value: def.TrailingLogs, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
