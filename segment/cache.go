@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/vfs"
@@ -290,7 +290,7 @@ func (c *Cache) Sync() error {
 		c.redirty(seconds, dirDirty)
 		return evictErr
 	}
-	sort.Slice(seconds, func(i, j int) bool { return seconds[i] < seconds[j] })
+	slices.Sort(seconds)
 	if err := c.syncFiles(seconds, dirDirty); err != nil {
 		c.redirty(seconds, dirDirty)
 		return err
@@ -439,7 +439,7 @@ func ListFS(fs vfs.FS, dir string) ([]int64, error) {
 		}
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	slices.Sort(out)
 	return out, nil
 }
 
