@@ -269,8 +269,8 @@ func Open(cfg Config) (*Node, error) {
 		// its decoder exits, the send loop may still issue one more send,
 		// which then waits forever for a slot. The follower gets
 		// heartbeats but no entries again, and Raft's shutdown hangs on
-		// that goroutine (TestLaggingFollowerCatchesUpBySnapshot hung so
-		// in CI). Entries still go out in batches of up to MaxAppendEntries.
+		// that goroutine. Entries still go out in batches of up to
+		// MaxAppendEntries.
 		MaxRPCsInFlight: 1,
 	})
 	// The cache holds whole entries (up to a batch of 10,000 messages each),
@@ -278,7 +278,7 @@ func Open(cfg Config) (*Node, error) {
 	// leader reads it to replicate to a follower within 64 entries of it
 	// (replication pipelines, so they usually are), and every node reads
 	// it to apply what committed; further back, entries are read from the
-	// log store. 256 entries of enqueued batches of 100 held 4 MiB.
+	// log.
 	cache, err := raft.NewLogCache(64, n.ents)
 	if err != nil {
 		st.Close()

@@ -42,11 +42,11 @@ type Options struct {
 const DefaultWritebackBytes = 1 << 20
 
 // Writeback. Without SyncEveryBatch, appends stay dirty in the page cache
-// until Sync, which runs before each flush of the index's memtable: with a
-// node of 24 GiB the kernel itself starts writing only past gigabytes.
-// Every Sync then wrote seconds' worth of slot files at once, and the
-// Raft log's fsync, on the same disk, queued behind it: enqueues answered
-// in 30 to 60 ms instead of 1 to 3 during each one. So, as Pebble does for
+// until Sync, which runs before each flush of the index's memtable, and on
+// a machine with much memory the kernel itself starts writing them only
+// past gigabytes. A Sync would then write seconds' worth of slot files at
+// once, and the Raft log's fsync, on the same disk, would queue behind it,
+// holding up every enqueue's answer. So, as Pebble does for
 // its own files (BytesPerSync), the cache asks the kernel to start writing
 // the files it appended to, without waiting (sync_file_range(2) with
 // SYNC_FILE_RANGE_WRITE on Linux; nothing elsewhere), after every

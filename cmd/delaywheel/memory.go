@@ -97,14 +97,11 @@ func (m memorySettings) release(ctx context.Context, log *slog.Logger, applied a
 // it. So does a quiet interval after idleDrift bytes, once idleSpacing
 // intervals have passed since the last release: an idle node is not still.
 // Each second it expires a slot and promotes the next second from the
-// overflow (about 0.5 MiB a second with a backlog of 10M messages), and now
-// and then it takes a snapshot, and the collector, with its heap sized for
-// the last burst, runs no cycle that would hand that garbage back: left
-// alone, it refaults the pages the last release returned at that rate. A
-// release with a quiet heap of some 15 MiB is a collection and a scavenge
-// (3 to 8 ms, median 4.4 ms, over one idle minute with a 10M backlog), so
-// one every few seconds keeps an idle node's memory flat for about 0.1% of
-// a core.
+// overflow, and now and then it takes a snapshot, and the collector, with
+// its heap sized for the last burst, runs no cycle that would hand that
+// garbage back: left alone, it refaults the pages the last release
+// returned. A release on a quiet heap is one collection and a scavenge, so
+// one every few seconds keeps an idle node's memory flat at little cost.
 const (
 	idleBurst   = 64 << 20
 	idleDrift   = 2 << 20
@@ -116,10 +113,10 @@ const (
 // is quiet too, as long as it allocated at most idleBackground bytes: the
 // clients have stopped, and what allocates is the node's own background
 // work. An idle node applies one or two entries a second (its ticks);
-// under load, every client request is one. After a 10M-message fill the
-// index compacts what the fill wrote for tens of seconds, allocating more
-// than idleQuiet a second, and without this the burst's garbage (some
-// 10 MiB) stayed resident until the compactions ended.
+// under load, every client request is one. After a large fill the index
+// compacts what the fill wrote for a while, allocating more than idleQuiet
+// an interval; this keeps the burst's garbage from staying resident until
+// the compactions end.
 const (
 	idleEntries    = 4
 	idleBackground = 64 << 20

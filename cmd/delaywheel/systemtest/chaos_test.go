@@ -704,12 +704,8 @@ func logLines(t *testing.T, n *Node, words ...string) {
 // file grown ahead of use, so its tail is free space. Cutting 5 bytes models
 // a torn last write; bolt opens it and the node must serve as before.
 // (Cutting into pages bolt uses is damage again:
-// TestDamagedFilesClearErrors.) The Raft log's entries are in a Pebble
-// database, whose newest write-ahead log loses its last 5 bytes too: Pebble
-// ends its replay at a torn record. Pebble reuses WAL files without
-// truncating them, so those bytes may be an old file's leftovers rather
-// than the last entry; replication/TestLogStoreTornTail cuts into a
-// record it has just written.
+// TestDamagedFilesClearErrors.) The Raft log's newest segment loses its
+// last 5 bytes too: raft-wal ends its recovery at a torn record.
 func TestChaosTornWrites(t *testing.T) {
 	e := newChaos(t)
 	e.repeat(1, func(int) {

@@ -93,8 +93,7 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		wantCleanRefusal(t, n, "raft log", "wal-meta.db")
 	})
 
-	// raft.db, which keeps the term and vote (and held the log's entries
-	// before they moved to their own store), cut back to its first four
+	// raft.db, which keeps the term and vote, cut back to its first four
 	// pages: bolt's meta pages survive but the pages they point to are
 	// gone. bolt maps the file, so reading a missing page is a bus error
 	// unless the node checks first.
