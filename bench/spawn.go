@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication/diskuse"
+	"github.com/delaywheel/delaywheel/segment/diskuse"
 )
 
 // proc is a server process the harness started. Its output goes to a log

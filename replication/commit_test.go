@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/delaywheel/delaywheel/replication/raftlog"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -234,14 +234,14 @@ func configLog(index uint64, ids ...string) *raft.Log {
 // latest configuration it stored has this node as the only voter.
 func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, hclog.NewNullLogger(), nil)
+	w, err := raftlog.Open(dir, raftlog.Options{SegmentBytes: raftlog.MinSegmentBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	commits := newCommitWaiters()
 	solo := &soloVoter{self: "n1"}
-	e := entries{WAL: w, commits: commits, solo: solo}
+	e := entries{LogStore: w, commits: commits, solo: solo}
 	next := uint64(1)
 	store := func(logs ...*raft.Log) {
 		t.Helper()

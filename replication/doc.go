@@ -5,9 +5,8 @@
 //     state and restoring a snapshot, proposals and their answers,
 //     membership, the leadership lease (lease.go), and the methods the
 //     HTTP API calls (transport.Backend);
-//   - the log (walstore.go, spare.go, raftlog.go): the entries in
-//     hashicorp/raft-wal segment files, spare segments, and the term and
-//     vote in raft-boltdb as Raft's StableStore;
+//   - the log's wrapper (entries.go), which notes configuration entries
+//     and answers proposals at commit;
 //   - the state machine and its snapshots (fsm.go, snapshot.go,
 //     snapstore.go): committed entries applied to the wheel store,
 //     snapshots as checkpoints of the store's directory;
@@ -16,7 +15,9 @@
 // Its sub-packages own the rest: dispatch the leader's dispatcher (the tick
 // that stamps time into the log, the precision heap, the hand-offs to
 // consumers), behind the small interface dispatch.Node that the node
-// implements; diskuse the disk usage the metrics report.
+// implements; raftlog the Raft log (the entries in hashicorp/raft-wal
+// segment files, spare segments, and the term and vote in raft-boltdb as
+// Raft's StableStore), in <data>/raft.
 //
 // The package knows nothing of HTTP: transport calls the node through
 // transport.Backend, which *Node implements.

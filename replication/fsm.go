@@ -2,12 +2,8 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -127,29 +123,4 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	}
 	f.signalApplied()
 	return out
-}
-
-// mkdirSynced creates dir if it does not exist and syncs its parent, so
-// that the new directory's entry is durable before anything is written
-// under it.
-func mkdirSynced(dir string) error {
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(dir))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaywheel/delaywheel/replication/diskuse"
+	"github.com/delaywheel/delaywheel/segment/diskuse"
 )
 
 // metrics are the node's Prometheus metrics. Histograms are observed where

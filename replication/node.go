@@ -14,11 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
+	"github.com/delaywheel/delaywheel/replication/raftlog"
+	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -39,30 +41,30 @@ type Config struct {
 	Logger *slog.Logger
 	Clock  wheel.Clock
 
-	// Raft tuning; zero values take the defaults documented on each.
-	HeartbeatTimeout  time.Duration // 500 ms
-	ElectionTimeout   time.Duration // 500 ms
-	SnapshotThreshold uint64        // 4096 entries
-	SnapshotInterval  time.Duration // 10 s: how often the threshold is checked
-	TrailingLogs      uint64        // 4096 entries
-	// ApplyTimeout bounds how long a proposal waits to be committed (10 s).
+	// Raft tuning. Here and below, a zero value takes DefaultConfig's.
+	HeartbeatTimeout  time.Duration
+	ElectionTimeout   time.Duration
+	SnapshotThreshold uint64        // entries between snapshots
+	SnapshotInterval  time.Duration // how often the threshold is checked
+	TrailingLogs      uint64        // entries kept after a snapshot
+	// ApplyTimeout bounds how long a proposal waits to be committed.
 	ApplyTimeout time.Duration
-	// LogSegmentBytes is the size of the Raft log's segment files (64 MiB,
-	// at least MinLogSegmentBytes). One spare segment is kept besides the
-	// log's own (spare.go).
+	// LogSegmentBytes is the size of the Raft log's segment files
+	// (raftlog.MinSegmentBytes to raftlog.MaxSegmentBytes). One spare
+	// segment is kept besides the log's own.
 	LogSegmentBytes int
 
 	// Wheel timing.
-	ExpireGrace time.Duration // how long after a second ends it expires (500 ms)
-	Preload     time.Duration // how far ahead slots are loaded into the heap (1 s)
+	ExpireGrace time.Duration // how long after a second ends it expires
+	Preload     time.Duration // how far ahead slots are loaded into the heap
 	// RedeliveryBackoff is added to a lease's expiry before an unacked message
-	// comes back; it grows with attempts up to 60 s. Default 1 s; negative: 0.
+	// comes back; it grows with attempts up to 60 s. Negative: none.
 	RedeliveryBackoff time.Duration
 
 	// Limits.
-	MaxTopics       int // distinct topics (default 10000)
-	MaxPendingApply int // proposals in flight before enqueues answer 429 (default 4096)
-	MaxLeaseBatch   int // hand-offs per Lease entry (default 1024)
+	MaxTopics       int // distinct topics
+	MaxPendingApply int // proposals in flight before enqueues answer 429
+	MaxLeaseBatch   int // hand-offs per Lease entry
 
 	// RaftAdvertise is the Raft address peers dial (default RaftAddr), for a
 	// node behind NAT or a proxy.
@@ -86,45 +88,56 @@ func (c *Config) advertised() string {
 	return c.RaftAddr
 }
 
+// DefaultConfig returns the default of every tuning field: Open takes it
+// for a field left zero, and the server's flags show it.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:  500 * time.Millisecond,
+		ElectionTimeout:   500 * time.Millisecond,
+		SnapshotThreshold: 4096,
+		SnapshotInterval:  10 * time.Second,
+		TrailingLogs:      4096,
+		ApplyTimeout:      10 * time.Second,
+		LogSegmentBytes:   raftlog.DefaultSegmentBytes,
+		ExpireGrace:       500 * time.Millisecond,
+		Preload:           time.Second,
+		RedeliveryBackoff: time.Second,
+		MaxTopics:         10000,
+		MaxPendingApply:   4096,
+		MaxLeaseBatch:     1024,
+	}
+}
+
+// setDefaults fills the fields left zero from DefaultConfig.
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.HeartbeatTimeout, 500*time.Millisecond)
-	def(&c.ElectionTimeout, 500*time.Millisecond)
-	def(&c.SnapshotInterval, 10*time.Second)
-	def(&c.ApplyTimeout, 10*time.Second)
-	def(&c.ExpireGrace, 500*time.Millisecond)
-	def(&c.Preload, time.Second)
-	def(&c.RedeliveryBackoff, time.Second)
-	if c.RedeliveryBackoff < 0 {
-		c.RedeliveryBackoff = 0
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 4096
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 4096
-	}
-	if c.LogSegmentBytes == 0 {
-		c.LogSegmentBytes = DefaultLogSegmentBytes
-	}
-	if c.MaxTopics == 0 {
-		c.MaxTopics = 10000
-	}
-	if c.MaxPendingApply == 0 {
-		c.MaxPendingApply = 4096
-	}
-	if c.MaxLeaseBatch == 0 {
-		c.MaxLeaseBatch = 1024
-	}
+	d := DefaultConfig()
+	orDefault(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	orDefault(&c.ElectionTimeout, d.ElectionTimeout)
+	orDefault(&c.SnapshotThreshold, d.SnapshotThreshold)
+	orDefault(&c.SnapshotInterval, d.SnapshotInterval)
+	orDefault(&c.TrailingLogs, d.TrailingLogs)
+	orDefault(&c.ApplyTimeout, d.ApplyTimeout)
+	orDefault(&c.LogSegmentBytes, d.LogSegmentBytes)
+	orDefault(&c.ExpireGrace, d.ExpireGrace)
+	orDefault(&c.Preload, d.Preload)
+	orDefault(&c.RedeliveryBackoff, d.RedeliveryBackoff)
+	c.RedeliveryBackoff = max(c.RedeliveryBackoff, 0)
+	orDefault(&c.MaxTopics, d.MaxTopics)
+	orDefault(&c.MaxPendingApply, d.MaxPendingApply)
+	orDefault(&c.MaxLeaseBatch, d.MaxLeaseBatch)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
 		c.Clock = wheel.SystemClock{}
+	}
+}
+
+// orDefault sets *v to d when *v is zero.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
 }
 
@@ -137,12 +150,8 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans *raft.NetworkTransport
-	logs  *raftboltdb.BoltStore // the term and vote (Raft's stable store)
-	ents  entries               // the log's entries
-
-	logPath    string
-	mapMu      sync.RWMutex // held shared by HoldLogMap, exclusively to close logs
-	logsClosed bool
+	logs  *raftlog.Log // the log's entries, and the term and vote
+	ents  entries      // logs as Raft sees it
 
 	pending atomic.Int64 // proposals in flight
 	met     *metrics
@@ -166,17 +175,13 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
 	}
-	if cfg.LogSegmentBytes < MinLogSegmentBytes || cfg.LogSegmentBytes > MaxLogSegmentBytes {
-		return nil, fmt.Errorf("%w: raft log segment bytes %d: want %d to %d", wheel.ErrInvalid,
-			cfg.LogSegmentBytes, MinLogSegmentBytes, MaxLogSegmentBytes)
-	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
 	n.met = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	raftDir := filepath.Join(cfg.DataDir, "raft")
-	if err := mkdirSynced(raftDir); err != nil {
+	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
@@ -184,22 +189,21 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	n.logPath = realPath(filepath.Join(raftDir, "raft.db"))
-	logs, err := openRaftLog(n.logPath)
+	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl})
+	if errors.Is(err, raftlog.ErrInvalidSize) {
+		return nil, fmt.Errorf("%w: %w", wheel.ErrInvalid, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("raft log: %w", err)
+		return nil, err
 	}
 	n.logs = logs
 	fail := func(err error) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
-	if n.ents, err = openEntries(raftDir, logs, cfg.LogSegmentBytes, hl, n.log); err != nil {
-		return fail(err)
-	}
 	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
-	n.ents.commits, n.ents.solo = n.commits, n.solo
+	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo}
 
 	// Decide whether the FSM's on-disk state can be used as is. It can when
 	// it opens cleanly and its applied index covers the latest snapshot
@@ -282,18 +286,18 @@ func Open(cfg Config) (*Node, error) {
 	// leader reads it to replicate to a follower within 64 entries of it
 	// (a follower that keeps up usually is), and every node reads
 	// it to apply what committed; further back, entries are read from the
-	// log store.
+	// log.
 	cache, err := raft.NewLogCache(64, n.ents)
 	if err != nil {
 		st.Close()
 		return fail(err)
 	}
-	existing, err := raft.HasExistingState(cache, logs, snaps)
+	existing, err := raft.HasExistingState(cache, logs.Stable(), snaps)
 	if err != nil {
 		st.Close()
 		return fail(fmt.Errorf("raft state: %w", err))
 	}
-	r, err := raft.NewRaft(rc, f, cache, logs, snaps, n.trans)
+	r, err := raft.NewRaft(rc, f, cache, logs.Stable(), snaps, n.trans)
 	if err != nil {
 		n.trans.Close()
 		f.Store().Close()
@@ -383,20 +387,14 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeLogs closes the Raft log's entries, and its stable store once no
-// HoldLogMap is running.
+// closeLogs closes the Raft log once.
 func (n *Node) closeLogs() error {
-	n.mapMu.Lock()
-	defer n.mapMu.Unlock()
-	if n.logs == nil || n.logsClosed {
+	if n.logs == nil {
 		return nil
 	}
-	n.logsClosed = true
-	var err error
-	if n.ents.WAL != nil {
-		err = n.ents.Close()
-	}
-	return errors.Join(err, n.logs.Close())
+	err := n.logs.Close()
+	n.logs = nil
+	return err
 }
 
 // voters counts the voters of the latest configuration and reports whether

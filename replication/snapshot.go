@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/segment"
@@ -142,7 +143,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := os.Rename(tmp, f.dir); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if err := syncDir(filepath.Dir(f.dir)); err != nil {
+	if err := segment.SyncDir(vfs.Default, filepath.Dir(f.dir)); err != nil {
 		return err
 	}
 	st, err := wheel.Open(f.dir, f.opts)
@@ -206,7 +207,7 @@ func extractTar(r io.Reader, dir string) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
-		if err := syncDir(d); err != nil {
+		if err := segment.SyncDir(vfs.Default, d); err != nil {
 			return err
 		}
 	}

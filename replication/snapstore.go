@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/delaywheel/delaywheel/segment"
 )
 
 // refMagic starts a snapshot that refers to a checkpoint directory kept on
@@ -79,7 +82,7 @@ func (r *refSink) keep(cp string) error {
 	if err := os.Rename(cp, dst); err != nil {
 		return fmt.Errorf("keep checkpoint: %w", err)
 	}
-	if err := syncDir(r.store.dir); err != nil {
+	if err := segment.SyncDir(vfs.Default, r.store.dir); err != nil {
 		return err
 	}
 	_, err := io.WriteString(r, refMagic+r.ID()+"\n")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication/raftlog"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -72,7 +73,7 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 			ExpireGrace:       200 * time.Millisecond,
 			// Small segments: each node writes less ahead, and the log
 			// moves to a new segment, made from a spare, more often.
-			LogSegmentBytes: MinLogSegmentBytes,
+			LogSegmentBytes: raftlog.MinSegmentBytes,
 			// Every meta the leader's cache serves is checked against the index.
 			Store: wheel.Options{CheckMetaCache: true},
 		}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/vfs"
@@ -186,7 +186,7 @@ func (c *Cache) AppendEncoded(second int64, buf []byte) (off, end int64, err err
 			return 0, 0, fmt.Errorf("sync segment %s: %w", h.name, err)
 		}
 		if c.dirDirty { // a new file is durable only once its directory entry is
-			if err := syncDir(c.fs, c.dir); err != nil {
+			if err := SyncDir(c.fs, c.dir); err != nil {
 				return 0, 0, err
 			}
 			c.dirDirty = false
@@ -290,7 +290,7 @@ func (c *Cache) Sync() error {
 		c.redirty(seconds, dirDirty)
 		return evictErr
 	}
-	sort.Slice(seconds, func(i, j int) bool { return seconds[i] < seconds[j] })
+	slices.Sort(seconds)
 	if err := c.syncFiles(seconds, dirDirty); err != nil {
 		c.redirty(seconds, dirDirty)
 		return err
@@ -325,7 +325,7 @@ func (c *Cache) syncFiles(seconds []int64, dirDirty bool) error {
 	// error: errs belongs to the goroutines until wg.Wait returns.
 	var dirErr error
 	if dirDirty {
-		dirErr = syncDir(c.fs, c.dir)
+		dirErr = SyncDir(c.fs, c.dir)
 	}
 	wg.Wait()
 	return errors.Join(append(errs, dirErr)...)
@@ -361,7 +361,7 @@ func MkdirAllSync(fs vfs.FS, dir string) error {
 	}
 	for d := dir; ; {
 		parent := fs.PathDir(d)
-		if err := syncDir(fs, parent); err != nil {
+		if err := SyncDir(fs, parent); err != nil {
 			return err
 		}
 		if parent == d || parent == "." || parent == "/" {
@@ -371,7 +371,9 @@ func MkdirAllSync(fs vfs.FS, dir string) error {
 	}
 }
 
-func syncDir(fs vfs.FS, dir string) error {
+// SyncDir makes the entries of dir (files created, renamed or removed in
+// it) durable.
+func SyncDir(fs vfs.FS, dir string) error {
 	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("open dir %s: %w", dir, err)
@@ -438,7 +440,7 @@ func ListFS(fs vfs.FS, dir string) ([]int64, error) {
 		}
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	slices.Sort(out)
 	return out, nil
 }
 

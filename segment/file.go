@@ -253,5 +253,5 @@ func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
 	if err := fs.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
-	return syncDir(fs, fs.PathDir(path))
+	return SyncDir(fs, fs.PathDir(path))
 }

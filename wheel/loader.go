@@ -374,5 +374,3 @@ func (s *Store) liveMessages(sec int64) ([]liveMessage, error) {
 	}
 	return out, nil
 }
-
-func sortInt64s(s []int64) { slices.Sort(s) }

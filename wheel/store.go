@@ -6,7 +6,6 @@ import (
 	"fmt"
 	iofs "io/fs"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -654,15 +653,6 @@ func payloadID(p []byte) (ID, bool) {
 }
 
 func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }
-
-func sortSeconds(m map[int64]*pendSeg) []int64 {
-	out := make([]int64, 0, len(m))
-	for s := range m {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
 
 // indexLevels configures Pebble's levels for the index: no block
 // compression unless asked for. Index values are compact binary that snappy

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/cockroachdb/pebble"
 
@@ -691,7 +693,7 @@ func (t *tx) expire(before int64) {
 			seconds[s] = true
 		}
 	}
-	for _, s := range sortedKeys(seconds) {
+	for _, s := range slices.Sorted(maps.Keys(seconds)) {
 		t.fireSlot(s)
 		if t.err != nil {
 			return
@@ -879,7 +881,7 @@ func (t *tx) commit() error {
 		return t.err
 	}
 	s := t.s
-	for _, sec := range sortSeconds(t.pend) {
+	for _, sec := range slices.Sorted(maps.Keys(t.pend)) {
 		p := t.pend[sec]
 		if len(p.buf) == 0 {
 			continue
@@ -966,13 +968,4 @@ func (t *tx) commit() error {
 		s.loader.applied(t.events)
 	}
 	return nil
-}
-
-func sortedKeys(m map[int64]bool) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sortInt64s(out)
-	return out
 }

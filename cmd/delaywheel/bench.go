@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -84,8 +82,7 @@ func runBench(c *cli.Context, workload string) error {
 	if c.Args().Present() {
 		return fmt.Errorf("bench %s takes no arguments, got %q (flags go before or after the workload, e.g. --spawn 1)", workload, c.Args().Slice())
 	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := c.Context // ends at SIGINT or SIGTERM (main)
 	// The harness shares the machine with the servers it measures: with a
 	// larger collector target it spends less of it on its own garbage, for
 	// every target alike. GOGC, when set, wins.

@@ -13,6 +13,8 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+// main runs the command line with a context that ends at SIGINT or
+// SIGTERM: the one signal handler of the process.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newApp().RunContext(ctx, os.Args)

@@ -19,13 +19,6 @@ type memorySettings struct {
 	// GCPercent is the Go collector's target (debug.SetGCPercent). 0 leaves
 	// the runtime's own setting (the GOGC environment variable, or 100).
 	GCPercent int
-	// ReleaseMappedBytes is how many bytes of raft.db's memory map may
-	// stay resident before its pages are dropped from the process (they
-	// stay in the page cache). 0 never drops them.
-	ReleaseMappedBytes int64
-	// ReleaseInterval is how often the mappings, and whether the process
-	// has gone idle, are checked.
-	ReleaseInterval time.Duration
 	// ReleaseIdleHeap hands the heap's free memory back to the kernel once
 	// the process goes quiet after a burst of work, and now and then while
 	// it stays quiet (see idleReleaser).
@@ -39,12 +32,6 @@ func (m memorySettings) validate() error {
 	}
 	if m.GCPercent < 0 {
 		return fmt.Errorf("--gc-percent %d: want a percentage above 0, or 0 for the runtime's default", m.GCPercent)
-	}
-	if m.ReleaseMappedBytes < 0 {
-		return fmt.Errorf("--release-mapped-bytes %d: want a byte count, or 0 to never release", m.ReleaseMappedBytes)
-	}
-	if (m.ReleaseMappedBytes > 0 || m.ReleaseIdleHeap) && m.ReleaseInterval <= 0 {
-		return fmt.Errorf("--release-mapped-interval %s: want a positive duration", m.ReleaseInterval)
 	}
 	return nil
 }
@@ -90,24 +77,17 @@ func currentGCPercent() int {
 // appliedIndex reads the node's applied Raft index (raft.Raft.AppliedIndex).
 type appliedIndex func() uint64
 
-// logMap is the part of a node the mapped-page releaser needs: the Raft
-// log's path, handed to fn while bolt's map of it cannot move
-// (replication.Node.HoldLogMap).
-type logMap func(fn func(path string) error) error
+// idleInterval is how often the idle releaser checks whether the process
+// has gone quiet.
+const idleInterval = time.Second
 
-// release runs, until ctx ends, the releasers the settings ask for: of
-// raft.db's mapped pages (where the platform can), and of the heap when
-// the process goes idle.
-func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logMap, applied appliedIndex) {
-	if m.ReleaseMappedBytes > 0 {
-		if r := newPageReleaser(hold, m.ReleaseMappedBytes, log); r != nil {
-			go r.run(ctx, m.ReleaseInterval)
-		}
-	}
+// release runs, until ctx ends, the heap's idle releaser when the settings
+// ask for it.
+func (m memorySettings) release(ctx context.Context, log *slog.Logger, applied appliedIndex) {
 	if m.ReleaseIdleHeap {
 		r := newIdleReleaser(log, heapAllocated, releaseHeaps)
 		r.applied = applied
-		go r.run(ctx, m.ReleaseInterval)
+		go r.run(ctx, idleInterval)
 	}
 }
 
@@ -117,14 +97,11 @@ func (m memorySettings) release(ctx context.Context, log *slog.Logger, hold logM
 // it. So does a quiet interval after idleDrift bytes, once idleSpacing
 // intervals have passed since the last release: an idle node is not still.
 // Each second it expires a slot and promotes the next second from the
-// overflow (about 0.5 MiB a second with a backlog of 10M messages), and now
-// and then it takes a snapshot, and the collector, with its heap sized for
-// the last burst, runs no cycle that would hand that garbage back: left
-// alone, it refaults the pages the last release returned at that rate. A
-// release with a quiet heap of some 15 MiB is a collection and a scavenge
-// (3 to 8 ms, median 4.4 ms, over one idle minute with a 10M backlog), so
-// one every few seconds keeps an idle node's memory flat for about 0.1% of
-// a core.
+// overflow, and now and then it takes a snapshot, and the collector, with
+// its heap sized for the last burst, runs no cycle that would hand that
+// garbage back: left alone, it refaults the pages the last release
+// returned. A release on a quiet heap is one collection and a scavenge, so
+// one every few seconds keeps an idle node's memory flat at little cost.
 const (
 	idleBurst   = 64 << 20
 	idleDrift   = 2 << 20
@@ -136,10 +113,10 @@ const (
 // is quiet too, as long as it allocated at most idleBackground bytes: the
 // clients have stopped, and what allocates is the node's own background
 // work. An idle node applies one or two entries a second (its ticks);
-// under load, every client request is one. After a 10M-message fill the
-// index compacts what the fill wrote for tens of seconds, allocating more
-// than idleQuiet a second, and without this the burst's garbage (some
-// 10 MiB) stayed resident until the compactions ended.
+// under load, every client request is one. After a large fill the index
+// compacts what the fill wrote for a while, allocating more than idleQuiet
+// an interval; this keeps the burst's garbage from staying resident until
+// the compactions end.
 const (
 	idleEntries    = 4
 	idleBackground = 64 << 20

@@ -9,11 +9,10 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestMemorySettingsValidate(t *testing.T) {
-	ok := memorySettings{Limit: 64 << 20, GCPercent: 50, ReleaseMappedBytes: 8 << 20, ReleaseInterval: time.Second}
+	ok := memorySettings{Limit: 64 << 20, GCPercent: 50, ReleaseIdleHeap: true}
 	if err := ok.validate(); err != nil {
 		t.Fatalf("valid settings: %v", err)
 	}
@@ -21,10 +20,8 @@ func TestMemorySettingsValidate(t *testing.T) {
 		t.Fatalf("zero settings (runtime defaults, no releasing): %v", err)
 	}
 	for flag, m := range map[string]memorySettings{
-		"--memory-limit":            {Limit: -1},
-		"--gc-percent":              {GCPercent: -5},
-		"--release-mapped-bytes":    {ReleaseMappedBytes: -1},
-		"--release-mapped-interval": {ReleaseMappedBytes: 1, ReleaseInterval: 0},
+		"--memory-limit": {Limit: -1},
+		"--gc-percent":   {GCPercent: -5},
 	} {
 		err := m.validate()
 		if err == nil || !strings.Contains(err.Error(), flag) {
@@ -77,8 +74,6 @@ func TestServerMemoryFlags(t *testing.T) {
 	}{
 		{args: []string{"--memory-limit", "-1"}, flag: "--memory-limit"},
 		{args: []string{"--gc-percent", "-20"}, flag: "--gc-percent"},
-		{args: []string{"--release-mapped-bytes", "-1"}, flag: "--release-mapped-bytes"},
-		{args: []string{"--release-mapped-interval", "0s"}, flag: "--release-mapped-interval"},
 		{args: []string{"--raft-segment-bytes", "65536"}, flag: "--raft-segment-bytes"},
 		{env: "DELAYWHEEL_RAFT_SEGMENT_BYTES=2147483648", flag: "--raft-segment-bytes"},
 		{env: "DELAYWHEEL_GC_PERCENT=-3", flag: "--gc-percent"},
@@ -98,7 +93,7 @@ func TestServerMemoryFlags(t *testing.T) {
 			}
 		})
 	}
-	m := memorySettings{Limit: defaultMemoryLimit, GCPercent: defaultGCPercent, ReleaseMappedBytes: defaultReleaseMappedBytes, ReleaseInterval: time.Second}
+	m := memorySettings{Limit: defaultMemoryLimit, GCPercent: defaultGCPercent, ReleaseIdleHeap: true}
 	if err := m.validate(); err != nil {
 		t.Fatalf("the defaults do not validate: %v", err)
 	}

@@ -11,10 +11,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/raftlog"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
@@ -35,27 +34,22 @@ func envs(flag string) []string {
 }
 
 // Memory defaults. A node's memory must not grow with its backlog: it is
-// the runtime and its heap, the index's block cache and memtables, and the
-// pages of raft.db the process maps.
+// the runtime and its heap, and the index's block cache and memtables.
 const (
 	defaultCacheBytes = 16 << 20
 	// An idle node holds two memtables, the current one and a flushed one
-	// Pebble keeps for reuse. After a 10M-message fill (one run each), the
-	// idle node held 42.4 MiB at 4 MiB, 40.8 MiB at 3 MiB and 37.6 MiB at
-	// 2 MiB, and the fill beyond the horizon ran at 92k, 76k and 72k msg/s.
-	// An enqueue within the horizon, which writes only a small meta per
-	// message to the index, was the same; fire p99 lateness read 1.9 ms at
-	// 4 MiB and 2.1 to 2.6 ms at 2 MiB (more flushes, more compactions).
+	// Pebble keeps for reuse: a smaller memtable holds less memory at rest
+	// and costs more flushes and compactions under writes.
 	defaultMemTableBytes = 3 << 20
 	defaultMemoryLimit   = 0
 	defaultGCPercent     = 0
-	// The Raft log's map keeps at most this much resident before its pages
-	// are dropped (they stay in the page cache: a later read costs a minor
-	// fault, not a disk read).
-	defaultReleaseMappedBytes = 8 << 20
 )
 
+// serverFlags are the server's flags; the node's tuning and the API's
+// limits show replication.DefaultConfig's and transport.DefaultLimits'
+// values as their defaults.
 func serverFlags() []cli.Flag {
+	def, lim := replication.DefaultConfig(), transport.DefaultLimits()
 	return []cli.Flag{
 		&cli.StringFlag{Name: "node-id", Value: "n1", Usage: "this node's id", EnvVars: envs("node-id")},
 		&cli.StringFlag{Name: "data-dir", Value: "./data", Usage: "where segments, the index and the Raft log live", EnvVars: envs("data-dir")},
@@ -74,24 +68,22 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "debug-addr", Usage: "serve Go's /debug/pprof profiles on this address (keep it private; off when empty)", EnvVars: envs("debug-addr")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: envs("log-format")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn, error", EnvVars: envs("log-level")},
-		&cli.DurationFlag{Name: "redelivery-backoff", Value: time.Second, Usage: "added to an expired lease before redelivery, times the attempt (capped at 1m)", EnvVars: envs("redelivery-backoff")},
-		&cli.DurationFlag{Name: "expire-grace", Value: 500 * time.Millisecond, Usage: "how long after a second ends its slot expires to the ready queues", EnvVars: envs("expire-grace")},
-		&cli.IntFlag{Name: "max-topics", Value: 10000, Usage: "distinct topics the cluster accepts", EnvVars: envs("max-topics")},
-		&cli.IntFlag{Name: "max-pending-applies", Value: 4096, Usage: "proposals waiting for the log before writes answer 429", EnvVars: envs("max-pending-applies")},
-		&cli.IntFlag{Name: "max-body-bytes", Value: 1 << 20, Usage: "largest message body in bytes", EnvVars: envs("max-body-bytes")},
-		&cli.IntFlag{Name: "max-batch", Value: 10000, Usage: "most messages per enqueue (and receipts per ack)", EnvVars: envs("max-batch")},
-		&cli.Int64Flag{Name: "max-request-bytes", Value: 32 << 20, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
-		&cli.DurationFlag{Name: "max-delay", Value: 10 * 365 * 24 * time.Hour, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
-		&cli.IntFlag{Name: "max-waiters", Value: 10000, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
-		&cli.Uint64Flag{Name: "snapshot-threshold", Value: 4096, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
-		&cli.IntFlag{Name: "raft-segment-bytes", Value: replication.DefaultLogSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
-		&cli.Uint64Flag{Name: "trailing-logs", Value: 4096, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
+		&cli.DurationFlag{Name: "redelivery-backoff", Value: def.RedeliveryBackoff, Usage: "added to an expired lease before redelivery, times the attempt (capped at 1m)", EnvVars: envs("redelivery-backoff")},
+		&cli.DurationFlag{Name: "expire-grace", Value: def.ExpireGrace, Usage: "how long after a second ends its slot expires to the ready queues", EnvVars: envs("expire-grace")},
+		&cli.IntFlag{Name: "max-topics", Value: def.MaxTopics, Usage: "distinct topics the cluster accepts", EnvVars: envs("max-topics")},
+		&cli.IntFlag{Name: "max-pending-applies", Value: def.MaxPendingApply, Usage: "proposals waiting for the log before writes answer 429", EnvVars: envs("max-pending-applies")},
+		&cli.IntFlag{Name: "max-body-bytes", Value: lim.MaxBodyBytes, Usage: "largest message body in bytes", EnvVars: envs("max-body-bytes")},
+		&cli.IntFlag{Name: "max-batch", Value: lim.MaxBatch, Usage: "most messages per enqueue (and receipts per ack)", EnvVars: envs("max-batch")},
+		&cli.Int64Flag{Name: "max-request-bytes", Value: lim.MaxRequestBytes, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
+		&cli.DurationFlag{Name: "max-delay", Value: time.Duration(lim.MaxDelayMs) * time.Millisecond, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
+		&cli.IntFlag{Name: "max-waiters", Value: lim.MaxWaiters, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
+		&cli.Uint64Flag{Name: "snapshot-threshold", Value: def.SnapshotThreshold, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
+		&cli.IntFlag{Name: "raft-segment-bytes", Value: def.LogSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
+		&cli.Uint64Flag{Name: "trailing-logs", Value: def.TrailingLogs, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
 		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
-		&cli.Int64Flag{Name: "release-mapped-bytes", Value: defaultReleaseMappedBytes, Usage: "drop raft.db's mapped pages (Raft's term and vote, and an earlier version's log while it is moved out) from resident memory once they hold this many bytes; they stay in the page cache (Linux; 0: never)", EnvVars: envs("release-mapped-bytes")},
-		&cli.DurationFlag{Name: "release-mapped-interval", Value: time.Second, Usage: "how often --release-mapped-bytes and --release-idle-heap are checked", EnvVars: envs("release-mapped-interval")},
 		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
 		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes quiet after a burst of work, and now and then while it stays quiet, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
@@ -249,8 +241,8 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
-	if b := c.Int("raft-segment-bytes"); b < replication.MinLogSegmentBytes || b > replication.MaxLogSegmentBytes {
-		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, replication.MinLogSegmentBytes, replication.MaxLogSegmentBytes)
+	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
+		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
 	tcfg := transport.Config{Logger: logger, AuthToken: token}
 	var serverTLS *tls.Config
@@ -279,9 +271,7 @@ func runServer(c *cli.Context) error {
 		}
 	}
 	mem := memorySettings{
-		Limit: c.Int64("memory-limit"), GCPercent: c.Int("gc-percent"),
-		ReleaseMappedBytes: c.Int64("release-mapped-bytes"), ReleaseInterval: c.Duration("release-mapped-interval"),
-		ReleaseIdleHeap: c.Bool("release-idle-heap"),
+		Limit: c.Int64("memory-limit"), GCPercent: c.Int("gc-percent"), ReleaseIdleHeap: c.Bool("release-idle-heap"),
 	}
 	if err := mem.validate(); err != nil {
 		return err
@@ -324,8 +314,7 @@ func runServer(c *cli.Context) error {
 	tcfg.Gatherer, tcfg.Registerer, tcfg.Limits = reg, reg, limits
 	srv := transport.NewServer(tcfg, node)
 
-	sigCtx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	sigCtx := c.Context // ends at SIGINT or SIGTERM (main)
 	if addr := c.String("debug-addr"); addr != "" {
 		if err := serveDebug(sigCtx, logger, addr); err != nil {
 			ln.Close()
@@ -333,7 +322,7 @@ func runServer(c *cli.Context) error {
 			return err
 		}
 	}
-	mem.release(sigCtx, logger, node.HoldLogMap, node.Raft().AppliedIndex)
+	mem.release(sigCtx, logger, node.Raft().AppliedIndex)
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()

@@ -1,4 +1,4 @@
-package replication
+package raftlog
 
 import (
 	"bytes"
@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// spareState reads what the spares report, under their lock.
-func spareState(s *spareSegments) (ready bool, prepared, used int) {
+// spareReady reads whether a spare is ready, under the spares' lock.
+func spareReady(s *spareSegments) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ready, s.prepared, s.used
+	return s.ready
 }
 
 // waitSpare waits until a spare is ready.
@@ -23,7 +23,7 @@ func waitSpare(t *testing.T, s *spareSegments) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if ready, _, _ := spareState(s); ready {
+		if spareReady(s) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -51,14 +51,15 @@ func wantZeros(t *testing.T, path string, size int) {
 // unfinished spare and one of another size.
 func TestSpareSegments(t *testing.T) {
 	dir := t.TempDir()
-	const size = MinLogSegmentBytes
+	const size = MinSegmentBytes
 	log := slog.New(slog.DiscardHandler)
-	s, err := newSpareSegments(dir, size, log)
+	c := new(spareCount)
+	s, err := newSpareSegments(dir, size, log, c.event)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ready, prepared, _ := spareState(s); !ready || prepared != 1 {
-		t.Fatalf("new log: spare ready %v after %d prepared, want ready after 1", ready, prepared)
+	if prepared, _ := c.get(); !spareReady(s) || prepared != 1 {
+		t.Fatalf("new log: spare ready %v after %d prepared, want ready after 1", spareReady(s), prepared)
 	}
 	wantZeros(t, filepath.Join(dir, spareName), size)
 
@@ -72,7 +73,7 @@ func TestSpareSegments(t *testing.T) {
 	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, used := spareState(s); used != 1 {
+	if _, used := c.get(); used != 1 {
 		t.Fatalf("%d segments made from a spare, want 1", used)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "00000000000000000001-0000000000000001.wal"))
@@ -80,7 +81,7 @@ func TestSpareSegments(t *testing.T) {
 		t.Fatalf("segment from the spare: %d bytes (%v), want %d: the write, then zeros", len(b), err, size)
 	}
 	waitSpare(t, s)
-	if _, prepared, _ := spareState(s); prepared != 2 {
+	if prepared, _ := c.get(); prepared != 2 {
 		t.Fatalf("%d spares prepared, want 2", prepared)
 	}
 	wantZeros(t, filepath.Join(dir, spareName), size)
@@ -95,26 +96,27 @@ func TestSpareSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if ready, _, used := spareState(s); !ready || used != 1 {
-		t.Fatalf("after a create of another size: spare ready %v, %d used; want still ready, 1 used", ready, used)
+	if _, used := c.get(); !spareReady(s) || used != 1 {
+		t.Fatalf("after a create of another size: spare ready %v, %d used; want still ready, 1 used", spareReady(s), used)
 	}
 	wantZeros(t, filepath.Join(dir, "00000000000000000009-0000000000000002.wal"), 4096)
 	s.Close()
 
 	// A ready spare is kept across a reopen; nothing needs preparing.
-	if s, err = newSpareSegments(dir, size, log); err != nil {
+	c = new(spareCount)
+	if s, err = newSpareSegments(dir, size, log, c.event); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if ready, prepared, _ := spareState(s); !ready || prepared != 0 {
-		t.Fatalf("reopen: spare ready %v after %d prepared, want ready after 0", ready, prepared)
+	if prepared, _ := c.get(); !spareReady(s) || prepared != 0 {
+		t.Fatalf("reopen: spare ready %v after %d prepared, want ready after 0", spareReady(s), prepared)
 	}
 
 	// An unfinished spare is deleted, and one of another size replaced.
 	if err := os.WriteFile(filepath.Join(dir, spareTmpName), []byte("half"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = newSpareSegments(dir, 2*size, log); err != nil {
+	if s, err = newSpareSegments(dir, 2*size, log, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitSpare(t, s)
@@ -134,12 +136,12 @@ func TestSpareSegmentsCloseStopsPreparing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000001-0000000000000001.wal"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newSpareSegments(dir, MaxLogSegmentBytes, slog.New(slog.DiscardHandler))
+	s, err := newSpareSegments(dir, MaxSegmentBytes, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if ready, _, _ := spareState(s); ready {
+	if spareReady(s) {
 		t.Fatal("a 1 GiB spare was ready at once; the test no longer stops one under way")
 	}
 	for _, name := range []string{spareName, spareTmpName} {
@@ -148,7 +150,7 @@ func TestSpareSegmentsCloseStopsPreparing(t *testing.T) {
 		}
 	}
 	// Creating after Close falls back and prepares nothing.
-	f, err := s.Create(dir, "00000000000000000002-0000000000000002.wal", MinLogSegmentBytes)
+	f, err := s.Create(dir, "00000000000000000002-0000000000000002.wal", MinSegmentBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +163,9 @@ func TestSpareSegmentsCloseStopsPreparing(t *testing.T) {
 // TestSpareSegmentsInTheLog runs the Raft log's entries over several
 // segments made from spares, and reads them all back after a reopen.
 func TestSpareSegmentsInTheLog(t *testing.T) {
-	o := newOldLayout(t)
-	e := o.openEntries(t)
+	dir := t.TempDir()
+	c := new(spareCount)
+	e := openTestLog(t, dir, c)
 	const n = 30_000 // about 6 MiB of entries
 	for from := uint64(1); from <= n; from += 500 {
 		storeRange(t, e, from, from+499)
@@ -170,8 +173,8 @@ func TestSpareSegmentsInTheLog(t *testing.T) {
 		// ready; waiting for it keeps the count below exact.
 		waitSpare(t, e.spares)
 	}
-	_, _, used := spareState(e.spares)
-	segs, err := filepath.Glob(filepath.Join(o.dir, walDirName, "*.wal"))
+	_, used := c.get()
+	segs, err := filepath.Glob(filepath.Join(dir, walDirName, "*.wal"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +184,7 @@ func TestSpareSegmentsInTheLog(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e = o.openEntries(t)
+	e = openTestLog(t, dir, nil)
 	defer e.Close()
 	wantBounds(t, e, 1, n)
 	wantEntries(t, e, 1, n)
@@ -194,7 +197,8 @@ func TestSpareSegmentsInTheLog(t *testing.T) {
 // segment is preallocated raft-wal's way and a new spare prepared.
 func TestSpareSegmentsFallBack(t *testing.T) {
 	dir := t.TempDir()
-	s, err := newSpareSegments(dir, MinLogSegmentBytes, slog.New(slog.DiscardHandler))
+	c := new(spareCount)
+	s, err := newSpareSegments(dir, MinSegmentBytes, slog.New(slog.DiscardHandler), c.event)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +206,14 @@ func TestSpareSegmentsFallBack(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, spareName)); err != nil {
 		t.Fatal(err)
 	}
-	f, err := s.Create(dir, "00000000000000000001-0000000000000001.wal", MinLogSegmentBytes)
+	f, err := s.Create(dir, "00000000000000000001-0000000000000001.wal", MinSegmentBytes)
 	if err != nil {
 		t.Fatalf("create with the spare gone: %v, want raft-wal's preallocation", err)
 	}
 	f.Close()
-	wantZeros(t, filepath.Join(dir, "00000000000000000001-0000000000000001.wal"), MinLogSegmentBytes)
+	wantZeros(t, filepath.Join(dir, "00000000000000000001-0000000000000001.wal"), MinSegmentBytes)
 	waitSpare(t, s)
-	if _, prepared, used := spareState(s); prepared != 2 || used != 0 {
+	if prepared, used := c.get(); prepared != 2 || used != 0 {
 		t.Fatalf("%d spares prepared, %d used; want a second one prepared, none used", prepared, used)
 	}
 }
@@ -221,11 +225,12 @@ func TestSpareSegmentsFallBack(t *testing.T) {
 // batch reads back. It also runs the log with no spare ready, so segments
 // are preallocated raft-wal's way.
 func TestSpareSegmentsLostCreate(t *testing.T) {
-	o := newOldLayout(t)
-	e := o.openEntries(t)
+	dir := t.TempDir()
+	c := new(spareCount)
+	e := openTestLog(t, dir, c)
 	segments := func() []string {
 		t.Helper()
-		segs, err := filepath.Glob(filepath.Join(o.dir, walDirName, "*.wal"))
+		segs, err := filepath.Glob(filepath.Join(dir, walDirName, "*.wal"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +241,7 @@ func TestSpareSegmentsLostCreate(t *testing.T) {
 		waitSpare(t, e.spares)
 		storeRange(t, e, last+1, last+100)
 	}
-	if _, _, used := spareState(e.spares); used < 2 {
+	if _, used := c.get(); used < 2 {
 		t.Fatalf("%d segments made from spares, want the first and the newest", used)
 	}
 	if err := e.Close(); err != nil {
@@ -247,7 +252,8 @@ func TestSpareSegmentsLostCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	last -= 100 // the batch that found the segment before it full went into the lost one
-	e = o.openEntries(t)
+	c = new(spareCount)
+	e = openTestLog(t, dir, c)
 	wantBounds(t, e, 1, last)
 	wantEntries(t, e, 1, last)
 	if len(segments()) != len(segs) {
@@ -256,19 +262,19 @@ func TestSpareSegmentsLostCreate(t *testing.T) {
 
 	// With preparation stopped, new segments are preallocated.
 	e.spares.Close()
-	_, _, usedBefore := spareState(e.spares)
+	_, usedBefore := c.get()
 	n := len(segs)
 	for len(segments()) < n+2 {
 		storeRange(t, e, last+1, last+100)
 		last += 100
 	}
-	if _, _, used := spareState(e.spares); used > usedBefore+1 { // the spare ready at Close may be used once
+	if _, used := c.get(); used > usedBefore+1 { // the spare ready at Close may be used once
 		t.Fatalf("%d segments made from spares after preparation stopped, want at most 1", used-usedBefore)
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e = o.openEntries(t)
+	e = openTestLog(t, dir, nil)
 	defer e.Close()
 	wantBounds(t, e, 1, last)
 	wantEntries(t, e, 1, last)

@@ -1,4 +1,4 @@
-package replication
+package raftlog
 
 import (
 	"context"
@@ -13,20 +13,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/delaywheel/delaywheel/segment"
 )
 
 // Spare segments. raft-wal preallocates a new segment with fallocate, which
 // leaves its blocks unwritten: every append into them changes the file's
 // extent map, so the fsync after it commits the file system's journal as
-// well as the data. On this project's reference VM (ext4) that put a 40 KiB
-// append plus fsync at 195 µs; into blocks already written it took 115 µs,
-// and the Raft log's fsync is what an enqueue waits for.
+// well as the data, and the Raft log's fsync is what an enqueue waits for.
 //
 // So the log's segments come from spareSegments: while the node runs, a
 // background goroutine writes the next segment's file in full (zeros, the
-// same content a preallocated file reads as), a synced MiB at a time with
+// same content a preallocated file reads as), a synced chunk at a time with
 // a pause between, under a name raft-wal does not list; a new segment is
 // that file renamed. A new log's first spare is written as it opens. When
 // no spare is ready (a log outgrowing its spare), raft-wal's own
@@ -44,11 +45,16 @@ const (
 	spareTmpName = "spare-segment.tmp"
 	spareChunk   = 1 << 20 // bytes of zeros per write and sync
 	// sparePause is the rest between two chunks, so that the log's own
-	// fsyncs never queue behind more than a chunk: a 64 MiB spare takes
-	// about a second, less than a segment lasts at the highest rates
-	// measured (55 MB/s of entries). In alternating runs of the 1M enqueue,
-	// the pause took the call's p99.9 from 8–12 ms to 5–7 ms.
+	// fsyncs never queue behind more than a chunk's writeback.
 	sparePause = 10 * time.Millisecond
+)
+
+// spareEvent is what a test hook (Options.spareEvent) is told.
+type spareEvent int
+
+const (
+	sparePrepared spareEvent = iota // a spare was written and is ready
+	spareUsed                       // a segment was made from the spare
 )
 
 // spareSegments is the raft-wal file system of the Raft log's segment
@@ -63,19 +69,20 @@ type spareSegments struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	event func(spareEvent) // nil but in tests
+
 	mu        sync.Mutex
 	ready     bool // dir/spareName is a synced spare of size bytes
 	preparing bool
-	prepared  int // spares made since open (for tests)
-	used      int // segments made from a spare since open (for tests)
 }
 
 // newSpareSegments opens the spares of dir, whose segments are size bytes:
 // it deletes an unfinished spare, keeps a ready one of the right size, and
 // starts preparing one otherwise.
-func newSpareSegments(dir string, size int, log *slog.Logger) (*spareSegments, error) {
+// event, when not nil, is told of each spare prepared or used.
+func newSpareSegments(dir string, size int, log *slog.Logger, event func(spareEvent)) (*spareSegments, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &spareSegments{FS: walfs.New(), dir: dir, size: uint64(size), log: log, ctx: ctx, cancel: cancel}
+	s := &spareSegments{FS: walfs.New(), dir: dir, size: uint64(size), log: log, ctx: ctx, cancel: cancel, event: event}
 	if err := os.Remove(filepath.Join(dir, spareTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		cancel()
 		return nil, fmt.Errorf("spare segment: %w", err)
@@ -99,7 +106,7 @@ func newSpareSegments(dir string, size int, log *slog.Logger) (*spareSegments, e
 			return nil, fmt.Errorf("spare segment: %w", err)
 		}
 		newLog := !slices.ContainsFunc(names, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".wal") })
-		if newLog && s.size <= DefaultLogSegmentBytes {
+		if newLog && s.size <= DefaultSegmentBytes {
 			// A new log: raft-wal creates its first segment as it opens,
 			// so that one's spare is made now, at full speed, rather than
 			// in the background (unless segments are larger than the
@@ -129,7 +136,14 @@ func (s *spareSegments) settle(err error, instead string) {
 		return
 	}
 	s.ready = true
-	s.prepared++
+	s.notify(sparePrepared)
+}
+
+// notify tells the test hook of ev.
+func (s *spareSegments) notify(ev spareEvent) {
+	if s.event != nil {
+		s.event(ev)
+	}
 }
 
 // Create creates segment name in dir: the ready spare renamed, when there
@@ -158,8 +172,8 @@ func (s *spareSegments) Create(dir, name string, size uint64) (types.WritableFil
 		s.log.Warn("raft log: could not use the spare segment; preallocating the next segment instead", "err", err)
 		return s.FS.Create(dir, name, size)
 	}
-	s.used++
-	if err := syncDir(dir); err != nil {
+	s.notify(spareUsed)
+	if err := segment.SyncDir(vfs.Default, dir); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("create segment %s from the spare: %w", path, err)
 	}

@@ -1,0 +1,62 @@
+package replication
+
+import (
+	"github.com/hashicorp/raft"
+)
+
+// entries is the Raft log (raftlog.Log) as Raft sees it on this node: it
+// also notes the configuration entries it stores and, on a node that is
+// its cluster's only voter, answers proposals once they are durable
+// (commit.go).
+type entries struct {
+	raft.LogStore
+	commits *commitWaiters
+	solo    *soloVoter
+}
+
+// StoreLogs appends logs durably, then notes configuration entries and,
+// on a node that is its cluster's only voter, tells the proposals among
+// logs that they are committed.
+func (e entries) StoreLogs(logs []*raft.Log) error {
+	if err := e.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
+	if e.solo == nil {
+		return nil
+	}
+	from := 0
+	for i, l := range logs {
+		if l.Type != raft.LogConfiguration {
+			continue
+		}
+		if e.solo.solo() {
+			e.commits.notify(logs[from:i])
+		}
+		e.solo.stored(l)
+		from = i + 1
+	}
+	if e.solo.solo() {
+		e.commits.notify(logs[from:])
+	}
+	return nil
+}
+
+// StoreLog appends one entry durably (see StoreLogs).
+func (e entries) StoreLog(l *raft.Log) error { return e.StoreLogs([]*raft.Log{l}) }
+
+// DeleteRange deletes the entries from min to max. A deletion of the log's
+// tail may take the latest configuration with it, so whether this node is
+// the only voter becomes unknown.
+func (e entries) DeleteRange(min, max uint64) error {
+	last, err := e.LastIndex()
+	if err != nil {
+		return err
+	}
+	if err := e.LogStore.DeleteRange(min, max); err != nil {
+		return err
+	}
+	if e.solo != nil && max >= last {
+		e.solo.truncated()
+	}
+	return nil
+}
