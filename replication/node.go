@@ -151,6 +151,7 @@ type Node struct {
 	fsm   *fsm
 	trans *raft.NetworkTransport
 	logs  *raftlog.Log // the log's entries, and the term and vote
+	lock  io.Closer    // the data dir's lock, held while open
 	ents  entries      // logs as Raft sees it
 
 	pending atomic.Int64 // proposals in flight
@@ -168,6 +169,10 @@ type Node struct {
 	observer *raft.Observer
 }
 
+// ErrDataDirLocked is returned by Open when another process (or another
+// open Node) holds the data dir.
+var ErrDataDirLocked = errors.New("data dir in use")
+
 // Open starts a node. On a data directory that already holds a cluster's
 // state it rejoins with that state and ignores InitialCluster.
 func Open(cfg Config) (*Node, error) {
@@ -180,27 +185,32 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	raftDir := filepath.Join(cfg.DataDir, "raft")
-	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
-		return nil, fmt.Errorf("raft dir: %w", err)
-	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
-	snaps, err := newSnapStore(raftDir, 2, n.log, hl)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot store: %w", err)
-	}
-	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl})
-	if errors.Is(err, raftlog.ErrInvalidSize) {
-		return nil, fmt.Errorf("%w: %w", wheel.ErrInvalid, err)
-	}
+	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	n.logs = logs
+	n.lock = lock
 	fail := func(err error) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
+	raftDir := filepath.Join(cfg.DataDir, "raft")
+	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
+		return fail(fmt.Errorf("raft dir: %w", err))
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
+	snaps, err := newSnapStore(raftDir, 2, n.log, hl)
+	if err != nil {
+		return fail(fmt.Errorf("snapshot store: %w", err))
+	}
+	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl})
+	if errors.Is(err, raftlog.ErrInvalidSize) {
+		return fail(fmt.Errorf("%w: %w", wheel.ErrInvalid, err))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	n.logs = logs
 	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
 	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo}
@@ -387,14 +397,18 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeLogs closes the Raft log once.
+// closeLogs closes the Raft log and releases the data dir's lock, once.
 func (n *Node) closeLogs() error {
-	if n.logs == nil {
-		return nil
+	var errs []error
+	if n.logs != nil {
+		errs = append(errs, n.logs.Close())
+		n.logs = nil
 	}
-	err := n.logs.Close()
-	n.logs = nil
-	return err
+	if n.lock != nil {
+		errs = append(errs, n.lock.Close())
+		n.lock = nil
+	}
+	return errors.Join(errs...)
 }
 
 // voters counts the voters of the latest configuration and reports whether

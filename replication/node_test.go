@@ -3,6 +3,9 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +140,29 @@ func TestReplicationNotPipelined(t *testing.T) {
 	_, err := n.trans.AppendEntriesPipeline("n2", raft.ServerAddress(FreeAddr(t)))
 	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
 		t.Fatalf("AppendEntriesPipeline: %v, want raft.ErrPipelineReplicationNotSupported", err)
+	}
+}
+
+// A second node opened on a data dir in use fails at once, naming the dir
+// and the process holding it; once the first closes, the dir opens again.
+func TestDataDirLockedFailsFast(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	tn := c.Nodes[0]
+	cfg := tn.Cfg
+	cfg.RaftAddr, cfg.HTTPAddr = FreeAddr(t), FreeAddr(t)
+	_, err := Open(cfg)
+	if !errors.Is(err, ErrDataDirLocked) {
+		t.Fatalf("second Open on %s: %v; want ErrDataDirLocked", cfg.DataDir, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, cfg.DataDir) || !strings.Contains(msg, fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("error %q does not name the data dir and the holding process", msg)
+	}
+	c.Stop(0)
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open after the holder closed: %v", err)
+	}
+	if err := n.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

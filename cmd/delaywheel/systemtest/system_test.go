@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +28,37 @@ func TestSingleNode(t *testing.T) {
 	t.Run("BadInput", func(t *testing.T) { badInput(t, c, n) })
 	t.Run("NeverEarly", func(t *testing.T) { neverEarly(t, c) })
 	t.Run("CleanRestart", func(t *testing.T) { cleanRestart(t, c, n) })
+	t.Run("DataDirInUse", func(t *testing.T) { dataDirInUse(t, n) })
+}
+
+// dataDirInUse starts a second server on a running node's data dir: it
+// must exit at once with an error naming the dir and the holder, and leave
+// the running node serving.
+func dataDirInUse(t *testing.T, n *Node) {
+	ctx := ctxFor(t, 30*time.Second)
+	ip := NextIP()
+	port := func() string {
+		p, err := FreePort(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s:%d", ip, p)
+	}
+	out, err := exec.CommandContext(ctx, n.bin, "server", "--node-id", "n1", "--data-dir", n.DataDir,
+		"--http-addr", port(), "--raft-addr", port()).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the second server on %s did not exit: %v\n%s", n.DataDir, ctx.Err(), out)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("the second server on %s: %v, want exit code 1\n%s", n.DataDir, err, out)
+	}
+	if msg := string(out); !strings.Contains(msg, n.DataDir) || !strings.Contains(msg, "in use by process") {
+		t.Fatalf("the second server's error does not name the data dir and its holder:\n%s", msg)
+	}
+	if _, err := n.Client.Topics(ctx); err != nil {
+		t.Fatalf("the running node after the refused second server: %v", err)
+	}
 }
 
 // TestCluster runs the same on three nodes, every call sent to a follower
