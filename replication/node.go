@@ -9,13 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
@@ -198,7 +196,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
 		return fail(fmt.Errorf("raft dir: %w", err))
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{n.log}})
+	hl := raftLogger(n.log, cfg.Clock.Now)
 	snaps, err := newSnapStore(raftDir, 2, n.log, hl)
 	if err != nil {
 		return fail(fmt.Errorf("snapshot store: %w", err))
@@ -340,24 +338,6 @@ func Open(cfg Config) (*Node, error) {
 	go n.watchLeadership(ctx)
 	return n, nil
 }
-
-// slogWriter turns hclog's lines into slog records.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	level := slog.LevelInfo
-	switch {
-	case strings.Contains(line, "[ERROR]"):
-		level = slog.LevelError
-	case strings.Contains(line, "[WARN]"):
-		level = slog.LevelWarn
-	}
-	w.l.Log(context.Background(), level, line, "component", "raft")
-	return len(p), nil
-}
-
-var _ io.Writer = slogWriter{}
 
 // store returns the current store.
 func (n *Node) store() *wheel.Store { return n.fsm.Store() }

@@ -1,10 +1,13 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,11 +255,17 @@ func TestHealthReadyMetrics(t *testing.T) {
 	check(t, "healthz", e.c.Healthz(ctx))
 	check(t, "readyz", e.c.Readyz(ctx))
 	// A node that waits to be added to a cluster knows no leader.
-	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock})
+	// Its 503s are answers to a probe, not failures: no warning each.
+	var logs safeBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Server: func(c *transport.Config) { c.Logger = logger }})
 	err := j.Client.Readyz(ctx)
 	var ce *client.Error
 	if !asClientError(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.RetryAfter != time.Second {
 		t.Fatalf("readyz when not ready: %v", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "/readyz") || strings.Contains(out, "level=WARN") {
+		t.Fatalf("a 503 from /readyz: the server logged\n%s\nwant one debug line", out)
 	}
 	check(t, "healthz when not ready", j.Client.Healthz(ctx))
 	m := e.do(http.MethodGet, "/metrics", "")
@@ -298,4 +307,22 @@ func (r reserveSignal) Reserve(ctx context.Context, topic string, max int, wait,
 		}
 	}
 	return r.Backend.Reserve(ctx, topic, max, wait, ttr)
+}
+
+// safeBuffer is a bytes.Buffer a logger may write from any goroutine.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

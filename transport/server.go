@@ -258,7 +258,9 @@ func writeBody(w http.ResponseWriter, status int, contentType string, b []byte) 
 }
 
 // observe logs a request (Debug; Warn for a 5xx the client did not cause by
-// going away) and records its metrics.
+// going away, except from the probes, whose 503 is an answer: a node not
+// ready is a state the load balancer polls for, and its changes are logged
+// by the node) and records its metrics.
 func (s *Server) observe(pattern string, r *http.Request, rec *recorder, took time.Duration) {
 	status := rec.status
 	if status == 0 {
@@ -271,7 +273,8 @@ func (s *Server) observe(pattern string, r *http.Request, rec *recorder, took ti
 	if rec.err != nil {
 		attrs = append(attrs, "err", rec.err)
 	}
-	if status >= 500 && !clientGone {
+	probe := pattern == "GET /readyz" || pattern == "GET /healthz"
+	if status >= 500 && !clientGone && !probe {
 		s.log.Warn("request failed", attrs...)
 		return
 	}
