@@ -53,10 +53,14 @@ type tx struct {
 	// changes what the batch writes.
 	events  []Event
 	follows int64
-	stats   map[uint32]*TopicStats // transition counts of this batch
-	scratch []byte                 // reused encoding buffer; whatever takes it copies it
-	keyBuf  []byte                 // reused by setMeta
-	metaBuf []byte                 // reused by setMeta
+	// placed and lastRead keep what the batch read from the index and the
+	// slot files, for its own later reads (placement.go, readRecord).
+	placed   map[uint64][]placed
+	lastRead lastRead
+	stats    map[uint32]*TopicStats // transition counts of this batch
+	scratch  []byte                 // reused encoding buffer; whatever takes it copies it
+	keyBuf   []byte                 // reused by setMeta
+	metaBuf  []byte                 // reused by setMeta
 	// implicit is set while a Schedule puts a new message without a key:
 	// its placement (placement.go) stands for its meta.
 	implicit bool
@@ -142,7 +146,7 @@ func (t *tx) setMeta(id ID, m *meta) {
 // placements would otherwise imply one.
 func (t *tx) delMeta(id ID) {
 	t.del(metaKey(id))
-	_, _, placed, err := placementOf(txSource{t}, id)
+	_, _, placed, err := t.placement(id)
 	if err != nil {
 		t.fail(err)
 	}
@@ -230,12 +234,29 @@ func (t *tx) appendSeg(second int64, typ segment.RecordType, payload []byte) int
 
 // readRecord reads the record at off of a slot file, including records
 // appended earlier in this batch.
+// The last committed record read is kept: reading a message's meta from
+// its placement reads its record, which is then read again for the message
+// itself. Committed records never change.
 func (t *tx) readRecord(second, off int64) (segment.Record, error) {
 	if p := t.pend[second]; p != nil && off >= p.base {
 		r, _, err := segment.DecodeRecord(p.buf[off-p.base:])
 		return r, err
 	}
-	return t.s.segs.ReadRecord(second, off)
+	if l := &t.lastRead; l.ok && l.second == second && l.off == off {
+		return l.rec, nil
+	}
+	r, err := t.s.segs.ReadRecord(second, off)
+	if err == nil {
+		t.lastRead = lastRead{second: second, off: off, rec: r, ok: true}
+	}
+	return r, err
+}
+
+// lastRead is the last committed slot-file record a batch read.
+type lastRead struct {
+	second, off int64
+	rec         segment.Record
+	ok          bool
 }
 
 // event records e for the observer, if one is attached.

@@ -554,6 +554,7 @@ func runModel(t *testing.T, seed int64, steps int) {
 	h.closeStore()
 	h.open()
 	h.checkOpts(h.md, true, true)
+	h.checkReplica()
 	t.Logf("seed %d: %d steps, %d entries, %d messages created, %d live %v, cursor %d, stats %v",
 		seed, steps, len(h.log), len(h.md.created), len(h.md.msgs), h.md.histogram(), h.md.cursor, h.stats)
 }

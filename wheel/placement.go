@@ -1,9 +1,11 @@
 package wheel
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
 )
@@ -258,6 +260,7 @@ func (t *tx) flushPlacing() {
 		return
 	}
 	t.set(placedKey(p.index), p.buf)
+	delete(t.placed, p.index)
 	if p.written != p.maxSec {
 		if p.written >= 0 {
 			t.del(placedByKey(p.written, p.index))
@@ -317,6 +320,9 @@ var errBadPlacement = errors.New("undecodable placement")
 // committed one) and the slot files.
 type metaSource interface {
 	getKey(key []byte) ([]byte, error)
+	// placement returns where id's entry placed it, if it did and the
+	// placements are still kept.
+	placement(id ID) (second, off int64, ok bool, err error)
 	readRecord(second, off int64) (segment.Record, error)
 	topicOf(name string) (uint32, bool)
 }
@@ -338,13 +344,8 @@ func lookupMeta(src metaSource, id ID) (meta, bool, error) {
 	return m, true, nil
 }
 
-// placementOf returns where id's entry placed it, if it did and the
-// placements are still kept.
-func placementOf(src metaSource, id ID) (second, off int64, ok bool, err error) {
-	v, err := src.getKey(placedKey(id.Index))
-	if err != nil || v == nil {
-		return 0, 0, false, err
-	}
+// placementIn returns where the entry's placements v (nil: none) put id.
+func placementIn(v []byte, id ID) (second, off int64, ok bool, err error) {
 	second, off, ok, err = findPlacement(v, id.Seq)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
@@ -352,10 +353,62 @@ func placementOf(src metaSource, id ID) (second, off int64, ok bool, err error) 
 	return second, off, ok, nil
 }
 
+// placed is one decoded placement.
+type placed struct {
+	seq         uint32
+	second, off int64
+}
+
+// decodePlacements decodes an entry's placements, which are in increasing
+// seq order.
+func decodePlacements(v []byte) ([]placed, error) {
+	var out []placed
+	var err error
+	if perr := eachPlacement(v, func(seq uint32, second, off int64) bool {
+		if n := len(out); n > 0 && seq <= out[n-1].seq {
+			err = errBadPlacement
+			return false
+		}
+		out = append(out, placed{seq, second, off})
+		return true
+	}); perr != nil {
+		return nil, perr
+	}
+	return out, err
+}
+
+// placement returns where id's entry placed it. The batch decodes an
+// entry's placements once, so that the lookups of the messages one entry
+// enqueued (the leases and acks of a slot's messages, handed out together)
+// cost a search each, not a decode. An entry's placements are written
+// while it is applied and only deleted after; the batch forgets the ones
+// it writes or deletes.
+func (t *tx) placement(id ID) (second, off int64, ok bool, err error) {
+	ps, cached := t.placed[id.Index]
+	if !cached {
+		v := t.get(placedKey(id.Index))
+		if t.err != nil {
+			return 0, 0, false, t.err
+		}
+		if ps, err = decodePlacements(v); err != nil {
+			return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
+		}
+		if t.placed == nil {
+			t.placed = map[uint64][]placed{}
+		}
+		t.placed[id.Index] = ps
+	}
+	i, found := slices.BinarySearchFunc(ps, id.Seq, func(p placed, seq uint32) int { return cmp.Compare(p.seq, seq) })
+	if !found {
+		return 0, 0, false, nil
+	}
+	return ps[i].second, ps[i].off, true, nil
+}
+
 // implicitMeta returns the meta a message without one of its own has by its
 // entry's placements.
 func implicitMeta(src metaSource, id ID) (meta, bool, error) {
-	sec, off, ok, err := placementOf(src, id)
+	sec, off, ok, err := src.placement(id)
 	if err != nil || !ok {
 		return meta{}, false, err
 	}
@@ -389,6 +442,10 @@ func (s txSource) getKey(key []byte) ([]byte, error) {
 	return v, s.t.err
 }
 
+func (s txSource) placement(id ID) (second, off int64, ok bool, err error) {
+	return s.t.placement(id)
+}
+
 func (s txSource) readRecord(second, off int64) (segment.Record, error) {
 	return s.t.readRecord(second, off)
 }
@@ -399,6 +456,14 @@ func (s txSource) topicOf(name string) (uint32, bool) { return s.t.topicID(name,
 type storeSource struct{ s *Store }
 
 func (s storeSource) getKey(key []byte) ([]byte, error) { return s.s.get(key) }
+
+func (s storeSource) placement(id ID) (second, off int64, ok bool, err error) {
+	v, err := s.s.get(placedKey(id.Index))
+	if err != nil || v == nil {
+		return 0, 0, false, err
+	}
+	return placementIn(v, id)
+}
 
 func (s storeSource) readRecord(second, off int64) (segment.Record, error) {
 	return s.s.segs.ReadRecord(second, off)
@@ -421,6 +486,7 @@ func (t *tx) dropPlacements(before int64) {
 	for _, k := range keys {
 		index := binary.BigEndian.Uint64(k[9:])
 		t.del(placedKey(index))
+		delete(t.placed, index)
 		lo := binary.BigEndian.AppendUint64([]byte{pGone}, index)
 		gone, _ := t.scanKeys(lo, prefixEnd(lo), 0)
 		for _, g := range gone {
