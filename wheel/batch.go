@@ -404,9 +404,8 @@ func (s *Store) segLens() (map[int64]segLen, error) {
 
 // bufPool keeps a few emptied buffers of slot-file records for the next
 // batches, which would otherwise grow a fresh buffer, doubling it, for
-// every slot second they append to: a fifth of the bytes a node allocated
-// while it took enqueues. It keeps small buffers only, and few, so that a
-// burst of large batches leaves no memory behind. s.mu guards it.
+// every slot second they append to. It keeps small buffers only, and few,
+// so that a burst of large batches leaves no memory behind. s.mu guards it.
 type bufPool struct {
 	bufs [][]byte
 }

@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// Clocks. The store never reads a clock: time reaches it inside commands.
+// What waits (the loader's Next, the layers above) takes a Clock, so that
+// tests can drive it with a FakeClock.
+
 // Clock is the source of time for everything that waits. Production uses
 // SystemClock; tests inject a FakeClock.
 type Clock interface {

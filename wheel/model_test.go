@@ -9,6 +9,10 @@ package wheel
 // is reopened and the log suffix replayed from AppliedIndex()+1 (or all of
 // it, to check idempotency).
 //
+// A replica applies the same log one entry at a time, with no loader
+// attached and no crash; at checkpoints and at the end its Dump must equal
+// the store's, which has a loader attached and loading slots.
+//
 // Run a longer hunt with, for example:
 //
 //	go test ./wheel -run TestModel -model.seed 7 -model.seeds 20 -model.steps 20000

@@ -463,15 +463,15 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 
 // indexLevels configures Pebble's levels for the index: no block
 // compression unless asked for. Index values are compact binary that snappy
-// barely shrinks, and compressing every block written by a flush or
-// compaction (and decompressing it on every read) was a tenth of the
-// server's CPU under a sustained enqueue load.
+// barely shrinks, while compressing every block written by a flush or
+// compaction, and decompressing it on every read, costs CPU on the path of
+// every enqueue.
 //
 // Every table carries a bloom filter (10 bits a key, about 1% false
 // positives). Most reads of the index are point lookups of keys written
 // at random (a message's meta, by id) and every table's key range spans
 // them, so without a filter a lookup reads a block of each level-0 table
-// and each level; delivering a message looks up its meta three times.
+// and each level; delivering a message looks up its meta more than once.
 func indexLevels(compress bool) []pebble.LevelOptions {
 	lv := make([]pebble.LevelOptions, 7)
 	for i := range lv {
