@@ -74,8 +74,6 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 			// Small segments: each node writes less ahead, and the log
 			// moves to a new segment, made from a spare, more often.
 			LogSegmentBytes: raftlog.MinSegmentBytes,
-			// Every meta the leader's cache serves is checked against the index.
-			Store: wheel.Options{CheckMetaCache: true},
 		}
 		if n > 1 {
 			cfg.InitialCluster = members

@@ -303,3 +303,77 @@ func BenchmarkPromoteTick(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFire is the leader's delivery path for one second of 1,000
+// messages: it loads the slot, pops its messages at their due time,
+// applies their Leases in entries of 100 items, then their Acks, and
+// expires the second. The messages were enqueued without keys and the
+// index was flushed, so their state is read through Pebble's tables.
+func BenchmarkFire(b *testing.B) {
+	const perSec, perEntry = 1000, 100
+	now := int64(1_700_000_000_000)
+	s, _ := benchStore(b, Options{}, now)
+	start := now / TickMs
+	rng := rand.New(rand.NewSource(1))
+	bodies := benchBodies(rng, benchBatch)
+	idx := uint64(1)
+	msgs := make([]NewMessage, perSec)
+	for sec := int64(1); sec <= int64(b.N); sec++ {
+		for j := range msgs {
+			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: (start+sec)*TickMs + rng.Int63n(TickMs)}
+		}
+		idx++
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	l := NewLoader()
+	s.AttachLoader(l)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sec := start + int64(i) + 1
+		if _, err := s.LoadThrough(sec); err != nil {
+			b.Fatal(err)
+		}
+		nowMs := (sec + 1) * TickMs
+		due, _ := l.PopDue(nowMs - 1)
+		if len(due) != perSec {
+			b.Fatalf("second %d: %d due, want %d", sec, len(due), perSec)
+		}
+		var receipts []Receipt
+		for k := 0; k < len(due); k += perEntry {
+			items := make([]LeaseItem, 0, perEntry)
+			for _, m := range due[k:min(k+perEntry, len(due))] {
+				if !l.Claim(m.ID) {
+					b.Fatalf("message %s not claimable", m.ID)
+				}
+				it := LeaseItem{ID: m.ID, Nonce: rng.Uint64(), ExpiresMs: nowMs + 30_000, RedeliverMs: nowMs + 30_000}
+				items = append(items, it)
+				receipts = append(receipts, Receipt{ID: m.ID, Nonce: it.Nonce})
+			}
+			idx++
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Lease{NowMs: nowMs, Items: items}}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for k := 0; k < len(receipts); k += perEntry {
+			idx++
+			res, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Ack{NowMs: nowMs + 1, Receipts: receipts[k:min(k+perEntry, len(receipts))]}}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c := res[0][0].Value.(Counted); c.Done != min(perEntry, len(receipts)-k) {
+				b.Fatalf("acked %+v", c)
+			}
+		}
+		idx++
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Expire{Before: sec + 1}}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*perSec)/b.Elapsed().Seconds(), "msgs/s")
+}

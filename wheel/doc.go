@@ -1,15 +1,58 @@
-// Package wheel owns the single-layer file-backed timing wheel: slot math,
-// the cursor, overflow beyond the horizon, the Pebble indexes, the precision
-// loader that yields messages at their exact due millisecond, and the
-// deterministic store that applies commands. It never reads the wall clock
-// while applying: time arrives inside commands.
+// Package wheel owns the replicated state of delaywheel and the machine
+// that changes it: the file-backed timing wheel, its Pebble index, the
+// commands the log carries and their encoding, and the store that applies
+// them. It also owns the leader's loader, which follows the store to hand
+// out messages at their due millisecond. It knows nothing of Raft, HTTP or
+// the network: replication feeds it commands in log order and serves reads
+// from it.
 //
-// Where a message is and in what state lives in its meta, or, for a message
-// enqueued without a key straight into a slot file and untouched since, in
-// its log entry's placements (placement.go). While a loader is attached, the
-// metas of the messages about to be handed out are also kept in memory
-// (metacache.go).
+// # The wheel
 //
-// It must not know about Raft, HTTP or the network; replication feeds it
-// commands in log order and serves reads from it.
+// Time is cut into one-second slots, Slots of them: a two-hour horizon
+// ahead of the cursor, the second being fired. A message due within the
+// horizon is a record in the slot file of its due second; one due later
+// waits in the overflow, in the index, until Promote moves it into the
+// wheel as the horizon reaches it. Expire fires every slot before a
+// second: the live records of its file move to their topics' ready queues
+// (a lease that ran out of attempts, to the dead letters), the cursor moves
+// on, and the file is deleted once that is durable. A lease writes the
+// message's redelivery into the slot of its deadline, so an expired lease
+// comes back by the same path as a due message.
+//
+// # Slot files and the index
+//
+// A slot file is an append-only log of message, lease and tombstone
+// records (package segment); the last record of an id, unless a tombstone,
+// is live. The index records each file's length, and Open cuts anything a
+// crash left past it, so the files never hold more than the index covers.
+// Pebble holds the rest (keys.go): each message's meta (state and place),
+// the overflow, the ready queues, the dead letters, keys, counts, topics,
+// nodes and the scalars. A message enqueued without a key straight into a
+// slot file has no meta of its own until it changes: its entry's
+// placements stand for it (placement.go). The index records its layout's
+// format; a store opens that format only.
+//
+// # Applying
+//
+// Apply is deterministic: its result and the state it writes depend on the
+// commands and the stored state alone, never on the clock (time arrives
+// inside commands), on the batching of entries, or on anything a node holds
+// in memory besides. Every node therefore reaches the same state at the
+// same applied index, which Dump writes in a form replicas can compare.
+// One Apply is one batch (batch.go): records are buffered per slot file and
+// written before the index batch commits, and entries at or below the
+// applied index are skipped, so a crash at any instant followed by a replay
+// of the log converges to the same state. Command handlers are in
+// apply.go, where a message goes in placement.go.
+//
+// # The loader
+//
+// On the leader a Loader holds the messages of the slots about to fire in
+// a heap ordered by due millisecond, priority and id, so the dispatcher
+// can hand each out at its due millisecond without reading the files. It
+// loads a slot once (LoadThrough) and then follows the store: each
+// committed batch publishes what it placed in or removed from the loaded
+// slots, moved to a ready queue or expired. The loader decides what to
+// keep; the store never reads it, so a store with a loader applies exactly
+// as one without.
 package wheel

@@ -29,9 +29,8 @@ import (
 // The keys nearly every batch rewrites (scalars, counts, segment lengths)
 // sort after the metas, whose ids only grow. A table flushed from a
 // memtable spans from its lowest to its highest key; with these keys below
-// the metas, as 'c' and 'l' in earlier versions, every table spanned the
-// whole meta range and each compaction into a level rewrote all of that
-// level's meta tables. Open moves keys under the retired prefixes.
+// the metas, every table would span the whole meta range and each
+// compaction into a level would rewrite all of that level's meta tables.
 const (
 	pMeta     = 'm'
 	pKey      = 'k'
@@ -43,18 +42,11 @@ const (
 	pCounts   = 'x'
 	pNode     = 'n'
 	pScalar   = 's'
-
-	pOldCounts = 'c' // retired: counts before they moved to pCounts
-	pOldSegLen = 'l' // retired: segment lengths before they moved to pSegLen
 )
 
-// indexFormat is the version of the index's layout this code writes,
-// recorded under keyFormat (absent in indexes of format 1). Format 2 moved
-// counts and segment lengths after the metas and encodes metas as varints.
-// Format 3 records the placements of new messages instead of their metas
-// (placement.go); an earlier version would not find those messages, so
-// opening an index of format 2 or earlier marks it format 3 before any
-// write. A store refuses to open an index of a later format than it knows.
+// indexFormat is the version of the index's layout (these keys, the meta
+// encoding, the placements of placement.go), recorded under keyFormat
+// when the index is created. A store opens an index of this format only.
 const indexFormat = 3
 
 var (
@@ -160,25 +152,19 @@ type meta struct {
 	LeaseExpMs int64
 }
 
-// Meta encodings. Every message has a meta, and every meta is written to
-// the index at least once and rewritten by every compaction that carries
-// it, so its size is most of the index's bytes.
-//
-// metaV2 (metaTagV2, then varints) is what is written: a delayed message
-// in a slot file takes about 17 bytes. The slot second is stored as its
-// difference from the second of DueMs, which for a record in a slot file is
-// 0. metaLenV1 is the fixed-size big-endian layout of earlier versions
-// (state, location, topic id, then seven 8-byte fields), still read: an
-// index holds both until every old meta has been rewritten.
+// The meta encoding: metaTag, state, location, then varints. A meta is
+// written to the index at least once and rewritten by every compaction
+// that carries it, so it is kept small: a delayed message in a slot file
+// takes about 17 bytes. The slot second is stored as its difference from
+// the second of DueMs, which for a record in a slot file is 0.
 const (
-	metaTagV2  = 0xC2 // never a State, which is what a v1 meta starts with
-	metaLenV1  = 54
+	metaTag    = 0xC2
 	metaMaxLen = 3 + binary.MaxVarintLen32 + 6*binary.MaxVarintLen64
 )
 
 // appendTo appends the encoding of m to b.
 func (m *meta) appendTo(b []byte) []byte {
-	e := &encoder{b: append(b, metaTagV2, byte(m.State), byte(m.Loc))}
+	e := &encoder{b: append(b, metaTag, byte(m.State), byte(m.Loc))}
 	e.uvarint(uint64(m.TopicID))
 	e.varint(m.DueMs)
 	e.varint(m.Priority)
@@ -202,11 +188,8 @@ func (m *meta) secondBase() int64 {
 }
 
 func decodeMeta(b []byte) (meta, error) {
-	if len(b) == metaLenV1 && b[0] != metaTagV2 {
-		return decodeMetaV1(b), nil
-	}
 	d := &decoder{b: b}
-	if d.byte() != metaTagV2 {
+	if d.byte() != metaTag {
 		return meta{}, fmt.Errorf("%w: meta of %d bytes", ErrCorruptCommand, len(b))
 	}
 	m := meta{State: State(d.byte()), Loc: location(d.byte())}
@@ -225,21 +208,6 @@ func decodeMeta(b []byte) (meta, error) {
 	}
 	m.TopicID = uint32(tid)
 	return m, nil
-}
-
-// decodeMetaV1 decodes the fixed-size layout of earlier versions.
-func decodeMetaV1(b []byte) meta {
-	return meta{
-		State:      State(b[0]),
-		Loc:        location(b[1]),
-		TopicID:    binary.BigEndian.Uint32(b[2:6]),
-		DueMs:      int64(binary.BigEndian.Uint64(b[6:14])),
-		Priority:   int64(binary.BigEndian.Uint64(b[14:22])),
-		Second:     int64(binary.BigEndian.Uint64(b[22:30])),
-		Offset:     int64(binary.BigEndian.Uint64(b[30:38])),
-		Receipt:    binary.BigEndian.Uint64(b[38:46]),
-		LeaseExpMs: int64(binary.BigEndian.Uint64(b[46:54])),
-	}
 }
 
 // counts are a topic's per-state message counts.
@@ -290,3 +258,37 @@ func putU64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // MaxDueMs is the largest due time the wheel stores (year 2255 or so).
 const MaxDueMs = math.MaxInt64 / 1024
+
+// segLen is the recorded state of one slot file.
+type segLen struct {
+	Length int64 // bytes the index covers
+	Live   int64 // live message and lease records
+	Bytes  int64 // payload bytes of the live records
+}
+
+func (l segLen) encode() []byte {
+	b := putU64(uint64(l.Length))
+	b = append(b, putU64(uint64(l.Live))...)
+	return append(b, putU64(uint64(l.Bytes))...)
+}
+
+func decodeSegLen(b []byte) segLen {
+	if len(b) != 24 {
+		return segLen{}
+	}
+	return segLen{Length: int64(u64(b[0:8])), Live: int64(u64(b[8:16])), Bytes: int64(u64(b[16:24]))}
+}
+
+func encodeNode(n Node) []byte {
+	e := &encoder{}
+	e.str(n.ID)
+	e.str(n.RaftAddr)
+	e.str(n.HTTPAddr)
+	return e.b
+}
+
+func decodeNode(b []byte) (Node, error) {
+	d := &decoder{b: b}
+	n := Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
+	return n, d.err
+}

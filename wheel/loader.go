@@ -3,6 +3,7 @@ package wheel
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,22 +13,17 @@ import (
 	"github.com/delaywheel/delaywheel/segment"
 )
 
-// Clock is the source of time for everything that waits. Production uses
-// SystemClock; tests inject a FakeClock.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
+// observer follows what committed batches do to the wheel: the leader's
+// loader. The store calls it under its lock, after the batch committed;
+// nothing an observer does or answers changes what Apply writes, so a
+// store applies the same log to the same state with or without one.
+type observer interface {
+	// followsThrough is the last slot second whose placements the
+	// observer hears of (EventPlaced); -1: none.
+	followsThrough() int64
+	// applied receives the events of one committed batch, in order.
+	applied(events []Event)
 }
-
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// After is time.After.
-func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // EventKind says what an applied batch did that the loader must know.
 type EventKind uint8
@@ -59,6 +55,7 @@ type item struct {
 type itemHeap []*item
 
 func (h itemHeap) Len() int { return len(h) }
+
 func (h itemHeap) Less(i, j int) bool {
 	a, b := &h[i].msg, &h[j].msg
 	if a.DeliverAtMs != b.DeliverAtMs {
@@ -69,15 +66,18 @@ func (h itemHeap) Less(i, j int) bool {
 	}
 	return a.ID.Less(b.ID)
 }
+
 func (h itemHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
 }
+
 func (h *itemHeap) Push(x any) {
 	it := x.(*item)
 	it.idx = len(*h)
 	*h = append(*h, it)
 }
+
 func (h *itemHeap) Pop() any {
 	old := *h
 	it := old[len(old)-1]
@@ -87,17 +87,20 @@ func (h *itemHeap) Pop() any {
 	return it
 }
 
-// Loader is the precision heap: the messages of the slots near the cursor,
-// ordered by (due_ms, -priority, id), yielded at their exact due millisecond.
-// Its memory is bounded by the loaded slots, not by the backlog. The store
-// keeps it current: records placed into or removed from loaded slots reach
-// it as events under the store's lock.
+// Loader is the precision heap: the messages of the loaded slots, seconds
+// [cursor, loadedThrough], ordered by (due_ms, -priority, id), yielded at
+// their exact due millisecond. Its memory is bounded by the loaded slots,
+// not by the backlog. Attached to a store, it follows the store's applied
+// batches: records placed into or removed from loaded slots reach it as
+// events under the store's lock. It is memory of the leader only: the
+// store never reads it while applying.
 type Loader struct {
-	mu      sync.Mutex
-	h       itemHeap
-	byID    map[ID]*item
-	changed chan struct{} // closed when the head may be earlier or topics became ready
-	ready   map[string]bool
+	mu            sync.Mutex
+	loadedThrough int64 // the last loaded slot second
+	h             itemHeap
+	byID          map[ID]*item
+	changed       chan struct{} // closed when the head may be earlier or topics became ready
+	ready         map[string]bool
 	// popped holds the messages PopDue returned and nobody claimed yet, by
 	// id, with the second of the slot they were loaded from; an event that
 	// moves or removes one deletes it (see Claim).
@@ -106,7 +109,14 @@ type Loader struct {
 
 // NewLoader returns an empty loader.
 func NewLoader() *Loader {
-	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[ID]int64{}}
+	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[ID]int64{}, loadedThrough: -1}
+}
+
+// followsThrough implements observer.
+func (l *Loader) followsThrough() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.loadedThrough
 }
 
 // Len is the number of loaded messages not yet yielded.
@@ -134,10 +144,12 @@ func (l *Loader) push(m Message, second int64) {
 	}
 }
 
-// pushAll adds a freshly loaded slot: one heap.Init instead of a push each.
-func (l *Loader) pushAll(msgs []liveMessage, second int64) {
+// pushAll adds the messages of a freshly loaded slot, which is then
+// loaded: one heap.Init instead of a push each.
+func (l *Loader) pushAll(msgs []Message, second int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.loadedThrough = second
 	if len(msgs) == 0 {
 		return
 	}
@@ -151,7 +163,7 @@ func (l *Loader) pushAll(msgs []liveMessage, second int64) {
 			heap.Remove(&l.h, old.idx)
 		}
 		it := &items[i]
-		it.msg, it.second, it.idx = msgs[i].Message, second, len(l.h)
+		it.msg, it.second, it.idx = msgs[i], second, len(l.h)
 		l.h = append(l.h, it)
 		l.byID[it.msg.ID] = it
 	}
@@ -168,7 +180,7 @@ func (l *Loader) remove(id ID, second int64) {
 	}
 }
 
-// applied follows a committed batch's events; the store's lock is held.
+// applied implements observer: it follows a committed batch's events.
 func (l *Loader) applied(events []Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -296,24 +308,24 @@ func (l *Loader) Next(ctx context.Context, clk Clock) (Message, error) {
 	}
 }
 
-// AttachLoader makes l follow this store: from now on records placed into
-// or removed from loaded slots reach it. The leader attaches one; followers
-// have none. It replaces any loader attached before.
+// AttachLoader makes l follow this store, with no slot loaded: from now on
+// records placed into or removed from the slots it loads reach it. The
+// leader attaches one; followers have none. It replaces any loader
+// attached before.
 func (s *Store) AttachLoader(l *Loader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.loader = l
-	s.loadedThrough = s.cursor - 1
-	s.metas, s.metasPeak = nil, 0
+	l.mu.Lock()
+	l.loadedThrough = s.cursor - 1
+	l.mu.Unlock()
+	s.observer = l
 }
 
 // DetachLoader stops feeding the attached loader.
 func (s *Store) DetachLoader() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.loader = nil
-	s.loadedThrough = -1
-	s.metas, s.metasPeak = nil, 0
+	s.observer = nil
 }
 
 // LoadThrough loads every slot up to and including second into the attached
@@ -322,34 +334,26 @@ func (s *Store) DetachLoader() {
 func (s *Store) LoadThrough(second int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.loader
-	if l == nil {
-		return 0, fmt.Errorf("load slots: no loader attached")
+	l, ok := s.observer.(*Loader)
+	if !ok {
+		return 0, errors.New("load slots: no loader attached")
 	}
 	second = min(second, s.cursor+HorizonSecs-1)
 	n := 0
-	for sec := max(s.loadedThrough+1, s.cursor); sec <= second; sec++ {
+	for sec := max(l.followsThrough()+1, s.cursor); sec <= second; sec++ {
 		msgs, err := s.liveMessages(sec)
 		if err != nil {
 			return n, err
 		}
 		l.pushAll(msgs, sec)
 		n += len(msgs)
-		s.loadedThrough = sec
-		s.cacheLoaded(sec, msgs)
 	}
 	return n, nil
 }
 
-type liveMessage struct {
-	Message
-	Lease  bool
-	Offset int64
-}
-
 // liveMessages decodes the deliverable records of one committed slot file:
 // live messages, and live leases that still have attempts left. s.mu is held.
-func (s *Store) liveMessages(sec int64) ([]liveMessage, error) {
+func (s *Store) liveMessages(sec int64) ([]Message, error) {
 	v, err := s.get(segLenKey(sec))
 	if err != nil || v == nil {
 		return nil, err
@@ -359,18 +363,17 @@ func (s *Store) liveMessages(sec int64) ([]liveMessage, error) {
 		return nil, err
 	}
 	live := liveEntries(entries)
-	out := make([]liveMessage, 0, len(live))
+	out := make([]Message, 0, len(live))
 	intern := map[string]string{}
 	for _, e := range live {
 		m, err := decodeMessage(e.Payload, intern)
 		if err != nil {
 			return nil, fmt.Errorf("slot second %d offset %d: %w", sec, e.Offset, err)
 		}
-		lease := e.Type == segment.TypeLease
-		if lease && m.Attempts >= m.MaxAttempts {
+		if e.Type == segment.TypeLease && m.Attempts >= m.MaxAttempts {
 			continue // goes dead when the slot expires
 		}
-		out = append(out, liveMessage{Message: m, Lease: lease, Offset: e.Offset})
+		out = append(out, m)
 	}
 	return out, nil
 }

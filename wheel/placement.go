@@ -1,18 +1,189 @@
 package wheel
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
 )
 
+// Where a message lives. A delayed message due within the horizon, and a
+// reserved message's redelivery, is a record in the slot file of its due
+// second; one due beyond the horizon is in the overflow; a ready or dead
+// one is in its topic's ready queue or dead letters. Its meta names the
+// place, or, for a message enqueued without a key straight into a slot
+// file and untouched since, its entry's placements do (below).
+
+// put writes a message into the place its due time and state call for and
+// records its meta. from is its previous state (0 for a new message); typ
+// is the record type: a lease's redelivery, or a message.
+func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
+	state := recordState(typ)
+	sec := SecondOf(m.DeliverAtMs)
+	switch {
+	case sec < t.cursor:
+		if typ == segment.TypeLease && m.Attempts >= m.MaxAttempts {
+			t.toDead(m, tid, from)
+			return
+		}
+		t.toReady(m, tid, from)
+		return
+	case sec < t.cursor+HorizonSecs:
+		t.scratch = EncodeMessage(t.scratch[:0], m)
+		off := t.appendSeg(sec, typ, t.scratch)
+		if t.implicit && from == 0 && typ == segment.TypeMessage {
+			t.place(m.ID, sec, off)
+		} else {
+			mt := slotMeta(m, tid, typ, sec, off)
+			t.setMeta(m.ID, &mt)
+		}
+		if sec <= t.follows {
+			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: m, Lease: typ == segment.TypeLease})
+		}
+	default:
+		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)
+		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
+		t.overDel++
+		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs})
+	}
+	t.move(tid, from, state)
+}
+
+// recordState is the state of a message whose pending record in a slot
+// file or the overflow has type typ: a lease's redelivery is reserved,
+// anything else delayed.
+func recordState(typ segment.RecordType) State {
+	if typ == segment.TypeLease {
+		return StateReserved
+	}
+	return StateDelayed
+}
+
+// slotMeta is the meta of message m whose current record, of type typ,
+// lies in the slot file of second at off. put writes it, and a placement
+// implies it from the record, so the two agree.
+func slotMeta(m *Message, tid uint32, typ segment.RecordType, second, off int64) meta {
+	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}
+}
+
+func (t *tx) move(tid uint32, from, to State) {
+	if from != 0 {
+		t.count(tid, from, -1)
+	}
+	if to != 0 {
+		t.count(tid, to, 1)
+	}
+}
+
+func clearLease(m *Message) {
+	m.Receipt, m.LeaseExpiresMs, m.LeaseMs = 0, 0, 0
+}
+
+// toReady puts a message on its topic's ready queue.
+func (t *tx) toReady(m *Message, tid uint32, from State) {
+	clearLease(m)
+	t.set(readyKey(tid, m.DeliverAtMs, m.Priority, m.ID), EncodeMessage(nil, m))
+	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
+	t.move(tid, from, StateReady)
+	t.event(Event{Kind: EventReady, Topic: m.Topic, ID: m.ID})
+}
+
+// toDead moves a message to its topic's dead letters and frees its key.
+func (t *tx) toDead(m *Message, tid uint32, from State) {
+	clearLease(m)
+	t.set(deadKey(tid, m.ID), EncodeMessage(nil, m))
+	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
+	t.releaseKey(m, tid)
+	t.move(tid, from, StateDead)
+	t.stat(tid).Dead++
+}
+
+// releaseKey drops the key index entry if it still names m.
+func (t *tx) releaseKey(m *Message, tid uint32) {
+	if m.Key == "" {
+		return
+	}
+	k := keyIndexKey(tid, m.Key)
+	if v := t.get(k); v != nil {
+		if id, err := IDFromBytes(v); err == nil && id == m.ID {
+			t.del(k)
+		}
+	}
+}
+
+// finish deletes a message entirely (ack, cancel).
+func (t *tx) finish(m *Message, mt meta) {
+	t.unplace(m.ID, mt)
+	t.delMeta(m.ID)
+	t.releaseKey(m, mt.TopicID)
+	t.move(mt.TopicID, mt.State, 0)
+}
+
+// unplace removes a message's record from its location. It does not touch
+// meta or counts.
+func (t *tx) unplace(id ID, mt meta) {
+	switch mt.Loc {
+	case locSegment:
+		if mt.Second < t.cursor {
+			t.fail(fmt.Errorf("message %s: %w: lives in expired slot second %d", id, ErrInconsistent, mt.Second))
+			return
+		}
+		t.appendSeg(mt.Second, segment.TypeTombstone, EncodeTombstone(id))
+		t.event(Event{Kind: EventRemoved, Second: mt.Second, ID: id})
+	case locOverflow:
+		t.del(overflowKey(mt.DueMs, id))
+		t.overDel--
+	case locReady:
+		t.del(readyKey(mt.TopicID, mt.DueMs, mt.Priority, id))
+	case locDead:
+		t.del(deadKey(mt.TopicID, id))
+	}
+}
+
+// full reads a message's full record from wherever meta says it lives.
+func (t *tx) full(id ID, mt meta) (Message, bool) {
+	if t.err != nil {
+		return Message{}, false
+	}
+	var p []byte
+	switch mt.Loc {
+	case locSegment:
+		r, err := t.readRecord(mt.Second, mt.Offset)
+		if err != nil {
+			t.fail(fmt.Errorf("read message %s: %w", id, err))
+			return Message{}, false
+		}
+		p = r.Payload
+	case locOverflow:
+		if p = t.get(overflowKey(mt.DueMs, id)); len(p) > 0 {
+			p = p[1:]
+		}
+	case locReady:
+		p = t.get(readyKey(mt.TopicID, mt.DueMs, mt.Priority, id))
+	case locDead:
+		p = t.get(deadKey(mt.TopicID, id))
+	}
+	if p == nil {
+		t.fail(fmt.Errorf("message %s: %w: index names location %d but the record is missing", id, ErrInconsistent, mt.Loc))
+		return Message{}, false
+	}
+	m, err := DecodeMessage(p)
+	if err != nil {
+		t.fail(fmt.Errorf("message %s: %w", id, err))
+		return Message{}, false
+	}
+	return m, true
+}
+
 // Placements. Most messages are enqueued into a slot file and stay there
-// until they are handed out or their slot expires. Writing a meta for each
-// of them cost the index a key per message, flushed and then rewritten by
-// every compaction that carried it: under a sustained enqueue load, about
-// a quarter of a node's CPU. An enqueue therefore records where it put such
+// until they are handed out or their slot expires. A meta for each would
+// cost the index a key per message, flushed and then rewritten by every
+// compaction that carries it, so an enqueue records where it put such
 // messages in one key for the whole entry:
 //
 //	'e' index                → for each such message: seq, slot second, offset
@@ -29,9 +200,8 @@ import (
 // it has moved on (to the ready queue, or with its own meta) or is gone,
 // so Expire deletes the placements and the gone marks.
 //
-// Messages with a key, and messages beyond the horizon, still get a meta
-// at enqueue.
-
+// Messages with a key, and messages beyond the horizon, get a meta at
+// enqueue.
 const (
 	pPlaced   = 'e'
 	pPlacedBy = 'f'
@@ -90,6 +260,7 @@ func (t *tx) flushPlacing() {
 		return
 	}
 	t.set(placedKey(p.index), p.buf)
+	delete(t.placed, p.index)
 	if p.written != p.maxSec {
 		if p.written >= 0 {
 			t.del(placedByKey(p.written, p.index))
@@ -102,31 +273,45 @@ func (t *tx) flushPlacing() {
 // findPlacement returns the slot second and offset where the entry's
 // placements v put message seq.
 func findPlacement(v []byte, seq uint32) (second, off int64, ok bool, err error) {
-	var s uint32
+	err = eachPlacement(v, func(s uint32, sec, o int64) bool {
+		if s >= seq {
+			second, off, ok = sec, o, s == seq
+			return false
+		}
+		return true
+	})
+	if err != nil || !ok {
+		return 0, 0, false, err
+	}
+	return second, off, true, nil
+}
+
+// eachPlacement calls fn with each of the entry's placements v, in seq
+// order, until fn returns false.
+func eachPlacement(v []byte, fn func(seq uint32, second, off int64) bool) error {
+	var seq uint32
+	var second int64
 	for len(v) > 0 {
 		ds, n1 := binary.Uvarint(v)
 		if n1 <= 0 {
-			return 0, 0, false, errBadPlacement
+			return errBadPlacement
 		}
 		dsec, n2 := binary.Varint(v[n1:])
 		if n2 <= 0 {
-			return 0, 0, false, errBadPlacement
+			return errBadPlacement
 		}
 		o, n3 := binary.Uvarint(v[n1+n2:])
 		if n3 <= 0 {
-			return 0, 0, false, errBadPlacement
+			return errBadPlacement
 		}
 		v = v[n1+n2+n3:]
-		s += uint32(ds)
+		seq += uint32(ds)
 		second += dsec
-		if s == seq {
-			return second, int64(o), true, nil
-		}
-		if s > seq {
-			break
+		if !fn(seq, second, int64(o)) {
+			return nil
 		}
 	}
-	return 0, 0, false, nil
+	return nil
 }
 
 var errBadPlacement = errors.New("undecodable placement")
@@ -135,6 +320,9 @@ var errBadPlacement = errors.New("undecodable placement")
 // committed one) and the slot files.
 type metaSource interface {
 	getKey(key []byte) ([]byte, error)
+	// placement returns where id's entry placed it, if it did and the
+	// placements are still kept.
+	placement(id ID) (second, off int64, ok bool, err error)
 	readRecord(second, off int64) (segment.Record, error)
 	topicOf(name string) (uint32, bool)
 }
@@ -156,13 +344,8 @@ func lookupMeta(src metaSource, id ID) (meta, bool, error) {
 	return m, true, nil
 }
 
-// placementOf returns where id's entry placed it, if it did and the
-// placements are still kept.
-func placementOf(src metaSource, id ID) (second, off int64, ok bool, err error) {
-	v, err := src.getKey(placedKey(id.Index))
-	if err != nil || v == nil {
-		return 0, 0, false, err
-	}
+// placementIn returns where the entry's placements v (nil: none) put id.
+func placementIn(v []byte, id ID) (second, off int64, ok bool, err error) {
 	second, off, ok, err = findPlacement(v, id.Seq)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
@@ -170,10 +353,62 @@ func placementOf(src metaSource, id ID) (second, off int64, ok bool, err error) 
 	return second, off, ok, nil
 }
 
+// placed is one decoded placement.
+type placed struct {
+	seq         uint32
+	second, off int64
+}
+
+// decodePlacements decodes an entry's placements, which are in increasing
+// seq order.
+func decodePlacements(v []byte) ([]placed, error) {
+	var out []placed
+	var err error
+	if perr := eachPlacement(v, func(seq uint32, second, off int64) bool {
+		if n := len(out); n > 0 && seq <= out[n-1].seq {
+			err = errBadPlacement
+			return false
+		}
+		out = append(out, placed{seq, second, off})
+		return true
+	}); perr != nil {
+		return nil, perr
+	}
+	return out, err
+}
+
+// placement returns where id's entry placed it. The batch decodes an
+// entry's placements once, so that the lookups of the messages one entry
+// enqueued (the leases and acks of a slot's messages, handed out together)
+// cost a search each, not a decode. An entry's placements are written
+// while it is applied and only deleted after; the batch forgets the ones
+// it writes or deletes.
+func (t *tx) placement(id ID) (second, off int64, ok bool, err error) {
+	ps, cached := t.placed[id.Index]
+	if !cached {
+		v := t.get(placedKey(id.Index))
+		if t.err != nil {
+			return 0, 0, false, t.err
+		}
+		if ps, err = decodePlacements(v); err != nil {
+			return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
+		}
+		if t.placed == nil {
+			t.placed = map[uint64][]placed{}
+		}
+		t.placed[id.Index] = ps
+	}
+	i, found := slices.BinarySearchFunc(ps, id.Seq, func(p placed, seq uint32) int { return cmp.Compare(p.seq, seq) })
+	if !found {
+		return 0, 0, false, nil
+	}
+	return ps[i].second, ps[i].off, true, nil
+}
+
 // implicitMeta returns the meta a message without one of its own has by its
 // entry's placements.
 func implicitMeta(src metaSource, id ID) (meta, bool, error) {
-	sec, off, ok, err := placementOf(src, id)
+	sec, off, ok, err := src.placement(id)
 	if err != nil || !ok {
 		return meta{}, false, err
 	}
@@ -207,6 +442,10 @@ func (s txSource) getKey(key []byte) ([]byte, error) {
 	return v, s.t.err
 }
 
+func (s txSource) placement(id ID) (second, off int64, ok bool, err error) {
+	return s.t.placement(id)
+}
+
 func (s txSource) readRecord(second, off int64) (segment.Record, error) {
 	return s.t.readRecord(second, off)
 }
@@ -217,6 +456,14 @@ func (s txSource) topicOf(name string) (uint32, bool) { return s.t.topicID(name,
 type storeSource struct{ s *Store }
 
 func (s storeSource) getKey(key []byte) ([]byte, error) { return s.s.get(key) }
+
+func (s storeSource) placement(id ID) (second, off int64, ok bool, err error) {
+	v, err := s.s.get(placedKey(id.Index))
+	if err != nil || v == nil {
+		return 0, 0, false, err
+	}
+	return placementIn(v, id)
+}
 
 func (s storeSource) readRecord(second, off int64) (segment.Record, error) {
 	return s.s.segs.ReadRecord(second, off)
@@ -239,6 +486,7 @@ func (t *tx) dropPlacements(before int64) {
 	for _, k := range keys {
 		index := binary.BigEndian.Uint64(k[9:])
 		t.del(placedKey(index))
+		delete(t.placed, index)
 		lo := binary.BigEndian.AppendUint64([]byte{pGone}, index)
 		gone, _ := t.scanKeys(lo, prefixEnd(lo), 0)
 		for _, g := range gone {

@@ -1,8 +1,15 @@
 package wheel
 
 import (
+	"bufio"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"io"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/cockroachdb/pebble"
 
@@ -241,4 +248,121 @@ func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 		info.Records = append(info.Records, r)
 	}
 	return info, nil
+}
+
+// dumpPrefixes are the index's key prefixes whose keys Dump counts.
+var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pOverflow, pReady, pTopic, pCounts, pSegLen}
+
+// Dump writes the replicated state in a stable text form: the applied
+// index, the cursor, the next topic id and the overflow count; how many
+// index keys each prefix holds; every topic with its per-state counts;
+// every node; every slot file with its recorded length, live records and
+// bytes; every key and the message holding it; and every message, by id,
+// with its state, place (slot second and offset, due ms), attempts, lease
+// and contents. Replicas that applied the same log up to the same index
+// write the same dump, whatever they keep in memory besides. The
+// transition counters of Stats count since the process started and are
+// not part of it.
+func (s *Store) Dump(w io.Writer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "applied %d\ncursor %d\nnext-topic %d\noverflow %d\n", s.applied, s.cursor, s.nextTopic, s.overflow)
+	for _, p := range dumpPrefixes {
+		n := 0
+		if err := s.scan([]byte{p}, func(_, _ []byte) error { n++; return nil }); err != nil {
+			return err
+		}
+		fmt.Fprintf(bw, "keys %c %d\n", p, n)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.topics)) {
+		tid := s.topics[name]
+		c := s.counts[tid]
+		fmt.Fprintf(bw, "topic %q id %d delayed %d ready %d reserved %d dead %d\n", name, tid, c.Delayed, c.Ready, c.Reserved, c.Dead)
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.nodes)) {
+		n := s.nodes[id]
+		fmt.Fprintf(bw, "node %q raft %q http %q\n", n.ID, n.RaftAddr, n.HTTPAddr)
+	}
+	lens, err := s.segLens()
+	if err != nil {
+		return err
+	}
+	for _, sec := range slices.Sorted(maps.Keys(lens)) {
+		l := lens[sec]
+		fmt.Fprintf(bw, "slot %d length %d live %d bytes %d\n", sec, l.Length, l.Live, l.Bytes)
+	}
+	if err := s.scan([]byte{pKey}, func(k, v []byte) error {
+		id, err := IDFromBytes(v)
+		if err != nil {
+			return fmt.Errorf("key index %x: %w", k, err)
+		}
+		fmt.Fprintf(bw, "key topic %d %q %s\n", binary.BigEndian.Uint32(k[1:5]), k[5:], id)
+		return nil
+	}); err != nil {
+		return err
+	}
+	ids, err := s.messageIDs()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		mt, ok, err := lookupMeta(storeSource{s}, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // placed, then gone
+		}
+		m, err := s.fullCommitted(id, mt)
+		if err != nil {
+			return err
+		}
+		hs := make([]string, 0, len(m.Headers))
+		for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+			hs = append(hs, fmt.Sprintf("%q=%q", k, m.Headers[k]))
+		}
+		fmt.Fprintf(bw, "msg %s %s loc %d topic %q/%d key %q due %d prio %d second %d offset %d "+
+			"attempts %d/%d receipt %x lease-exp %d/%d lease-ms %d ttr %d enqueued %d body %d:%08x headers [%s]\n",
+			id, mt.State, mt.Loc, m.Topic, mt.TopicID, m.Key, mt.DueMs, mt.Priority, mt.Second, mt.Offset,
+			m.Attempts, m.MaxAttempts, mt.Receipt, mt.LeaseExpMs, m.LeaseExpiresMs, m.LeaseMs, m.TTRMs, m.EnqueuedMs,
+			len(m.Body), crc32.ChecksumIEEE(m.Body), strings.Join(hs, " "))
+	}
+	return bw.Flush()
+}
+
+// messageIDs returns, in order, the id of every message with a meta of
+// its own or a placement (which may be gone). s.mu is held.
+func (s *Store) messageIDs() ([]ID, error) {
+	set := map[ID]bool{}
+	if err := s.scan([]byte{pMeta}, func(k, _ []byte) error {
+		id, err := IDFromBytes(k[1:])
+		set[id] = true
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := s.scan([]byte{pPlaced}, func(k, v []byte) error {
+		index := binary.BigEndian.Uint64(k[1:])
+		return eachPlacement(v, func(seq uint32, _, _ int64) bool {
+			set[ID{Index: index, Seq: seq}] = true
+			return true
+		})
+	}); err != nil {
+		return nil, err
+	}
+	ids := slices.Collect(maps.Keys(set))
+	slices.SortFunc(ids, func(a, b ID) int {
+		if a.Less(b) {
+			return -1
+		}
+		if b.Less(a) {
+			return 1
+		}
+		return 0
+	})
+	return ids, nil
 }

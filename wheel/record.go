@@ -1,6 +1,10 @@
 package wheel
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/delaywheel/delaywheel/segment"
+)
 
 // recordVersion prefixes every encoded message payload.
 const recordVersion = 1
@@ -65,4 +69,55 @@ func DecodeTombstone(b []byte) (ID, error) {
 		return ID{}, fmt.Errorf("%w: tombstone of %d bytes", ErrCorruptCommand, len(b))
 	}
 	return IDFromBytes(b[1:])
+}
+
+// liveEntries returns the records of a slot file that still live there:
+// for each id the last record, unless it is a tombstone. Records keep their
+// file order. Every removal from a slot writes a tombstone before the id can
+// be written there again, so an id without a tombstone appears once and is
+// live; only ids with tombstones need tracking.
+func liveEntries(entries []segment.Entry) []segment.Entry {
+	var tombed map[ID]int // id → position of its last record
+	for _, e := range entries {
+		if e.Type == segment.TypeTombstone {
+			if id, ok := payloadID(e.Payload); ok {
+				if tombed == nil {
+					tombed = map[ID]int{}
+				}
+				tombed[id] = -1
+			}
+		}
+	}
+	if tombed == nil {
+		return entries
+	}
+	for i, e := range entries {
+		if id, ok := payloadID(e.Payload); ok {
+			if _, t := tombed[id]; t {
+				tombed[id] = i
+			}
+		}
+	}
+	out := make([]segment.Entry, 0, len(entries))
+	for i, e := range entries {
+		if e.Type == segment.TypeTombstone {
+			continue
+		}
+		if id, ok := payloadID(e.Payload); ok {
+			if last, t := tombed[id]; t && last != i {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// payloadID reads the id every message and tombstone payload starts with.
+func payloadID(p []byte) (ID, bool) {
+	if len(p) < 1+IDLen || p[0] != recordVersion {
+		return ID{}, false
+	}
+	id, err := IDFromBytes(p[1 : 1+IDLen])
+	return id, err == nil
 }

@@ -1,6 +1,8 @@
 package wheel
 
-import "sort"
+import (
+	"sort"
+)
 
 // TopicStats counts the transitions a topic's messages went through, as
 // applied by this replica since its process started. Every replica applies

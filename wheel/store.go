@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	iofs "io/fs"
 	"log/slog"
 	"strings"
 	"sync"
@@ -25,6 +24,9 @@ var ErrInconsistent = errors.New("on-disk state does not cover the applied index
 
 // ErrClosed is returned by a store used after Close or after a fatal error.
 var ErrClosed = errors.New("store closed")
+
+// ErrFormat means the index on disk is not in the layout this version reads.
+var ErrFormat = errors.New("unsupported index format")
 
 // Options configure a Store.
 type Options struct {
@@ -51,10 +53,6 @@ type Options struct {
 	CompressIndex bool
 	// ReadOnly opens without recovery or writes, for inspecting a stopped node.
 	ReadOnly bool
-	// CheckMetaCache compares every meta served from the in-memory cache
-	// with the index and fails the batch with ErrInconsistent if they
-	// differ. For tests: it costs the index lookup the cache saves.
-	CheckMetaCache bool
 }
 
 // Entry is one log entry's commands and its Raft index.
@@ -82,24 +80,22 @@ type Store struct {
 	life sync.RWMutex
 	pub  atomic.Pointer[published]
 
-	mu            sync.Mutex
-	broken        error
-	applied       uint64
-	cursor        int64 // the second being fired: slots before it have expired
-	nextTopic     uint32
-	promoted      int64 // see tx.promoted; 0 after an open: the first promote scans from the start
-	segBufs       bufPool
-	topics        map[string]uint32
-	topicNames    map[uint32]string
-	counts        map[uint32]counts
-	stats         map[uint32]TopicStats // transitions applied since the process started
-	overflow      int64
-	nodes         map[string]Node
-	loader        *Loader
-	loadedThrough int64       // loader window: seconds [cursor, loadedThrough]
-	metas         map[ID]meta // metas of messages in loaded slots or handed out from them (metacache.go)
-	metasPeak     int         // most entries metas held since its map was built
-	metaHits      uint64      // lookups the meta cache answered
+	mu         sync.Mutex
+	broken     error
+	applied    uint64
+	cursor     int64 // the second being fired: slots before it have expired
+	nextTopic  uint32
+	promoted   int64 // see tx.promoted; 0 after an open: the first promote scans from the start
+	segBufs    bufPool
+	topics     map[string]uint32
+	topicNames map[uint32]string
+	counts     map[uint32]counts
+	stats      map[uint32]TopicStats // transitions applied since the process started
+	overflow   int64
+	nodes      map[string]Node
+	// observer hears what each committed batch did to the wheel (the
+	// leader's loader); it never changes what Apply writes.
+	observer observer
 	// expiredFiles are slot files whose Expire is applied but maybe not yet
 	// durable; they are deleted after the next flush makes it so.
 	expiredFiles      []int64
@@ -152,7 +148,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
-		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{}, loadedThrough: -1,
+		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{},
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
 		return nil, fmt.Errorf("store dir: %w", err)
@@ -200,7 +196,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open index: %w", err)
 	}
 	s.db = db
-	if err := s.upgradeIndex(); err != nil {
+	if err := s.checkFormat(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -218,106 +214,42 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// LogWriteStalls makes el log each of Pebble's write stalls: a warning
-// with the reason when writes stop, and its length when they resume. Every
-// write to the database waits out a stall, so on the node every proposal
-// does.
-func LogWriteStalls(el *pebble.EventListener, log *slog.Logger) {
-	var began atomic.Int64
-	el.WriteStallBegin = func(info pebble.WriteStallBeginInfo) {
-		began.Store(time.Now().UnixNano())
-		log.Warn("pebble stopped writes", "reason", info.Reason)
-	}
-	el.WriteStallEnd = func() {
-		log.Warn("pebble resumed writes", "stalled", time.Duration(time.Now().UnixNano()-began.Load()).Round(time.Millisecond))
-	}
-}
-
-// NewPebbleLogger returns a Pebble logger that writes to l: Pebble's
-// informational lines at debug level, its errors as errors.
-func NewPebbleLogger(l *slog.Logger) pebble.Logger { return pebbleLogger{l} }
-
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
-}
-
-func (s *Store) get(key []byte) ([]byte, error) {
-	v, closer, err := s.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("index get: %w", err)
-	}
-	out := append([]byte(nil), v...)
-	closer.Close()
-	return out, nil
-}
-
-// upgradeIndex brings an index of an earlier format to indexFormat: it
-// moves counts and segment lengths from the key prefixes of format 1 to the
-// current ones (see pCounts) and records the format, in one batch made
-// durable by a flush (the index may run without a WAL). A crash before the
-// flush leaves the old keys, and the next open moves them again. A
-// read-only open cannot move them, and refuses; it also refuses, as any
-// open does, an index of a later format than this code knows.
-func (s *Store) upgradeIndex() error {
+// checkFormat makes sure the index is in the one layout this code reads,
+// indexFormat, recorded under keyFormat. An empty index is new: a
+// read-write open records the format in it, durably (the index may run
+// without a WAL), before any apply. Any other index must carry the marker.
+func (s *Store) checkFormat() error {
 	v, err := s.get(keyFormat)
 	if err != nil {
 		return err
 	}
-	format := uint64(1)
 	if v != nil {
-		format = u64(v)
-	}
-	if format > indexFormat {
-		return fmt.Errorf("the index is in format %d, which a later version wrote; this version reads formats up to %d: run that later version", format, indexFormat)
-	}
-	if format == indexFormat {
-		return nil // recorded in the batch that moved the keys: none are left to move
-	}
-	b := s.db.NewBatch()
-	defer b.Close()
-	for _, mv := range [...]struct{ from, to byte }{{pOldCounts, pCounts}, {pOldSegLen, pSegLen}} {
-		if err := s.scan([]byte{mv.from}, func(k, v []byte) error {
-			if err := b.Set(append([]byte{mv.to}, k[1:]...), v, nil); err != nil {
-				return err
-			}
-			return b.Delete(k, nil)
-		}); err != nil {
-			return fmt.Errorf("move index keys: %w", err)
-		}
-	}
-	moved := b.Count() / 2
-	if s.opts.ReadOnly {
-		if moved > 0 {
-			return errors.New("the index holds counts and slot lengths under the key prefixes of an earlier version: " +
-				"start the node once (a read-write open moves them) before opening it read-only")
+		if f := u64(v); f != indexFormat {
+			return fmt.Errorf("%w: the index is in format %d, this version reads format %d only", ErrFormat, f, indexFormat)
 		}
 		return nil
 	}
-	if err := b.Set(keyFormat, putU64(indexFormat), nil); err != nil {
+	empty := true
+	if err := s.scan(nil, func(k, v []byte) error { empty = false; return errStopScan }); err != nil && !errors.Is(err, errStopScan) {
 		return err
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("upgrade the index: %w", err)
+	if !empty {
+		return fmt.Errorf("%w: the index records no format, this version reads format %d only", ErrFormat, indexFormat)
+	}
+	if s.opts.ReadOnly {
+		return nil
+	}
+	if err := s.db.Set(keyFormat, putU64(indexFormat), pebble.NoSync); err != nil {
+		return fmt.Errorf("record the index format: %w", err)
 	}
 	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("upgrade the index: %w", err)
-	}
-	if moved > 0 {
-		s.log.Info("moved counts and slot lengths to the current index key layout", "keys", moved, "format", indexFormat)
+		return fmt.Errorf("record the index format: %w", err)
 	}
 	return nil
 }
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("stop scan")
 
 // load reads the scalars, topics, counts and nodes into memory.
 func (s *Store) load() error {
@@ -361,34 +293,6 @@ func (s *Store) load() error {
 		s.nodes[n.ID] = n
 		return nil
 	})
-}
-
-// scan iterates the committed keys with prefix p.
-func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
-	if err != nil {
-		return fmt.Errorf("index scan: %w", err)
-	}
-	for it.First(); it.Valid(); it.Next() {
-		if err := fn(it.Key(), it.Value()); err != nil {
-			it.Close()
-			return err
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("index scan: %w", err)
-	}
-	return nil
-}
-
-// segLens returns the recorded length and live count of every slot file.
-func (s *Store) segLens() (map[int64]segLen, error) {
-	out := map[int64]segLen{}
-	err := s.scan([]byte{pSegLen}, func(k, v []byte) error {
-		out[int64(u64(k[1:]))] = decodeSegLen(v)
-		return nil
-	})
-	return out, err
 }
 
 // recoverSegments makes the slot files exactly what the index covers:
@@ -457,49 +361,6 @@ func (s *Store) AppliedIndex() uint64 { return s.pub.Load().applied }
 // Cursor is the second being fired: every slot before it has expired.
 func (s *Store) Cursor() int64 { return s.pub.Load().cursor }
 
-// Apply applies log entries in order as one atomic batch and returns each
-// command's result. Entries at or below the applied index were applied
-// before a restart and are skipped (their results are nil). An error means
-// storage failed; the store refuses further writes.
-func (s *Store) Apply(entries []Entry) ([][]Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.broken != nil {
-		return nil, s.broken
-	}
-	if s.opts.ReadOnly {
-		return nil, fmt.Errorf("apply: store opened read-only")
-	}
-	t := s.newTx()
-	out := make([][]Result, len(entries))
-	for i, e := range entries {
-		if e.Index <= s.applied || e.Index <= t.applied {
-			continue
-		}
-		t.index, t.seq, t.applied = e.Index, 0, e.Index
-		res := make([]Result, len(e.Cmds))
-		for j, c := range e.Cmds {
-			res[j] = t.apply(c)
-			if t.err != nil {
-				break
-			}
-		}
-		out[i] = res
-		if t.err != nil {
-			break
-		}
-	}
-	if t.err == nil {
-		t.err = t.commit()
-	}
-	if t.err != nil {
-		s.broken = fmt.Errorf("%w: %w", ErrClosed, t.err)
-		t.b.Close()
-		return nil, t.err
-	}
-	return out, nil
-}
-
 // Sync makes everything applied so far durable: slot files first, then the
 // index (whose applied index then covers them). It returns that index.
 func (s *Store) Sync() (uint64, error) {
@@ -567,104 +428,50 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// segLen is the recorded state of one slot file.
-type segLen struct {
-	Length int64 // bytes the index covers
-	Live   int64 // live message and lease records
-	Bytes  int64 // payload bytes of the live records
-}
-
-func (l segLen) encode() []byte {
-	b := putU64(uint64(l.Length))
-	b = append(b, putU64(uint64(l.Live))...)
-	return append(b, putU64(uint64(l.Bytes))...)
-}
-
-func decodeSegLen(b []byte) segLen {
-	if len(b) != 24 {
-		return segLen{}
+// LogWriteStalls makes el log each of Pebble's write stalls: a warning
+// with the reason when writes stop, and its length when they resume. Every
+// write to the database waits out a stall, so on the node every proposal
+// does.
+func LogWriteStalls(el *pebble.EventListener, log *slog.Logger) {
+	var began atomic.Int64
+	el.WriteStallBegin = func(info pebble.WriteStallBeginInfo) {
+		began.Store(time.Now().UnixNano())
+		log.Warn("pebble stopped writes", "reason", info.Reason)
 	}
-	return segLen{Length: int64(u64(b[0:8])), Live: int64(u64(b[8:16])), Bytes: int64(u64(b[16:24]))}
+	el.WriteStallEnd = func() {
+		log.Warn("pebble resumed writes", "stalled", time.Duration(time.Now().UnixNano()-began.Load()).Round(time.Millisecond))
+	}
 }
 
-func encodeNode(n Node) []byte {
-	e := &encoder{}
-	e.str(n.ID)
-	e.str(n.RaftAddr)
-	e.str(n.HTTPAddr)
-	return e.b
+// NewPebbleLogger returns a Pebble logger that writes to l: Pebble's
+// informational lines at debug level, its errors as errors.
+func NewPebbleLogger(l *slog.Logger) pebble.Logger { return pebbleLogger{l} }
+
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
-func decodeNode(b []byte) (Node, error) {
-	d := &decoder{b: b}
-	n := Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
-	return n, d.err
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
-// liveEntries returns the records of a slot file that still live there:
-// for each id the last record, unless it is a tombstone. Records keep their
-// file order. Every removal from a slot writes a tombstone before the id can
-// be written there again, so an id without a tombstone appears once and is
-// live; only ids with tombstones need tracking.
-func liveEntries(entries []segment.Entry) []segment.Entry {
-	var tombed map[ID]int // id → position of its last record
-	for _, e := range entries {
-		if e.Type == segment.TypeTombstone {
-			if id, ok := payloadID(e.Payload); ok {
-				if tombed == nil {
-					tombed = map[ID]int{}
-				}
-				tombed[id] = -1
-			}
-		}
-	}
-	if tombed == nil {
-		return entries
-	}
-	for i, e := range entries {
-		if id, ok := payloadID(e.Payload); ok {
-			if _, t := tombed[id]; t {
-				tombed[id] = i
-			}
-		}
-	}
-	out := make([]segment.Entry, 0, len(entries))
-	for i, e := range entries {
-		if e.Type == segment.TypeTombstone {
-			continue
-		}
-		if id, ok := payloadID(e.Payload); ok {
-			if last, t := tombed[id]; t && last != i {
-				continue
-			}
-		}
-		out = append(out, e)
-	}
-	return out
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
 }
-
-// payloadID reads the id every message and tombstone payload starts with.
-func payloadID(p []byte) (ID, bool) {
-	if len(p) < 1+IDLen || p[0] != recordVersion {
-		return ID{}, false
-	}
-	id, err := IDFromBytes(p[1 : 1+IDLen])
-	return id, err == nil
-}
-
-func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }
 
 // indexLevels configures Pebble's levels for the index: no block
 // compression unless asked for. Index values are compact binary that snappy
-// barely shrinks, and compressing every block written by a flush or
-// compaction (and decompressing it on every read) was a tenth of the
-// server's CPU under a sustained enqueue load.
+// barely shrinks, while compressing every block written by a flush or
+// compaction, and decompressing it on every read, costs CPU on the path of
+// every enqueue.
 //
 // Every table carries a bloom filter (10 bits a key, about 1% false
 // positives). Most reads of the index are point lookups of keys written
 // at random (a message's meta, by id) and every table's key range spans
 // them, so without a filter a lookup reads a block of each level-0 table
-// and each level; delivering a message looks up its meta three times.
+// and each level; delivering a message looks up its meta more than once.
 func indexLevels(compress bool) []pebble.LevelOptions {
 	lv := make([]pebble.LevelOptions, 7)
 	for i := range lv {
@@ -676,37 +483,4 @@ func indexLevels(compress bool) []pebble.LevelOptions {
 		}
 	}
 	return lv
-}
-
-// bufPool keeps a few emptied buffers of slot-file records for the next
-// batches, which would otherwise grow a fresh buffer, doubling it, for
-// every slot second they append to: a fifth of the bytes a node allocated
-// while it took enqueues. It keeps small buffers only, and few, so that a
-// burst of large batches leaves no memory behind. s.mu guards it.
-type bufPool struct {
-	bufs [][]byte
-}
-
-const (
-	bufPoolMax    = 8
-	bufPoolMaxCap = 256 << 10
-)
-
-// take returns an empty buffer, nil when none is kept.
-func (p *bufPool) take() []byte {
-	n := len(p.bufs)
-	if n == 0 {
-		return nil
-	}
-	b := p.bufs[n-1]
-	p.bufs = p.bufs[:n-1]
-	return b
-}
-
-// give keeps b for reuse if it is small and the pool has room.
-func (p *bufPool) give(b []byte) {
-	if cap(b) == 0 || cap(b) > bufPoolMaxCap || len(p.bufs) >= bufPoolMax {
-		return
-	}
-	p.bufs = append(p.bufs, b[:0])
 }

@@ -36,7 +36,6 @@ func newStoreKit(t *testing.T, opts Options) *storeKit {
 	t.Helper()
 	fs := vfs.NewStrictMem()
 	opts.FS = fs
-	opts.CheckMetaCache = true
 	k := &storeKit{t: t, fs: fs, dir: "/db", opts: opts}
 	k.open()
 	t.Cleanup(func() {

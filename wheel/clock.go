@@ -3,13 +3,28 @@ package wheel
 import (
 	"sync"
 	"time"
-
-	"github.com/cockroachdb/pebble/vfs"
 )
 
-// This file is the wheel's test kit, used by this package's tests and by
-// the layers above: a fake clock and crash simulation on a strict in-memory
-// file system.
+// Clocks. The store never reads a clock: time reaches it inside commands.
+// What waits (the loader's Next, the layers above) takes a Clock, so that
+// tests can drive it with a FakeClock.
+
+// Clock is the source of time for everything that waits. Production uses
+// SystemClock; tests inject a FakeClock.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// After is time.After.
+func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // FakeClock is a Clock that moves only when told to.
 type FakeClock struct {
@@ -76,24 +91,4 @@ func (c *FakeClock) Set(t time.Time) {
 		}
 	}
 	c.waiters = kept
-}
-
-// CrashForTest simulates a power loss under the store: it closes the store
-// without syncing and drops every write fs had not synced. fs must be the
-// strict in-memory file system the store was opened on.
-func (s *Store) CrashForTest(fs *vfs.MemFS) {
-	fs.SetIgnoreSyncs(true)
-	s.mu.Lock()
-	if s.segs != nil {
-		s.segs.Close()
-		s.segs = nil
-	}
-	if s.db != nil {
-		s.db.Close()
-		s.db = nil
-	}
-	s.broken = ErrClosed
-	s.mu.Unlock()
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
 }

@@ -1,0 +1,500 @@
+package wheel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/delaywheel/delaywheel/segment"
+)
+
+// Apply applies log entries in order as one atomic batch and returns each
+// command's result. Entries at or below the applied index were applied
+// before a restart and are skipped (their results are nil). An error means
+// storage failed; the store refuses further writes.
+func (s *Store) Apply(entries []Entry) ([][]Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		return nil, s.broken
+	}
+	if s.opts.ReadOnly {
+		return nil, fmt.Errorf("apply: store opened read-only")
+	}
+	t := s.newTx()
+	out := make([][]Result, len(entries))
+	for i, e := range entries {
+		if e.Index <= s.applied || e.Index <= t.applied {
+			continue
+		}
+		t.index, t.seq, t.applied = e.Index, 0, e.Index
+		res := make([]Result, len(e.Cmds))
+		for j, c := range e.Cmds {
+			res[j] = t.apply(c)
+			if t.err != nil {
+				break
+			}
+		}
+		out[i] = res
+		if t.err != nil {
+			break
+		}
+	}
+	if t.err == nil {
+		t.err = t.commit()
+	}
+	if t.err != nil {
+		s.broken = fmt.Errorf("%w: %w", ErrClosed, t.err)
+		t.b.Close()
+		return nil, t.err
+	}
+	return out, nil
+}
+
+func (t *tx) apply(c Command) Result {
+	switch c := c.(type) {
+	case Schedule:
+		return t.schedule(c)
+	case Cancel:
+		return t.cancel(c)
+	case Reschedule:
+		return t.reschedule(c)
+	case Lease:
+		return t.lease(c)
+	case Ack:
+		return t.ack(c)
+	case Nack:
+		return t.nack(c)
+	case Touch:
+		return t.touch(c)
+	case Expire:
+		t.s.expiresSinceFlush++
+		t.expire(c.Before)
+		return Result{}
+	case Promote:
+		return Result{Value: t.promote(c.Before)}
+	case Redrive:
+		return t.redrive(c)
+	case SetNode:
+		n := c.Node
+		t.set(nodeKey(n.ID), encodeNode(n))
+		t.newNodes[n.ID] = &n
+		return Result{}
+	case RemoveNode:
+		t.del(nodeKey(c.ID))
+		t.newNodes[c.ID] = nil
+		return Result{}
+	default:
+		return Result{Err: fmt.Errorf("%w: unknown command %T", ErrInvalid, c)}
+	}
+}
+
+func clampDue(ms int64) int64 {
+	if ms < 0 {
+		return 0
+	}
+	if ms > MaxDueMs {
+		return MaxDueMs
+	}
+	return ms
+}
+
+func (t *tx) schedule(c Schedule) Result {
+	out := make([]Enqueued, 0, len(c.Messages))
+	for i := range c.Messages {
+		nm := &c.Messages[i]
+		tid, _ := t.topicID(nm.Topic, true)
+		if nm.Key != "" {
+			if v := t.get(keyIndexKey(tid, nm.Key)); v != nil {
+				if id, err := IDFromBytes(v); err == nil {
+					if mt, ok := t.meta(id); ok && mt.State != StateDead {
+						out = append(out, Enqueued{ID: id, DeliverAtMs: mt.DueMs, Duplicate: true})
+						continue
+					}
+				}
+			}
+		}
+		id := ID{Index: t.index, Seq: t.seq}
+		t.seq++
+		m := Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
+			DeliverAtMs: clampDue(nm.DeliverAtMs), TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}
+		if m.TTRMs <= 0 {
+			m.TTRMs = DefaultTTRMs
+		}
+		if m.MaxAttempts <= 0 {
+			m.MaxAttempts = DefaultMaxAttempts
+		}
+		t.implicit = nm.Key == ""
+		t.put(&m, tid, 0, segment.TypeMessage)
+		t.implicit = false
+		t.stat(tid).Enqueued++
+		if nm.Key != "" {
+			b := id.Bytes()
+			t.set(keyIndexKey(tid, nm.Key), b[:])
+		}
+		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
+	}
+	t.flushPlacing()
+	return Result{Value: out}
+}
+
+// Scheduled is what Apply answers for an entry at index whose only command
+// is a Schedule of msgs, none of which has a key: message i becomes
+// ID{index, i}, due at its time clamped to [0, MaxDueMs]. With no key there
+// is no duplicate to find, so the answer does not depend on the state, and
+// a leader can give it as soon as the entry commits.
+func Scheduled(index uint64, msgs []NewMessage) []Enqueued {
+	out := make([]Enqueued, len(msgs))
+	for i := range msgs {
+		out[i] = Enqueued{ID: ID{Index: index, Seq: uint32(i)}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
+	}
+	return out
+}
+
+// Defaults for messages that do not set them.
+const (
+	DefaultTTRMs       = 30_000
+	DefaultMaxAttempts = 10
+)
+
+func (t *tx) resolve(c Cancel) (ID, bool) {
+	if c.Topic == "" {
+		return c.ID, true
+	}
+	tid, ok := t.topicID(c.Topic, false)
+	if !ok {
+		return ID{}, false
+	}
+	v := t.get(keyIndexKey(tid, c.Key))
+	if v == nil {
+		return ID{}, false
+	}
+	id, err := IDFromBytes(v)
+	return id, err == nil
+}
+
+func (t *tx) cancel(c Cancel) Result {
+	id, ok := t.resolve(c)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", ErrNotFound, c.Key, c.Topic)}
+	}
+	mt, ok := t.meta(id)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: message %s", ErrNotFound, id)}
+	}
+	if mt.State == StateReserved {
+		return Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", ErrConflict, id)}
+	}
+	m, ok := t.full(id, mt)
+	if !ok {
+		return Result{}
+	}
+	t.finish(&m, mt)
+	t.stat(mt.TopicID).Cancelled++
+	return Result{Value: id}
+}
+
+func (t *tx) reschedule(c Reschedule) Result {
+	mt, ok := t.meta(c.ID)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: message %s", ErrNotFound, c.ID)}
+	}
+	if mt.State != StateDelayed && mt.State != StateReady {
+		return Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", ErrConflict, c.ID, mt.State)}
+	}
+	m, ok := t.full(c.ID, mt)
+	if !ok {
+		return Result{}
+	}
+	t.unplace(c.ID, mt)
+	m.DeliverAtMs = clampDue(c.DeliverAtMs)
+	t.put(&m, mt.TopicID, mt.State, segment.TypeMessage)
+	return Result{Value: m.DeliverAtMs}
+}
+
+func (t *tx) lease(c Lease) Result {
+	ok := make([]bool, len(c.Items))
+	for i, it := range c.Items {
+		mt, found := t.meta(it.ID)
+		expiredLease := found && mt.State == StateReserved && mt.LeaseExpMs < c.NowMs
+		if !found || (mt.State != StateDelayed && mt.State != StateReady && !expiredLease) {
+			continue // cancelled, or handed out twice: the later receipt is stale
+		}
+		m, read := t.full(it.ID, mt)
+		if !read {
+			break
+		}
+		if m.Attempts >= m.MaxAttempts {
+			continue // out of attempts: it goes dead when its slot expires
+		}
+		t.unplace(it.ID, mt)
+		m.Attempts++
+		m.Receipt = it.Nonce
+		m.LeaseExpiresMs = it.ExpiresMs
+		m.LeaseMs = it.ExpiresMs - c.NowMs
+		m.DeliverAtMs = clampDue(max(it.RedeliverMs, it.ExpiresMs))
+		t.put(&m, mt.TopicID, mt.State, segment.TypeLease)
+		t.stat(mt.TopicID).Delivered++
+		if expiredLease {
+			t.stat(mt.TopicID).ExpiredLeases++
+		}
+		ok[i] = true
+	}
+	return Result{Value: ok}
+}
+
+// held returns the meta and message of a receipt that is still valid at now.
+func (t *tx) held(r Receipt, now int64) (meta, Message, bool) {
+	mt, ok := t.meta(r.ID)
+	if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || now > mt.LeaseExpMs {
+		return meta{}, Message{}, false
+	}
+	m, ok := t.full(r.ID, mt)
+	return mt, m, ok
+}
+
+// eachHeld calls fn for every receipt still valid at now and counts the
+// others as stale.
+func (t *tx) eachHeld(rs []Receipt, now int64, fn func(mt meta, m *Message)) Result {
+	var n Counted
+	for _, r := range rs {
+		mt, m, ok := t.held(r, now)
+		if !ok {
+			n.Stale++
+			continue
+		}
+		fn(mt, &m)
+		n.Done++
+	}
+	return Result{Value: n}
+}
+
+func (t *tx) ack(c Ack) Result {
+	return t.eachHeld(c.Receipts, c.NowMs, func(mt meta, m *Message) {
+		t.finish(m, mt)
+		t.stat(mt.TopicID).Acked++
+	})
+}
+
+func (t *tx) nack(c Nack) Result {
+	return t.eachHeld(c.Receipts, c.NowMs, func(mt meta, m *Message) {
+		t.unplace(m.ID, mt)
+		clearLease(m)
+		t.stat(mt.TopicID).Nacked++
+		if m.Attempts >= m.MaxAttempts {
+			t.toDead(m, mt.TopicID, mt.State)
+			return
+		}
+		m.DeliverAtMs = clampDue(c.NowMs + max(c.DelayMs, 0))
+		t.put(m, mt.TopicID, mt.State, segment.TypeMessage)
+	})
+}
+
+func (t *tx) touch(c Touch) Result {
+	return t.eachHeld(c.Receipts, c.NowMs, func(mt meta, m *Message) {
+		t.unplace(m.ID, mt)
+		backoff := max(m.DeliverAtMs-m.LeaseExpiresMs, 0)
+		m.LeaseExpiresMs = c.NowMs + m.LeaseMs
+		m.DeliverAtMs = clampDue(m.LeaseExpiresMs + backoff)
+		t.put(m, mt.TopicID, mt.State, segment.TypeLease)
+	})
+}
+
+func (t *tx) redrive(c Redrive) Result {
+	tid, ok := t.topicID(c.Topic, false)
+	if !ok {
+		return Result{Value: 0}
+	}
+	ids := c.IDs
+	if len(ids) == 0 {
+		keys, _ := t.scanKeys(deadPrefix(tid), prefixEnd(deadPrefix(tid)), 0)
+		for _, k := range keys {
+			id, _ := IDFromBytes(k[5:])
+			ids = append(ids, id)
+		}
+	}
+	n := 0
+	for _, id := range ids {
+		mt, ok := t.meta(id)
+		if !ok || mt.State != StateDead || mt.TopicID != tid {
+			continue
+		}
+		m, ok := t.full(id, mt)
+		if !ok {
+			break
+		}
+		t.unplace(id, mt)
+		m.Attempts = 0
+		m.DeliverAtMs = clampDue(c.NowMs)
+		if m.Key != "" {
+			k := keyIndexKey(tid, m.Key)
+			if t.get(k) == nil {
+				b := id.Bytes()
+				t.set(k, b[:])
+			} else {
+				m.Key = "" // a newer message holds the key now
+			}
+		}
+		t.toReady(&m, tid, mt.State)
+		n++
+	}
+	return Result{Value: n}
+}
+
+// expire fires every slot before the second before and moves the cursor
+// there. Live messages go to their ready queues; live leases have expired:
+// their messages go to ready, or dead after max_attempts.
+func (t *tx) expire(before int64) {
+	if before <= t.cursor {
+		return
+	}
+	seconds := map[int64]bool{}
+	keys, _ := t.scanKeys(segLenKey(0), segLenKey(before), 0)
+	for _, k := range keys {
+		seconds[int64(binary.BigEndian.Uint64(k[1:]))] = true
+	}
+	for s := range t.pend {
+		if s < before {
+			seconds[s] = true
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(seconds)) {
+		t.fireSlot(s)
+		if t.err != nil {
+			return
+		}
+	}
+	t.dropPlacements(before)
+	t.cursor = before
+	t.event(Event{Kind: EventExpired, Second: before})
+}
+
+func (t *tx) fireSlot(second int64) {
+	if t.slotLive(second) > 0 {
+		t.fireLive(second)
+	}
+	if t.err != nil {
+		return
+	}
+	delete(t.pend, second)
+	t.del(segLenKey(second))
+	t.expired = append(t.expired, second)
+}
+
+// slotLive is how many live records the slot file of second holds, as this
+// batch sees it. A slot whose messages were all handed out or acked before
+// it expires (the usual case: every lease moves its message to the slot of
+// its deadline) holds none, and its file need not be read.
+func (t *tx) slotLive(second int64) int64 {
+	if p := t.pend[second]; p != nil {
+		return p.stats.Live
+	}
+	if v := t.get(segLenKey(second)); v != nil {
+		return decodeSegLen(v).Live
+	}
+	return 0
+}
+
+// fireLive moves the live records of the slot file of second to their
+// ready queues (leases past their attempts to the dead letters).
+func (t *tx) fireLive(second int64) {
+	entries, err := t.slotEntries(second)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	for _, e := range liveEntries(entries) {
+		m, err := DecodeMessage(e.Payload)
+		if err != nil {
+			t.fail(fmt.Errorf("slot %d offset %d: %w", second, e.Offset, err))
+			return
+		}
+		mt, ok := t.meta(m.ID)
+		if !ok || mt.Loc != locSegment || mt.Second != second || mt.Offset != e.Offset {
+			t.fail(fmt.Errorf("slot %d offset %d: %w: record of %s is live but the index disagrees", second, e.Offset, ErrInconsistent, m.ID))
+			return
+		}
+		if e.Type == segment.TypeLease {
+			t.stat(mt.TopicID).ExpiredLeases++
+		}
+		if e.Type == segment.TypeLease && m.Attempts >= m.MaxAttempts {
+			t.toDead(&m, mt.TopicID, mt.State)
+		} else {
+			t.toReady(&m, mt.TopicID, mt.State)
+		}
+	}
+}
+
+// slotEntries returns every record of a slot file as this batch sees it.
+func (t *tx) slotEntries(second int64) ([]segment.Entry, error) {
+	var entries []segment.Entry
+	if t.get(segLenKey(second)) != nil {
+		_, es, err := segment.ReadFileFS(t.s.fs, t.s.segs.Path(second))
+		if err != nil {
+			return nil, err
+		}
+		entries = es
+	}
+	if p := t.pend[second]; p != nil && len(p.buf) > 0 {
+		for off := 0; off < len(p.buf); {
+			r, n, err := segment.DecodeRecord(p.buf[off:])
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, segment.Entry{Offset: p.base + int64(off), Record: r})
+			off += n
+		}
+	}
+	return entries, nil
+}
+
+// promote moves overflow entries due before the second before (never past
+// the horizon) into the wheel, and returns how many moved.
+func (t *tx) promote(before int64) int {
+	before = min(before, t.cursor+HorizonSecs)
+	if before <= 0 {
+		return 0
+	}
+	// The scan starts where the last one ended, not at the start of the
+	// overflow: the keys promoted before are deleted, and their tombstones
+	// stay in the index until a compaction drops them, so a scan from the
+	// start would step over every one of them, once a second.
+	lo := []byte{pOverflow}
+	if t.promoted > 0 {
+		lo = overflowKey(t.promoted, ID{})
+	}
+	hi := before * TickMs
+	if hi <= t.promoted {
+		return 0
+	}
+	keys, vals := t.scanKeys(lo, overflowKey(hi, ID{}), 0)
+	t.promoted = hi
+	for i, k := range keys {
+		v := vals[i]
+		if len(v) < 1 {
+			t.fail(fmt.Errorf("overflow %x: %w: empty value", k, ErrInconsistent))
+			return 0
+		}
+		m, err := DecodeMessage(v[1:])
+		if err != nil {
+			t.fail(fmt.Errorf("overflow %x: %w", k, err))
+			return 0
+		}
+		// The overflow holds delayed messages and the redeliveries of
+		// leases (reserved), and its record says which: the message's meta
+		// need not be read, which for a message enqueued hours ago costs a
+		// block read from the index for each message promoted.
+		typ := segment.RecordType(v[0])
+		state := recordState(typ)
+		tid, ok := t.topicID(m.Topic, false)
+		if !ok {
+			t.fail(fmt.Errorf("overflow %s: %w: unknown topic %q", m.ID, ErrInconsistent, m.Topic))
+			return 0
+		}
+		t.del(k)
+		t.overDel--
+		t.put(&m, tid, state, typ)
+	}
+	return len(keys)
+}
