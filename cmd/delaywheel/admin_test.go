@@ -44,10 +44,17 @@ func run(t *testing.T, args ...string) (string, error) {
 
 func runApp(t *testing.T, app *cli.App, stdin string, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := runStderr(t, app, stdin, args...)
+	return out, err
+}
+
+// runStderr runs app and returns what it wrote to stdout and to stderr.
+func runStderr(t *testing.T, app *cli.App, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	app.Writer, app.ErrWriter, app.Reader = &out, &errOut, strings.NewReader(stdin)
-	err := runCLI(t.Context(), app, append([]string{"delaywheel"}, args...))
-	return out.String(), err
+	err = runCLI(t.Context(), app, append([]string{"delaywheel"}, args...))
+	return out.String(), errOut.String(), err
 }
 
 // mustRun runs the app and fails on error.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 
@@ -68,11 +69,11 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 			flags = append(flags, rest[i])
 		}
 	}
-	out := append(append([]string{args[0], args[1]}, flags...), positional...)
+	out := append([]string{args[0], args[1]}, flags...)
 	if dashDash {
-		out = append(append(out, "--"), afterDash...)
+		out = append(out, "--")
 	}
-	return out, nil
+	return append(append(out, positional...), afterDash...), nil
 }
 
 // takesValue reports whether cmd has a flag named name that takes a value.
@@ -151,13 +152,24 @@ func (e *cliError) Unwrap() error { return e.err }
 
 // cleanError rewrites an error answer of the API in err as "code: message",
 // without the status and with the code said once: the server's message
-// often starts with it already ("conflict: message … is reserved").
+// often starts with it already ("conflict: message … is reserved"). A
+// node that cannot be reached is named once, without the request.
 func cleanError(err error) error {
 	var ce *client.Error
-	if err == nil || !errors.As(err, &ce) {
-		return err
+	var ue *url.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return &cliError{msg: strings.Replace(err.Error(), ce.Error(), apiMessage(ce), 1), err: err}
+	case errors.As(err, &ue) && !errors.Is(err, context.Canceled):
+		node := ue.URL
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			node = u.Scheme + "://" + u.Host
+		}
+		return &cliError{msg: fmt.Sprintf("cannot reach %s: %v", node, ue.Err), err: err}
 	}
-	return &cliError{msg: strings.Replace(err.Error(), ce.Error(), apiMessage(ce), 1), err: err}
+	return err
 }
 
 // apiMessage is the one-line text of an error answer.
