@@ -15,14 +15,18 @@ import (
 )
 
 // runCLI runs app on args (the program name first) the way an operator
-// expects: flags may follow arguments, a usage error is one line, and an
-// error answer of the API reads as its code and message once.
+// expects: flags may follow arguments, a usage error (an unknown command or
+// flag, a bad value) is one line, and an error answer of the API reads as
+// its code and message once.
 func runCLI(ctx context.Context, app *cli.App, args []string) error {
 	app.OnUsageError = usageError
 	for _, cmd := range app.Commands {
 		if cmd.OnUsageError == nil {
 			cmd.OnUsageError = usageError
 		}
+	}
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && app.Command(args[1]) == nil && args[1] != "help" && args[1] != "h" {
+		return fmt.Errorf("%s: unknown command %q (see %s --help)", app.Name, args[1], app.Name)
 	}
 	args, err := flagsFirst(app, args)
 	if err != nil {

@@ -82,6 +82,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"push", "t", "x", "--delay", "5"}, `delaywheel push: --delay "5": want a duration with a unit, e.g. 5s, 1500ms, 2h30m (see delaywheel push --help)`},
 		{[]string{"reserve", "t", "--max", "many"}, `delaywheel reserve: --max "many": want an integer (see delaywheel reserve --help)`},
 		{[]string{"--bogus"}, "delaywheel: unknown flag --bogus (see delaywheel --help)"},
+		{[]string{"pusj", "t"}, `delaywheel: unknown command "pusj" (see delaywheel --help)`},
 		{[]string{"push", "t"}, "usage: delaywheel push [flags] TOPIC BODY (BODY - reads stdin) (see delaywheel push --help)"},
 	} {
 		out, errOut, err := runStderr(t, newApp(), "", tc.args...)
