@@ -29,6 +29,7 @@ func viewOf(v wheel.View) api.MessageView {
 		Topic:       v.Topic,
 		State:       v.State.String(),
 		DeliverAtMs: v.DeliverAtMs,
+		EnqueuedMs:  v.EnqueuedMs,
 		Attempts:    v.Attempts,
 		Key:         v.Key,
 		Priority:    v.Priority,

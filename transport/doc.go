@@ -22,8 +22,9 @@
 //   - A list over its limit (more than [Limits].MaxBatch messages, receipts
 //     or ids), a body over MaxBodyBytes and a request over MaxRequestBytes are
 //     413 too_large; an empty list is 400.
-//   - A malformed message id in a path is 404 (it names no message); a
-//     malformed receipt or id in a body is 400 naming receipts[i] or ids[i].
+//   - A malformed message id in a path is 400 naming id, and a well-formed
+//     id of no pending message is 404; a malformed receipt or id in a body
+//     is 400 naming receipts[i] or ids[i].
 //   - A slot outside 0..7199 is 404. An invalid topic in a path is 400.
 //   - Reserve and redrive accept an empty body (all defaults); reschedule
 //     needs exactly one of delay_ms and deliver_at_ms.

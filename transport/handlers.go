@@ -255,13 +255,13 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 	return api.NodeRemoved{ID: id, Removed: true}, s.b.RemoveNode(r.Context(), id)
 }
 
-// pathID parses the {id} of the path. A malformed id names no message, so it
-// is a 404.
+// pathID parses the {id} of the path. A malformed id is a bad argument (400),
+// distinct from a well-formed id that names no message (404).
 func pathID(r *http.Request) (wheel.ID, error) {
 	raw := r.PathValue("id")
 	id, err := wheel.ParseID(raw)
 	if err != nil {
-		return wheel.ID{}, notFound("message %s not found (a message id is 24 hex digits)", quoteShort(raw))
+		return wheel.ID{}, invalid("id: must be a message id (24 hex digits, not all zero), got %s", quoteShort(raw))
 	}
 	return id, nil
 }

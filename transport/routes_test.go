@@ -45,6 +45,7 @@ func TestMessagesLifecycle(t *testing.T) {
 	equal(t, "key", v.Key, "order-42")
 	equal(t, "priority", v.Priority, int64(3))
 	equal(t, "header", v.Headers["tenant"], "a")
+	equal(t, "enqueued", v.EnqueuedMs, startMs)
 	bin, err := e.c.Get(ctx, res[1].ID)
 	check(t, "get binary", err)
 	if bin.Body != nil || bin.BodyBase64 == nil {

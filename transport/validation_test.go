@@ -98,10 +98,11 @@ func otherCases() []badRequest {
 	}
 	const post, get, del = http.MethodPost, http.MethodGet, http.MethodDelete
 	return []badRequest{
-		nf("get bad id", get, "/v1/messages/xyz", "", `message "xyz" not found`),
-		nf("get zero id", get, "/v1/messages/000000000000000000000000", ""),
-		nf("cancel bad id", del, "/v1/messages/nothex", ""),
-		nf("reschedule bad id", post, "/v1/messages/12/reschedule", `{"delay_ms":1}`),
+		inv("get bad id", get, "/v1/messages/xyz", "", `id: must be a message id (24 hex digits, not all zero), got "xyz"`),
+		inv("get zero id", get, "/v1/messages/000000000000000000000000", "", "id: must be a message id"),
+		nf("get unknown id", get, "/v1/messages/"+msgID, "", "not found: message "+msgID),
+		inv("cancel bad id", del, "/v1/messages/nothex", "", `got "nothex"`),
+		inv("reschedule bad id", post, "/v1/messages/12/reschedule", `{"delay_ms":1}`, `id: must be a message id`),
 		inv("reschedule neither", post, "/v1/messages/"+msgID+"/reschedule", `{}`, `set one of "delay_ms" or "deliver_at_ms"`),
 		inv("reschedule both", post, "/v1/messages/"+msgID+"/reschedule", `{"delay_ms":1,"deliver_at_ms":1}`, "not both"),
 		inv("reschedule delay range", post, "/v1/messages/"+msgID+"/reschedule", `{"delay_ms":-5}`, "delay_ms: must be between 0 and 315360000000 (10 years)"),

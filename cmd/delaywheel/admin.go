@@ -52,23 +52,21 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 	return []*cli.Command{
 		withCommonFlags(&cli.Command{
 			Name: "push", Usage: "enqueue one message", ArgsUsage: "TOPIC BODY (BODY - reads stdin)",
-			Flags: []cli.Flag{
-				&cli.DurationFlag{Name: "delay", Usage: "deliver after this long (e.g. 30m, 1500ms)"},
-				&cli.StringFlag{Name: "deliver-at", Usage: "deliver at this instant: RFC 3339 or Unix milliseconds"},
+			Flags: append(whenFlags("deliver"),
 				&cli.StringFlag{Name: "key", Usage: "dedupe and cancel key"},
 				&cli.Int64Flag{Name: "priority", Usage: "higher first among messages due the same millisecond"},
-				&cli.DurationFlag{Name: "ttr", Usage: "lease length once reserved (server default 30s)"},
-				&cli.IntFlag{Name: "max-attempts", Usage: "deliveries before it goes dead (server default 10)"},
-				&cli.StringSliceFlag{Name: "header", Usage: "header k=v (repeat the flag for more)"},
-			},
+				&cli.DurationFlag{Name: "ttr", Usage: "lease length `D` once reserved", DefaultText: "30s, set by the server"},
+				&cli.IntFlag{Name: "max-attempts", Usage: "deliveries before it goes dead", DefaultText: "10, set by the server"},
+				&cli.StringSliceFlag{Name: "header", Usage: "header `k=v` (repeat the flag for more)"},
+			),
 			Action: a.push,
 		}),
 		withCommonFlags(&cli.Command{
 			Name: "reserve", Usage: "take due messages of a topic", ArgsUsage: "TOPIC",
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "max", Value: 1, Usage: "at most this many messages"},
-				&cli.DurationFlag{Name: "wait", Usage: "long-poll up to this long for the first message"},
-				&cli.DurationFlag{Name: "ttr", Usage: "lease length (default: each message's own)"},
+				&cli.DurationFlag{Name: "wait", Usage: "long-poll up to `D` for the first message"},
+				&cli.DurationFlag{Name: "ttr", Usage: "lease length `D`", DefaultText: "each message's own"},
 				&cli.BoolFlag{Name: "ack", Usage: "ack the messages right away"},
 			},
 			Action: a.reserve,
@@ -92,11 +90,46 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 		withCommonFlags(&cli.Command{Name: "cluster", Usage: "show the cluster's members", Action: a.cluster}),
 		withCommonFlags(&cli.Command{
 			Name: "dead", Usage: "list a topic's dead letters", ArgsUsage: "TOPIC",
-			Flags:  []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many (server default 100)"}},
+			Flags:  []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many", DefaultText: "100, set by the server"}},
 			Action: a.dead,
 		}),
 		withCommonFlags(&cli.Command{Name: "redrive", Usage: "move dead letters back to ready", ArgsUsage: "TOPIC [ID...] (no ids: all)", Action: a.redrive}),
+		withCommonFlags(&cli.Command{Name: "ack", Usage: "finish reserved messages", ArgsUsage: "RECEIPT...", Action: a.ack}),
+		withCommonFlags(&cli.Command{
+			Name: "nack", Usage: "give reserved messages back, due again after --delay", ArgsUsage: "RECEIPT...",
+			Flags:  []cli.Flag{&cli.DurationFlag{Name: "delay", Usage: "due again after `D` (e.g. 30s, 1500ms)"}},
+			Action: a.nack,
+		}),
+		withCommonFlags(&cli.Command{Name: "touch", Usage: "extend the leases of reserved messages by their ttr", ArgsUsage: "RECEIPT...", Action: a.touch}),
+		withCommonFlags(&cli.Command{
+			Name: "reschedule", Usage: "move a delayed or ready message to a new due time", ArgsUsage: "ID (--delay D | --deliver-at T)",
+			Flags:  whenFlags("due"),
+			Action: a.reschedule,
+		}),
 	}
+}
+
+// whenFlags are --delay and --deliver-at, saying when a message is due.
+func whenFlags(verb string) []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "delay", Usage: verb + " after `D` (e.g. 30m, 1500ms)"},
+		&cli.StringFlag{Name: "deliver-at", Usage: verb + " at instant `T`: RFC 3339 or Unix milliseconds"},
+	}
+}
+
+// when reads --delay and --deliver-at: nil for a flag not given.
+func when(c *cli.Context) (delayMs, deliverAtMs *int64, err error) {
+	if c.IsSet("delay") {
+		delayMs = api.Ptr(c.Duration("delay").Milliseconds())
+	}
+	if c.IsSet("deliver-at") {
+		at, err := parseInstant(c.String("deliver-at"))
+		if err != nil {
+			return nil, nil, err
+		}
+		deliverAtMs = &at
+	}
+	return delayMs, deliverAtMs, nil
 }
 
 // withCommonFlags adds --addr, --token-file and --json to cmd.
@@ -119,7 +152,7 @@ type session struct {
 // newSession checks the number of arguments and builds the client.
 func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 	if n := c.NArg(); n < minArgs || (maxArgs >= 0 && n > maxArgs) {
-		return nil, fmt.Errorf("usage: %s %s [flags] %s (flags go before the arguments)", c.App.Name, c.Command.Name, c.Command.ArgsUsage)
+		return nil, fmt.Errorf("usage: %s %s [flags] %s (see %s %s --help)", c.App.Name, c.Command.Name, c.Command.ArgsUsage, c.App.Name, c.Command.Name)
 	}
 	s := &session{c: c}
 	opts := []client.Option{client.WithRawResponse(func(b []byte) { s.raw = b })}
@@ -203,15 +236,9 @@ func messageOf(c *cli.Context) (api.Message, error) {
 		}
 	}
 	m.Payload = api.PayloadOf(body)
-	if c.IsSet("delay") {
-		m.DelayMs = api.Ptr(c.Duration("delay").Milliseconds())
-	}
-	if c.IsSet("deliver-at") {
-		at, err := parseInstant(c.String("deliver-at"))
-		if err != nil {
-			return m, err
-		}
-		m.DeliverAtMs = &at
+	var err error
+	if m.DelayMs, m.DeliverAtMs, err = when(c); err != nil {
+		return m, err
 	}
 	if c.IsSet("ttr") {
 		m.TTRMs = api.Ptr(c.Duration("ttr").Milliseconds())
@@ -244,47 +271,13 @@ func parseInstant(s string) (int64, error) {
 	return t.UnixMilli(), nil
 }
 
-// instant renders Unix milliseconds as UTC RFC 3339 with milliseconds.
+// instant renders Unix milliseconds as UTC RFC 3339 with milliseconds, and
+// 0 (no instant, as in a tombstone) as "-".
 func instant(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-func (a *admin) reserve(c *cli.Context) error {
-	s, err := newSession(c, 1, 1)
-	if err != nil {
-		return err
-	}
-	req := api.ReserveRequest{Max: api.Ptr(c.Int("max")), WaitMs: c.Duration("wait").Milliseconds()}
-	if c.IsSet("ttr") {
-		req.TTRMs = api.Ptr(c.Duration("ttr").Milliseconds())
-	}
-	ds, err := s.cl.Reserve(c.Context, c.Args().Get(0), req)
-	if err != nil {
-		return err
-	}
-	err = s.print(func(w io.Writer) {
-		row(w, "ID", "ATTEMPT", "DELIVER_AT", "LEASE_EXPIRES", "RECEIPT", "BODY")
-		for _, d := range ds {
-			row(w, d.ID, d.Attempt, instant(d.DeliverAtMs), instant(d.LeaseExpiresMs), d.Receipt, bodyText(d.Payload))
-		}
-	})
-	if err != nil || !c.Bool("ack") || len(ds) == 0 {
-		return err
-	}
-	receipts := make([]string, len(ds))
-	for i, d := range ds {
-		receipts[i] = d.Receipt
-	}
-	acked, err := s.cl.Ack(c.Context, receipts)
-	if err != nil {
-		return fmt.Errorf("ack: %w", err)
-	}
-	out := c.App.Writer
-	if c.Bool("json") {
-		out = c.App.ErrWriter // keep stdout one JSON document
-	}
-	_, err = fmt.Fprintf(out, "acked %d, stale %d\n", acked.Acked, acked.Stale)
-	return err
 }
 
 // bodyText renders a body for a table: text cut to a line, or base64.
@@ -321,7 +314,12 @@ func (a *admin) message(c *cli.Context) error {
 		row(w, "id:", m.ID)
 		row(w, "topic:", m.Topic)
 		row(w, "state:", m.State)
-		row(w, "deliver_at:", instant(m.DeliverAtMs))
+		if m.State == api.StateDead {
+			row(w, "deliver_at:", "- (dead)")
+		} else {
+			row(w, "deliver_at:", instant(m.DeliverAtMs))
+		}
+		row(w, "enqueued_at:", instant(m.EnqueuedMs))
 		row(w, "attempts:", m.Attempts)
 		row(w, "key:", m.Key)
 		row(w, "priority:", m.Priority)
@@ -441,21 +439,4 @@ func (a *admin) cluster(c *cli.Context) error {
 			row(w, n.ID, n.RaftAddr, n.HTTPAddr, n.Suffrage, n.State, n.AppliedIndex)
 		}
 	})
-}
-
-func (a *admin) dead(c *cli.Context) error {
-	return show(c, 1, 1, func(s *session) ([]api.MessageView, error) {
-		return s.cl.Dead(c.Context, c.Args().Get(0), c.Int("limit"))
-	}, func(w io.Writer, ms []api.MessageView) {
-		row(w, "ID", "ATTEMPTS", "DELIVER_AT", "KEY", "BODY")
-		for _, m := range ms {
-			row(w, m.ID, m.Attempts, instant(m.DeliverAtMs), m.Key, bodyText(m.Payload))
-		}
-	})
-}
-
-func (a *admin) redrive(c *cli.Context) error {
-	return show(c, 1, -1, func(s *session) (int, error) {
-		return s.cl.Redrive(c.Context, c.Args().Get(0), c.Args().Tail())
-	}, func(w io.Writer, n int) { row(w, "redriven:", n) })
 }

@@ -20,7 +20,7 @@ func backupCommands() []*cli.Command {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", Usage: "HTTP address of the node to back up", EnvVars: []string{"DELAYWHEEL_ADDR"}},
 				&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token", EnvVars: []string{"DELAYWHEEL_TOKEN_FILE"}},
-				&cli.StringFlag{Name: "out", Required: true, Usage: "file to write (written to FILE.tmp, then renamed)"},
+				&cli.StringFlag{Name: "out", Required: true, Usage: "`FILE` to write (written to FILE.tmp, then renamed); - writes to stdout"},
 			},
 			Action: runBackup,
 		},
@@ -46,13 +46,22 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	cl := client.New(baseURL(c.String("addr")), client.WithToken(token))
 	out := c.String("out")
+	if out == "-" {
+		n, err := cl.Backup(c.Context, c.App.Writer)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.App.ErrWriter, "backup written to stdout (%d bytes)\n", n)
+		return err
+	}
 	tmp := out + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	n, err := client.New(baseURL(c.String("addr")), client.WithToken(token)).Backup(c.Context, f)
+	n, err := cl.Backup(c.Context, f)
 	if err == nil {
 		err = f.Sync()
 	}

@@ -8,7 +8,9 @@
 // Flags and their defaults, the --config file and DELAYWHEEL_* variables
 // (command line over environment over file over default), wiring a
 // replication.Node to a transport.Server, signals and a clean shutdown, the
-// process's memory settings, and the admin commands' tables. It holds no
+// process's memory settings, and the admin commands' tables and their
+// command line: flags before or after the arguments, and every error,
+// whether of usage or of the API, as one line. It holds no
 // queue rule: the server's behaviour lives in the packages it wires, and
 // the admin commands use the public client (package transport/client), so
 // they see exactly what any user of the API sees. `wheel` and `slot` with

@@ -17,7 +17,7 @@ import (
 // SIGTERM: the one signal handler of the process.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
+	err := runCLI(ctx, newApp(), os.Args)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -116,12 +116,15 @@ const (
 	StateCancelled = "cancelled"
 )
 
-// MessageView answers GET /v1/messages/{id} and lists dead letters.
+// MessageView answers GET /v1/messages/{id} and lists dead letters. A dead
+// letter's DeliverAtMs is when it would have been due again had it had
+// attempts left; EnqueuedMs is when it was enqueued.
 type MessageView struct {
 	ID          string            `json:"id"`
 	Topic       string            `json:"topic"`
 	State       string            `json:"state"`
 	DeliverAtMs int64             `json:"deliver_at_ms"`
+	EnqueuedMs  int64             `json:"enqueued_ms"`
 	Attempts    int32             `json:"attempts"`
 	Key         string            `json:"key"`
 	Priority    int64             `json:"priority"`

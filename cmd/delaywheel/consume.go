@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// The commands of a topic's consumers: reserve, ack, nack and touch,
+// dead and redrive; and reschedule, which moves a delayed or ready message.
+// An empty list says on stderr why it is empty.
+
+func (a *admin) reserve(c *cli.Context) error {
+	s, err := newSession(c, 1, 1)
+	if err != nil {
+		return err
+	}
+	req := api.ReserveRequest{Max: api.Ptr(c.Int("max")), WaitMs: c.Duration("wait").Milliseconds()}
+	if c.IsSet("ttr") {
+		req.TTRMs = api.Ptr(c.Duration("ttr").Milliseconds())
+	}
+	topic := c.Args().Get(0)
+	ds, err := s.cl.Reserve(c.Context, topic, req)
+	if err != nil {
+		return err
+	}
+	if len(ds) == 0 {
+		return s.empty(topic, "no messages due on topic %s", false)
+	}
+	err = s.print(func(w io.Writer) {
+		row(w, "ID", "ATTEMPT", "DELIVER_AT", "LEASE_EXPIRES", "RECEIPT", "BODY")
+		for _, d := range ds {
+			row(w, d.ID, d.Attempt, instant(d.DeliverAtMs), instant(d.LeaseExpiresMs), d.Receipt, bodyText(d.Payload))
+		}
+	})
+	if err != nil || !c.Bool("ack") {
+		return err
+	}
+	receipts := make([]string, len(ds))
+	for i, d := range ds {
+		receipts[i] = d.Receipt
+	}
+	acked, err := s.cl.Ack(c.Context, receipts)
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		out = c.App.ErrWriter // keep stdout one JSON document
+	}
+	_, err = fmt.Fprintf(out, "acked %d, stale %d\n", acked.Acked, acked.Stale)
+	return err
+}
+
+func (a *admin) ack(c *cli.Context) error {
+	return show(c, 1, -1, func(s *session) (api.AckResponse, error) {
+		return s.cl.Ack(c.Context, c.Args().Slice())
+	}, func(w io.Writer, r api.AckResponse) {
+		row(w, "acked:", r.Acked)
+		row(w, "stale:", r.Stale)
+	})
+}
+
+func (a *admin) nack(c *cli.Context) error {
+	return show(c, 1, -1, func(s *session) (api.NackResponse, error) {
+		return s.cl.Nack(c.Context, c.Args().Slice(), c.Duration("delay").Milliseconds())
+	}, func(w io.Writer, r api.NackResponse) {
+		row(w, "nacked:", r.Nacked)
+		row(w, "stale:", r.Stale)
+	})
+}
+
+func (a *admin) touch(c *cli.Context) error {
+	return show(c, 1, -1, func(s *session) (api.TouchResponse, error) {
+		return s.cl.Touch(c.Context, c.Args().Slice())
+	}, func(w io.Writer, r api.TouchResponse) {
+		row(w, "touched:", r.Touched)
+		row(w, "stale:", r.Stale)
+	})
+}
+
+func (a *admin) reschedule(c *cli.Context) error {
+	return show(c, 1, 1, func(s *session) (api.Rescheduled, error) {
+		var req api.RescheduleRequest
+		var err error
+		if req.DelayMs, req.DeliverAtMs, err = when(c); err != nil {
+			return api.Rescheduled{}, err
+		}
+		if (req.DelayMs == nil) == (req.DeliverAtMs == nil) {
+			return api.Rescheduled{}, errors.New("reschedule needs one of --delay and --deliver-at")
+		}
+		return s.cl.Reschedule(c.Context, c.Args().Get(0), req)
+	}, func(w io.Writer, r api.Rescheduled) {
+		row(w, "ID", "DELIVER_AT")
+		row(w, r.ID, instant(r.DeliverAtMs))
+	})
+}
+
+func (a *admin) dead(c *cli.Context) error {
+	s, err := newSession(c, 1, 1)
+	if err != nil {
+		return err
+	}
+	topic := c.Args().Get(0)
+	ms, err := s.cl.Dead(c.Context, topic, c.Int("limit"))
+	if err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return s.empty(topic, "no dead letters on topic %s", true)
+	}
+	return s.print(func(w io.Writer) {
+		row(w, "ID", "ATTEMPTS", "ENQUEUED_AT", "KEY", "BODY")
+		for _, m := range ms {
+			row(w, m.ID, m.Attempts, instant(m.EnqueuedMs), m.Key, bodyText(m.Payload))
+		}
+	})
+}
+
+func (a *admin) redrive(c *cli.Context) error {
+	s, err := newSession(c, 1, -1)
+	if err != nil {
+		return err
+	}
+	topic := c.Args().Get(0)
+	n, err := s.cl.Redrive(c.Context, topic, c.Args().Tail())
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		ok, err := s.topicExists(topic)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errNoTopic(topic)
+		}
+	}
+	return s.print(func(w io.Writer) { row(w, "redriven:", n) })
+}
+
+// errNoTopic says that topic has never held a message.
+func errNoTopic(topic string) error { return fmt.Errorf("topic %s does not exist", topic) }
+
+// topicExists reports whether topic has ever held a message. It keeps the
+// last answer for print.
+func (s *session) topicExists(topic string) (bool, error) {
+	raw := s.raw
+	ts, err := s.cl.Topics(s.c.Context)
+	s.raw = raw
+	return slices.ContainsFunc(ts, func(t api.TopicCounts) bool { return t.Topic == topic }), err
+}
+
+// empty handles an empty list of topic: with --json it prints the answer
+// as usual; then it says on stderr why the list is empty: the note, or that
+// the topic does not exist (an error when missingFails).
+func (s *session) empty(topic, note string, missingFails bool) error {
+	if s.c.Bool("json") {
+		if err := s.print(nil); err != nil {
+			return err
+		}
+	}
+	ok, err := s.topicExists(topic)
+	switch {
+	case err != nil:
+		return err
+	case !ok && missingFails:
+		return errNoTopic(topic)
+	case !ok:
+		note = errNoTopic(topic).Error()
+	default:
+		note = fmt.Sprintf(note, topic)
+	}
+	_, err = fmt.Fprintln(s.c.App.ErrWriter, note)
+	return err
+}
