@@ -33,6 +33,7 @@ func newApp() *cli.App {
 	}
 	app.Commands = append([]*cli.Command{serverCommand()}, adminCommands(openOffline)...)
 	app.Commands = append(app.Commands, backupCommands()...)
+	app.Commands = append(app.Commands, dumpCommand())
 	app.Commands = append(app.Commands, benchCommand())
 	return app
 }

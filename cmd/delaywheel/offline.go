@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -23,4 +25,32 @@ func openOfflineStore(dataDir string) (*wheel.Store, error) {
 		return nil, fmt.Errorf("open %s (is the node still running?): %w", dir, err)
 	}
 	return st, nil
+}
+
+// dumpCommand writes the replicated state of a stopped node's data
+// directory: two replicas that applied the log up to the same index write
+// the same dump, so comparing dumps checks that they agree.
+func dumpCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "dump",
+		Usage:     "write the replicated state of a stopped node, to compare replicas (same applied index, same dump)",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-dir", Required: true, Usage: "the stopped node's data directory"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("dump takes no arguments, got %q", c.Args().Slice())
+			}
+			st, err := openOfflineStore(c.String("data-dir"))
+			if err != nil {
+				return err
+			}
+			err = st.Dump(c.App.Writer)
+			if cerr := st.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		},
+	}
 }

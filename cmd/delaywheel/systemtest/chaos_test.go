@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -201,7 +202,70 @@ func (e *chaosEnv) finish() Report {
 		t.Errorf("only %d messages were acknowledged: the load did not run", r.Acknowledged)
 	}
 	e.converged()
+	e.replicasAgree()
 	return r
+}
+
+// replicasAgree stops every live node at once and compares their stores
+// offline (`delaywheel dump`): nodes that applied the log up to the same
+// index must hold the same state, message by message. The leader's ticks
+// keep the log growing, so the nodes may stop a few entries apart; at
+// least two of the three must stop at the same index for the check to say
+// something, and everything they hold must match.
+func (e *chaosEnv) replicasAgree() {
+	t := e.t
+	t.Helper()
+	live := e.c.Live()
+	var wg sync.WaitGroup
+	for _, n := range live {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Stop(e.within(30 * time.Second)); err != nil {
+				t.Errorf("stop %s: %v", n.ID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	byIndex := map[string][]string{} // applied line → node ids
+	dumps := map[string]string{}
+	for _, n := range live {
+		out, err := exec.CommandContext(e.within(60*time.Second), n.bin, "dump", "--data-dir", n.DataDir).Output()
+		if err != nil {
+			t.Fatalf("dump %s: %v", n.ID, err)
+		}
+		dump := string(out)
+		applied, _, _ := strings.Cut(dump, "\n")
+		if !strings.HasPrefix(applied, "applied ") {
+			t.Fatalf("dump of %s starts with %q, want the applied index", n.ID, applied)
+		}
+		byIndex[applied] = append(byIndex[applied], n.ID)
+		dumps[n.ID] = dump
+	}
+	compared := 0
+	for applied, ids := range byIndex {
+		for _, id := range ids[1:] {
+			compared++
+			if dumps[id] != dumps[ids[0]] {
+				t.Errorf("at %s, %s and %s hold different states:\n%s", applied, ids[0], id, firstDifference(dumps[ids[0]], dumps[id]))
+			}
+		}
+	}
+	t.Logf("replicas stopped at %v; %d pairs compared", byIndex, compared)
+	if compared == 0 && len(live) > 2 {
+		t.Errorf("no two of the %d nodes stopped at the same applied index (%v): nothing compared", len(live), byIndex)
+	}
+}
+
+// firstDifference returns the first line where two dumps differ.
+func firstDifference(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			return fmt.Sprintf("line %d:\n  %s\n  %s", i+1, al[i], bl[i])
+		}
+	}
+	return fmt.Sprintf("one dump has %d lines, the other %d", len(al), len(bl))
 }
 
 // converged checks that every live node holds the parked messages and
