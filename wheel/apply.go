@@ -68,6 +68,8 @@ func (t *tx) apply(c Command) Result {
 		return t.nack(c)
 	case Touch:
 		return t.touch(c)
+	case Bury:
+		return t.bury(c)
 	case Expire:
 		t.s.expiresSinceFlush++
 		t.expire(c.Before)
@@ -299,6 +301,33 @@ func (t *tx) touch(c Touch) Result {
 		m.DeliverAtMs = clampDue(m.LeaseExpiresMs + backoff)
 		t.put(m, mt.TopicID, mt.State, segment.TypeLease)
 	})
+}
+
+// bury moves reserved messages out of attempts whose lease ended before
+// c.NowMs to the dead letters: what the expiry of their slot would do, at
+// the end of the lease.
+func (t *tx) bury(c Bury) Result {
+	var n Counted
+	for _, r := range c.Receipts {
+		mt, ok := t.meta(r.ID)
+		if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || mt.LeaseExpMs >= c.NowMs {
+			n.Stale++
+			continue
+		}
+		m, ok := t.full(r.ID, mt)
+		if !ok {
+			break
+		}
+		if m.Attempts < m.MaxAttempts {
+			n.Stale++
+			continue
+		}
+		t.unplace(m.ID, mt)
+		t.stat(mt.TopicID).ExpiredLeases++
+		t.toDead(&m, mt.TopicID, mt.State)
+		n.Done++
+	}
+	return Result{Value: n}
 }
 
 func (t *tx) redrive(c Redrive) Result {

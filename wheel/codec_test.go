@@ -28,6 +28,7 @@ var codecCommandTypes = []wheel.Command{
 	wheel.Redrive{},
 	wheel.SetNode{},
 	wheel.RemoveNode{},
+	wheel.Bury{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -95,7 +96,7 @@ func TestCodecEveryKindCovered(t *testing.T) {
 		}
 		seen[k] = fmt.Sprintf("%T", c)
 	}
-	for k := wheel.KindSchedule; k <= wheel.KindRemoveNode; k++ {
+	for k := wheel.KindSchedule; k <= wheel.KindBury; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
@@ -200,6 +201,7 @@ func TestCodecCommandRoundTrip(t *testing.T) {
 		},
 		{name: "nack", cmds: []wheel.Command{wheel.Nack{NowMs: 78, DelayMs: 5000, Receipts: receipts}, wheel.Nack{NowMs: -1, DelayMs: -1, Receipts: receipts[:1]}}},
 		{name: "touch", cmds: []wheel.Command{wheel.Touch{NowMs: 79, Receipts: receipts}}},
+		{name: "bury", cmds: []wheel.Command{wheel.Bury{NowMs: 80, Receipts: receipts}}},
 		{name: "expire", cmds: []wheel.Command{wheel.Expire{Before: 1_700_000_000}, wheel.Expire{Before: 0}, wheel.Expire{Before: -7}}},
 		{name: "promote", cmds: []wheel.Command{wheel.Promote{Before: 1_700_007_200}, wheel.Promote{Before: math.MinInt64}}},
 		{name: "redrive by id", cmds: []wheel.Command{wheel.Redrive{NowMs: 5, Topic: "dlq", IDs: []wheel.ID{codecID(1, 2), codecID(3, 4)}}}},

@@ -25,6 +25,7 @@ const (
 	KindRedrive    CommandKind = 10
 	KindSetNode    CommandKind = 11
 	KindRemoveNode CommandKind = 12
+	KindBury       CommandKind = 13
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -99,6 +100,16 @@ type Touch struct {
 	Receipts []Receipt
 }
 
+// Bury moves reserved messages whose last allowed lease ended before NowMs
+// to their topics' dead letters, without waiting for their slot to
+// expire. A receipt that no longer holds the message (acked, nacked,
+// touched past NowMs, or with attempts left) is counted stale and changes
+// nothing.
+type Bury struct {
+	NowMs    int64
+	Receipts []Receipt
+}
+
 // Expire fires every slot whose second is before Before: their remaining
 // messages move to ready (or dead), and the files are deleted. The cursor
 // moves to Before.
@@ -139,6 +150,7 @@ func (Promote) Kind() CommandKind    { return KindPromote }
 func (Redrive) Kind() CommandKind    { return KindRedrive }
 func (SetNode) Kind() CommandKind    { return KindSetNode }
 func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
+func (Bury) Kind() CommandKind       { return KindBury }
 
 // Result is what applying one command produced: a value (for Schedule,
 // []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease, []bool
@@ -220,6 +232,9 @@ func EncodeCommands(cmds []Command) []byte {
 		case Touch:
 			e.varint(c.NowMs)
 			e.receipts(c.Receipts)
+		case Bury:
+			e.varint(c.NowMs)
+			e.receipts(c.Receipts)
 		case Expire:
 			e.varint(c.Before)
 		case Promote:
@@ -280,6 +295,8 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, Nack{NowMs: d.varint(), DelayMs: d.varint(), Receipts: d.receipts()})
 		case KindTouch:
 			cmds = append(cmds, Touch{NowMs: d.varint(), Receipts: d.receipts()})
+		case KindBury:
+			cmds = append(cmds, Bury{NowMs: d.varint(), Receipts: d.receipts()})
 		case KindExpire:
 			cmds = append(cmds, Expire{Before: d.varint()})
 		case KindPromote:

@@ -188,11 +188,7 @@ func (l *Loader) applied(events []Event) {
 		switch e.Kind {
 		case EventPlaced:
 			delete(l.popped, e.ID) // a popped copy is stale
-			if !(e.Lease && e.Msg.Attempts >= e.Msg.MaxAttempts) {
-				l.push(*e.Msg, e.Second)
-			} else {
-				l.remove(e.ID, l.secondOf(e.ID))
-			}
+			l.push(*e.Msg, e.Second)
 		case EventRemoved:
 			l.remove(e.ID, e.Second)
 			if sec, ok := l.popped[e.ID]; ok && sec == e.Second {
@@ -351,8 +347,9 @@ func (s *Store) LoadThrough(second int64) (int, error) {
 	return n, nil
 }
 
-// liveMessages decodes the deliverable records of one committed slot file:
-// live messages, and live leases that still have attempts left. s.mu is held.
+// liveMessages decodes the live records of one committed slot file:
+// messages, and leases, which come due when they end (for a redelivery, or,
+// out of attempts, for the dead letters). s.mu is held.
 func (s *Store) liveMessages(sec int64) ([]Message, error) {
 	v, err := s.get(segLenKey(sec))
 	if err != nil || v == nil {
@@ -369,9 +366,6 @@ func (s *Store) liveMessages(sec int64) ([]Message, error) {
 		m, err := decodeMessage(e.Payload, intern)
 		if err != nil {
 			return nil, fmt.Errorf("slot second %d offset %d: %w", sec, e.Offset, err)
-		}
-		if e.Type == segment.TypeLease && m.Attempts >= m.MaxAttempts {
-			continue // goes dead when the slot expires
 		}
 		out = append(out, m)
 	}

@@ -303,18 +303,21 @@ func TestLoaderFollowsChanges(t *testing.T) {
 	}
 }
 
-func TestLoaderSkipsLeasesOutOfAttempts(t *testing.T) {
+// Leases are loaded whether or not attempts are left: each comes due when
+// its lease ends, for a redelivery or, out of attempts, for the dead
+// letters (the dispatcher proposes Bury).
+func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	enq := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 1}, NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 2})
 	k.one(Lease{NowMs: t0, Items: []LeaseItem{
-		{ID: enq[0].ID, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1000},
-		{ID: enq[1].ID, Nonce: 2, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1000},
+		{ID: enq[0].ID, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1001},
+		{ID: enq[1].ID, Nonce: 2, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1500},
 	}})
 	// Loaded after the lease (from the file) and by event (a fresh loader
 	// with the slot loaded first) the answer is the same.
 	k.load(t0s + 2)
 	due, _ := l.PopDue(t0 + 5000)
-	if len(due) != 1 || due[0].ID != enq[1].ID || due[0].Attempts != 1 || due[0].Receipt != 2 {
+	if len(due) != 2 || due[0].ID != enq[0].ID || due[0].Receipt != 1 || due[1].ID != enq[1].ID || due[1].Receipt != 2 {
 		t.Fatalf("due %+v", due)
 	}
 	l2 := NewLoader()
@@ -322,8 +325,23 @@ func TestLoaderSkipsLeasesOutOfAttempts(t *testing.T) {
 	k.load(t0s + 2)
 	k.one(Touch{NowMs: t0 + 10, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
 	due, _ = l2.PopDue(t0 + 5000)
-	if len(due) != 1 || due[0].ID != enq[1].ID || due[0].DeliverAtMs != t0+1010 {
+	if len(due) != 2 || due[0].ID != enq[0].ID || due[0].DeliverAtMs != t0+1011 || due[1].DeliverAtMs != t0+1510 {
 		t.Fatalf("due after touch %+v", due)
+	}
+	// Buried at the end of its lease, the spent one leaves the heap.
+	l3 := NewLoader()
+	k.s.AttachLoader(l3)
+	k.load(t0s + 2)
+	k.one(Bury{NowMs: t0 + 1011, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
+	due, _ = l3.PopDue(t0 + 5000)
+	if len(due) != 1 || due[0].ID != enq[1].ID {
+		t.Fatalf("due after bury %+v", due)
+	}
+	if v, err := k.s.Get(enq[0].ID); err != nil || v.State != StateDead {
+		t.Fatalf("buried message %+v, %v; want dead", v, err)
+	}
+	if v, err := k.s.Get(enq[1].ID); err != nil || v.State != StateReserved {
+		t.Fatalf("message with an attempt left %+v, %v; want still reserved", v, err)
 	}
 }
 

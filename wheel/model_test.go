@@ -139,6 +139,8 @@ func (md *refModel) apply(c Command) Result {
 		return md.nack(c)
 	case Touch:
 		return md.touch(c)
+	case Bury:
+		return md.bury(c)
 	case Expire:
 		md.expire(c.Before)
 		return Result{}
@@ -362,6 +364,22 @@ func (md *refModel) touch(c Touch) Result {
 		m.LeaseExpiresMs = c.NowMs + m.LeaseMs
 		m.DeliverAtMs = mClamp(m.LeaseExpiresMs + backoff)
 		md.place(m, true)
+		n.Done++
+	}
+	return Result{Value: n}
+}
+
+// bury kills reserved messages out of attempts whose lease ended before
+// c.NowMs.
+func (md *refModel) bury(c Bury) Result {
+	var n Counted
+	for _, r := range c.Receipts {
+		m := md.msgs[r.ID]
+		if m == nil || m.state != StateReserved || m.Receipt != r.Nonce || m.LeaseExpiresMs >= c.NowMs || m.Attempts < m.MaxAttempts {
+			n.Stale++
+			continue
+		}
+		md.kill(m)
 		n.Done++
 	}
 	return Result{Value: n}
@@ -830,8 +848,10 @@ func (h *modelHarness) genCmd() Command {
 			c = h.genAck()
 		case r < 70:
 			c = h.genNack()
-		case r < 74:
+		case r < 72:
 			c = h.genTouch()
+		case r < 74:
+			c = Bury{NowMs: h.now, Receipts: h.genReceipts()}
 		case r < 86:
 			c = h.genExpire()
 		case r < 94:
@@ -1572,7 +1592,7 @@ func (h *modelHarness) checkLoader(md *refModel) {
 		if sec := m.DeliverAtMs / TickMs; sec < md.cursor || sec > md.cursor+2 {
 			continue
 		}
-		if (m.lease && m.Attempts >= m.MaxAttempts) || h.popped[id] == m.gen {
+		if h.popped[id] == m.gen {
 			continue
 		}
 		if m.DeliverAtMs <= h.now {

@@ -63,6 +63,13 @@ func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]w
 // a little past the start of the current second.
 func startFake(t *testing.T) (*Dispatcher, *fakeNode, *wheel.FakeClock) {
 	t.Helper()
+	return startFakeWith(t, nil)
+}
+
+// startFakeWith is startFake with configure adjusting the dispatcher's
+// config before it starts.
+func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNode, *wheel.FakeClock) {
+	t.Helper()
 	clk := wheel.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
 	st, err := wheel.Open(t.TempDir(), wheel.Options{})
 	if err != nil {
@@ -71,8 +78,12 @@ func startFake(t *testing.T) (*Dispatcher, *fakeNode, *wheel.FakeClock) {
 	t.Cleanup(func() { st.Close() })
 	n := &fakeNode{st: st}
 	n.leaseHeld.Store(true)
-	d := New(n, Config{Clock: clk, ExpireGrace: 200 * time.Millisecond, Preload: time.Second,
-		ApplyTimeout: 10 * time.Second, MaxLeaseBatch: 1024})
+	cfg := Config{Clock: clk, ExpireGrace: 200 * time.Millisecond, Preload: time.Second,
+		ApplyTimeout: 10 * time.Second, MaxLeaseBatch: 1024}
+	if configure != nil {
+		configure(&cfg)
+	}
+	d := New(n, cfg)
 	if err := d.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -209,4 +220,51 @@ func TestWakerFollowsInjectedClock(t *testing.T) {
 	}
 	clk.Advance(5 * time.Millisecond)
 	<-c
+}
+
+// A message whose last allowed lease ends goes dead at the end of the lease,
+// not when its slot expires: with an expiry grace of an hour, nothing but
+// the dispatcher's burial can move it.
+func TestLastLeaseExpiryBuriesAtOnce(t *testing.T) {
+	d, n, clk := startFakeWith(t, func(c *Config) { c.ExpireGrace = time.Hour })
+	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(), Messages: []wheel.NewMessage{
+		{Topic: "t", Body: []byte("last"), DeliverAtMs: clk.Now().UnixMilli(), TTRMs: 600, MaxAttempts: 1},
+		{Topic: "t", Body: []byte("more"), DeliverAtMs: clk.Now().UnixMilli(), TTRMs: 600, MaxAttempts: 2},
+	}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("enqueue: %v %v", err, res[0].Err)
+	}
+	enq := res[0].Value.([]wheel.Enqueued)
+	last, more := enq[0].ID, enq[1].ID
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 2 {
+		t.Fatalf("reserve got %d messages, want 2", len(ds))
+	}
+	exp := ds[0].Message.LeaseExpiresMs
+	clk.Set(time.UnixMilli(exp)) // the lease still holds at its last instant
+	if v, err := n.st.Get(last); err != nil || v.State != wheel.StateReserved {
+		t.Fatalf("at the lease's last instant: %+v, %v; want reserved", v, err)
+	}
+	clk.Set(time.UnixMilli(exp + 1))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := n.st.Get(last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.State == wheel.StateDead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a millisecond after its last lease ended the message is %s, want dead", v.State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The message with an attempt left is not buried: it comes back.
+	if v, err := n.st.Get(more); err != nil || v.State == wheel.StateDead {
+		t.Fatalf("the message with an attempt left: %+v, %v; want it not dead", v, err)
+	}
+	if tc := n.st.Topics(); len(tc) != 1 || tc[0].Dead != 1 {
+		t.Fatalf("topic counts %+v; want one dead letter", tc)
+	}
 }

@@ -217,12 +217,20 @@ func (d *Dispatcher) fireLoop() {
 // Both the fire loop and an arriving reserve call it: whichever runs first
 // after a message comes due hands it out.
 func (d *Dispatcher) offerLocked() int64 {
-	msgs, next := d.loader.PopDue(d.clock.Now().UnixMilli())
+	now := d.clock.Now().UnixMilli()
+	msgs, next := d.loader.PopDue(now)
 	topics := d.loader.TakeReadyTopics()
 	for _, t := range topics {
 		delete(d.drained, t)
 	}
+	var spent []wheel.Receipt
 	for _, m := range msgs {
+		if m.Receipt != 0 && m.Attempts >= m.MaxAttempts {
+			// A last lease ended: the message goes dead now, not when its
+			// slot expires.
+			spent = append(spent, wheel.Receipt{ID: m.ID, Nonce: m.Receipt})
+			continue
+		}
 		d.due[m.Topic] = append(d.due[m.Topic], m)
 		if !slices.Contains(topics, m.Topic) {
 			topics = append(topics, m.Topic)
@@ -231,7 +239,20 @@ func (d *Dispatcher) offerLocked() int64 {
 	for _, t := range topics {
 		d.serveWaitersLocked(t)
 	}
+	if len(spent) > 0 {
+		go d.bury(now, spent)
+	}
 	return next
+}
+
+// bury proposes that the messages whose last lease ended go dead. Should
+// the proposal fail, the expiry of their slot buries them.
+func (d *Dispatcher) bury(nowMs int64, rs []wheel.Receipt) {
+	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
+	defer cancel()
+	if _, err := d.n.Propose(ctx, wheel.Bury{NowMs: nowMs, Receipts: rs}); err != nil && d.ctx.Err() == nil {
+		d.log.Warn("moving messages out of attempts to the dead letters; their slot's expiry will", "messages", len(rs), "err", err)
+	}
 }
 
 // serveWaitersLocked hands available messages to a topic's waiters, oldest first.

@@ -45,8 +45,13 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 		exp := now + max(ttrMs, 1)
 		// The redelivery comes due a millisecond after the lease ends at the
 		// earliest: at the end instant itself the lease still holds, and a
-		// Lease proposed then would be refused.
-		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: exp + max(d.backoff(m.Attempts+1), 1)}
+		// Lease proposed then would be refused. A last attempt is not
+		// redelivered: it comes due right after its lease, to be buried.
+		redeliver := exp + max(d.backoff(m.Attempts+1), 1)
+		if m.Attempts+1 >= m.MaxAttempts {
+			redeliver = exp + 1
+		}
+		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
 	}
 	wait, err := d.n.Submit(d.ctx, wheel.Lease{NowMs: now, Items: items})
 	if err != nil {
