@@ -11,4 +11,24 @@
 //
 // Log is what Raft takes as its LogStore; Log.Stable is its StableStore.
 // Reads are bounded by the log's first index (see Log.GetLog).
+//
+// # Why raft-wal
+//
+// Every acknowledged write waits for the log's commit. raft-wal appends a
+// batch with one write and one fsync and drops the log's head by deleting
+// whole segments; a B+tree store writes the pages a batch dirtied wherever
+// its freelist puts them, then its meta page, with a sync after each. A
+// torn last batch is dropped by its checksum when the log opens; the chaos
+// tests zero the newest segment's tail to keep that true.
+//
+// # Why a spare segment
+//
+// raft-wal preallocates a new segment with fallocate, which leaves its
+// blocks unwritten: each append then changes the file's extent map, and
+// the fsync after it commits the file system's journal too. A segment
+// whose blocks are already written takes appends as plain overwrites. The
+// spare is written a synced chunk at a time with pauses between chunks,
+// so the log's own fsyncs do not queue behind it; without a ready spare,
+// raft-wal's preallocation is the fallback. The cost is one more segment
+// of disk and a second write of every segment's bytes, ahead of time.
 package raftlog
