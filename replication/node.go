@@ -239,7 +239,16 @@ func Open(cfg Config) (*Node, error) {
 			n.log.Warn("store does not cover its applied index; restoring from snapshot", "err", err)
 		}
 		if len(latest) == 0 && err != nil {
-			return fail(fmt.Errorf("%w and there is no snapshot to restore: remove %s to rebuild this node from its peers", err, f.dir))
+			// Without a snapshot the log must still hold every entry from
+			// the first, for an empty store to replay it.
+			first, ferr := logs.FirstIndex()
+			if ferr != nil {
+				return fail(fmt.Errorf("%w; reading the log's first index: %w", err, ferr))
+			}
+			if first > 1 {
+				return fail(fmt.Errorf("%w, there is no snapshot to restore and the log starts at entry %d: remove %s to rebuild this node from its peers", err, first, f.dir))
+			}
+			n.log.Warn("no snapshot: the store is rebuilt by replaying the log from its first entry")
 		}
 		aside := f.dir + ".damaged-" + time.Now().UTC().Format("20060102T150405")
 		if rerr := os.Rename(f.dir, aside); rerr != nil {
