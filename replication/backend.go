@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -32,18 +33,25 @@ func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
 	return "", false, false
 }
 
-// Ready reports whether a leader is known and this node has applied the log
-// up to the commit index it knows of.
-func (n *Node) Ready() bool {
+// Ready returns nil when this node can serve as far as it can tell on its
+// own: it knows a leader, and, leading, runs its dispatcher. Otherwise it
+// says why. A follower is ready once it has also applied the leader's
+// commit index, which only the leader knows (transport asks it).
+func (n *Node) Ready() error {
 	if _, id := n.raft.LeaderWithID(); id == "" {
-		return false
+		return errors.New("no leader is known (an election is in progress, or this node is cut off)")
 	}
-	if n.raft.State() == raft.Leader {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.disp != nil
+	if n.raft.State() == raft.Leader && n.dispatcher() == nil {
+		return errors.New("elected leader, still applying the log before serving")
 	}
-	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+	return nil
+}
+
+// Indexes returns the highest log index this node has applied and the
+// commit index it knows of. A follower's commit index never passes its
+// own last log entry, so it is not the cluster's.
+func (n *Node) Indexes() (applied, commit uint64) {
+	return n.fsm.appliedIndex(), n.raft.CommitIndex()
 }
 
 // result unwraps the single result of a one-command proposal.

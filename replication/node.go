@@ -253,7 +253,9 @@ func Open(cfg Config) (*Node, error) {
 		return fail(err)
 	}
 	f.store = st
+	f.done.Store(snapIndex) // the store covers the snapshot it was kept for
 	f.onRestore = n.onRestore
+	snaps.opened = f.restoring.Store
 	n.fsm = f
 
 	rc := raft.DefaultConfig()

@@ -17,9 +17,14 @@ type Backend interface {
 	// LeaderHTTP returns the leader's HTTP address ("host:port"), whether
 	// this node is the leader, and whether a leader is known.
 	LeaderHTTP() (addr string, isLeader, known bool)
-	// Ready reports whether the node knows a leader and has applied the log
-	// up to the commit index.
-	Ready() bool
+	// Ready returns nil when the node can serve as far as it can tell on
+	// its own (it knows a leader; leading, it runs its dispatcher), or an
+	// error saying why not. /readyz also checks a follower's applied index
+	// against the leader's commit index.
+	Ready() error
+	// Indexes returns the highest log index the node has applied and the
+	// commit index it knows of (a follower's may lag the leader's).
+	Indexes() (applied, commit uint64)
 
 	// Enqueue schedules messages whose DeliverAtMs is already absolute.
 	Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error)

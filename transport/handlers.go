@@ -18,13 +18,6 @@ func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }
 
 func (s *Server) healthz(*http.Request) (any, error) { return api.Status{Status: "ok"}, nil }
 
-func (s *Server) readyz(*http.Request) (any, error) {
-	if !s.b.Ready() {
-		return nil, unavailable("not ready: no leader is known or the log is not applied up to the commit index yet")
-	}
-	return api.Status{Status: "ready"}, nil
-}
-
 func (s *Server) enqueue(r *http.Request) (any, error) {
 	data, err := readBody(r)
 	if err != nil {

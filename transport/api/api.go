@@ -303,7 +303,11 @@ type NodeRemoved struct {
 	Removed bool   `json:"removed"`
 }
 
-// Status answers /healthz and /readyz when they succeed.
+// Status answers /healthz and /readyz when they succeed. A ready node's
+// /readyz also gives its applied index and the leader's commit index it
+// has reached.
 type Status struct {
-	Status string `json:"status"`
+	Status            string `json:"status"`
+	AppliedIndex      uint64 `json:"applied_index,omitempty"`
+	LeaderCommitIndex uint64 `json:"leader_commit_index,omitempty"`
 }
