@@ -252,52 +252,6 @@ func (n *Node) Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo
 	return n.store().Slot(slot, records)
 }
 
-// Cluster returns the membership with each node's metadata.
-func (n *Node) Cluster(context.Context) (wheel.ClusterInfo, error) {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return wheel.ClusterInfo{}, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
-	}
-	meta := map[string]wheel.Node{}
-	for _, m := range n.store().Nodes() {
-		meta[m.ID] = m
-	}
-	_, leader := n.raft.LeaderWithID()
-	info := wheel.ClusterInfo{Leader: string(leader), Term: n.raft.CurrentTerm()}
-	for _, s := range f.Configuration().Servers {
-		ns := wheel.NodeStatus{Node: meta[string(s.ID)], Suffrage: "voter", State: "follower"}
-		ns.ID, ns.RaftAddr = string(s.ID), string(s.Address)
-		if s.Suffrage != raft.Voter {
-			ns.Suffrage = "nonvoter"
-		}
-		switch {
-		case s.ID == leader:
-			ns.State = "leader"
-		case leader == "":
-			ns.State = "unknown"
-		}
-		if string(s.ID) == n.cfg.ID {
-			ns.AppliedIndex = n.raft.AppliedIndex()
-			ns.State = stateName(n.raft.State())
-		}
-		info.Nodes = append(info.Nodes, ns)
-	}
-	return info, nil
-}
-
-func stateName(s raft.RaftState) string {
-	switch s {
-	case raft.Leader:
-		return "leader"
-	case raft.Candidate:
-		return "candidate"
-	case raft.Follower:
-		return "follower"
-	default:
-		return "unknown"
-	}
-}
-
 // AddNode adds a voter (or updates its addresses) and records its metadata.
 func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 	if n.raft.State() != raft.Leader {

@@ -157,6 +157,7 @@ type Node struct {
 	ids     *proposalIDs   // names every proposal (commit.go)
 	commits *commitWaiters // proposals answered at commit (commit.go)
 	solo    *soloVoter     // whether this node is the only voter
+	peers   peerContacts   // which peers the leader's heartbeats reach (members.go)
 
 	mu       sync.Mutex
 	disp     *dispatch.Dispatcher            // non-nil while leader
@@ -179,6 +180,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
+	n.peers.failing = map[raft.ServerID]time.Time{}
 	n.met = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -336,8 +338,9 @@ func Open(cfg Config) (*Node, error) {
 	rctx, rcancel := context.WithTimeout(ctx, cfg.ApplyTimeout)
 	n.solo.refresh(rctx, r)
 	rcancel()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeadership(ctx)
+	go n.watchPeers(ctx)
 	return n, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -55,8 +56,10 @@ type Backend interface {
 	Wheel(ctx context.Context) (wheel.WheelInfo, error)
 	// Slot describes one slot and, when records is set, its records.
 	Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo, error)
-	// Cluster returns the cluster view.
-	Cluster(ctx context.Context) (wheel.ClusterInfo, error)
+	// Cluster returns this node's own view of the cluster: its own state
+	// and indexes, and, on the leader, which members its heartbeats reach.
+	// The server adds what the other members say of themselves.
+	Cluster(ctx context.Context) (api.Cluster, error)
 	// AddNode adds a voter.
 	AddNode(ctx context.Context, n wheel.Node) error
 	// RemoveNode removes a member.

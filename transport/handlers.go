@@ -227,11 +227,6 @@ func (s *Server) slot(r *http.Request) (any, error) {
 	return SlotView(si, records), err
 }
 
-func (s *Server) cluster(r *http.Request) (any, error) {
-	c, err := s.b.Cluster(r.Context())
-	return clusterOf(c), err
-}
-
 func (s *Server) addNode(r *http.Request) (any, error) {
 	var n api.Node
 	if err := decodeBody(r, &n, false); err != nil {

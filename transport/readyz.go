@@ -47,33 +47,46 @@ func (s *Server) readyz(r *http.Request) (any, error) {
 
 // leaderCommit asks the leader at addr for its commit index.
 func (s *Server) leaderCommit(ctx context.Context, addr string) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.LeaderScheme+"://"+addr+"/readyz", nil)
-	if err != nil {
-		return 0, fmt.Errorf("the leader at %s: %w", addr, err)
-	}
-	req.Header.Set(ForwardedHeader, "1")
-	resp, err := s.cfg.LeaderTransport.RoundTrip(req)
-	if err != nil {
-		return 0, fmt.Errorf("the leader at %s does not answer: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return 0, fmt.Errorf("the leader at %s: %w", addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e api.ErrorBody
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
-			return 0, fmt.Errorf("the leader at %s answers %d: %s", addr, resp.StatusCode, e.Error.Message)
-		}
-		return 0, fmt.Errorf("the leader at %s answers %s", addr, resp.Status)
-	}
 	var st api.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return 0, fmt.Errorf("the leader at %s: decoding its answer: %w", addr, err)
+	if err := s.ask(ctx, addr, "/readyz", "", &st); err != nil {
+		return 0, fmt.Errorf("the leader at %s: %w", addr, err)
 	}
 	if st.LeaderCommitIndex == 0 {
 		return 0, fmt.Errorf("the leader at %s gave no commit index", addr)
 	}
 	return st.LeaderCommitIndex, nil
+}
+
+// ask GETs path from the node at addr, marked forwarded so that it answers
+// itself, sending auth as the Authorization header, and decodes the JSON
+// answer into out.
+func (s *Server) ask(ctx context.Context, addr, path, auth string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.LeaderScheme+"://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(ForwardedHeader, "1")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := s.cfg.LeaderTransport.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e api.ErrorBody
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			return fmt.Errorf("answers %d: %s", resp.StatusCode, e.Error.Message)
+		}
+		return fmt.Errorf("answers %s", resp.Status)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("decoding the answer: %w", err)
+	}
+	return nil
 }
