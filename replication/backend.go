@@ -38,6 +38,9 @@ func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
 // says why. A follower is ready once it has also applied the leader's
 // commit index, which only the leader knows (transport asks it).
 func (n *Node) Ready() error {
+	if n.removed.Load() {
+		return ErrRemoved
+	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return errors.New("no leader is known (an election is in progress, or this node is cut off)")
 	}

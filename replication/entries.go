@@ -12,6 +12,9 @@ type entries struct {
 	raft.LogStore
 	commits *commitWaiters
 	solo    *soloVoter
+	// configured, when set, is called after configuration entries are
+	// stored or the log's tail is deleted: membership may have changed.
+	configured func()
 }
 
 // StoreLogs appends logs durably, then notes configuration entries and,
@@ -35,6 +38,9 @@ func (e entries) StoreLogs(logs []*raft.Log) error {
 		e.solo.stored(l)
 		from = i + 1
 	}
+	if from > 0 && e.configured != nil {
+		e.configured()
+	}
 	if e.solo.solo() {
 		e.commits.notify(logs[from:])
 	}
@@ -57,6 +63,9 @@ func (e entries) DeleteRange(min, max uint64) error {
 	}
 	if e.solo != nil && max >= last {
 		e.solo.truncated()
+		if e.configured != nil {
+			e.configured()
+		}
 	}
 	return nil
 }

@@ -158,6 +158,8 @@ type Node struct {
 	commits *commitWaiters // proposals answered at commit (commit.go)
 	solo    *soloVoter     // whether this node is the only voter
 	peers   peerContacts   // which peers the leader's heartbeats reach (members.go)
+	removed atomic.Bool    // the latest configuration lacks this node (members.go)
+	reconf  chan struct{}  // a configuration entry was stored or dropped
 
 	mu       sync.Mutex
 	disp     *dispatch.Dispatcher            // non-nil while leader
@@ -213,7 +215,8 @@ func Open(cfg Config) (*Node, error) {
 	n.logs = logs
 	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
-	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo}
+	n.reconf = make(chan struct{}, 1)
+	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo, configured: n.configChanged}
 
 	// Decide whether the FSM's on-disk state can be used as is. It can when
 	// it opens cleanly and its applied index covers the latest snapshot
@@ -330,7 +333,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 		n.log.Info("bootstrapped new cluster", "members", len(servers))
 	} else if existing {
-		n.log.Info("rejoining with existing state", "applied_index", f.Store().AppliedIndex(), "snapshot_index", snapIndex)
+		n.log.Info("restarting with existing state", "applied_index", f.Store().AppliedIndex(), "snapshot_index", snapIndex)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -338,9 +341,11 @@ func Open(cfg Config) (*Node, error) {
 	rctx, rcancel := context.WithTimeout(ctx, cfg.ApplyTimeout)
 	n.solo.refresh(rctx, r)
 	rcancel()
-	n.wg.Add(2)
+	n.startMembership(ctx, existing, cfg.Join)
+	n.wg.Add(3)
 	go n.watchLeadership(ctx)
 	go n.watchPeers(ctx)
+	go n.watchMembership(ctx)
 	return n, nil
 }
 

@@ -23,6 +23,9 @@ type Backend interface {
 	// error saying why not. /readyz also checks a follower's applied index
 	// against the leader's commit index.
 	Ready() error
+	// Removed returns an error saying so while the node is not a member of
+	// its cluster; the server then refuses every request but /healthz.
+	Removed() error
 	// Indexes returns the highest log index the node has applied and the
 	// commit index it knows of (a follower's may lag the leader's).
 	Indexes() (applied, commit uint64)

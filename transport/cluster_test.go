@@ -68,3 +68,29 @@ func TestClusterViewTellsTheTruth(t *testing.T) {
 		t.Fatalf("the running follower: %+v", m)
 	}
 }
+
+// A removed member stops serving at once and says why, and still does
+// after a restart on its data dir; added back, it serves again.
+func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	leader := c.Leader()
+	i := c.FollowerIndex()
+	f := c.Nodes[i]
+	check(t, "remove", leader.Client.RemoveNode(ctx, f.ID))
+	f.Eventually(t, "the removed member to refuse", func() bool { return f.Node.Removed() != nil })
+	wantUnavailable(t, f.Client.Readyz(ctx), "removed from the cluster", "--join")
+	_, err := f.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
+	wantUnavailable(t, err, "removed from the cluster")
+	_, err = f.Client.Topics(ctx)
+	wantUnavailable(t, err, "removed from the cluster")
+
+	c.Stop(i)
+	c.Restart(i)
+	wantUnavailable(t, f.Client.Readyz(ctx), "removed from the cluster")
+
+	check(t, "add back", leader.Client.AddNode(ctx, api.Node{ID: f.ID, RaftAddr: f.RaftAddr, HTTPAddr: f.Addr}))
+	f.Eventually(t, "the member added back to be ready", func() bool { return f.Client.Readyz(ctx) == nil })
+	_, err = f.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("y")}})
+	check(t, "enqueue through the member added back", err)
+}

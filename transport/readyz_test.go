@@ -70,10 +70,7 @@ func TestReadyzAfterRestartWithBacklog(t *testing.T) {
 	c := transporttest.StartCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	leader := c.Leader()
-	i := 0
-	for c.Nodes[i] == leader {
-		i++
-	}
+	i := c.FollowerIndex()
 	f := c.Nodes[i]
 	c.Stop(i)
 	const batches, per = 30, 1000

@@ -223,6 +223,18 @@ func (c *Cluster) Leader() *Node { return c.node(c.tc.Leader().Node) }
 // Follower returns a node that is not the leader.
 func (c *Cluster) Follower() *Node { return c.node(c.tc.Follower().Node) }
 
+// FollowerIndex returns the index in Nodes of a node that is not the
+// leader, for Stop and Restart.
+func (c *Cluster) FollowerIndex() int {
+	f := c.Follower()
+	for i, kn := range c.Nodes {
+		if kn == f {
+			return i
+		}
+	}
+	panic("transporttest: a node the kit did not start")
+}
+
 func (c *Cluster) node(rn *replication.Node) *Node {
 	for _, kn := range c.Nodes {
 		if kn.Node == rn {
