@@ -175,7 +175,7 @@ type Node struct {
 var ErrDataDirLocked = errors.New("data dir in use")
 
 // Open starts a node. On a data directory that already holds a cluster's
-// state it rejoins with that state and ignores InitialCluster.
+// state it restarts with that state and ignores InitialCluster.
 func Open(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {

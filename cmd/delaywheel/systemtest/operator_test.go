@@ -138,4 +138,3 @@ func TestOperatorView(t *testing.T) {
 	}
 	c.Heal()
 }
-
