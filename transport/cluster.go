@@ -39,7 +39,8 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	case r.Header.Get(ForwardedHeader) != "" || !known || addr == "":
 		return view, nil
 	}
-	actx, cancel := context.WithTimeout(ctx, memberAskTimeout)
+	// The leader may itself wait out memberAskTimeout for a member.
+	actx, cancel := context.WithTimeout(ctx, 2*memberAskTimeout)
 	defer cancel()
 	var lv api.Cluster
 	if err := s.ask(actx, addr, "/v1/cluster", r.Header.Get("Authorization"), &lv); err != nil {
