@@ -5,7 +5,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
@@ -65,9 +67,19 @@ func wantUnavailable(t *testing.T, err error, parts ...string) {
 
 // A follower restarted behind a backlog is not ready before it has
 // applied the leader's commit index as of the check, and what it says
-// ready on holds the backlog.
+// ready on holds the backlog, whether it catches up from the log or from
+// a snapshot.
 func TestReadyzAfterRestartWithBacklog(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	t.Run("log", func(t *testing.T) { testReadyzAfterRestart(t, nil) })
+	t.Run("snapshot", func(t *testing.T) {
+		testReadyzAfterRestart(t, func(c *replication.Config) {
+			c.SnapshotThreshold, c.SnapshotInterval, c.TrailingLogs = 8, 20*time.Millisecond, 2
+		})
+	})
+}
+
+func testReadyzAfterRestart(t *testing.T, edit func(*replication.Config)) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{Replication: edit})
 	ctx := t.Context()
 	leader := c.Leader()
 	i := c.FollowerIndex()
@@ -81,6 +93,11 @@ func TestReadyzAfterRestartWithBacklog(t *testing.T) {
 		}
 		_, err := leader.Client.Enqueue(ctx, msgs)
 		check(t, "enqueue", err)
+	}
+	if edit != nil {
+		leader.Eventually(t, "the leader to snapshot past the stopped follower", func() bool {
+			return leader.Node.Raft().Stats()["last_snapshot_index"] != "0"
+		})
 	}
 	c.Restart(i)
 	notReady := 0
