@@ -47,6 +47,16 @@ func (e entries) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
+// IsMonotonic passes on that the log (raft-wal) takes only consecutive
+// entries, so that Raft empties it after installing a snapshot instead of
+// keeping a prefix that the next entry would not follow.
+func (e entries) IsMonotonic() bool {
+	m, ok := e.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = entries{}
+
 // StoreLog appends one entry durably (see StoreLogs).
 func (e entries) StoreLog(l *raft.Log) error { return e.StoreLogs([]*raft.Log{l}) }
 

@@ -143,6 +143,22 @@ func TestReplicationNotPipelined(t *testing.T) {
 	}
 }
 
+// Raft sees the log as monotonic through the node's wrappers, so that a
+// follower installing a snapshot empties its log; otherwise it keeps a
+// prefix, the log refuses the entries after the snapshot, and the
+// follower never catches up.
+func TestLogIsMonotonicToRaft(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	cache, err := raft.NewLogCache(1, n.ents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cache.IsMonotonic() {
+		t.Fatal("the log store Raft gets does not say it is monotonic")
+	}
+}
+
 // A second node opened on a data dir in use fails at once, naming the dir
 // and the process holding it; once the first closes, the dir opens again.
 func TestDataDirLockedFailsFast(t *testing.T) {
