@@ -286,6 +286,15 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	if !found {
 		return fmt.Errorf("%w: node %q is not a member", wheel.ErrNotFound, id)
 	}
+	// Demoted first, a follower learns of its removal for sure: a
+	// nonvoter still gets every entry, whereas the removal's own entry
+	// reaches it only by the leader's last best-effort send. (A leader
+	// demoting itself would step down before it could remove itself.)
+	if id != n.cfg.ID {
+		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			return fmt.Errorf("%w: demote %s: %w", wheel.ErrUnavailable, id, err)
+		}
+	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		return fmt.Errorf("%w: remove %s: %w", wheel.ErrUnavailable, id, err)
 	}

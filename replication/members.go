@@ -146,8 +146,9 @@ func (n *Node) configChanged() {
 }
 
 // isRemoved reads the latest configuration (committed or not): a node is
-// removed when the configuration names members and not this node. A node
-// waiting to join knows no configuration yet.
+// removed when the configuration names members and not this node, or names
+// it as a nonvoter, which it is only while being removed (RemoveNode). A
+// node waiting to join knows no configuration yet.
 func (n *Node) isRemoved(ctx context.Context) (removed, ok bool) {
 	f := n.raft.GetConfiguration()
 	done := make(chan error, 1)
@@ -163,7 +164,7 @@ func (n *Node) isRemoved(ctx context.Context) (removed, ok bool) {
 	servers := f.Configuration().Servers
 	for _, s := range servers {
 		if s.ID == raft.ServerID(n.cfg.ID) {
-			return false, true
+			return s.Suffrage != raft.Voter, true
 		}
 	}
 	return len(servers) > 0, true
