@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -32,18 +33,28 @@ func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
 	return "", false, false
 }
 
-// Ready reports whether a leader is known and this node has applied the log
-// up to the commit index it knows of.
-func (n *Node) Ready() bool {
+// Ready returns nil when this node can serve as far as it can tell on its
+// own: it knows a leader, and, leading, runs its dispatcher. Otherwise it
+// says why. A follower is ready once it has also applied the leader's
+// commit index, which only the leader knows (transport asks it).
+func (n *Node) Ready() error {
+	if n.removed.Load() {
+		return ErrRemoved
+	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
-		return false
+		return errors.New("no leader is known (an election is in progress, or this node is cut off)")
 	}
-	if n.raft.State() == raft.Leader {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.disp != nil
+	if n.raft.State() == raft.Leader && n.dispatcher() == nil {
+		return errors.New("elected leader, still applying the log before serving")
 	}
-	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+	return nil
+}
+
+// Indexes returns the highest log index this node has applied and the
+// commit index it knows of. A follower's commit index never passes its
+// own last log entry, so it is not the cluster's.
+func (n *Node) Indexes() (applied, commit uint64) {
+	return n.fsm.appliedIndex(), n.raft.CommitIndex()
 }
 
 // result unwraps the single result of a one-command proposal.
@@ -244,52 +255,6 @@ func (n *Node) Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo
 	return n.store().Slot(slot, records)
 }
 
-// Cluster returns the membership with each node's metadata.
-func (n *Node) Cluster(context.Context) (wheel.ClusterInfo, error) {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return wheel.ClusterInfo{}, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
-	}
-	meta := map[string]wheel.Node{}
-	for _, m := range n.store().Nodes() {
-		meta[m.ID] = m
-	}
-	_, leader := n.raft.LeaderWithID()
-	info := wheel.ClusterInfo{Leader: string(leader), Term: n.raft.CurrentTerm()}
-	for _, s := range f.Configuration().Servers {
-		ns := wheel.NodeStatus{Node: meta[string(s.ID)], Suffrage: "voter", State: "follower"}
-		ns.ID, ns.RaftAddr = string(s.ID), string(s.Address)
-		if s.Suffrage != raft.Voter {
-			ns.Suffrage = "nonvoter"
-		}
-		switch {
-		case s.ID == leader:
-			ns.State = "leader"
-		case leader == "":
-			ns.State = "unknown"
-		}
-		if string(s.ID) == n.cfg.ID {
-			ns.AppliedIndex = n.raft.AppliedIndex()
-			ns.State = stateName(n.raft.State())
-		}
-		info.Nodes = append(info.Nodes, ns)
-	}
-	return info, nil
-}
-
-func stateName(s raft.RaftState) string {
-	switch s {
-	case raft.Leader:
-		return "leader"
-	case raft.Candidate:
-		return "candidate"
-	case raft.Follower:
-		return "follower"
-	default:
-		return "unknown"
-	}
-}
-
 // AddNode adds a voter (or updates its addresses) and records its metadata.
 func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 	if n.raft.State() != raft.Leader {
@@ -320,6 +285,15 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	}
 	if !found {
 		return fmt.Errorf("%w: node %q is not a member", wheel.ErrNotFound, id)
+	}
+	// Demoted first, a follower learns of its removal for sure: a
+	// nonvoter still gets every entry, whereas the removal's own entry
+	// reaches it only by the leader's last best-effort send. (A leader
+	// demoting itself would step down before it could remove itself.)
+	if id != n.cfg.ID {
+		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			return fmt.Errorf("%w: demote %s: %w", wheel.ErrUnavailable, id, err)
+		}
 	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		return fmt.Errorf("%w: remove %s: %w", wheel.ErrUnavailable, id, err)

@@ -5,6 +5,9 @@
 //     state and restoring a snapshot, proposals and their answers,
 //     membership, the leadership lease (lease.go), and the methods the
 //     HTTP API calls (transport.Backend);
+//   - what a node knows of the members (members.go): which peers the
+//     leader's heartbeats reach, its own view of the cluster, and whether
+//     it has been removed, in which case it refuses to serve;
 //   - the log's wrapper (entries.go), which notes configuration entries
 //     and answers proposals at commit;
 //   - the state machine and its snapshots (fsm.go, snapshot.go,

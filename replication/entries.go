@@ -12,6 +12,9 @@ type entries struct {
 	raft.LogStore
 	commits *commitWaiters
 	solo    *soloVoter
+	// configured, when set, is called after configuration entries are
+	// stored or the log's tail is deleted: membership may have changed.
+	configured func()
 }
 
 // StoreLogs appends logs durably, then notes configuration entries and,
@@ -35,11 +38,24 @@ func (e entries) StoreLogs(logs []*raft.Log) error {
 		e.solo.stored(l)
 		from = i + 1
 	}
+	if from > 0 && e.configured != nil {
+		e.configured()
+	}
 	if e.solo.solo() {
 		e.commits.notify(logs[from:])
 	}
 	return nil
 }
+
+// IsMonotonic passes on that the log (raft-wal) takes only consecutive
+// entries, so that Raft empties it after installing a snapshot instead of
+// keeping a prefix that the next entry would not follow.
+func (e entries) IsMonotonic() bool {
+	m, ok := e.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = entries{}
 
 // StoreLog appends one entry durably (see StoreLogs).
 func (e entries) StoreLog(l *raft.Log) error { return e.StoreLogs([]*raft.Log{l}) }
@@ -57,6 +73,9 @@ func (e entries) DeleteRange(min, max uint64) error {
 	}
 	if e.solo != nil && max >= last {
 		e.solo.truncated()
+		if e.configured != nil {
+			e.configured()
+		}
 	}
 	return nil
 }

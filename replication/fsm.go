@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -30,6 +31,28 @@ type fsm struct {
 
 	appliedMu sync.Mutex
 	applied   chan struct{} // closed (and replaced) after each apply
+
+	// done is the highest log index of any type whose apply has finished
+	// (Raft's own AppliedIndex counts entries handed to the FSM, before
+	// they are applied). restoring is the index of the snapshot Raft
+	// opened last, which a Restore covers once it succeeds.
+	done, restoring atomic.Uint64
+}
+
+// appliedIndex returns the highest log index the state covers, counting
+// entries that change no state (elections' no-ops, configurations).
+func (f *fsm) appliedIndex() uint64 {
+	return max(f.done.Load(), f.Store().AppliedIndex())
+}
+
+// finished records that the entries up to index are applied.
+func (f *fsm) finished(index uint64) {
+	for {
+		d := f.done.Load()
+		if index <= d || f.done.CompareAndSwap(d, index) {
+			return
+		}
+	}
 }
 
 // appliedChanged returns a channel closed at the next change of the
@@ -109,6 +132,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		pos = append(pos, i)
 	}
 	if len(entries) == 0 {
+		if len(logs) > 0 {
+			f.finished(logs[len(logs)-1].Index)
+		}
 		return out
 	}
 	f.mu.RLock()
@@ -121,6 +147,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	for j, i := range pos {
 		out[i] = res[j]
 	}
+	f.finished(logs[len(logs)-1].Index)
 	f.signalApplied()
 	return out
 }

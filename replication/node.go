@@ -157,6 +157,9 @@ type Node struct {
 	ids     *proposalIDs   // names every proposal (commit.go)
 	commits *commitWaiters // proposals answered at commit (commit.go)
 	solo    *soloVoter     // whether this node is the only voter
+	peers   peerContacts   // which peers the leader's heartbeats reach (members.go)
+	removed atomic.Bool    // the latest configuration lacks this node (members.go)
+	reconf  chan struct{}  // a configuration entry was stored or dropped
 
 	mu       sync.Mutex
 	disp     *dispatch.Dispatcher            // non-nil while leader
@@ -172,13 +175,14 @@ type Node struct {
 var ErrDataDirLocked = errors.New("data dir in use")
 
 // Open starts a node. On a data directory that already holds a cluster's
-// state it rejoins with that state and ignores InitialCluster.
+// state it restarts with that state and ignores InitialCluster.
 func Open(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
+	n.peers.failing = map[raft.ServerID]time.Time{}
 	n.met = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -211,7 +215,8 @@ func Open(cfg Config) (*Node, error) {
 	n.logs = logs
 	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
-	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo}
+	n.reconf = make(chan struct{}, 1)
+	n.ents = entries{LogStore: logs, commits: n.commits, solo: n.solo, configured: n.configChanged}
 
 	// Decide whether the FSM's on-disk state can be used as is. It can when
 	// it opens cleanly and its applied index covers the latest snapshot
@@ -262,7 +267,9 @@ func Open(cfg Config) (*Node, error) {
 		return fail(err)
 	}
 	f.store = st
+	f.done.Store(snapIndex) // the store covers the snapshot it was kept for
 	f.onRestore = n.onRestore
+	snaps.opened = f.restoring.Store
 	n.fsm = f
 
 	rc := raft.DefaultConfig()
@@ -335,7 +342,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 		n.log.Info("bootstrapped new cluster", "members", len(servers))
 	} else if existing {
-		n.log.Info("rejoining with existing state", "applied_index", f.Store().AppliedIndex(), "snapshot_index", snapIndex)
+		n.log.Info("restarting with existing state", "applied_index", f.Store().AppliedIndex(), "snapshot_index", snapIndex)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -343,8 +350,11 @@ func Open(cfg Config) (*Node, error) {
 	rctx, rcancel := context.WithTimeout(ctx, cfg.ApplyTimeout)
 	n.solo.refresh(rctx, r)
 	rcancel()
-	n.wg.Add(1)
+	n.startMembership(ctx, existing, cfg.Join)
+	n.wg.Add(3)
 	go n.watchLeadership(ctx)
+	go n.watchPeers(ctx)
+	go n.watchMembership(ctx)
 	return n, nil
 }
 

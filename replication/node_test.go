@@ -144,6 +144,22 @@ func TestReplicationNotPipelined(t *testing.T) {
 	}
 }
 
+// Raft sees the log as monotonic through the node's wrappers, so that a
+// follower installing a snapshot empties its log; otherwise it keeps a
+// prefix, the log refuses the entries after the snapshot, and the
+// follower never catches up.
+func TestLogIsMonotonicToRaft(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	cache, err := raft.NewLogCache(1, n.ents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cache.IsMonotonic() {
+		t.Fatal("the log store Raft gets does not say it is monotonic")
+	}
+}
+
 // A second node opened on a data dir in use fails at once, naming the dir
 // and the process holding it; once the first closes, the dir opens again.
 func TestDataDirLockedFailsFast(t *testing.T) {
@@ -202,7 +218,7 @@ func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
 	}
 	c.Start(0)
 	n = c.Nodes[0].Node
-	WaitFor(t, 20*time.Second, "the rebuilt node to lead", func() bool { return n.Ready() })
+	WaitFor(t, 20*time.Second, "the rebuilt node to lead", func() bool { return n.Ready() == nil })
 	for i, id := range ids {
 		v, err := n.Get(ctx, id)
 		if err != nil || string(v.Body) != fmt.Sprintf("m%d", i) || v.State != wheel.StateDelayed {

@@ -151,6 +151,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore: open restored store: %w", err)
 	}
 	f.store = st
+	f.done.Store(max(f.restoring.Load(), st.AppliedIndex()))
 	os.RemoveAll(old)
 	f.log.Info("snapshot restored", "applied_index", st.AppliedIndex())
 	if f.onRestore != nil {

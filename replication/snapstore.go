@@ -32,6 +32,9 @@ type snapStore struct {
 	*raft.FileSnapshotStore
 	dir string // checkpoints
 	log *slog.Logger
+	// opened, when set, is told the index of each snapshot opened: Raft
+	// opens one to restore it, right before the FSM's Restore.
+	opened func(index uint64)
 }
 
 func newSnapStore(raftDir string, retain int, log *slog.Logger, hl hclog.Logger) (*snapStore, error) {
@@ -119,6 +122,9 @@ func (s *snapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.FileSnapshotStore.Open(id)
 	if err != nil {
 		return nil, nil, err
+	}
+	if s.opened != nil {
+		s.opened(meta.Index)
 	}
 	br := bufio.NewReader(rc)
 	head, _ := br.Peek(len(refMagic))

@@ -193,7 +193,7 @@ func (c *TestCluster) Leader() *TestNode {
 	var found *TestNode
 	WaitFor(c.t, 20*time.Second, "a leader", func() bool {
 		for _, tn := range c.Nodes {
-			if tn.Node != nil && tn.Node.IsLeader() && tn.Node.Ready() {
+			if tn.Node != nil && tn.Node.IsLeader() && tn.Node.Ready() == nil {
 				found = tn
 				return true
 			}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -17,9 +18,17 @@ type Backend interface {
 	// LeaderHTTP returns the leader's HTTP address ("host:port"), whether
 	// this node is the leader, and whether a leader is known.
 	LeaderHTTP() (addr string, isLeader, known bool)
-	// Ready reports whether the node knows a leader and has applied the log
-	// up to the commit index.
-	Ready() bool
+	// Ready returns nil when the node can serve as far as it can tell on
+	// its own (it knows a leader; leading, it runs its dispatcher), or an
+	// error saying why not. /readyz also checks a follower's applied index
+	// against the leader's commit index.
+	Ready() error
+	// Removed returns an error saying so while the node is not a member of
+	// its cluster; the server then refuses every request but /healthz.
+	Removed() error
+	// Indexes returns the highest log index the node has applied and the
+	// commit index it knows of (a follower's may lag the leader's).
+	Indexes() (applied, commit uint64)
 
 	// Enqueue schedules messages whose DeliverAtMs is already absolute.
 	Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error)
@@ -50,8 +59,10 @@ type Backend interface {
 	Wheel(ctx context.Context) (wheel.WheelInfo, error)
 	// Slot describes one slot and, when records is set, its records.
 	Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo, error)
-	// Cluster returns the cluster view.
-	Cluster(ctx context.Context) (wheel.ClusterInfo, error)
+	// Cluster returns this node's own view of the cluster: its own state
+	// and indexes, and, on the leader, which members its heartbeats reach.
+	// The server adds what the other members say of themselves.
+	Cluster(ctx context.Context) (api.Cluster, error)
 	// AddNode adds a voter.
 	AddNode(ctx context.Context, n wheel.Node) error
 	// RemoveNode removes a member.

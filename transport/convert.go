@@ -110,16 +110,3 @@ func SlotView(s wheel.SlotInfo, records bool) api.Slot {
 	}
 	return out
 }
-
-func clusterOf(c wheel.ClusterInfo) api.Cluster {
-	out := api.Cluster{Leader: c.Leader, Term: c.Term, Nodes: make([]api.NodeStatus, len(c.Nodes))}
-	for i, n := range c.Nodes {
-		out.Nodes[i] = api.NodeStatus{
-			Node:         api.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr},
-			Suffrage:     n.Suffrage,
-			State:        n.State,
-			AppliedIndex: n.AppliedIndex,
-		}
-	}
-	return out
-}

@@ -1,8 +1,11 @@
 // Package transport owns the HTTP API of API.md: routing, authentication,
 // strict decoding and validation of requests, the mapping of domain errors to
 // status codes, leader forwarding (a follower reverse-proxies writes and
-// reserves to the leader), the long-poll limit, and the health, readiness and
-// metrics endpoints.
+// reserves to the leader), the long-poll limit, the cluster view (the
+// leader's, which it assembles by asking each member; cluster.go), and the
+// health, readiness and metrics endpoints (a follower's readiness asks the
+// leader for its commit index; readyz.go). A node removed from its cluster
+// refuses every request but /healthz.
 //
 // It talks to the rest of the server only through the [Backend] interface,
 // which the Raft node implements; it must not know about Raft, Pebble or

@@ -18,13 +18,6 @@ func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }
 
 func (s *Server) healthz(*http.Request) (any, error) { return api.Status{Status: "ok"}, nil }
 
-func (s *Server) readyz(*http.Request) (any, error) {
-	if !s.b.Ready() {
-		return nil, unavailable("not ready: no leader is known or the log is not applied up to the commit index yet")
-	}
-	return api.Status{Status: "ready"}, nil
-}
-
 func (s *Server) enqueue(r *http.Request) (any, error) {
 	data, err := readBody(r)
 	if err != nil {
@@ -232,11 +225,6 @@ func (s *Server) slot(r *http.Request) (any, error) {
 	}
 	si, err := s.b.Slot(r.Context(), n, records)
 	return SlotView(si, records), err
-}
-
-func (s *Server) cluster(r *http.Request) (any, error) {
-	c, err := s.b.Cluster(r.Context())
-	return clusterOf(c), err
 }
 
 func (s *Server) addNode(r *http.Request) (any, error) {

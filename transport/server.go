@@ -179,6 +179,10 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 			return
 		}
 	}
+	if err := s.b.Removed(); err != nil && rt.access != open {
+		s.fail(w, unavailable("%v", err))
+		return
+	}
 	if rt.access == leader && s.forward(w, r) {
 		return
 	}

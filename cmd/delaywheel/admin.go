@@ -433,10 +433,19 @@ func (a *admin) cluster(c *cli.Context) error {
 	}, func(w io.Writer, cl api.Cluster) {
 		row(w, "leader:", cl.Leader)
 		row(w, "term:", cl.Term)
+		row(w, "answered by:", cl.Self, "view of:", cl.ViewOf)
 		row(w)
-		row(w, "ID", "RAFT_ADDR", "HTTP_ADDR", "SUFFRAGE", "STATE", "APPLIED")
+		row(w, "ID", "RAFT_ADDR", "HTTP_ADDR", "SUFFRAGE", "STATE", "REACHABLE", "LAST_CONTACT_MS", "APPLIED", "COMMIT", "LAG")
 		for _, n := range cl.Nodes {
-			row(w, n.ID, n.RaftAddr, n.HTTPAddr, n.Suffrage, n.State, n.AppliedIndex)
+			row(w, n.ID, n.RaftAddr, n.HTTPAddr, n.Suffrage, n.State, orDash(n.Reachable), orDash(n.LastContactMs), n.AppliedIndex, n.CommitIndex, orDash(n.Lag))
 		}
 	})
+}
+
+// orDash is *p, or "-" for a value the cluster view does not know.
+func orDash[T any](p *T) any {
+	if p == nil {
+		return "-"
+	}
+	return *p
 }

@@ -141,9 +141,10 @@ func serverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run a node (with no flags: a single-node cluster in ./data on 127.0.0.1:7070)",
-		Description: "Starts a delaywheel node. A node restarted with the same --data-dir rejoins with its\n" +
-			"state and ignores --initial-cluster and --join. SIGTERM or SIGINT shut it down\n" +
-			"cleanly: leadership moves to a follower, long-polls answer empty, the store is synced.",
+		Description: "Starts a delaywheel node. A node restarted with the same --data-dir keeps its state and\n" +
+			"ignores --initial-cluster; --join then only adds back a node its cluster removed.\n" +
+			"SIGTERM or SIGINT shut it down cleanly: leadership moves to a follower, long-polls\n" +
+			"answer empty, the store is synced.",
 		Flags:  flags,
 		Before: before,
 		Action: runServer,
@@ -368,15 +369,22 @@ func nonZero(d time.Duration) time.Duration {
 }
 
 // announce makes sure the replicated metadata holds this node's addresses:
-// a joining node asks the member it was given to add it; a member of an
-// initial cluster asks the leader to record its HTTP address.
+// a joining node, or one restarted with --join after its removal, asks the
+// member it was given to add it; a member of an initial cluster asks the
+// leader to record its HTTP address.
 func announce(ctx context.Context, log *slog.Logger, node *replication.Node, self api.Node, join, token, scheme string, rt http.RoundTripper) {
 	opts := []client.Option{client.WithToken(token)}
 	if rt != nil {
 		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: rt}))
 	}
+	// A node removed from its cluster before it started asks to be added
+	// back only when given --join; one removed while running stays out.
+	rejoin := node.Removed() != nil
+	if rejoin && join == "" {
+		return
+	}
 	for attempt := 0; ; attempt++ {
-		if node.HasSelf() {
+		if node.HasSelf() && (!rejoin || node.Removed() == nil) {
 			return
 		}
 		target := ""

@@ -285,18 +285,33 @@ type Node struct {
 	HTTPAddr string `json:"http_addr"`
 }
 
-// NodeStatus is a member as GET /v1/cluster reports it.
+// NodeStatus is a member as GET /v1/cluster reports it. Unknown values
+// are null (Reachable, LastContactMs, Lag) or 0 (the indexes).
 type NodeStatus struct {
 	Node
-	Suffrage     string `json:"suffrage"`
-	State        string `json:"state"`
-	AppliedIndex uint64 `json:"applied_index"`
+	Suffrage string `json:"suffrage"`
+	// State is "leader", "follower" or "candidate" as the member itself
+	// says, or "unknown" when it could not be asked.
+	State string `json:"state"`
+	// Reachable says whether the leader's heartbeats reach the member.
+	Reachable *bool `json:"reachable"`
+	// LastContactMs is how long ago the member last heard from the leader
+	// (for an unreachable one: the leader last heard from it).
+	LastContactMs *int64 `json:"last_contact_ms"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	CommitIndex   uint64 `json:"commit_index"`
+	// Lag is the leader's commit index less the member's applied index.
+	Lag *uint64 `json:"lag"`
 }
 
 // Cluster answers GET /v1/cluster.
 type Cluster struct {
-	Leader string       `json:"leader"`
-	Term   uint64       `json:"term"`
+	Leader string `json:"leader"`
+	Term   uint64 `json:"term"`
+	// Self is the node that answered; ViewOf the node whose view of the
+	// members this is: the leader's, unless no leader could be asked.
+	Self   string       `json:"self"`
+	ViewOf string       `json:"view_of"`
 	Nodes  []NodeStatus `json:"nodes"`
 }
 
@@ -306,7 +321,11 @@ type NodeRemoved struct {
 	Removed bool   `json:"removed"`
 }
 
-// Status answers /healthz and /readyz when they succeed.
+// Status answers /healthz and /readyz when they succeed. A ready node's
+// /readyz also gives its applied index and the leader's commit index it
+// has reached.
 type Status struct {
-	Status string `json:"status"`
+	Status            string `json:"status"`
+	AppliedIndex      uint64 `json:"applied_index,omitempty"`
+	LeaderCommitIndex uint64 `json:"leader_commit_index,omitempty"`
 }

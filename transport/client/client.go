@@ -239,7 +239,7 @@ func (c *Client) Healthz(ctx context.Context) error {
 }
 
 // Readyz returns nil once the node knows a leader and has applied the log up
-// to the commit index.
+// to the leader's commit index.
 func (c *Client) Readyz(ctx context.Context) error {
 	_, err := call[api.Status](ctx, c, http.MethodGet, "/readyz", nil)
 	return err

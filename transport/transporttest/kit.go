@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,9 +48,11 @@ type Node struct {
 	Client   *client.Client // sends the server's token, if it has one
 	Clock    *wheel.FakeClock
 	// Node is the node itself, for a test that reads or drives it directly.
+	// Cluster.Restart replaces it.
 	Node *replication.Node
 
-	srv *httptest.Server
+	srv     *httptest.Server
+	handler atomic.Pointer[http.Handler] // what srv serves
 }
 
 // CloseHTTP stops the node's HTTP server (the node keeps running), so its
@@ -80,6 +83,30 @@ func (n *Node) Eventually(t testing.TB, what string, cond func() bool) {
 type Cluster struct {
 	Nodes []*Node
 	tc    *replication.TestCluster
+	o     Options
+	t     testing.TB
+}
+
+// Stop shuts node i down cleanly; its HTTP address keeps listening and
+// answers 503 until Restart.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	var down http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "node stopped", http.StatusServiceUnavailable)
+	})
+	c.Nodes[i].handler.Store(&down)
+	c.tc.Stop(i)
+	c.Nodes[i].Node = nil
+}
+
+// Restart starts node i again on its data dir, behind a new server at
+// the same HTTP address.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.tc.Start(i)
+	kn := c.Nodes[i]
+	kn.Node = c.tc.Nodes[i].Node
+	serve(c.t, kn, kn.Node, c.o)
 }
 
 // Start starts a one-node cluster and returns its node once it leads and
@@ -96,7 +123,7 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 	if o.Clock == nil {
 		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
 	}
-	c := &Cluster{}
+	c := &Cluster{o: o, t: t}
 	byID := map[string]*Node{}
 	for i := range n {
 		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
@@ -179,10 +206,14 @@ func serve(t testing.TB, kn *Node, node *replication.Node, o Options) {
 	if o.Handler != nil {
 		h = o.Handler(kn.ID, h)
 	}
-	kn.srv.Config.Handler = h
-	kn.srv.Start()
-	t.Cleanup(kn.srv.Close)
-	kn.URL = kn.srv.URL
+	if kn.handler.Swap(&h) == nil {
+		kn.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			(*kn.handler.Load()).ServeHTTP(w, r)
+		})
+		kn.srv.Start()
+		t.Cleanup(kn.srv.Close)
+		kn.URL = kn.srv.URL
+	}
 	kn.Client = client.New(kn.URL, client.WithToken(cfg.AuthToken))
 }
 
@@ -191,6 +222,18 @@ func (c *Cluster) Leader() *Node { return c.node(c.tc.Leader().Node) }
 
 // Follower returns a node that is not the leader.
 func (c *Cluster) Follower() *Node { return c.node(c.tc.Follower().Node) }
+
+// FollowerIndex returns the index in Nodes of a node that is not the
+// leader, for Stop and Restart.
+func (c *Cluster) FollowerIndex() int {
+	f := c.Follower()
+	for i, kn := range c.Nodes {
+		if kn == f {
+			return i
+		}
+	}
+	panic("transporttest: a node the kit did not start")
+}
 
 func (c *Cluster) node(rn *replication.Node) *Node {
 	for _, kn := range c.Nodes {

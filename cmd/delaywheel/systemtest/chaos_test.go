@@ -810,7 +810,7 @@ func TestChaosTornWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.fault("follower %s back", f.ID)
-		logLines(t, f, "snapshot", "segment", "store", "rejoining")
+		logLines(t, f, "snapshot", "segment", "store", "restarting with existing state")
 	})
 	e.finish()
 }

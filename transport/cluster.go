@@ -1,0 +1,96 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// memberAskTimeout bounds the questions behind one cluster view: a member
+// that does not answer within it is reported as unknown.
+const memberAskTimeout = time.Second
+
+// cluster answers the leader's view of the members: the leader asks each
+// member for its own state and indexes (GET /v1/cluster?local=true) and
+// adds what its heartbeats say; a follower fetches that view from the
+// leader, and answers its own view only when no leader can be asked.
+func (s *Server) cluster(r *http.Request) (any, error) {
+	ctx := r.Context()
+	local := false
+	if q := r.URL.Query().Get("local"); q != "" {
+		var err error
+		if local, err = strconv.ParseBool(q); err != nil {
+			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
+		}
+	}
+	view, err := s.b.Cluster(ctx)
+	if err != nil || local {
+		return view, err
+	}
+	addr, isLeader, known := s.b.LeaderHTTP()
+	switch {
+	case isLeader:
+		s.askMembers(ctx, r.Header.Get("Authorization"), &view)
+		return view, nil
+	case r.Header.Get(ForwardedHeader) != "" || !known || addr == "":
+		return view, nil
+	}
+	// The leader may itself wait out memberAskTimeout for a member.
+	actx, cancel := context.WithTimeout(ctx, 2*memberAskTimeout)
+	defer cancel()
+	var lv api.Cluster
+	if err := s.ask(actx, addr, "/v1/cluster", r.Header.Get("Authorization"), &lv); err != nil {
+		s.log.Debug("asking the leader for the cluster view", "leader", addr, "err", err)
+		return view, nil
+	}
+	lv.Self = view.Self
+	return lv, nil
+}
+
+// askMembers fills in, for every other member, what it says of itself,
+// and each member's lag behind the leader's commit index.
+func (s *Server) askMembers(ctx context.Context, auth string, view *api.Cluster) {
+	ctx, cancel := context.WithTimeout(ctx, memberAskTimeout)
+	defer cancel()
+	var commit uint64
+	var wg sync.WaitGroup
+	for i := range view.Nodes {
+		m := &view.Nodes[i]
+		if m.ID == view.Self {
+			commit = m.CommitIndex
+			continue
+		}
+		if m.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lv api.Cluster
+			if err := s.ask(ctx, m.HTTPAddr, "/v1/cluster?local=true", auth, &lv); err != nil {
+				s.log.Debug("asking a member for its state", "member", m.ID, "addr", m.HTTPAddr, "err", err)
+				return
+			}
+			for _, own := range lv.Nodes {
+				if own.ID == m.ID && lv.Self == m.ID {
+					m.State, m.AppliedIndex, m.CommitIndex = own.State, own.AppliedIndex, own.CommitIndex
+					if m.LastContactMs == nil {
+						m.LastContactMs = own.LastContactMs
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range view.Nodes {
+		m := &view.Nodes[i]
+		if m.AppliedIndex > 0 || m.ID == view.Self {
+			lag := commit - min(commit, m.AppliedIndex)
+			m.Lag = &lag
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package transport_test
+
+import (
+	"testing"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
+)
+
+// The cluster view is the leader's, whichever member answers: every
+// reachable member with its state and indexes, and a stopped one as
+// unreachable rather than as a healthy follower.
+func TestClusterViewTellsTheTruth(t *testing.T) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	leader := c.Leader()
+	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
+	check(t, "enqueue", err)
+	var followers []int
+	for i, n := range c.Nodes {
+		if n != leader {
+			followers = append(followers, i)
+		}
+	}
+	stopped, asked := followers[0], followers[1]
+
+	member := func(v api.Cluster, id string) api.NodeStatus {
+		for _, m := range v.Nodes {
+			if m.ID == id {
+				return m
+			}
+		}
+		t.Fatalf("no member %s in %+v", id, v)
+		return api.NodeStatus{}
+	}
+	healthy := func(v api.Cluster) bool {
+		for _, m := range v.Nodes {
+			if m.Reachable == nil || !*m.Reachable || m.AppliedIndex == 0 || m.Lag == nil || *m.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	f := c.Nodes[asked]
+	var v api.Cluster
+	f.Eventually(t, "every member to be reachable and caught up", func() bool {
+		v, err = f.Client.Cluster(ctx)
+		return err == nil && healthy(v)
+	})
+	equal(t, "self", v.Self, f.ID)
+	equal(t, "view of", v.ViewOf, leader.ID)
+	equal(t, "leader", v.Leader, leader.ID)
+	equal(t, "the leader's state", member(v, leader.ID).State, "leader")
+	equal(t, "a follower's state", member(v, f.ID).State, "follower")
+
+	gone := c.Nodes[stopped].ID
+	c.Stop(stopped)
+	f.Eventually(t, "the stopped member to be reported unreachable", func() bool {
+		v, err = f.Client.Cluster(ctx)
+		if err != nil {
+			return false
+		}
+		m := member(v, gone)
+		return m.Reachable != nil && !*m.Reachable
+	})
+	equal(t, "the stopped member's state", member(v, gone).State, "unknown")
+	if m := member(v, f.ID); m.Reachable == nil || !*m.Reachable || m.State != "follower" {
+		t.Fatalf("the running follower: %+v", m)
+	}
+}
+
+// A removed member stops serving at once and says why, and still does
+// after a restart on its data dir; added back, it serves again.
+func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	leader := c.Leader()
+	i := c.FollowerIndex()
+	f := c.Nodes[i]
+	check(t, "remove", leader.Client.RemoveNode(ctx, f.ID))
+	f.Eventually(t, "the removed member to refuse", func() bool { return f.Node.Removed() != nil })
+	wantUnavailable(t, f.Client.Readyz(ctx), "removed from the cluster", "--join")
+	_, err := f.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
+	wantUnavailable(t, err, "removed from the cluster")
+	_, err = f.Client.Topics(ctx)
+	wantUnavailable(t, err, "removed from the cluster")
+
+	c.Stop(i)
+	c.Restart(i)
+	wantUnavailable(t, f.Client.Readyz(ctx), "removed from the cluster")
+
+	check(t, "add back", leader.Client.AddNode(ctx, api.Node{ID: f.ID, RaftAddr: f.RaftAddr, HTTPAddr: f.Addr}))
+	f.Eventually(t, "the member added back to be ready", func() bool { return f.Client.Readyz(ctx) == nil })
+	_, err = f.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("y")}})
+	check(t, "enqueue through the member added back", err)
+}

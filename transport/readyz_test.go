@@ -1,0 +1,141 @@
+package transport_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
+)
+
+// behind is a node that reports its applied index short by lag, as a
+// follower still catching up does.
+type behind struct {
+	transport.Backend
+	lag *atomic.Uint64
+}
+
+func (b behind) Indexes() (applied, commit uint64) {
+	applied, commit = b.Backend.Indexes()
+	return applied - min(applied, b.lag.Load()), commit
+}
+
+// A follower is ready only once it has applied the leader's commit index,
+// which it asks the leader for; it says why when it is not.
+func TestReadyzFollowsLeadersCommit(t *testing.T) {
+	lags := map[transport.Backend]*atomic.Uint64{}
+	o := transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
+		lags[b] = new(atomic.Uint64)
+		return behind{b, lags[b]}
+	}}
+	c := transporttest.StartCluster(t, 3, o)
+	ctx := t.Context()
+	leader, f := c.Leader(), c.Follower()
+	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
+	check(t, "enqueue", err)
+	f.Eventually(t, "the follower to be ready", func() bool { return f.Client.Readyz(ctx) == nil })
+
+	lags[f.Node].Store(1)
+	wantUnavailable(t, f.Client.Readyz(ctx), "applied ", " of the leader's commit ")
+	check(t, "the leader's readyz", leader.Client.Readyz(ctx))
+	lags[f.Node].Store(0)
+	check(t, "readyz once caught up", f.Client.Readyz(ctx))
+
+	leader.CloseHTTP()
+	wantUnavailable(t, f.Client.Readyz(ctx), "cannot learn the leader's commit index", leader.Addr)
+}
+
+// wantUnavailable fails unless err is a 503 whose message holds every part.
+func wantUnavailable(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 503 {
+		t.Fatalf("readyz: %v, want a 503", err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(ce.Message, p) {
+			t.Fatalf("readyz: %q, want it to say %q", ce.Message, p)
+		}
+	}
+}
+
+// A follower restarted behind a backlog is not ready before it has
+// applied the leader's commit index as of the check, and what it says
+// ready on holds the backlog, whether it catches up from the log or from
+// a snapshot.
+func TestReadyzAfterRestartWithBacklog(t *testing.T) {
+	t.Run("log", func(t *testing.T) { testReadyzAfterRestart(t, nil) })
+	t.Run("snapshot", func(t *testing.T) {
+		testReadyzAfterRestart(t, func(c *replication.Config) {
+			c.SnapshotThreshold, c.SnapshotInterval, c.TrailingLogs = 8, 200*time.Millisecond, 2
+		})
+	})
+}
+
+func testReadyzAfterRestart(t *testing.T, edit func(*replication.Config)) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{Replication: edit})
+	ctx := t.Context()
+	i := c.FollowerIndex()
+	f := c.Nodes[i]
+	c.Stop(i)
+	// Keys make a retried batch a duplicate: the two nodes left may
+	// change leader while they take the backlog.
+	const batches, per = 10, 1000
+	for b := range batches {
+		msgs := make([]api.Message, per)
+		for j := range msgs {
+			msgs[j] = api.Message{Topic: "backlog", Key: fmt.Sprintf("%d-%d", b, j), Payload: api.TextBody("x")}
+		}
+		f.Eventually(t, "a batch to be enqueued", func() bool {
+			_, err := c.Leader().Client.Enqueue(ctx, msgs)
+			var ce *client.Error
+			if err != nil && (!errors.As(err, &ce) || ce.Status != 503) {
+				t.Fatalf("enqueue: %v", err)
+			}
+			return err == nil
+		})
+	}
+	if edit != nil {
+		leader := c.Leader()
+		leader.Eventually(t, "the leader to snapshot past the stopped follower", func() bool {
+			return leader.Node.Raft().Stats()["last_snapshot_index"] != "0"
+		})
+	}
+	c.Restart(i)
+	notReady := 0
+	f.Eventually(t, "the restarted follower to be ready", func() bool {
+		// No node's commit index passes the leader's.
+		var commit uint64
+		for _, n := range c.Nodes {
+			if n != f {
+				_, ci := n.Node.Indexes()
+				commit = max(commit, ci)
+			}
+		}
+		err := f.Client.Readyz(ctx)
+		if err != nil {
+			if notReady++; notReady == 1 {
+				t.Logf("first answer: %v", err)
+			}
+			return false
+		}
+		t.Logf("ready after %d answers of not ready", notReady)
+		if applied, _ := f.Node.Indexes(); applied < commit {
+			t.Fatalf("ready at applied index %d, below the commit index %d known before the check", applied, commit)
+		}
+		for _, tc := range f.Node.Store().Topics() {
+			if tc.Topic == "backlog" && tc.Delayed+tc.Ready == batches*per {
+				return true
+			}
+		}
+		t.Fatalf("ready without the backlog: %+v", f.Node.Store().Topics())
+		return false
+	})
+}
