@@ -270,8 +270,10 @@ func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 	return err
 }
 
-// RemoveNode removes a member and forgets its metadata.
-func (n *Node) RemoveNode(ctx context.Context, id string) error {
+// RemoveNode removes a member and forgets its metadata. Another member is
+// demoted first, and confirm (when set) waits until it holds its demotion,
+// from which it knows it was removed.
+func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx context.Context, index uint64) error) error {
 	if n.raft.State() != raft.Leader {
 		return wheel.ErrNotLeader
 	}
@@ -291,8 +293,16 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	// reaches it only by the leader's last best-effort send. (A leader
 	// demoting itself would step down before it could remove itself.)
 	if id != n.cfg.ID {
-		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		f := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
+		if err := f.Error(); err != nil {
 			return fmt.Errorf("%w: demote %s: %w", wheel.ErrUnavailable, id, err)
+		}
+		// A member that does not hold its demotion when it is removed
+		// would never learn it was removed: give it the time to take it.
+		if confirm != nil {
+			if err := confirm(ctx, f.Index()); err != nil {
+				n.log.Warn("removing a member that did not confirm its demotion: it may not learn of its removal", "id", id, "err", err)
+			}
 		}
 	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {

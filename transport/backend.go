@@ -65,8 +65,10 @@ type Backend interface {
 	Cluster(ctx context.Context) (api.Cluster, error)
 	// AddNode adds a voter.
 	AddNode(ctx context.Context, n wheel.Node) error
-	// RemoveNode removes a member.
-	RemoveNode(ctx context.Context, id string) error
+	// RemoveNode removes a member. Before the removal it calls confirm
+	// (when set) with the index of the entry the member must hold to learn
+	// of it; confirm returns once the member holds it, or an error.
+	RemoveNode(ctx context.Context, id string, confirm func(ctx context.Context, index uint64) error) error
 }
 
 // Backuper is implemented by backends that can stream a consistent backup

@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +93,51 @@ func (s *Server) askMembers(ctx context.Context, auth string, view *api.Cluster)
 		if m.AppliedIndex > 0 || m.ID == view.Self {
 			lag := commit - min(commit, m.AppliedIndex)
 			m.Lag = &lag
+		}
+	}
+}
+
+// memberConfirmTimeout bounds how long a removal waits for the member to
+// hold its demotion; a member that is down never will.
+const memberConfirmTimeout = 3 * time.Second
+
+// memberHolds waits until member id says (GET /v1/cluster?local=true) that
+// its commit index has reached index, or refuses as a removed member: it
+// holds that entry. It gives up at
+// once when the member does not answer, and after memberConfirmTimeout.
+func (s *Server) memberHolds(ctx context.Context, id string, index uint64, auth string) error {
+	view, err := s.b.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	addr := ""
+	for _, m := range view.Nodes {
+		if m.ID == id {
+			addr = m.HTTPAddr
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("member %s has no known HTTP address", id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, memberConfirmTimeout)
+	defer cancel()
+	for {
+		var lv api.Cluster
+		if err := s.ask(ctx, addr, "/v1/cluster?local=true", auth, &lv); err != nil {
+			if strings.Contains(err.Error(), "removed from the cluster") {
+				return nil // it refuses because it holds its demotion
+			}
+			return fmt.Errorf("member %s at %s: %w", id, addr, err)
+		}
+		for _, own := range lv.Nodes {
+			if own.ID == id && lv.Self == id && own.CommitIndex >= index {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("member %s did not reach entry %d in %v", id, index, memberConfirmTimeout)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -240,7 +240,9 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 
 func (s *Server) removeNode(r *http.Request) (any, error) {
 	id := r.PathValue("id")
-	return api.NodeRemoved{ID: id, Removed: true}, s.b.RemoveNode(r.Context(), id)
+	auth := r.Header.Get("Authorization")
+	confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, id, index, auth) }
+	return api.NodeRemoved{ID: id, Removed: true}, s.b.RemoveNode(r.Context(), id, confirm)
 }
 
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
