@@ -250,18 +250,3 @@ var (
 	// ErrTooLarge means a body, batch or request is over its limit.
 	ErrTooLarge = errors.New("too large")
 )
-
-// NodeStatus is a cluster member as the cluster view reports it.
-type NodeStatus struct {
-	Node
-	Suffrage     string // "voter", "nonvoter"
-	State        string // "leader", "follower", "candidate", "unknown"
-	AppliedIndex uint64 // known for the answering node only; 0 otherwise
-}
-
-// ClusterInfo is the cluster view.
-type ClusterInfo struct {
-	Leader string // node id, "" while unknown
-	Term   uint64
-	Nodes  []NodeStatus
-}
