@@ -231,7 +231,7 @@ func (t *dwTarget) refreshLeader(ctx context.Context) {
 	for k := range n {
 		i := (start + k) % n
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		info, err := t.clients[i].Cluster(cctx)
+		info, err := t.clients[i].ClusterLocal(cctx)
 		cancel()
 		if err != nil || info.Leader == "" {
 			continue

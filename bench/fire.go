@@ -247,7 +247,7 @@ func killLeader(ctx context.Context, cfg Config, dw *dwTarget, fo *FailoverResul
 					continue
 				}
 				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				info, err := dw.clients[i].Cluster(cctx)
+				info, err := dw.clients[i].ClusterLocal(cctx)
 				cancel()
 				if err == nil && info.Leader != "" && info.Leader != victim.id {
 					fo.NewLeader = info.Leader

@@ -143,7 +143,8 @@ func (n *Node) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
 	if err := n.caughtUp(ctx); err != nil {
 		return wheel.View{}, err
 	}
-	return n.store().Get(id)
+	v, err := n.store().Get(id)
+	return v.At(n.clock.Now().UnixMilli()), err
 }
 
 // Cancel removes a delayed or ready message.
@@ -219,7 +220,7 @@ func (n *Node) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
 	if err := n.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	return n.store().Topics(), nil
+	return n.store().TopicsAt(n.clock.Now().UnixMilli())
 }
 
 // Dead lists dead messages from local state.

@@ -95,7 +95,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.messages, prometheus.CounterValue, float64(s.Dead), s.Topic, "dead")
 		c(m.messages, prometheus.CounterValue, float64(s.Cancelled), s.Topic, "cancelled")
 	}
-	for _, t := range st.Topics() {
+	topics, err := st.TopicsAt(m.n.clock.Now().UnixMilli())
+	if err != nil {
+		topics = st.Topics() // the stored counts: due messages still read delayed
+	}
+	for _, t := range topics {
 		c(m.pending, prometheus.GaugeValue, float64(t.Delayed), t.Topic, "delayed")
 		c(m.pending, prometheus.GaugeValue, float64(t.Ready), t.Topic, "ready")
 		c(m.pending, prometheus.GaugeValue, float64(t.Reserved), t.Topic, "reserved")

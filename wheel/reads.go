@@ -84,6 +84,63 @@ func (s *Store) Topics() []TopicCounts {
 	return out
 }
 
+// TopicsAt is Topics as a reader sees it at nowMs: the delayed messages of
+// the slots not yet expired whose due millisecond has come count as ready
+// (View.At). It reads the slot files from the cursor's second through
+// nowMs's, which the leader expires a grace period after each second ends.
+func (s *Store) TopicsAt(nowMs int64) ([]TopicCounts, error) {
+	due, err := s.dueDelayed(nowMs)
+	if err != nil {
+		return nil, err
+	}
+	out := s.Topics()
+	for i := range out {
+		if n := due[out[i].Topic]; n > 0 {
+			n = min(n, out[i].Delayed)
+			out[i].Delayed -= n
+			out[i].Ready += n
+		}
+	}
+	return out, nil
+}
+
+// dueDelayed counts, by topic, the messages in slot files from the cursor's
+// second through nowMs's that are due by nowMs.
+func (s *Store) dueDelayed(nowMs int64) (map[string]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	due := map[string]int64{}
+	for sec := s.cursor; sec <= min(SecondOf(nowMs), s.cursor+Slots-1); sec++ {
+		v, err := s.get(segLenKey(sec))
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		_, entries, err := segment.ReadFileFS(s.fs, s.segs.Path(sec))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range liveEntries(entries) {
+			if e.Type != segment.TypeMessage {
+				continue // a lease: the message is reserved
+			}
+			m, err := DecodeMessage(e.Payload)
+			if err != nil {
+				return nil, fmt.Errorf("slot second %d offset %d: %w", sec, e.Offset, err)
+			}
+			if m.DeliverAtMs <= nowMs {
+				due[m.Topic]++
+			}
+		}
+	}
+	return due, nil
+}
+
 // NumTopics is the number of topics ever used.
 func (s *Store) NumTopics() int {
 	s.mu.Lock()

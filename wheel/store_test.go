@@ -1301,3 +1301,54 @@ func TestPromoteLeaseRedelivery(t *testing.T) {
 	k.wantState(id, StateReady, exp+1, 1)
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 1})
 }
+
+// A delayed message reads as ready from its due millisecond, in Get (View.At)
+// and in the topic counts (TopicsAt), though it stays in its slot until the
+// slot expires; a reserved one stays reserved.
+func TestDueMessagesReadReady(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	enq := k.schedule(t0,
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 100},
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
+		NewMessage{Topic: "b", DeliverAtMs: t0 + 150},
+		NewMessage{Topic: "b", DeliverAtMs: t0 + 50},
+	)
+	k.one(Lease{NowMs: t0 + 60, Items: []LeaseItem{{ID: enq[3].ID, Nonce: 7, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 31_000}}})
+	counts := func(now int64) map[string][2]int64 {
+		t.Helper()
+		tc, err := k.s.TopicsAt(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][2]int64{}
+		for _, c := range tc {
+			out[c.Topic] = [2]int64{c.Delayed, c.Ready}
+		}
+		return out
+	}
+	if got := counts(t0 + 99); got["a"] != [2]int64{2, 0} || got["b"] != [2]int64{1, 0} {
+		t.Fatalf("a millisecond before the first is due: %v", got)
+	}
+	if got := counts(t0 + 100); got["a"] != [2]int64{1, 1} || got["b"] != [2]int64{1, 0} {
+		t.Fatalf("at the first's due millisecond: %v", got)
+	}
+	if got := counts(t0 + 1200); got["a"] != [2]int64{0, 2} || got["b"] != [2]int64{0, 1} {
+		t.Fatalf("all due (in two slots): %v", got)
+	}
+	for i, want := range []struct {
+		now   int64
+		state State
+	}{{t0 + 99, StateDelayed}, {t0 + 100, StateReady}} {
+		v, err := k.s.Get(enq[0].ID)
+		if err != nil || v.At(want.now).State != want.state {
+			t.Fatalf("case %d: Get at %d: %v, %v; want %s", i, want.now, v.At(want.now).State, err, want.state)
+		}
+	}
+	if v, err := k.s.Get(enq[3].ID); err != nil || v.At(t0+5000).State != StateReserved {
+		t.Fatalf("the reserved message: %+v, %v", v, err)
+	}
+	// The stored state has not changed: expiring the slots makes it so.
+	if tc := k.s.Topics(); tc[0].Delayed != 2 || tc[0].Ready != 0 {
+		t.Fatalf("stored counts %+v changed by reads", tc)
+	}
+}

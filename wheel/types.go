@@ -171,6 +171,16 @@ type View struct {
 	State State
 }
 
+// At is v as a reader sees it at nowMs: a delayed message whose due
+// millisecond has come is ready, since it can be reserved from then on,
+// though it stays in its slot until the slot expires.
+func (v View) At(nowMs int64) View {
+	if v.State == StateDelayed && v.DeliverAtMs <= nowMs {
+		v.State = StateReady
+	}
+	return v
+}
+
 // Delivery is one hand-off of a message to a consumer.
 type Delivery struct {
 	Message

@@ -193,10 +193,12 @@ func TestReserveTopicsDeadRedrive(t *testing.T) {
 	n.mustRun(t, "push", "a", "one")
 	n.mustRun(t, "push", "--priority", "9", "a", "two")
 	n.mustRun(t, "push", "--max-attempts", "1", "--ttr", "1ms", "b", "doomed")
-	// Messages due now are ready once their second has passed.
-	n.AdvanceUntil(t, 100*time.Millisecond, "the due messages to be ready", func() bool {
-		tr, err := n.Client.Topics(t.Context())
-		return err == nil && len(tr) == 2 && tr[0].Ready == 2 && tr[1].Ready == 1
+	// Messages due now read ready at once, and move to their ready queues
+	// (where priority orders them) once their second has expired.
+	n.AdvanceUntil(t, 100*time.Millisecond, "the due messages' slot to expire", func() bool {
+		w, err := n.Client.Wheel(t.Context())
+		tr, terr := n.Client.Topics(t.Context())
+		return err == nil && terr == nil && w.CursorMs > startMs && len(tr) == 2 && tr[0].Ready == 2 && tr[1].Ready == 1
 	})
 	n.mustRun(t, "push", "--delay", "1h", "a", "later")
 

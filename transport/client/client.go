@@ -220,6 +220,13 @@ func (c *Client) Cluster(ctx context.Context) (api.Cluster, error) {
 	return call[api.Cluster](ctx, c, http.MethodGet, "/v1/cluster", nil)
 }
 
+// ClusterLocal returns the answering node's own view (GET
+// /v1/cluster?local=true): who it follows, its state and indexes, at once,
+// without asking the leader or the other members.
+func (c *Client) ClusterLocal(ctx context.Context) (api.Cluster, error) {
+	return call[api.Cluster](ctx, c, http.MethodGet, "/v1/cluster?local=true", nil)
+}
+
 // AddNode adds a voter to the cluster.
 func (c *Client) AddNode(ctx context.Context, n api.Node) error {
 	_, err := call[api.Node](ctx, c, http.MethodPost, "/v1/cluster/nodes", n)

@@ -275,13 +275,14 @@ func (w *Workload) settle(ctx context.Context, nack bool, receipts []string, lea
 	}
 }
 
-// WatchLeaders polls /v1/cluster of the live nodes every 100 ms and records
+// WatchLeaders polls each live node's own view (/v1/cluster?local=true,
+// which answers at once while a peer is down) every 100 ms and records
 // every new term into h until ctx ends.
 func WatchLeaders(ctx context.Context, c *Cluster, h *History) {
 	for ctx.Err() == nil {
 		for _, n := range c.Live() {
 			rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			v, err := n.Client.Cluster(rctx)
+			v, err := n.Client.ClusterLocal(rctx)
 			cancel()
 			if err == nil && v.Term > 0 {
 				h.ObserveLeader(NowMs(), v.Leader, v.Term)
