@@ -347,10 +347,9 @@ func (s *Store) LoadThrough(second int64) (int, error) {
 	return n, nil
 }
 
-// liveMessages decodes the live records of one committed slot file:
-// messages, and leases, which come due when they end (for a redelivery, or,
-// out of attempts, for the dead letters). s.mu is held.
-func (s *Store) liveMessages(sec int64) ([]Message, error) {
+// liveCommitted returns the live records of the committed slot file of sec
+// (none when the index records no file there). s.mu is held.
+func (s *Store) liveCommitted(sec int64) ([]segment.Entry, error) {
 	v, err := s.get(segLenKey(sec))
 	if err != nil || v == nil {
 		return nil, err
@@ -359,7 +358,17 @@ func (s *Store) liveMessages(sec int64) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	live := liveEntries(entries)
+	return liveEntries(entries), nil
+}
+
+// liveMessages decodes the live records of one committed slot file:
+// messages, and leases, which come due when they end (for a redelivery, or,
+// out of attempts, for the dead letters). s.mu is held.
+func (s *Store) liveMessages(sec int64) ([]Message, error) {
+	live, err := s.liveCommitted(sec)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Message, 0, len(live))
 	intern := map[string]string{}
 	for _, e := range live {

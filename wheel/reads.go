@@ -114,18 +114,11 @@ func (s *Store) dueDelayed(nowMs int64) (map[string]int64, error) {
 	}
 	due := map[string]int64{}
 	for sec := s.cursor; sec <= min(SecondOf(nowMs), s.cursor+Slots-1); sec++ {
-		v, err := s.get(segLenKey(sec))
+		live, err := s.liveCommitted(sec)
 		if err != nil {
 			return nil, err
 		}
-		if v == nil {
-			continue
-		}
-		_, entries, err := segment.ReadFileFS(s.fs, s.segs.Path(sec))
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range liveEntries(entries) {
+		for _, e := range live {
 			if e.Type != segment.TypeMessage {
 				continue // a lease: the message is reserved
 			}
