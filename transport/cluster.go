@@ -53,6 +53,24 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	return lv, nil
 }
 
+// memberOwn asks member id at addr for its own view and returns what it
+// says of itself; ok is false when its answer does not speak for id.
+func (s *Server) memberOwn(ctx context.Context, id, addr, auth string) (own api.NodeStatus, ok bool, err error) {
+	var lv api.Cluster
+	if err := s.ask(ctx, addr, "/v1/cluster?local=true", auth, &lv); err != nil {
+		return api.NodeStatus{}, false, err
+	}
+	if lv.Self != id {
+		return api.NodeStatus{}, false, nil
+	}
+	for _, n := range lv.Nodes {
+		if n.ID == id {
+			return n, true, nil
+		}
+	}
+	return api.NodeStatus{}, false, nil
+}
+
 // askMembers fills in, for every other member, what it says of itself,
 // and each member's lag behind the leader's commit index.
 func (s *Server) askMembers(ctx context.Context, auth string, view *api.Cluster) {
@@ -72,17 +90,15 @@ func (s *Server) askMembers(ctx context.Context, auth string, view *api.Cluster)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var lv api.Cluster
-			if err := s.ask(ctx, m.HTTPAddr, "/v1/cluster?local=true", auth, &lv); err != nil {
+			own, ok, err := s.memberOwn(ctx, m.ID, m.HTTPAddr, auth)
+			if err != nil {
 				s.log.Debug("asking a member for its state", "member", m.ID, "addr", m.HTTPAddr, "err", err)
 				return
 			}
-			for _, own := range lv.Nodes {
-				if own.ID == m.ID && lv.Self == m.ID {
-					m.State, m.AppliedIndex, m.CommitIndex = own.State, own.AppliedIndex, own.CommitIndex
-					if m.LastContactMs == nil {
-						m.LastContactMs = own.LastContactMs
-					}
+			if ok {
+				m.State, m.AppliedIndex, m.CommitIndex = own.State, own.AppliedIndex, own.CommitIndex
+				if m.LastContactMs == nil {
+					m.LastContactMs = own.LastContactMs
 				}
 			}
 		}()
@@ -122,17 +138,15 @@ func (s *Server) memberHolds(ctx context.Context, id string, index uint64, auth 
 	ctx, cancel := context.WithTimeout(ctx, memberConfirmTimeout)
 	defer cancel()
 	for {
-		var lv api.Cluster
-		if err := s.ask(ctx, addr, "/v1/cluster?local=true", auth, &lv); err != nil {
+		own, ok, err := s.memberOwn(ctx, id, addr, auth)
+		if err != nil {
 			if strings.Contains(err.Error(), "removed from the cluster") {
 				return nil // it refuses because it holds its demotion
 			}
 			return fmt.Errorf("member %s at %s: %w", id, addr, err)
 		}
-		for _, own := range lv.Nodes {
-			if own.ID == id && lv.Self == id && own.CommitIndex >= index {
-				return nil
-			}
+		if ok && own.CommitIndex >= index {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
