@@ -55,7 +55,8 @@ func FreeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// NewTestCluster starts n nodes as one new cluster and waits for a leader.
+// NewTestCluster starts n nodes as one new cluster and waits for a leader
+// and for every member's addresses to be recorded.
 // Each node's HTTPAddr is a free loopback address, recorded in the
 // replicated metadata; nothing listens on it unless the caller serves it.
 func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
@@ -104,6 +105,17 @@ func startCluster(t testing.TB, configure func(*Config), cfgs []Config) *TestClu
 	}
 	t.Cleanup(c.Shutdown)
 	c.Leader()
+	// A member whose HTTP address is not yet recorded cannot be asked
+	// anything (a removal's confirmation, the cluster view): the cluster
+	// is formed once every member's addresses are replicated.
+	WaitFor(t, 20*time.Second, "every member's addresses to be recorded", func() bool {
+		for _, tn := range c.Nodes {
+			if !tn.Node.HasSelf() {
+				return false
+			}
+		}
+		return true
+	})
 	return c
 }
 
