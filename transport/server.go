@@ -32,6 +32,7 @@ type Server struct {
 	log      *slog.Logger
 	handler  http.Handler
 	waiters  chan struct{} // one token per running long-poll
+	streams  chan struct{} // one token per open stream
 	tokenSum [sha256.Size]byte
 	metrics  *httpMetrics // nil without a Registerer
 
@@ -67,6 +68,7 @@ func NewServer(cfg Config, b Backend) *Server {
 		b:        b,
 		log:      cfg.Logger.With("component", "http"),
 		waiters:  make(chan struct{}, cfg.Limits.MaxWaiters),
+		streams:  make(chan struct{}, cfg.Limits.MaxStreams),
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
@@ -120,6 +122,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/messages/{id}/reschedule", leader, s.reschedule},
 		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
 		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
+		{"GET /v1/topics/{topic}/stream", leader, s.streamTopic},
 		{"POST /v1/ack", leader, s.ack},
 		{"POST /v1/nack", leader, s.nack},
 		{"POST /v1/touch", leader, s.touch},
