@@ -53,6 +53,7 @@ type Config struct {
 	Duration   time.Duration // fire, failover: how long messages come due
 	Consumers  int
 	ReserveMax int           // most messages per reserve
+	Consume    string        // delaywheel consumers: ConsumeReserve (default) or ConsumeStream
 	Wait       time.Duration // long-poll wait of a reserve
 	Lead       time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
 	Grace      time.Duration // fire: how long after the last due time a delivery still counts
@@ -126,6 +127,9 @@ func (cfg Config) withDefaults() Config {
 	def(&cfg.Rate, DefaultRate)
 	def(&cfg.Consumers, DefaultConsumers)
 	def(&cfg.ReserveMax, DefaultReserveMax)
+	if cfg.Consume == "" {
+		cfg.Consume = ConsumeReserve
+	}
 	defd(&cfg.Delay, 30*time.Minute)
 	defd(&cfg.Duration, DefaultDuration)
 	defd(&cfg.Wait, DefaultWait)
@@ -190,6 +194,9 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
+	if cfg.Consume != ConsumeReserve && cfg.Consume != ConsumeStream {
+		errs = append(errs, fmt.Errorf("--consume %q: want %s or %s", cfg.Consume, ConsumeReserve, ConsumeStream))
+	}
 	if cfg.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--duration %s: must be at least 100ms", cfg.Duration))
 	}

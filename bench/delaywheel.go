@@ -173,6 +173,7 @@ type dwTarget struct {
 	reserveMax int
 	waitMs     int64
 	ttrMs      *int64
+	consume    string       // ConsumeReserve or ConsumeStream
 	retries    atomic.Int64 // enqueue calls retried (429, 503, connection errors)
 }
 
@@ -197,9 +198,13 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		logger:     cfg.logger,
 		reserveMax: cfg.ReserveMax,
 		waitMs:     cfg.Wait.Milliseconds(),
+		consume:    cfg.Consume,
 	}
 	if len(addrs) > 1 {
 		t.name = fmt.Sprintf("%s (%d nodes)", TargetDelaywheel, len(addrs))
+	}
+	if cfg.Consume == ConsumeStream {
+		t.name += ", stream"
 	}
 	for _, a := range addrs {
 		base := strings.TrimRight(a, "/")
@@ -327,6 +332,9 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 }
 
 func (t *dwTarget) NewConsumer(ctx context.Context) (consumer, error) {
+	if t.consume == ConsumeStream {
+		return newDWStreamConsumer(ctx, t), nil
+	}
 	return newDWConsumer(ctx, t), nil
 }
 

@@ -83,6 +83,18 @@ func TestSpawnedDelaywheel(t *testing.T) {
 		t.Fatalf("fire: lateness %+v, %d CDF points, %d throughput points", f.Lateness, len(f.CDF), len(res.Throughput))
 	}
 
+	cfg.Consume = ConsumeStream
+	rep, err = Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res = rep.Results[0]; res.Error != "" || res.Fire == nil {
+		t.Fatalf("fire with streams: %+v", res)
+	}
+	if f := res.Fire; f.Sent != 400 || f.Received != 400 || f.Lost != 0 || f.Early != 0 {
+		t.Fatalf("fire with streams: sent %d received %d lost %d early %d, want 400 400 0 0", f.Sent, f.Received, f.Lost, f.Early)
+	}
+
 	left, err := os.ReadDir(tmp)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("temporary directories left behind: %v %v", left, err)
