@@ -180,6 +180,9 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	if d == nil {
 		return nil, wheel.ErrNotLeader
 	}
+	if n.hasWebhook(topic) {
+		return n.idleReserve(ctx, wait), nil
+	}
 	if wait <= 0 {
 		// A reserve that does not wait takes only what is due now, which
 		// includes what this node has answered as enqueued. One that waits
@@ -205,6 +208,9 @@ func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions
 	d := n.dispatcher()
 	if d == nil {
 		return nil, wheel.ErrNotLeader
+	}
+	if n.hasWebhook(topic) {
+		return nil, fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
 	}
 	return d.Stream(topic, opt)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/replication/raftlog"
+	"github.com/delaywheel/delaywheel/replication/webhook"
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -163,6 +164,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	disp     *dispatch.Dispatcher            // non-nil while leader
+	hooks    *webhook.Sender                 // non-nil while leader
 	lease    atomic.Pointer[leadershipLease] // this term's, while leader
 	closed   bool
 	cancel   context.CancelFunc

@@ -42,6 +42,9 @@ type Config struct {
 	// StreamKeepalive is how long a stream stays silent before it writes
 	// an empty line. Default 15 s.
 	StreamKeepalive time.Duration
+	// WebhookAllow restricts where webhooks may point: host names, IP
+	// addresses and CIDRs. Empty: anywhere.
+	WebhookAllow []string
 }
 
 // Limits bound what a request may ask for. A zero field takes its default.

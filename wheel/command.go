@@ -26,6 +26,9 @@ const (
 	KindSetNode    CommandKind = 11
 	KindRemoveNode CommandKind = 12
 	KindBury       CommandKind = 13
+	// 14 is taken.
+	KindSetWebhook    CommandKind = 15
+	KindDeleteWebhook CommandKind = 16
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -252,6 +255,10 @@ func EncodeCommands(cmds []Command) []byte {
 			e.str(c.Node.HTTPAddr)
 		case RemoveNode:
 			e.str(c.ID)
+		case SetWebhook:
+			e.webhook(c.Webhook)
+		case DeleteWebhook:
+			e.str(c.Topic)
 		default:
 			panic(fmt.Sprintf("wheel: encode unknown command %T", c))
 		}
@@ -312,6 +319,10 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}})
 		case KindRemoveNode:
 			cmds = append(cmds, RemoveNode{ID: d.str()})
+		case KindSetWebhook:
+			cmds = append(cmds, SetWebhook{Webhook: d.webhook()})
+		case KindDeleteWebhook:
+			cmds = append(cmds, DeleteWebhook{Topic: d.str()})
 		default:
 			if d.err == nil {
 				d.err = fmt.Errorf("%w: unknown command kind %d", ErrCorruptCommand, k)

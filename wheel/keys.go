@@ -15,6 +15,7 @@ import (
 //	'k' topicID key                    → id: the pending message holding a key
 //	'm' id                             → meta (state and location of a message)
 //	'n' node id                        → node metadata
+//	'w' topic                          → the topic's webhook
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
 //	's' name                           → scalars: applied index, cursor, next topic id, overflow count
@@ -41,6 +42,7 @@ const (
 	pTopic    = 't'
 	pCounts   = 'x'
 	pNode     = 'n'
+	pWebhook  = 'w'
 	pScalar   = 's'
 )
 

@@ -58,6 +58,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
 		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
 		&cli.StringFlag{Name: "join", Usage: "HTTP address of any member: join that cluster as a voter", EnvVars: envs("join")},
+		&cli.StringSliceFlag{Name: "webhook-allow", Usage: "hosts, IP addresses or CIDRs webhooks may point to, comma-separated (default: any)", EnvVars: envs("webhook-allow")},
 		&cli.StringFlag{Name: "auth-token-file", Usage: "file holding the bearer token every /v1 call must present", EnvVars: envs("auth-token-file")},
 		&cli.StringFlag{Name: "tls-cert-file", Usage: "serve the client API over HTTPS with this PEM certificate", EnvVars: envs("tls-cert-file")},
 		&cli.StringFlag{Name: "tls-key-file", Usage: "PEM key of --tls-cert-file", EnvVars: envs("tls-key-file")},
@@ -245,7 +246,10 @@ func runServer(c *cli.Context) error {
 	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
 		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
-	tcfg := transport.Config{Logger: logger, AuthToken: token}
+	tcfg := transport.Config{Logger: logger, AuthToken: token, WebhookAllow: c.StringSlice("webhook-allow")}
+	if err := transport.ParseWebhookAllow(tcfg.WebhookAllow); err != nil {
+		return err
+	}
 	var serverTLS *tls.Config
 	if cert, key := c.String("tls-cert-file"), c.String("tls-key-file"); cert != "" || key != "" {
 		kp, err := tls.LoadX509KeyPair(cert, key)

@@ -48,6 +48,8 @@ type Config struct {
 	// Lateness, when set, observes each delivery's lateness in seconds
 	// (hand-off time minus due time).
 	Lateness func(seconds float64)
+	// Streamed, when set, counts the deliveries streams take, by topic.
+	Streamed func(topic string, n int)
 }
 
 // Dispatcher runs on the leader only. It keeps the precision heap loaded a
@@ -80,6 +82,7 @@ type Dispatcher struct {
 
 	smu     sync.Mutex
 	streams map[wheel.Receipt]*stream // unsettled stream deliveries
+	open    int                       // streams running
 }
 
 type waiter struct {

@@ -68,8 +68,19 @@ func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream
 		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(d.ctx)
+	d.smu.Lock()
+	d.open++
+	d.smu.Unlock()
 	go s.run()
 	return s, nil
+}
+
+// StreamStats returns how many streams run and how many deliveries they
+// hold unsettled.
+func (d *Dispatcher) StreamStats() (open, unsettled int) {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.open, len(d.streams)
 }
 
 func signal(ch chan struct{}) {
@@ -127,6 +138,9 @@ func (s *stream) push(ds []wheel.Delivery) {
 		s.d.streams[dl.Receipt] = s
 	}
 	s.d.smu.Unlock()
+	if s.d.cfg.Streamed != nil {
+		s.d.cfg.Streamed(s.topic, len(ds))
+	}
 	s.mu.Lock()
 	for _, dl := range ds {
 		s.inflight[dl.Receipt] = dl.LeaseExpiresMs
@@ -227,6 +241,9 @@ func (s *stream) finish(err error) {
 	s.mu.Unlock()
 	close(s.ready)
 	s.forget(rs)
+	s.d.smu.Lock()
+	s.d.open--
+	s.d.smu.Unlock()
 	if s.d.ctx.Err() == nil {
 		s.d.releaseNow(rs)
 	}
