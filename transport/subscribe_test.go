@@ -63,13 +63,7 @@ func TestSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	check(t, "enqueue", err)
 	receive(t, sub, 1)
 
-	old := c.Leader()
-	old.Node.StepDown()
-	var leader *transporttest.Node
-	old.Eventually(t, "another leader", func() bool {
-		leader = c.Leader()
-		return leader != old
-	})
+	leader := handOver(t, c)
 	if leader == follower {
 		// The subscription's node leads now: it serves the stream itself.
 		t.Log("the subscribed node was elected")
@@ -77,4 +71,17 @@ func TestSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	_, err = leader.Client.Enqueue(ctx, texts(1, "lc"))
 	check(t, "enqueue after the leader change", err)
 	receive(t, sub, 1)
+}
+
+// handOver makes the leader step down and returns the next leader.
+func handOver(t *testing.T, c *transporttest.Cluster) *transporttest.Node {
+	t.Helper()
+	old := c.Leader()
+	old.Node.StepDown()
+	var leader *transporttest.Node
+	old.Eventually(t, "another leader", func() bool {
+		leader = c.Leader()
+		return leader != old
+	})
+	return leader
 }

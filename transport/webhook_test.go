@@ -15,6 +15,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
 // hookReq is one request a test receiver got.
@@ -214,4 +215,25 @@ func TestWebhookValidation(t *testing.T) {
 	}
 	equal(t, "delete", e.do(http.MethodDelete, "/v1/topics/v/webhook", "").status, http.StatusOK)
 	equal(t, "delete again", e.do(http.MethodDelete, "/v1/topics/v/webhook", "").status, http.StatusNotFound)
+}
+
+func TestWebhookReplicatedAndSentByTheNextLeader(t *testing.T) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	rc := newReceiver(t, http.StatusOK, false)
+	follower := c.Follower()
+	_, err := follower.Client.SetWebhook(ctx, "f", api.WebhookRequest{URL: rc.URL, Secret: "k"})
+	check(t, "set through a follower", err)
+	for _, n := range c.Nodes {
+		// A read is local: a replica answers once it has applied the write.
+		n.Eventually(t, "the webhook replicated to "+n.ID, func() bool {
+			got, err := n.Client.Webhook(ctx, "f")
+			return err == nil && got.URL == rc.URL && got.HasSecret
+		})
+	}
+	leader := handOver(t, c)
+	res, err := leader.Client.Enqueue(ctx, texts(1, "f"))
+	check(t, "enqueue", err)
+	leader.Eventually(t, "posted by the new leader", func() bool { return len(rc.requests()) == 1 })
+	equal(t, "id", rc.requests()[0].header.Get("Delaywheel-Id"), res[0].ID)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -21,8 +22,10 @@ import (
 func runCLI(ctx context.Context, app *cli.App, args []string) error {
 	app.OnUsageError = usageError
 	for _, cmd := range app.Commands {
-		if cmd.OnUsageError == nil {
-			cmd.OnUsageError = usageError
+		for _, c := range append([]*cli.Command{cmd}, cmd.Subcommands...) {
+			if c.OnUsageError == nil {
+				c.OnUsageError = usageError
+			}
 		}
 	}
 	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && app.Command(args[1]) == nil && args[1] != "help" && args[1] != "h" {
@@ -46,12 +49,17 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 		return args, nil
 	}
 	cmd := app.Command(args[1])
+	head := 2 // the program and command names
+	if cmd != nil && len(cmd.Subcommands) > 0 {
+		cmd, head = subcommand(cmd, args[2]), 3
+	}
 	if cmd == nil || cmd.SkipFlagParsing || len(cmd.Subcommands) > 0 {
 		return args, nil
 	}
+	name := strings.Join(args[1:head], " ")
 	var flags, positional, afterDash []string
 	dashDash := false
-	rest := args[2:]
+	rest := args[head:]
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		switch {
@@ -62,22 +70,32 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 			positional = append(positional, a)
 		default:
 			flags = append(flags, a)
-			name := strings.TrimLeft(a, "-")
-			if strings.Contains(name, "=") || !takesValue(cmd, name) {
+			flag := strings.TrimLeft(a, "-")
+			if strings.Contains(flag, "=") || !takesValue(cmd, flag) {
 				continue
 			}
 			if i+1 == len(rest) {
-				return nil, fmt.Errorf("%s %s: --%s needs a value (see %s %s --help)", app.Name, cmd.Name, name, app.Name, cmd.Name)
+				return nil, fmt.Errorf("%s %s: --%s needs a value (see %s %s --help)", app.Name, name, flag, app.Name, name)
 			}
 			i++
 			flags = append(flags, rest[i])
 		}
 	}
-	out := append([]string{args[0], args[1]}, flags...)
+	out := append(slices.Clone(args[:head]), flags...)
 	if dashDash {
 		out = append(out, "--")
 	}
 	return append(append(out, positional...), afterDash...), nil
+}
+
+// subcommand returns cmd's subcommand called name, or nil.
+func subcommand(cmd *cli.Command, name string) *cli.Command {
+	for _, sub := range cmd.Subcommands {
+		if sub.HasName(name) {
+			return sub
+		}
+	}
+	return nil
 }
 
 // takesValue reports whether cmd has a flag named name that takes a value.
