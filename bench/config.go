@@ -52,11 +52,14 @@ type Config struct {
 	Rate       int           // fire, failover: messages coming due per second
 	Duration   time.Duration // fire, failover: how long messages come due
 	Consumers  int
-	ReserveMax int           // most messages per reserve
-	Consume    string        // delaywheel consumers: ConsumeReserve (default) or ConsumeStream
-	Wait       time.Duration // long-poll wait of a reserve
-	Lead       time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
-	Grace      time.Duration // fire: how long after the last due time a delivery still counts
+	ReserveMax int    // most messages per reserve
+	Consume    string // delaywheel consumers: ConsumeReserve (default), ConsumeStream or ConsumeWebhook
+	// WebhookFailRate is the share of requests the webhook receiver
+	// answers 500, at random (ConsumeWebhook).
+	WebhookFailRate float64
+	Wait            time.Duration // long-poll wait of a reserve
+	Lead            time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
+	Grace           time.Duration // fire: how long after the last due time a delivery still counts
 
 	RedisPoll time.Duration // Redis: the poll interval of the Lua pop
 
@@ -194,8 +197,11 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
-	if cfg.Consume != ConsumeReserve && cfg.Consume != ConsumeStream {
-		errs = append(errs, fmt.Errorf("--consume %q: want %s or %s", cfg.Consume, ConsumeReserve, ConsumeStream))
+	if cfg.Consume != ConsumeReserve && cfg.Consume != ConsumeStream && cfg.Consume != ConsumeWebhook {
+		errs = append(errs, fmt.Errorf("--consume %q: want %s, %s or %s", cfg.Consume, ConsumeReserve, ConsumeStream, ConsumeWebhook))
+	}
+	if cfg.WebhookFailRate < 0 || cfg.WebhookFailRate >= 1 {
+		errs = append(errs, fmt.Errorf("--webhook-fail-rate %g: must be at least 0 and below 1", cfg.WebhookFailRate))
 	}
 	if cfg.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--duration %s: must be at least 100ms", cfg.Duration))

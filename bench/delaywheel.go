@@ -173,8 +173,13 @@ type dwTarget struct {
 	reserveMax int
 	waitMs     int64
 	ttrMs      *int64
-	consume    string       // ConsumeReserve or ConsumeStream
-	retries    atomic.Int64 // enqueue calls retried (429, 503, connection errors)
+	consume    string // ConsumeReserve, ConsumeStream or ConsumeWebhook
+	// The webhook receiver (ConsumeWebhook), started by the first consumer.
+	webhookFailRate float64
+	hookOnce        sync.Once
+	hook            *receiver
+	hookErr         error
+	retries         atomic.Int64 // enqueue calls retried (429, 503, connection errors)
 }
 
 // newDelaywheelTarget makes a target of the nodes at addrs; cluster is the
@@ -199,12 +204,14 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		reserveMax: cfg.ReserveMax,
 		waitMs:     cfg.Wait.Milliseconds(),
 		consume:    cfg.Consume,
+
+		webhookFailRate: cfg.WebhookFailRate,
 	}
 	if len(addrs) > 1 {
 		t.name = fmt.Sprintf("%s (%d nodes)", TargetDelaywheel, len(addrs))
 	}
-	if cfg.Consume == ConsumeStream {
-		t.name += ", stream"
+	if cfg.Consume != ConsumeReserve {
+		t.name += ", " + cfg.Consume
 	}
 	for _, a := range addrs {
 		base := strings.TrimRight(a, "/")
@@ -332,8 +339,15 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 }
 
 func (t *dwTarget) NewConsumer(ctx context.Context) (consumer, error) {
-	if t.consume == ConsumeStream {
+	switch t.consume {
+	case ConsumeStream:
 		return newDWStreamConsumer(ctx, t), nil
+	case ConsumeWebhook:
+		r, err := t.hookReceiver(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return webhookConsumer{r: r}, nil
 	}
 	return newDWConsumer(ctx, t), nil
 }
@@ -425,6 +439,9 @@ func (t *dwTarget) Restart(ctx context.Context) (restartTimes, error) {
 }
 
 func (t *dwTarget) Close() error {
+	if t.hook != nil {
+		_ = t.hook.close()
+	}
 	t.hc.CloseIdleConnections()
 	if t.cluster != nil {
 		return t.cluster.Close()
