@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
@@ -235,4 +236,17 @@ func TestSlowStreamReaderBlocksNoOne(t *testing.T) {
 			return false
 		}
 	})
+}
+
+func TestStreamKeepalive(t *testing.T) {
+	e := newEnv(t, func(c *transport.Config) { c.StreamKeepalive = 10 * time.Millisecond })
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.URL+"/v1/topics/k/stream", nil)
+	check(t, "request", err)
+	resp, err := http.DefaultClient.Do(req)
+	check(t, "open stream", err)
+	defer resp.Body.Close()
+	equal(t, "content type", resp.Header.Get("Content-Type"), transport.ContentTypeNDJSON)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	check(t, "read a keepalive", err)
+	equal(t, "keepalive line", line, "\n")
 }
