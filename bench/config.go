@@ -197,8 +197,8 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
-	if cfg.Consume != ConsumeReserve && cfg.Consume != ConsumeStream && cfg.Consume != ConsumeWebhook {
-		errs = append(errs, fmt.Errorf("--consume %q: want %s, %s or %s", cfg.Consume, ConsumeReserve, ConsumeStream, ConsumeWebhook))
+	if !slices.Contains([]string{ConsumeReserve, ConsumeReserveInline, ConsumeStream, ConsumeWebhook}, cfg.Consume) {
+		errs = append(errs, fmt.Errorf("--consume %q: want %s, %s, %s or %s", cfg.Consume, ConsumeReserve, ConsumeReserveInline, ConsumeStream, ConsumeWebhook))
 	}
 	if cfg.WebhookFailRate < 0 || cfg.WebhookFailRate >= 1 {
 		errs = append(errs, fmt.Errorf("--webhook-fail-rate %g: must be at least 0 and below 1", cfg.WebhookFailRate))

@@ -452,7 +452,9 @@ func (t *dwTarget) Close() error {
 // dwConsumer long-polls the leader and acknowledges each batch in the
 // background, as a consumer that acks after processing does: the next
 // long-poll is not held up by the previous batch's ack. Receipts that pile
-// up while an ack is in flight go out together in the next.
+// up while an ack is in flight go out together in the next. With
+// ConsumeReserveInline it acks each batch itself and waits for the answer
+// before its next reserve, as the plain consumer loop does.
 type dwConsumer struct {
 	t      *dwTarget
 	acks   chan []string
@@ -515,7 +517,15 @@ func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 		b.Seqs[k] = decodeSeq(string(body))
 		receipts[k] = d.Receipt
 	}
-	if len(receipts) > 0 {
+	if len(receipts) > 0 && t.consume == ConsumeReserveInline {
+		err := t.call(ctx, func(cl *client.Client) error {
+			_, err := cl.Ack(ctx, receipts)
+			return err
+		})
+		if err != nil {
+			return b, fmt.Errorf("ack %d receipts: %w", len(receipts), err)
+		}
+	} else if len(receipts) > 0 {
 		c.acks <- receipts
 	}
 	if p := c.ackErr.Swap(nil); p != nil {

@@ -25,6 +25,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workload: WorkloadFailover, Spawn: 1}, "failover needs --spawn 3"},
 		{Config{Workload: WorkloadEnqueue, Batch: 20_000}, "--batch 20000"},
 		{Config{Workload: WorkloadFire, Consume: ConsumeStream}, ""},
+		{Config{Workload: WorkloadFire, Consume: ConsumeReserveInline}, ""},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookFailRate: 1}, "--webhook-fail-rate"},
 		{Config{Workload: WorkloadFire, Consume: "poll"}, `--consume "poll"`},
 		{Config{Workload: WorkloadFailover, Duration: time.Second, KillAfter: 2 * time.Second}, "--kill-after"},
 	} {

@@ -15,6 +15,9 @@ import (
 const (
 	ConsumeReserve = "reserve" // long-poll reserves, acks in the background
 	ConsumeStream  = "stream"  // a stream per consumer, acking each delivery as it arrives
+	// ConsumeReserveInline reserves, then acks the batch and waits for the
+	// ack before the next reserve, as a plain consumer loop does.
+	ConsumeReserveInline = "reserve-inline"
 )
 
 // streamMaxBatch bounds the deliveries one Next returns.

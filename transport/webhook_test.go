@@ -33,23 +33,30 @@ type receiver struct {
 	status   int
 	hang     bool
 	canceled chan struct{} // a hanging request was cancelled
+	stop     chan struct{} // closed at the end of the test: hanging requests return
 }
 
 func newReceiver(t *testing.T, status int, hang bool) *receiver {
-	rc := &receiver{status: status, hang: hang, canceled: make(chan struct{}, 16)}
+	rc := &receiver{status: status, hang: hang, canceled: make(chan struct{}, 16), stop: make(chan struct{})}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		rc.mu.Lock()
 		rc.got = append(rc.got, hookReq{header: r.Header.Clone(), body: string(b)})
 		rc.mu.Unlock()
 		if rc.hang {
-			<-r.Context().Done()
-			rc.canceled <- struct{}{}
+			select {
+			case <-r.Context().Done():
+				rc.canceled <- struct{}{}
+			case <-rc.stop:
+			}
 			return
 		}
 		w.WriteHeader(rc.status)
 	}))
-	t.Cleanup(rc.Close)
+	t.Cleanup(func() {
+		close(rc.stop)
+		rc.Close()
+	})
 	return rc
 }
 
@@ -236,4 +243,28 @@ func TestWebhookReplicatedAndSentByTheNextLeader(t *testing.T) {
 	check(t, "enqueue", err)
 	leader.Eventually(t, "posted by the new leader", func() bool { return len(rc.requests()) == 1 })
 	equal(t, "id", rc.requests()[0].header.Get("Delaywheel-Id"), res[0].ID)
+}
+
+func TestWebhookConcurrencyAndRate(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	hang := newReceiver(t, 0, true)
+	e.setHook("hang", api.WebhookRequest{URL: hang.URL, MaxConcurrency: api.Ptr(int64(3))})
+	e.mustEnqueue(texts(10, "hang")...)
+	// A receiver that never answers holds max_concurrency requests, and
+	// the sender leases no more than that.
+	e.Eventually(t, "three requests in flight, three leased", func() bool {
+		ts, err := e.c.Topics(ctx)
+		check(t, "topics", err)
+		return len(hang.requests()) == 3 && len(ts) == 1 && ts[0].Reserved == 3 && ts[0].Ready == 7
+	})
+
+	ok := newReceiver(t, http.StatusOK, false)
+	e.setHook("paced", api.WebhookRequest{URL: ok.URL, RatePerS: api.Ptr(int64(1))})
+	e.mustEnqueue(texts(3, "paced")...)
+	e.Eventually(t, "the first request", func() bool { return len(ok.requests()) == 1 })
+	// The next start waits a second of the node's clock, which only the test moves.
+	e.advance(time.Second)
+	e.Eventually(t, "the second request a second later", func() bool { return len(ok.requests()) == 2 })
+	equal(t, "requests after one second", len(ok.requests()), 2)
 }

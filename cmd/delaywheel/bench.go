@@ -59,7 +59,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "rate", Value: bench.DefaultRate, Usage: "fire, failover: messages coming due per second"},
 		&cli.DurationFlag{Name: "duration", Value: bench.DefaultDuration, Usage: "fire, failover: how long messages come due"},
 		&cli.IntFlag{Name: "consumers", Value: bench.DefaultConsumers, Usage: "fire, failover: concurrent consumers"},
-		&cli.StringFlag{Name: "consume", Value: bench.ConsumeReserve, Usage: "fire, failover: how delaywheel delivers: reserve (long-polls), stream, or webhook (POSTs to a receiver in the harness)"},
+		&cli.StringFlag{Name: "consume", Value: bench.ConsumeReserve, Usage: "fire, failover: how delaywheel delivers: reserve (long-polls, acks in the background), reserve-inline (each batch acked before the next reserve), stream, or webhook (POSTs to a receiver in the harness)"},
 		&cli.Float64Flag{Name: "webhook-fail-rate", Usage: "--consume webhook: share of requests the receiver answers 500, at random (e.g. 0.2)"},
 		&cli.IntFlag{Name: "reserve-max", Value: bench.DefaultReserveMax, Usage: "most messages per reserve (delaywheel) or pop (Redis)"},
 		&cli.DurationFlag{Name: "wait", Value: bench.DefaultWait, Usage: "long-poll wait of a reserve"},
