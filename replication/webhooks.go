@@ -70,7 +70,7 @@ func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
 			n.met.webhookLateness.Observe(late)
 		},
 	})
-	s.Reconcile(n.store().Webhooks())
+	s.Reconcile(n.storedWebhooks)
 	return s
 }
 
@@ -80,9 +80,12 @@ func (n *Node) reconcileWebhooks() {
 	s := n.hooks
 	n.mu.Unlock()
 	if s != nil {
-		s.Reconcile(n.store().Webhooks())
+		s.Reconcile(n.storedWebhooks)
 	}
 }
+
+// storedWebhooks returns the webhooks of the current store.
+func (n *Node) storedWebhooks() []wheel.Webhook { return n.store().Webhooks() }
 
 // hookNode is the leader as its webhook sender sees it (webhook.Node).
 type hookNode struct {

@@ -94,6 +94,8 @@ type Store struct {
 	overflow   int64
 	nodes      map[string]Node
 	webhooks   map[string]Webhook // by topic
+	// hooks is a copy of webhooks for lock-free readers (every reserve asks).
+	hooks atomic.Pointer[map[string]Webhook]
 	// observer hears what each committed batch did to the wheel (the
 	// leader's loader); it never changes what Apply writes.
 	observer observer

@@ -85,6 +85,9 @@ func (t *tx) deleteWebhook(topic string) Result {
 
 // commitWebhooks publishes a batch's webhook changes; s.mu is held.
 func (s *Store) commitWebhooks(changed map[string]*Webhook) {
+	if len(changed) == 0 {
+		return
+	}
 	for topic, w := range changed {
 		if w == nil {
 			delete(s.webhooks, topic)
@@ -92,11 +95,26 @@ func (s *Store) commitWebhooks(changed map[string]*Webhook) {
 			s.webhooks[topic] = *w
 		}
 	}
+	s.publishWebhooksLocked()
+}
+
+// publishWebhooksLocked makes the webhooks visible to lock-free readers.
+func (s *Store) publishWebhooksLocked() {
+	m := maps.Clone(s.webhooks)
+	s.hooks.Store(&m)
+}
+
+// publishedWebhooks returns the webhooks as last committed (nil: none).
+func (s *Store) publishedWebhooks() map[string]Webhook {
+	if p := s.hooks.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // loadWebhooks reads the webhooks into memory; s.mu is held.
 func (s *Store) loadWebhooks() error {
-	return s.scan([]byte{pWebhook}, func(_, v []byte) error {
+	err := s.scan([]byte{pWebhook}, func(_, v []byte) error {
 		w, err := decodeWebhook(v)
 		if err != nil {
 			return fmt.Errorf("%w: webhook: %w", ErrCorruptCommand, err)
@@ -104,23 +122,23 @@ func (s *Store) loadWebhooks() error {
 		s.webhooks[w.Topic] = w
 		return nil
 	})
+	s.publishWebhooksLocked()
+	return err
 }
 
-// Webhook returns topic's webhook, if it has one.
+// Webhook returns topic's webhook, if it has one. It does not wait for
+// an apply in progress.
 func (s *Store) Webhook(topic string) (Webhook, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w, ok := s.webhooks[topic]
+	w, ok := s.publishedWebhooks()[topic]
 	return w, ok
 }
 
 // Webhooks returns every webhook, sorted by topic.
 func (s *Store) Webhooks() []Webhook {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Webhook, 0, len(s.webhooks))
-	for _, topic := range slices.Sorted(maps.Keys(s.webhooks)) {
-		out = append(out, s.webhooks[topic])
+	hooks := s.publishedWebhooks()
+	out := make([]Webhook, 0, len(hooks))
+	for _, topic := range slices.Sorted(maps.Keys(hooks)) {
+		out = append(out, hooks[topic])
 	}
 	return out
 }

@@ -95,13 +95,15 @@ func New(n Node, cfg Config) *Sender {
 	return &Sender{n: n, cfg: cfg, topics: map[string]*topicSender{}}
 }
 
-// Reconcile makes the running topic senders those of hooks: it starts the
-// new ones, restarts the changed ones and stops the removed ones.
-func (s *Sender) Reconcile(hooks []wheel.Webhook) {
+// Reconcile makes the running topic senders those current returns: it
+// starts the new ones, restarts the changed ones and stops the removed
+// ones. It reads current under its lock, so concurrent calls leave the
+// senders of the latest config.
+func (s *Sender) Reconcile(current func() []wheel.Webhook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := map[string]wheel.Webhook{}
-	for _, h := range hooks {
+	for _, h := range current() {
 		want[h.Topic] = h
 	}
 	for topic, ts := range s.topics {
