@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -179,5 +183,41 @@ func TestScheduleLeaderKilledBetweenOccurrences(t *testing.T) {
 	}
 	if msgs != int64(len(keys)) || info.Fired != int64(len(keys)) {
 		t.Fatalf("%d messages and %d fired for %d occurrences", msgs, info.Fired, len(keys))
+	}
+}
+
+// Schedules are part of the store's snapshots: a node whose store is gone
+// gets them back from its snapshot, and the gauge counts them.
+func TestSchedulesRestoredFromSnapshot(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	l := c.Leader()
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c"} {
+		spec := wheel.ScheduleSpec{Name: name, Topic: "t", Cron: "0 9 * * *", Timezone: "America/New_York"}
+		if _, err := l.Node.SetSchedule(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := l.Node.Schedules(ctx, "", 10)
+	if err != nil || len(want) != 3 {
+		t.Fatalf("schedules: %v %v", want, err)
+	}
+	if err := l.Node.Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	c.Stop(0)
+	if err := os.RemoveAll(filepath.Join(l.Cfg.DataDir, "fsm")); err != nil {
+		t.Fatal(err)
+	}
+	c.Start(0)
+	l = c.Leader()
+	got, err := l.Node.Schedules(ctx, "", 10)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("after restoring the snapshot: %+v, %v; want %+v", got, err, want)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(l.Node.Collector())
+	if v := metricValue(t, reg, "delaywheel_schedules", nil); v != 3 {
+		t.Fatalf("delaywheel_schedules = %v; want 3", v)
 	}
 }
