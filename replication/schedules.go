@@ -65,6 +65,12 @@ const (
 	// scheduleRounds bounds the entries of one look, so that a backlog
 	// (after an outage) is worked off over several looks.
 	scheduleRounds = 64
+	// scheduleLookBack is how far before the previous complete look a look
+	// starts: a schedule set meanwhile was stamped after it, unless its
+	// entry took this long to commit. Every scheduleFullEvery a look
+	// starts from the beginning, which catches even those.
+	scheduleLookBack  = 10 * time.Second
+	scheduleFullEvery = time.Minute
 )
 
 // scheduler runs on the leader. Every scheduleEvery it reads the schedules
@@ -80,6 +86,9 @@ type scheduler struct {
 	ahead   time.Duration
 	every   time.Duration
 	batch   int
+	// from is where a look starts (ms): nothing is due before it but what
+	// a look from the beginning, at fullAt plus scheduleFullEvery, finds.
+	from, fullAt int64
 }
 
 // run looks for due schedules until ctx is done.
@@ -101,17 +110,29 @@ func (s *scheduler) run(ctx context.Context) {
 func (s *scheduler) step(ctx context.Context) error {
 	for range scheduleRounds {
 		now := s.clock.Now().UnixMilli()
-		due, err := s.store().DueSchedules(now+s.ahead.Milliseconds(), s.batch)
-		if err != nil || len(due) == 0 {
-			return err
+		if now-s.fullAt >= scheduleFullEvery.Milliseconds() {
+			s.from, s.fullAt = 0, now
 		}
-		res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, Items: due})
+		due, err := s.store().DueSchedules(s.from, now+s.ahead.Milliseconds(), s.batch)
 		if err != nil {
 			return err
 		}
-		ar, _ := res[0].Value.(wheel.AdvanceResult)
-		s.met.observe(ar, due, now)
-		if ar.Fired+ar.Duplicate == 0 {
+		var moved bool
+		if len(due) > 0 {
+			res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, Items: due})
+			if err != nil {
+				return err
+			}
+			ar, _ := res[0].Value.(wheel.AdvanceResult)
+			s.met.observe(ar, due, now)
+			moved = ar.Fired+ar.Duplicate > 0
+		}
+		if len(due) < s.batch {
+			// This look saw every schedule due from s.from on and advanced
+			// it: what is left is due later, or set after the look.
+			s.from = max(s.from, now-scheduleLookBack.Milliseconds())
+		}
+		if !moved {
 			return nil // nothing moved: looking again now would find the same
 		}
 	}

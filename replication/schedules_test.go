@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -220,4 +223,89 @@ func TestSchedulesRestoredFromSnapshot(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_schedules", nil); v != 3 {
 		t.Fatalf("delaywheel_schedules = %v; want 3", v)
 	}
+}
+
+// storeProposer applies proposals straight to a store, one entry each,
+// and records them.
+type storeProposer struct {
+	st      *wheel.Store
+	index   uint64
+	entries [][]wheel.Command
+}
+
+func (p *storeProposer) propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+	p.index++
+	p.entries = append(p.entries, cmds)
+	res, err := p.st.Apply([]wheel.Entry{{Index: p.index, Cmds: cmds}})
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// The scheduler advances every schedule due within its lead in entries of
+// at most batch items, keeps each schedule's occurrences enqueued that far
+// ahead, and a look after a complete one starts near it.
+func TestSchedulerBatchesAdvances(t *testing.T) {
+	st, err := wheel.Open(t.TempDir(), wheel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	start := time.UnixMilli(1_700_000_000_000)
+	clock := wheel.NewFakeClock(start)
+	p := &storeProposer{st: st}
+	now := func() int64 { return clock.Now().UnixMilli() }
+	if _, err := p.propose(context.Background(), wheel.Expire{Before: now() / 1000}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		spec := wheel.ScheduleSpec{Name: fmt.Sprintf("s%d", i), Topic: "t", EveryMs: 1000, StartAtMs: now() + 500}
+		if _, err := p.propose(context.Background(), wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	met := newScheduleMetrics(func() *wheel.Store { return st })
+	s := &scheduler{clock: clock, log: slog.New(slog.DiscardHandler), store: func() *wheel.Store { return st }, propose: p.propose,
+		met: met, ahead: 2 * time.Second, every: 250 * time.Millisecond, batch: 2}
+	var last int64
+	for range 20 {
+		last = now()
+		p.entries = nil
+		if err := s.step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.entries {
+			if n := len(e[0].(wheel.AdvanceSchedules).Items); n > 2 {
+				t.Fatalf("an entry advanced %d schedules; the batch is 2", n)
+			}
+		}
+		for i := range 5 {
+			info, err := st.Schedule(fmt.Sprintf("s%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.NextMs <= now()+2000 || info.LastMs == 0 {
+				t.Fatalf("at %d: schedule %s next %d last %d; want everything due within 2 s enqueued", now(), info.Name, info.NextMs, info.LastMs)
+			}
+		}
+		if s.from < now()-scheduleLookBack.Milliseconds() {
+			t.Fatalf("a look after a complete one starts at %d, now %d", s.from, now())
+		}
+		clock.Advance(250 * time.Millisecond)
+	}
+	// Each schedule enqueued its occurrences from start+500 to 2 s after
+	// the last look, once each.
+	if got, want := testutilCounter(t, met), 5*int((last+2000-(start.UnixMilli()+500))/1000+1); got != want {
+		t.Fatalf("%d occurrences enqueued; want %d", got, want)
+	}
+}
+
+func testutilCounter(t *testing.T, m *scheduleMetrics) int {
+	t.Helper()
+	var d dto.Metric
+	if err := m.occurrences.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return int(d.GetCounter().GetValue())
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cockroachdb/pebble"
 	"github.com/robfig/cron/v3"
 )
 
@@ -307,24 +308,30 @@ func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
 	return out, err
 }
 
-// DueSchedules returns up to limit schedules whose next occurrence is at
-// or before ms, earliest first, as items of an AdvanceSchedules.
-func (s *Store) DueSchedules(ms int64, limit int) ([]AdvanceItem, error) {
+// DueSchedules returns up to limit schedules whose next occurrence is in
+// [from, to], earliest first, as items of an AdvanceSchedules. Every
+// advance deletes a key of this order, and the deletions stay in the
+// index until a compaction drops them: a caller that knows nothing is due
+// before from passes it, so the scan does not step over them all.
+func (s *Store) DueSchedules(from, to int64, limit int) ([]AdvanceItem, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
 	var out []AdvanceItem
-	end := scheduleDueKey(ms+1, "")
-	err := s.iterPrefix([]byte{pScheduleDue}, func(k, _ []byte) (bool, error) {
-		if string(k) >= string(end) || len(out) >= limit {
-			return false, nil
-		}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: scheduleDueKey(max(from, 0), ""), UpperBound: scheduleDueKey(to+1, "")})
+	if err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
+		k := it.Key()
 		out = append(out, AdvanceItem{Name: string(k[9:]), FromMs: int64(binary.BigEndian.Uint64(k[1:9]))})
-		return true, nil
-	})
-	return out, err
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	return out, nil
 }
 
 // NumSchedules returns how many schedules are stored.

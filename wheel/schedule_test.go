@@ -59,10 +59,13 @@ func TestScheduleEveryThroughTheStore(t *testing.T) {
 		t.Fatalf("set: %+v, %d schedules", info, k.s.NumSchedules())
 	}
 	// Not yet due at start-1 when looked for up to start-1.
-	if due, _ := k.s.DueSchedules(start-1, 10); len(due) != 0 {
+	if due, _ := k.s.DueSchedules(0, start-1, 10); len(due) != 0 {
 		t.Fatalf("due before its time: %v", due)
 	}
-	due, err := k.s.DueSchedules(start, 10)
+	if due, _ := k.s.DueSchedules(start+1, MaxDueMs, 10); len(due) != 0 {
+		t.Fatalf("due from after its time: %v", due)
+	}
+	due, err := k.s.DueSchedules(start, start, 10)
 	if err != nil || len(due) != 1 || due[0] != (AdvanceItem{Name: "tick", FromMs: start}) {
 		t.Fatalf("due = %v, %v", due, err)
 	}
@@ -142,7 +145,7 @@ func TestScheduleNoBurstAfterOutage(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
 	now := t0 + 60_500 // a minute without a leader
-	due, _ := k.s.DueSchedules(now+2000, 100)
+	due, _ := k.s.DueSchedules(0, now+2000, 100)
 	if len(due) != 1 {
 		t.Fatalf("due = %v", due)
 	}
@@ -180,7 +183,7 @@ func TestScheduleDeleteWhileDue(t *testing.T) {
 	if _, err := k.s.Schedule("a"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
 	}
-	if due, _ := k.s.DueSchedules(MaxDueMs, 10); len(due) != 0 || k.s.NumSchedules() != 0 {
+	if due, _ := k.s.DueSchedules(0, MaxDueMs, 10); len(due) != 0 || k.s.NumSchedules() != 0 {
 		t.Fatalf("due %v, %d schedules after delete", due, k.s.NumSchedules())
 	}
 	if r := k.advance(t0+500, AdvanceItem{"a", next}); r != (AdvanceResult{Stale: 1}) {
@@ -270,7 +273,7 @@ func scheduleReplicaRun(t *testing.T, seed int64) {
 			cmd = DeleteSchedule{Name: names[rng.Intn(len(names))]}
 		case p < 8:
 			flush() // the leader reads the committed due order
-			due, err := k.s.DueSchedules(now+2000, 3)
+			due, err := k.s.DueSchedules(0, now+2000, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
