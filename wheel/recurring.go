@@ -197,30 +197,40 @@ func (r *recurrence) after(ms int64) int64 {
 // cronAfter returns the cron occurrence after ms. The library skips a
 // wall-clock time that does not exist (the hour clocks spring over) but
 // matches one that happens twice (the hour clocks fall back) both times;
-// the calendar fires it once, at the first, so the second is passed over.
+// the calendar fires it once, at the first, so an occurrence in the
+// repeated period is passed over, and the search goes on from its end.
 func (r *recurrence) cronAfter(ms int64) int64 {
 	t := time.UnixMilli(ms).In(r.loc)
-	for range 8 {
-		t = r.spec.Next(t)
-		if t.IsZero() {
+	for range 4 {
+		c := r.spec.Next(t)
+		if c.IsZero() {
 			return 0
 		}
-		if !repeatedWallClock(t) {
-			return t.UnixMilli()
+		if c.UnixMilli() <= ms { // never so far; the calendar only moves on
+			t = t.Add(time.Second)
+			continue
 		}
+		d := repeatedBy(c)
+		if d == 0 {
+			return c.UnixMilli()
+		}
+		// The clocks fell back by d when c's zone began: the wall-clock
+		// times from then until d later happened before.
+		start, _ := c.ZoneBounds()
+		t = start.Add(d - time.Nanosecond)
 	}
 	return 0
 }
 
-// repeatedWallClock reports whether the wall-clock time of t already
-// happened earlier, before its zone's clocks were set back by one of the
-// shifts zones use: half an hour (Lord Howe Island), one hour, two hours.
-func repeatedWallClock(t time.Time) bool {
+// repeatedBy returns by how much the clocks were set back if the
+// wall-clock time of t already happened earlier, or 0. Zones set them
+// back by half an hour (Lord Howe Island), one hour or two hours.
+func repeatedBy(t time.Time) time.Duration {
 	for _, d := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour} {
 		e := t.Add(-d)
 		if e.Hour() == t.Hour() && e.Minute() == t.Minute() && e.Second() == t.Second() && e.Day() == t.Day() {
-			return true
+			return d
 		}
 	}
-	return false
+	return 0
 }

@@ -135,6 +135,16 @@ func TestCronDaylightSaving(t *testing.T) {
 			libSecond: "2026-10-25 02:00:00 +0100",
 		},
 		{
+			name: "Berlin fall back every second skips the repeated hour", zone: "Europe/Berlin", expr: "* * * * * *", from: "2026-10-25 00:59:58Z", // 02:59:58 +0200
+			want:      []string{"2026-10-25 02:59:59 +0200", "2026-10-25 03:00:00 +0100", "2026-10-25 03:00:01 +0100"},
+			libSecond: "2026-10-25 02:00:00 +0100",
+		},
+		{
+			name: "Lord Howe fall back by half an hour", zone: "Australia/Lord_Howe", expr: "45 1 * * *", from: "2026-04-04 12:00:00",
+			want:      []string{"2026-04-05 01:45:00 +1100", "2026-04-06 01:45:00 +1030"},
+			libSecond: "2026-04-05 01:45:00 +1030",
+		},
+		{
 			name: "New York fall back with seconds", zone: "America/New_York", expr: "15 45 1 * * *", from: "2026-10-31 12:00:00",
 			want:      []string{"2026-11-01 01:45:15 -0400", "2026-11-02 01:45:15 -0500"},
 			libSecond: "2026-11-01 01:45:15 -0500",
@@ -143,7 +153,12 @@ func TestCronDaylightSaving(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			loc, _ := time.LoadLocation(tc.zone)
 			r := mustRecurrence(t, ScheduleSpec{Cron: tc.expr, Timezone: tc.zone})
-			ms := at(t, tc.zone, tc.from)
+			var ms int64
+			if wall, ok := strings.CutSuffix(tc.from, "Z"); ok {
+				ms = at(t, "UTC", wall)
+			} else {
+				ms = at(t, tc.zone, tc.from)
+			}
 			for i, w := range tc.want {
 				ms = r.after(ms)
 				if got := time.UnixMilli(ms).In(loc).Format("2006-01-02 15:04:05 -0700"); got != w {
