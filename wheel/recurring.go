@@ -201,13 +201,20 @@ func (r *recurrence) after(ms int64) int64 {
 // repeated period is passed over, and the search goes on from its end.
 func (r *recurrence) cronAfter(ms int64) int64 {
 	t := time.UnixMilli(ms).In(r.loc)
-	for range 4 {
+	for range 8 {
 		c := r.spec.Next(t)
 		if c.IsZero() {
 			return 0
 		}
 		if c.UnixMilli() <= ms { // never so far; the calendar only moves on
 			t = t.Add(time.Second)
+			continue
+		}
+		if !specMatches(r.spec, c) {
+			// Where the clocks spring forward by half an hour (Lord Howe
+			// Island), the library's minute search can cross into the
+			// next hour without checking the hour again.
+			t = c
 			continue
 		}
 		d := repeatedBy(c)
@@ -233,4 +240,18 @@ func repeatedBy(t time.Time) time.Duration {
 		}
 	}
 	return 0
+}
+
+// specMatches reports whether the wall clock of t matches every field of
+// spec, as the library's own search means to (its dayMatches: with a
+// wildcard day of month or day of week both must match, else either).
+func specMatches(spec *cron.SpecSchedule, t time.Time) bool {
+	const star = 1 << 63
+	bit := func(field uint64, v int) bool { return field&(1<<uint(v)) != 0 }
+	dom, dow := bit(spec.Dom, t.Day()), bit(spec.Dow, int(t.Weekday()))
+	day := dom || dow
+	if spec.Dom&star != 0 || spec.Dow&star != 0 {
+		day = dom && dow
+	}
+	return day && bit(spec.Second, t.Second()) && bit(spec.Minute, t.Minute()) && bit(spec.Hour, t.Hour()) && bit(spec.Month, int(t.Month()))
 }

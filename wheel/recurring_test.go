@@ -2,6 +2,7 @@ package wheel
 
 import (
 	"errors"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,11 @@ func TestCronDaylightSaving(t *testing.T) {
 			libSecond: "2026-04-05 01:45:00 +1030",
 		},
 		{
+			name: "Lord Howe spring forward by half an hour", zone: "Australia/Lord_Howe", expr: "45 1 * * *", from: "2026-10-03 12:00:00",
+			want:      []string{"2026-10-04 01:45:00 +1030", "2026-10-05 01:45:00 +1100"},
+			libSecond: "2026-10-04 02:45:00 +1100", // the library's hour is wrong
+		},
+		{
 			name: "New York fall back with seconds", zone: "America/New_York", expr: "15 45 1 * * *", from: "2026-10-31 12:00:00",
 			want:      []string{"2026-11-01 01:45:15 -0400", "2026-11-02 01:45:15 -0500"},
 			libSecond: "2026-11-01 01:45:15 -0500",
@@ -231,6 +237,41 @@ func TestValidateSchedule(t *testing.T) {
 		err := ValidateSchedule(&sp)
 		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), ErrInvalid.Error()+": "+tc.field+":") {
 			t.Errorf("%+v: err = %v; want ErrInvalid naming %s", sp, err, tc.field)
+		}
+	}
+}
+
+// TestCronProperties walks random expressions in zones with daylight
+// saving through two years: every occurrence is later than the one
+// before, matches the expression's wall clock, is what the search from
+// just before it finds, and no wall-clock time occurs twice.
+func TestCronProperties(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	exprs := []string{"*/7 * * * *", "30 2 * * *", "0 1-3 * * *", "15 */2 * * SUN", "0 0 29 2 *", "45 1 * * *", "*/20 59 1 * * *"}
+	zones := []string{"Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Sao_Paulo", "UTC"}
+	for range 40 {
+		expr, zone := exprs[rng.Intn(len(exprs))], zones[rng.Intn(len(zones))]
+		r := mustRecurrence(t, ScheduleSpec{Cron: expr, Timezone: zone})
+		ms := at(t, "UTC", "2025-01-01 00:00:00") + rng.Int63n(2*365*86_400_000)
+		seen := map[string]bool{}
+		for range 500 {
+			next := r.after(ms)
+			if next == 0 {
+				break
+			}
+			if next <= ms {
+				t.Fatalf("%s in %s: after(%d) = %d, not later", expr, zone, ms, next)
+			}
+			if again := r.after(next - 1); again != next {
+				t.Fatalf("%s in %s: after(%d) = %d; want %d", expr, zone, next-1, again, next)
+			}
+			tm := time.UnixMilli(next).In(r.loc)
+			wall := tm.Format("2006-01-02 15:04:05")
+			if seen[wall] {
+				t.Fatalf("%s in %s: wall-clock time %s occurs twice", expr, zone, wall)
+			}
+			seen[wall] = true
+			ms = next
 		}
 	}
 }
