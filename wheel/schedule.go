@@ -293,19 +293,27 @@ func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	lo := scheduleKey(after)
+	if after != "" {
+		lo = append(lo, 0) // the first name after it
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd([]byte{pSchedule})})
+	if err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
 	var out []ScheduleInfo
-	err := s.iterPrefix([]byte{pSchedule}, func(k, v []byte) (bool, error) {
-		if string(k[1:]) <= after {
-			return true, nil
-		}
-		info, err := decodeScheduleInfo(v)
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
+		info, err := decodeScheduleInfo(it.Value())
 		if err != nil {
-			return false, err
+			it.Close()
+			return nil, err
 		}
 		out = append(out, info)
-		return len(out) < limit, nil
-	})
-	return out, err
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	return out, nil
 }
 
 // DueSchedules returns up to limit schedules whose next occurrence is in
