@@ -128,6 +128,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/topics/{topic}/dead/redrive", leader, s.redrive},
 		{"GET /v1/wheel", local, s.wheel},
 		{"GET /v1/wheel/slots/{slot}", local, s.slot},
+		{"GET /v1/wheel/overflow", local, s.overflow},
 		{"GET /v1/cluster", local, s.cluster},
 		{"GET /v1/backup", local, s.backup},
 		{"POST /v1/cluster/nodes", leader, s.addNode},

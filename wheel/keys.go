@@ -19,6 +19,7 @@ import (
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
 //	's' name                           → scalars: applied index, cursor, next topic id, overflow count
 //	't' topic                          → topicID
+//	'w' hour_ms                        → count of overflow messages due in that hour (overflowhours.go)
 //	'x' topicID                        → counts (delayed, ready, reserved, dead)
 //	'y' second                         → segment length: the bytes of the slot file the state covers
 //

@@ -328,6 +328,9 @@ func (s *Store) Dump(w io.Writer) error {
 		}
 		fmt.Fprintf(bw, "keys %c %d\n", p, n)
 	}
+	if err := s.dumpOverflowHours(bw); err != nil {
+		return err
+	}
 	for _, name := range slices.Sorted(maps.Keys(s.topics)) {
 		tid := s.topics[name]
 		c := s.counts[tid]
