@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/console"
 )
 
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
@@ -156,6 +157,8 @@ func (s *Server) newMux() *http.ServeMux {
 	}
 	metrics := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("GET /metrics", metrics)
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
 		return nil, notFound("no route %s %s; see API.md for the endpoints", r.Method, r.URL.Path)
 	}}))
