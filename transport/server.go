@@ -120,6 +120,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/messages/{id}", leader, s.cancel},
 		{"POST /v1/messages/{id}/reschedule", leader, s.reschedule},
 		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
+		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
 		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
 		{"POST /v1/ack", leader, s.ack},
 		{"POST /v1/nack", leader, s.nack},

@@ -200,3 +200,39 @@ func TestConsoleTokenPrompt(t *testing.T) {
 		t.Fatalf("token in sessionStorage %q, localStorage %s: want it in the session only", stored, local)
 	}
 }
+
+func TestConsoleMessageLookupRescheduleCancel(t *testing.T) {
+	ctx := browser(t)
+	n := transporttest.Start(t, transporttest.Options{})
+	tctx := t.Context()
+	res, err := n.Client.Enqueue(tctx, []api.Message{{Topic: "orders.close", Payload: api.TextBody("order 42"), Key: "order-42", DelayMs: api.Ptr(int64(60_000))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].ID
+	run(t, ctx, "look the message up by topic and key",
+		chromedp.Navigate(n.URL+"/ui/#message"),
+		chromedp.SendKeys(chromedp.ID("key-topic"), "orders.close"),
+		chromedp.SendKeys(chromedp.ID("key-key"), "order-42"),
+		chromedp.Click(chromedp.ID("key-lookup")),
+		waitJS(textHas("#message-fields", id)),
+		waitJS(textHas("#message-fields", "delayed")),
+	)
+	run(t, ctx, "reschedule it",
+		chromedp.SendKeys(chromedp.ID("resched-delay"), "3600"),
+		chromedp.Click(chromedp.ID("resched-button")),
+		waitJS(textHas("#message-result", "rescheduled to")),
+	)
+	v, err := n.Client.Get(tctx, id)
+	if want := n.Clock.Now().UnixMilli() + 3_600_000; err != nil || v.DeliverAtMs != want {
+		t.Fatalf("after the reschedule: %+v, %v; want due at %d", v, err, want)
+	}
+	run(t, ctx, "cancel it",
+		waitJS(textHas("#message-fields", strconv.FormatInt(v.DeliverAtMs, 10))),
+		chromedp.Click(chromedp.ID("cancel-message")),
+		waitJS(textHas("#message-detail", "No pending message has this id")),
+	)
+	if _, err := n.Client.Get(tctx, id); err == nil {
+		t.Fatal("the cancelled message is still pending")
+	}
+}

@@ -228,9 +228,9 @@ function renderSlot(s) {
         el('button', {disabled: p === 0, onclick: () => { wheelState.page--; renderSlot(s); }}, '‹'),
         `page ${p + 1} of ${pages}`,
         el('button', {disabled: p + 1 >= pages, onclick: () => { wheelState.page++; renderSlot(s); }}, '›'))),
-    el('table', {class: 'grid', id: 'slot-records'},
+    el('div', {class: 'scroll'}, el('table', {class: 'grid', id: 'slot-records'},
       el('thead', {}, el('tr', {}, ['offset', 'type', '', 'id', 'topic', 'due ms', 'due', 'attempts', 'bytes'].map((h) => el('th', {}, h)))),
-      el('tbody', {}, rows))));
+      el('tbody', {}, rows)))));
 }
 
 // drawOverflow draws the next week beyond the horizon hour by hour, and
@@ -245,7 +245,7 @@ function drawOverflow(info, over) {
     const i = Math.floor((b.start_ms - first) / HOUR);
     if (i >= 0 && i < HOURS) bars[i] += b.messages; else later += b.messages;
   }
-  const max = Math.max(1, ...bars), top = 10, base = cv.height - 28, bw = cv.width / HOURS;
+  const max = Math.max(1, ...bars), top = 10, base = cv.height - 18, bw = cv.width / HOURS;
   g.strokeStyle = '#2a3441'; g.fillStyle = '#8694a6'; g.font = '11px system-ui, sans-serif';
   for (let d = 0; d <= 7; d++) {
     const x = d * 24 * bw;
@@ -259,9 +259,7 @@ function drawOverflow(info, over) {
     g.fillStyle = heat(0.2 + 0.8 * n / max);
     g.fillRect(i * bw, base - hgt, Math.max(1, bw - 1), hgt);
   });
-  g.fillStyle = '#8694a6';
-  g.fillText(`from ${utc(first)}`, 4, cv.height - 2);
-  $('overflow-info').textContent = `${num(over.total)} messages beyond the horizon; ${num(over.total - later)} in the next 7 days, ${num(later)} later.`;
+  $('overflow-info').textContent = `${num(over.total)} messages beyond the horizon; ${num(over.total - later)} in the 7 days from ${utc(first)}, ${num(later)} later.`;
 }
 
 // ---- Topics ------------------------------------------------------------------
@@ -500,19 +498,35 @@ $('lookup-form').addEventListener('submit', (ev) => {
   if (id) location.hash = '#message/' + enc(id);
 });
 
+const keyPath = () => `/v1/topics/${enc($('key-topic').value.trim())}/keys/${enc($('key-key').value)}`;
+
 $('key-form').addEventListener('submit', async (ev) => {
   ev.preventDefault();
+  try {
+    const m = await call(keyPath());
+    location.hash = '#message/' + enc(m.id);
+  } catch (e) {
+    keyAnswer('error', e.status === 404 ? 'No pending message of this topic holds this key.' : e.message);
+  }
+});
+
+$('key-cancel').addEventListener('click', async () => {
+  if (!$('key-form').reportValidity()) return;
+  try {
+    const r = await call(keyPath(), {method: 'DELETE'});
+    keyAnswer('ok', `cancelled message ${r.id}`);
+  } catch (e) {
+    keyAnswer('error', e.message);
+  }
+});
+
+function keyAnswer(cls, text) {
+  shownID = '';
   const box = $('message-detail');
   box.hidden = false;
   box.dataset.shown = '';
-  shownID = '';
-  try {
-    const r = await call(`/v1/topics/${enc($('key-topic').value.trim())}/keys/${enc($('key-key').value)}`, {method: 'DELETE'});
-    box.replaceChildren(el('p', {class: 'ok'}, `cancelled message ${r.id}`));
-  } catch (e) {
-    box.replaceChildren(el('p', {class: 'error'}, e.message));
-  }
-});
+  box.replaceChildren(el('p', {class: cls, id: 'key-result'}, text));
+}
 
 // ---- Cluster -----------------------------------------------------------------
 
