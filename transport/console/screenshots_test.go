@@ -94,6 +94,7 @@ func TestConsoleScreenshots(t *testing.T) {
 	run(t, ctx, "open the wheel",
 		chromedp.Navigate(n.URL+"/ui/#wheel"),
 		waitJS(textHas("#overflow-info", "beyond the horizon")),
+		waitJS(textHas("#node", "node "+n.ID)),
 		clickSlot(top.Slot),
 		waitJS(textHas("#slot-panel", fmt.Sprintf("Slot %d", top.Slot))),
 	)
