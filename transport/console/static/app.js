@@ -70,10 +70,12 @@ function askToken(why) {
   if (!d.open) { d.showModal(); $('token-input').focus(); }
 }
 
-$('token-form').addEventListener('submit', () => {
+$('token-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
   token = $('token-input').value.trim();
   sessionStorage.setItem(TOKEN_KEY, token);
   $('token-input').value = '';
+  $('token-dialog').close();
   poll();
 });
 
