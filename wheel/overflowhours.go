@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
-
-	"github.com/cockroachdb/pebble"
 )
 
 // The overflow by hour: how many overflow messages are due in each hour,
@@ -20,16 +18,11 @@ import (
 // replicated state like the overflow itself (Dump lists them). A read
 // scans at most one key per hour that holds messages: at most 87,600 for a
 // ten-year horizon, usually a few hundred.
-//
-// An index written before the counts existed has no marker keyOverflowHours;
-// a read-write open counts its overflow once and records the marker.
 
 const pOverflowHour = 'w'
 
 // OverflowHourMs is the granularity of the overflow counts: one hour.
 const OverflowHourMs = 3_600_000
-
-var keyOverflowHours = []byte("soverflowhours")
 
 func overflowHourKey(hourMs int64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{pOverflowHour}, uint64(hourMs))
@@ -65,45 +58,6 @@ func (t *tx) commitOverflowHours() {
 			t.set(k, putU64(uint64(n)))
 		}
 	}
-}
-
-// countOverflowHours records the hour counts of an index that lacks them
-// (one scan of the overflow), and the marker that it has them. s.mu is held
-// or the store is not yet shared.
-func (s *Store) countOverflowHours() error {
-	v, err := s.get(keyOverflowHours)
-	if err != nil || v != nil {
-		return err
-	}
-	hours := map[int64]int64{}
-	if err := s.scan([]byte{pOverflow}, func(k, _ []byte) error {
-		if len(k) < 9 {
-			return fmt.Errorf("overflow key %x: %w", k, ErrInconsistent)
-		}
-		hours[hourOf(int64(u64(k[1:9])))]++
-		return nil
-	}); err != nil {
-		return err
-	}
-	b := s.db.NewBatch()
-	defer b.Close()
-	for h, n := range hours {
-		if err := b.Set(overflowHourKey(h), putU64(uint64(n)), nil); err != nil {
-			return fmt.Errorf("count the overflow by hour: %w", err)
-		}
-	}
-	if err := b.Set(keyOverflowHours, putU64(1), nil); err != nil {
-		return fmt.Errorf("count the overflow by hour: %w", err)
-	}
-	// Like the format marker: durable at once, whether or not the index
-	// runs with a WAL.
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("count the overflow by hour: %w", err)
-	}
-	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("count the overflow by hour: %w", err)
-	}
-	return nil
 }
 
 // OverflowBucket counts the overflow messages due in [StartMs, StartMs+width).

@@ -206,10 +206,6 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s.publishLocked(true)
 	if !opts.ReadOnly {
-		if err := s.countOverflowHours(); err != nil {
-			s.Close()
-			return nil, err
-		}
 		if err := s.recoverSegments(); err != nil {
 			s.Close()
 			return nil, err
