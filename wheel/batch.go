@@ -67,6 +67,9 @@ type tx struct {
 	// its placement (placement.go) stands for its meta.
 	implicit bool
 	placing  placing
+	// overHours are the changes to the overflow's counts by hour
+	// (overflowhours.go); nil until the batch touches the overflow.
+	overHours map[int64]int64
 }
 
 func (s *Store) newTx() *tx {
@@ -312,6 +315,7 @@ func (t *tx) commit() error {
 	if t.schedules != s.schedules {
 		t.set(keySchedules, putU64(uint64(t.schedules)))
 	}
+	t.commitOverflowHours()
 	if t.err != nil {
 		return t.err
 	}

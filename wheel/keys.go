@@ -18,9 +18,10 @@ import (
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
 //	's' name                           → scalars: applied index, cursor, next topic id, overflow count, schedules
+//	't' topic                          → topicID
 //	'u' name                           → a recurring schedule (schedule.go)
 //	'v' next_ms name                   → empty: the schedules by next occurrence
-//	't' topic                          → topicID
+//	'w' hour_ms                        → count of overflow messages due in that hour (overflowhours.go)
 //	'x' topicID                        → counts (delayed, ready, reserved, dead)
 //	'y' second                         → segment length: the bytes of the slot file the state covers
 //
@@ -49,7 +50,7 @@ const (
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 3
+const indexFormat = 4
 
 var (
 	keyApplied   = []byte("sapplied")
