@@ -79,10 +79,12 @@ func (n *Node) startDispatcher(ctx context.Context) {
 	n.hooks = hooks
 	n.mu.Unlock()
 	n.log.Info("leading: dispatcher started", "cursor", n.store().Cursor())
+	n.startScheduler(ctx)
 	go n.registerSelf(ctx)
 }
 
 func (n *Node) stopDispatcher() {
+	n.stopScheduler()
 	n.mu.Lock()
 	d := n.disp
 	n.disp = nil

@@ -34,6 +34,7 @@ type metrics struct {
 	streamed        *prometheus.CounterVec
 	streams         *prometheus.Desc
 	streamInflight  *prometheus.Desc
+	sched           *scheduleMetrics
 }
 
 func newMetrics(n *Node) *metrics {
@@ -84,6 +85,7 @@ func newMetrics(n *Node) *metrics {
 			Help:    "Start of a webhook request minus the message's deliver_at_ms.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
+		sched: newScheduleMetrics(n.store),
 	}
 }
 
@@ -95,6 +97,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.webhookAttempts.Describe(ch)
 	m.webhookLateness.Describe(ch)
 	m.streamed.Describe(ch)
+	m.sched.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.messages, m.pending, m.slots, m.handles, m.overflow, m.disk,
 		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight, m.streams, m.streamInflight} {
 		ch <- d
@@ -109,6 +112,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.webhookAttempts.Collect(ch)
 	m.webhookLateness.Collect(ch)
 	m.streamed.Collect(ch)
+	m.sched.Collect(ch)
 	st := m.n.store()
 	c := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, t, v, labels...)

@@ -60,13 +60,9 @@ func (s *Server) cancel(r *http.Request) (any, error) {
 }
 
 func (s *Server) cancelKey(r *http.Request) (any, error) {
-	topic, err := s.pathTopic(r)
+	topic, key, err := s.pathTopicKey(r)
 	if err != nil {
 		return nil, err
-	}
-	key := r.PathValue("key")
-	if key == "" || len(key) > s.cfg.Limits.MaxKeyLen {
-		return nil, invalid("key: must be 1 to %d bytes, got %d", s.cfg.Limits.MaxKeyLen, len(key))
 	}
 	return cancelled(s.b.Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
 }

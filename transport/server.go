@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/console"
 )
 
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
@@ -121,6 +122,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/messages/{id}", leader, s.cancel},
 		{"POST /v1/messages/{id}/reschedule", leader, s.reschedule},
 		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
+		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
 		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
 		{"GET /v1/topics/{topic}/stream", leader, s.streamTopic},
 		{"PUT /v1/topics/{topic}/webhook", leader, s.putWebhook},
@@ -134,10 +136,15 @@ func (s *Server) routes() []route {
 		{"POST /v1/topics/{topic}/dead/redrive", leader, s.redrive},
 		{"GET /v1/wheel", local, s.wheel},
 		{"GET /v1/wheel/slots/{slot}", local, s.slot},
+		{"GET /v1/wheel/overflow", local, s.overflow},
 		{"GET /v1/cluster", local, s.cluster},
 		{"GET /v1/backup", local, s.backup},
 		{"POST /v1/cluster/nodes", leader, s.addNode},
 		{"DELETE /v1/cluster/nodes/{id}", leader, s.removeNode},
+		{"PUT /v1/schedules/{name}", leader, s.putSchedule},
+		{"GET /v1/schedules/{name}", local, s.getSchedule},
+		{"DELETE /v1/schedules/{name}", leader, s.deleteSchedule},
+		{"GET /v1/schedules", local, s.listSchedules},
 	}
 }
 
@@ -161,6 +168,8 @@ func (s *Server) newMux() *http.ServeMux {
 	}
 	metrics := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("GET /metrics", metrics)
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
 		return nil, notFound("no route %s %s; see API.md for the endpoints", r.Method, r.URL.Path)
 	}}))

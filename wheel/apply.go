@@ -91,6 +91,12 @@ func (t *tx) apply(c Command) Result {
 		return t.setWebhook(c.Webhook)
 	case DeleteWebhook:
 		return t.deleteWebhook(c.Topic)
+	case SetSchedule:
+		return t.setSchedule(c)
+	case DeleteSchedule:
+		return t.deleteSchedule(c)
+	case AdvanceSchedules:
+		return t.advanceSchedules(c)
 	default:
 		return Result{Err: fmt.Errorf("%w: unknown command %T", ErrInvalid, c)}
 	}
@@ -526,7 +532,7 @@ func (t *tx) promote(before int64) int {
 			return 0
 		}
 		t.del(k)
-		t.overDel--
+		t.overflowAdd(int64(u64(k[1:9])), -1)
 		t.put(&m, tid, state, typ)
 	}
 	return len(keys)

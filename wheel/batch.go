@@ -35,7 +35,9 @@ type tx struct {
 	cursor  int64
 	nextTop uint32
 	overDel int64
-	sync    bool
+	// schedules is how many recurring schedules are stored.
+	schedules int64
+	sync      bool
 	// promoted is the due instant (ms) before which the overflow holds
 	// nothing: what lies before it was promoted, put never sends a message
 	// due within the horizon to the overflow, and the cursor, and with it
@@ -67,12 +69,16 @@ type tx struct {
 	// its placement (placement.go) stands for its meta.
 	implicit bool
 	placing  placing
+	// overHours are the changes to the overflow's counts by hour
+	// (overflowhours.go); nil until the batch touches the overflow.
+	overHours map[int64]int64
 }
 
 func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
+		schedules: s.schedules,
+		pend:      map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
 		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
@@ -308,6 +314,10 @@ func (t *tx) commit() error {
 	t.set(keyCursor, putU64(uint64(t.cursor)))
 	t.set(keyNextTopic, putU64(uint64(t.nextTop)))
 	t.set(keyOverflow, putU64(uint64(s.overflow+t.overDel)))
+	if t.schedules != s.schedules {
+		t.set(keySchedules, putU64(uint64(t.schedules)))
+	}
+	t.commitOverflowHours()
 	if t.err != nil {
 		return t.err
 	}
@@ -325,6 +335,7 @@ func (t *tx) commit() error {
 		return *p
 	}
 	s.applied, s.cursor, s.nextTopic, s.promoted = t.applied, t.cursor, t.nextTop, t.promoted
+	s.schedules = t.schedules
 	// An expired file may go only once its Expire is durable: at once when
 	// this batch was synced, else after the next flush (forced now and then
 	// so that files do not linger).

@@ -31,6 +31,9 @@ var codecCommandTypes = []wheel.Command{
 	wheel.Bury{},
 	wheel.SetWebhook{},
 	wheel.DeleteWebhook{},
+	wheel.SetSchedule{},
+	wheel.DeleteSchedule{},
+	wheel.AdvanceSchedules{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -103,8 +106,18 @@ func TestCodecEveryKindCovered(t *testing.T) {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
+	for k := wheel.KindSetWebhook; k <= wheel.KindDeleteWebhook; k++ {
+		if _, ok := seen[k]; !ok {
+			t.Errorf("kind %d has no command in codecCommandTypes", k)
+		}
+	}
+	for k := wheel.KindSetSchedule; k <= wheel.KindAdvanceSchedules; k++ {
+		if _, ok := seen[k]; !ok {
+			t.Errorf("kind %d has no command in codecCommandTypes", k)
+		}
+	}
 	// The first kind after the last known one is rejected.
-	next := byte(0)
+	var next byte
 	for k := range seen {
 		next = max(next, byte(k)+1)
 	}

@@ -29,6 +29,10 @@ const (
 	// 14 is taken.
 	KindSetWebhook    CommandKind = 15
 	KindDeleteWebhook CommandKind = 16
+
+	KindSetSchedule      CommandKind = 17
+	KindDeleteSchedule   CommandKind = 18
+	KindAdvanceSchedules CommandKind = 19
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -259,6 +263,14 @@ func EncodeCommands(cmds []Command) []byte {
 			e.webhook(c.Webhook)
 		case DeleteWebhook:
 			e.str(c.Topic)
+		case SetSchedule:
+			e.varint(c.NowMs)
+			e.scheduleSpec(&c.Spec)
+		case DeleteSchedule:
+			e.str(c.Name)
+		case AdvanceSchedules:
+			e.varint(c.NowMs)
+			e.advanceItems(c.Items)
 		default:
 			panic(fmt.Sprintf("wheel: encode unknown command %T", c))
 		}
@@ -323,6 +335,12 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, SetWebhook{Webhook: d.webhook()})
 		case KindDeleteWebhook:
 			cmds = append(cmds, DeleteWebhook{Topic: d.str()})
+		case KindSetSchedule:
+			cmds = append(cmds, SetSchedule{NowMs: d.varint(), Spec: d.scheduleSpec()})
+		case KindDeleteSchedule:
+			cmds = append(cmds, DeleteSchedule{Name: d.str()})
+		case KindAdvanceSchedules:
+			cmds = append(cmds, AdvanceSchedules{NowMs: d.varint(), Items: d.advanceItems()})
 		default:
 			if d.err == nil {
 				d.err = fmt.Errorf("%w: unknown command kind %d", ErrCorruptCommand, k)

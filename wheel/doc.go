@@ -19,6 +19,17 @@
 // message's redelivery into the slot of its deadline, so an expired lease
 // comes back by the same path as a due message.
 //
+// # Recurring schedules
+//
+// A schedule (schedule.go) is stored by name and indexed by its next
+// occurrence; its calendar (recurring.go) is a cron expression in a time
+// zone, parsed by github.com/robfig/cron/v3 with corrections for
+// daylight saving, or a fixed interval from a start. AdvanceSchedules,
+// which the leader proposes ahead of the occurrences' times, enqueues
+// each occurrence as an ordinary message keyed by it and computes the
+// next one from the previous and the time the leader stamped, never
+// from a clock.
+//
 // # Slot files and the index
 //
 // A slot file is an append-only log of message, lease and tombstone
@@ -26,8 +37,9 @@
 // is live. The index records each file's length, and Open cuts anything a
 // crash left past it, so the files never hold more than the index covers.
 // Pebble holds the rest (keys.go): each message's meta (state and place),
-// the overflow, the ready queues, the dead letters, keys, counts, topics,
-// nodes and the scalars. A message enqueued without a key straight into a
+// the overflow and its counts by the hour its messages are due
+// (overflowhours.go), the ready queues, the dead letters, keys, counts,
+// topics, nodes and the scalars. A message enqueued without a key straight into a
 // slot file has no meta of its own until it changes: its entry's
 // placements stand for it (placement.go). The index records its layout's
 // format; a store opens that format only.

@@ -12,14 +12,17 @@ import (
 //	'e' index                          → where an entry put its new messages (placement.go)
 //	'f' maxSecond index                → marker: an entry's placements, by their last slot
 //	'g' id                             → marker: a placed message that is gone
+//	'h' topic                          → the topic's webhook (webhook.go)
 //	'k' topicID key                    → id: the pending message holding a key
 //	'm' id                             → meta (state and location of a message)
 //	'n' node id                        → node metadata
-//	'w' topic                          → the topic's webhook
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
-//	's' name                           → scalars: applied index, cursor, next topic id, overflow count
+//	's' name                           → scalars: applied index, cursor, next topic id, overflow count, schedules
 //	't' topic                          → topicID
+//	'u' name                           → a recurring schedule (schedule.go)
+//	'v' next_ms name                   → empty: the schedules by next occurrence
+//	'w' hour_ms                        → count of overflow messages due in that hour (overflowhours.go)
 //	'x' topicID                        → counts (delayed, ready, reserved, dead)
 //	'y' second                         → segment length: the bytes of the slot file the state covers
 //
@@ -42,14 +45,14 @@ const (
 	pTopic    = 't'
 	pCounts   = 'x'
 	pNode     = 'n'
-	pWebhook  = 'w'
+	pWebhook  = 'h'
 	pScalar   = 's'
 )
 
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 3
+const indexFormat = 4
 
 var (
 	keyApplied   = []byte("sapplied")

@@ -301,11 +301,11 @@ func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 }
 
 // dumpPrefixes are the index's key prefixes whose keys Dump counts.
-var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pWebhook, pOverflow, pReady, pTopic, pCounts, pSegLen}
+var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pWebhook, pOverflow, pReady, pTopic, pCounts, pSegLen, pSchedule, pScheduleDue}
 
 // Dump writes the replicated state in a stable text form: the applied
 // index, the cursor, the next topic id and the overflow count; how many
-// index keys each prefix holds; every topic with its per-state counts;
+// index keys each prefix holds; the overflow's counts by hour; every topic with its per-state counts;
 // every node; every slot file with its recorded length, live records and
 // bytes; every key and the message holding it; and every message, by id,
 // with its state, place (slot second and offset, due ms), attempts, lease
@@ -328,6 +328,9 @@ func (s *Store) Dump(w io.Writer) error {
 		}
 		fmt.Fprintf(bw, "keys %c %d\n", p, n)
 	}
+	if err := s.dumpOverflowHours(bw); err != nil {
+		return err
+	}
 	for _, name := range slices.Sorted(maps.Keys(s.topics)) {
 		tid := s.topics[name]
 		c := s.counts[tid]
@@ -345,6 +348,9 @@ func (s *Store) Dump(w io.Writer) error {
 	for _, sec := range slices.Sorted(maps.Keys(lens)) {
 		l := lens[sec]
 		fmt.Fprintf(bw, "slot %d length %d live %d bytes %d\n", sec, l.Length, l.Live, l.Bytes)
+	}
+	if err := s.dumpSchedules(bw); err != nil {
+		return err
 	}
 	if err := s.scan([]byte{pKey}, func(k, v []byte) error {
 		id, err := IDFromBytes(v)

@@ -48,15 +48,13 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 	if len(args) < 3 {
 		return args, nil
 	}
-	cmd := app.Command(args[1])
-	head := 2 // the program and command names
+	cmd, head := app.Command(args[1]), 2
 	if cmd != nil && len(cmd.Subcommands) > 0 {
-		cmd, head = subcommand(cmd, args[2]), 3
+		cmd, head = cmd.Command(args[2]), 3 // a subcommand's flags follow it
 	}
 	if cmd == nil || cmd.SkipFlagParsing || len(cmd.Subcommands) > 0 {
 		return args, nil
 	}
-	name := strings.Join(args[1:head], " ")
 	var flags, positional, afterDash []string
 	dashDash := false
 	rest := args[head:]
@@ -70,12 +68,13 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 			positional = append(positional, a)
 		default:
 			flags = append(flags, a)
-			flag := strings.TrimLeft(a, "-")
-			if strings.Contains(flag, "=") || !takesValue(cmd, flag) {
+			name := strings.TrimLeft(a, "-")
+			if strings.Contains(name, "=") || !takesValue(cmd, name) {
 				continue
 			}
 			if i+1 == len(rest) {
-				return nil, fmt.Errorf("%s %s: --%s needs a value (see %s %s --help)", app.Name, name, flag, app.Name, name)
+				full := app.Name + " " + strings.Join(args[1:head], " ")
+				return nil, fmt.Errorf("%s: --%s needs a value (see %s --help)", full, name, full)
 			}
 			i++
 			flags = append(flags, rest[i])
@@ -86,16 +85,6 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 		out = append(out, "--")
 	}
 	return append(append(out, positional...), afterDash...), nil
-}
-
-// subcommand returns cmd's subcommand called name, or nil.
-func subcommand(cmd *cli.Command, name string) *cli.Command {
-	for _, sub := range cmd.Subcommands {
-		if sub.HasName(name) {
-			return sub
-		}
-	}
-	return nil
 }
 
 // takesValue reports whether cmd has a flag named name that takes a value.
