@@ -42,6 +42,7 @@ func newReceiver(t *testing.T, status int, hang bool) *receiver {
 		b, _ := io.ReadAll(r.Body)
 		rc.mu.Lock()
 		rc.got = append(rc.got, hookReq{header: r.Header.Clone(), body: string(b)})
+		status := rc.status
 		rc.mu.Unlock()
 		if rc.hang {
 			select {
@@ -51,7 +52,7 @@ func newReceiver(t *testing.T, status int, hang bool) *receiver {
 			}
 			return
 		}
-		w.WriteHeader(rc.status)
+		w.WriteHeader(status)
 	}))
 	t.Cleanup(func() {
 		close(rc.stop)
@@ -134,6 +135,20 @@ func TestWebhookRetriesWithBackoffThenDead(t *testing.T) {
 		equal(t, "attempt header", r.header.Get("Delaywheel-Attempt"), strconv.Itoa(i+1))
 	}
 	equal(t, "time the clock moved", e.now()-start, int64(3000))
+
+	// Redriven, a dead message goes to the webhook again, attempts reset.
+	rc.mu.Lock()
+	rc.status = http.StatusOK
+	rc.mu.Unlock()
+	n, err := e.c.Redrive(ctx, "r", nil)
+	check(t, "redrive", err)
+	equal(t, "redriven", n, 1)
+	e.Eventually(t, "the redriven message posted and acked", func() bool {
+		ts, err := e.c.Topics(ctx)
+		check(t, "topics", err)
+		return len(rc.requests()) == 4 && len(ts) == 1 && ts[0] == api.TopicCounts{Topic: "r"}
+	})
+	equal(t, "attempt after the redrive", rc.requests()[3].header.Get("Delaywheel-Attempt"), "1")
 }
 
 func TestWebhookCancelledMessageNeverPosted(t *testing.T) {
