@@ -59,6 +59,10 @@ type Config struct {
 	// RedeliveryBackoff is added to a lease's expiry before an unacked message
 	// comes back; it grows with attempts up to 60 s. Negative: none.
 	RedeliveryBackoff time.Duration
+	// WebhookAllow, when set, is asked before each webhook request whether
+	// its host may be called (--webhook-allow); a refused host is a failed
+	// attempt. It holds when the list changed since the webhook was stored.
+	WebhookAllow func(host string) error
 
 	// Limits.
 	MaxTopics       int // distinct topics

@@ -64,7 +64,7 @@ func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []wheel.Deli
 // startWebhooks starts the leader's sender on d.
 func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
 	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
-		Clock: n.clock, Logger: n.log,
+		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
 		Observe: func(topic, outcome string, late float64) {
 			n.met.webhookAttempts.WithLabelValues(outcome).Inc()
 			n.met.webhookLateness.Observe(late)

@@ -133,11 +133,14 @@ func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (wheel.We
 	return w, nil
 }
 
-// allowHost checks a webhook's host against Config.WebhookAllow: a host
-// name listed as it is, or an IP address inside a listed CIDR or equal to
-// a listed address. An empty list allows every host.
-func (s *Server) allowHost(host string) error {
-	allow := s.cfg.WebhookAllow
+// allowHost checks a webhook's host against Config.WebhookAllow.
+func (s *Server) allowHost(host string) error { return WebhookHostAllowed(s.cfg.WebhookAllow, host) }
+
+// WebhookHostAllowed checks a webhook's host against an allow list
+// (--webhook-allow): a host name listed as it is, or an IP address inside
+// a listed CIDR or equal to a listed address. An empty list allows every
+// host. The error is a 400 naming the host.
+func WebhookHostAllowed(allow []string, host string) error {
 	if len(allow) == 0 {
 		return nil
 	}

@@ -62,6 +62,9 @@ type Config struct {
 	// Observe, when set, hears each request's outcome and its lateness
 	// in seconds (start minus due time).
 	Observe func(topic, outcome string, lateness float64)
+	// Allow, when set, says whether a URL's host may be called; a host it
+	// refuses is a failed attempt (OutcomeRefused), never dialed.
+	Allow func(host string) error
 }
 
 // Sender sends the due messages of every topic with a webhook.
@@ -260,6 +263,12 @@ func (ts *topicSender) post(d wheel.Delivery) string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(d.Body))
 	if err != nil {
 		return OutcomeRefused
+	}
+	if allow := ts.s.cfg.Allow; allow != nil {
+		if err := allow(req.URL.Hostname()); err != nil {
+			ts.s.cfg.Logger.Warn("webhook host not allowed", "topic", h.Topic, "err", err)
+			return OutcomeRefused
+		}
 	}
 	for k, v := range d.Headers {
 		req.Header.Set(k, v)

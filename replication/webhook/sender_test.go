@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -158,5 +159,32 @@ func TestRefusedAndAcked(t *testing.T) {
 	defer n.mu.Unlock()
 	if len(n.acks) != 1 || len(n.nacks) != 0 {
 		t.Fatalf("acks %v nacks %v", n.acks, n.nacks)
+	}
+}
+
+func TestHostNotAllowedIsNeverDialed(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	n := newFake()
+	s := New(n, Config{Allow: func(host string) error { return errors.New("not allowed: " + host) }})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	n.mu.Lock()
+	nacks := len(n.nacks)
+	n.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 0 || nacks != 1 {
+		t.Fatalf("%d requests, %d nacks; want 0 and 1", calls, nacks)
 	}
 }
