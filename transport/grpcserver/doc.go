@@ -1,0 +1,26 @@
+// Package grpcserver serves the gRPC API of delaywheel (the Delaywheel
+// service of transport/api/delaywheel.proto) on the same transport.Backend
+// as the HTTP server, with the HTTP API's validation, limits, errors and
+// token: it owns only what is particular to gRPC — the mapping of the
+// generated types, of answers to status codes, the interceptor that checks
+// the token and the leader, grpc.health.v1 and reflection.
+//
+// # Status codes
+//
+// An HTTP answer's status maps to a code: 400 INVALID_ARGUMENT, 401
+// UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 413 and 429
+// RESOURCE_EXHAUSTED (429, which may be retried, with a RetryInfo), 503
+// UNAVAILABLE (with a RetryInfo), 500 INTERNAL. Every error carries an
+// ErrorInfo whose reason is the API.md code ("too_large", "overloaded").
+//
+// # Followers
+//
+// Calls that change state, and Reserve, are answered by the leader. A
+// follower does not forward them: it answers UNAVAILABLE, with an ErrorInfo
+// of reason NOT_LEADER whose metadata gives the leader's id-free HTTP
+// address (leader_http_addr) when one is known. The replicated member
+// metadata holds no gRPC address, so a client keeps the nodes' gRPC
+// addresses itself and moves to the next (the Go client does, given
+// several). Reads (Get, Topics, DeadLetters, Wheel, Slot, Cluster) are
+// answered by any node from its own state, as over HTTP.
+package grpcserver
