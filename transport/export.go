@@ -81,7 +81,9 @@ func ParseID(name, raw string) (wheel.ID, error) {
 }
 
 // ParseReceipts checks and parses the receipts of an ack, nack or touch.
-func ParseReceipts(list []string, lim Limits) ([]wheel.Receipt, error) { return parseReceipts(list, lim) }
+func ParseReceipts(list []string, lim Limits) ([]wheel.Receipt, error) {
+	return parseReceipts(list, lim)
+}
 
 // ParseIDs checks and parses the message ids of a redrive (none = all).
 func ParseIDs(list []string, lim Limits) ([]wheel.ID, error) { return parseIDs(list, lim) }
