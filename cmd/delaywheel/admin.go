@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func when(c *cli.Context) (delayMs, deliverAtMs *int64, err error) {
 // withCommonFlags adds --addr, --token-file and --json to cmd.
 func withCommonFlags(cmd *cli.Command) *cli.Command {
 	cmd.Flags = append(cmd.Flags,
-		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "HTTP address of any node"},
+		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "address of any node: its HTTP API, or its gRPC API as grpc://host:port (several, comma-separated: grpc://n1:7072,n2:7072)"},
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"DELAYWHEEL_TOKEN_FILE"}, Usage: "file holding the bearer token"},
 		&cli.BoolFlag{Name: "json", Usage: "print the raw JSON answer, indented"},
 	)
@@ -145,8 +146,28 @@ func withCommonFlags(cmd *cli.Command) *cli.Command {
 // session is one command's connection and output.
 type session struct {
 	c   *cli.Context
-	cl  *client.Client
+	cl  nodeAPI
 	raw []byte // the last JSON answer
+}
+
+// nodeAPI is what the commands call: the HTTP client, or the gRPC one for
+// an --addr of grpc://.
+type nodeAPI interface {
+	Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result, error)
+	Get(ctx context.Context, id string) (api.MessageView, error)
+	Cancel(ctx context.Context, id string) (api.Cancelled, error)
+	CancelKey(ctx context.Context, topic, key string) (api.Cancelled, error)
+	Reschedule(ctx context.Context, id string, req api.RescheduleRequest) (api.Rescheduled, error)
+	Reserve(ctx context.Context, topic string, req api.ReserveRequest) ([]api.Delivery, error)
+	Ack(ctx context.Context, receipts []string) (api.AckResponse, error)
+	Nack(ctx context.Context, receipts []string, delayMs int64) (api.NackResponse, error)
+	Touch(ctx context.Context, receipts []string) (api.TouchResponse, error)
+	Topics(ctx context.Context) ([]api.TopicCounts, error)
+	Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error)
+	Redrive(ctx context.Context, topic string, ids []string) (int, error)
+	Wheel(ctx context.Context) (api.Wheel, error)
+	Slot(ctx context.Context, slot int, records bool) (api.Slot, error)
+	Cluster(ctx context.Context) (api.Cluster, error)
 }
 
 // newSession checks the number of arguments and builds the client.
@@ -155,15 +176,23 @@ func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 		return nil, fmt.Errorf("usage: %s %s [flags] %s (see %s %s --help)", c.App.Name, c.Command.Name, c.Command.ArgsUsage, c.App.Name, c.Command.Name)
 	}
 	s := &session{c: c}
-	opts := []client.Option{client.WithRawResponse(func(b []byte) { s.raw = b })}
+	token := ""
 	if path := c.String("token-file"); path != "" {
 		tok, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("reading the token file: %w", err)
 		}
-		opts = append(opts, client.WithToken(strings.TrimSpace(string(tok))))
+		token = strings.TrimSpace(string(tok))
 	}
-	s.cl = client.New(c.String("addr"), opts...)
+	if addr := c.String("addr"); client.IsGRPC(addr) {
+		g, err := client.NewGRPC(addr, client.WithGRPCToken(token), client.WithGRPCRawResponse(func(b []byte) { s.raw = b }))
+		if err != nil {
+			return nil, fmt.Errorf("--addr: %w", err)
+		}
+		s.cl = g // its connections end with the command
+		return s, nil
+	}
+	s.cl = client.New(c.String("addr"), client.WithRawResponse(func(b []byte) { s.raw = b }), client.WithToken(token))
 	return s, nil
 }
 

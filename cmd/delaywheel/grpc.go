@@ -14,18 +14,19 @@ import (
 func grpcOff(addr string) bool { return addr == "" || addr == "off" }
 
 // startGRPC serves the gRPC API on addr next to the HTTP server srv, with
-// its token, limits and TLS, until ctx ends. wait returns once it stopped;
-// with the API off, it returns at once.
-func startGRPC(ctx context.Context, addr string, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, b transport.Backend) (wait func() error, err error) {
+// its token, limits and TLS, until ctx ends, and returns the address it
+// listens on ("off" when off). wait returns once it stopped; with the API
+// off, it returns at once.
+func startGRPC(ctx context.Context, addr string, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, b transport.Backend) (bound string, wait func() error, err error) {
 	if grpcOff(addr) {
-		return func() error { return nil }, nil
+		return "off", func() error { return nil }, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
+		return "", nil, fmt.Errorf("--grpc-addr: %w", err)
 	}
 	gs := grpcserver.New(grpcserver.Config{HTTP: tcfg, TLS: serverTLS, Cluster: srv.ClusterView}, b)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(ctx, ln) }()
-	return func() error { return <-done }, nil
+	return ln.Addr().String(), func() error { return <-done }, nil
 }

@@ -328,7 +328,7 @@ func runServer(c *cli.Context) error {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
-	waitGRPC, err := startGRPC(httpCtx, c.String("grpc-addr"), tcfg, serverTLS, srv, node)
+	grpcAddr, waitGRPC, err := startGRPC(httpCtx, c.String("grpc-addr"), tcfg, serverTLS, srv, node)
 	if err != nil {
 		stopHTTP()
 		<-served
@@ -344,7 +344,7 @@ func runServer(c *cli.Context) error {
 		scheme = "https"
 	}
 	go announce(sigCtx, logger, node, self, c.String("join"), token, scheme, tcfg.LeaderTransport)
-	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "grpc", c.String("grpc-addr"), "raft", c.String("raft-addr"), "data", dataDir)
+	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "grpc", grpcAddr, "raft", c.String("raft-addr"), "data", dataDir)
 
 	select {
 	case <-sigCtx.Done():

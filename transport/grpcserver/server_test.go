@@ -322,7 +322,9 @@ func TestShutdownEndsLongPolls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	b := waiting{Backend: kn.Node, started: make(chan struct{}, 1)}
-	go func() { done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, b).Serve(ctx, ln) }()
+	go func() {
+		done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, b).Serve(ctx, ln)
+	}()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
