@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync/atomic"
 
@@ -172,7 +171,7 @@ func errorOfStatus(err error) error {
 	if !ok {
 		return err
 	}
-	e := &Error{Status: httpStatusOf(st.Code()), Message: st.Message()}
+	e := &Error{Status: api.HTTPStatus(st.Code()), Message: st.Message()}
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
@@ -188,24 +187,4 @@ func errorOfStatus(err error) error {
 		e.Code = strings.ToLower(st.Code().String())
 	}
 	return e
-}
-
-// httpStatusOf is the HTTP status of the API's answer with gRPC code c.
-func httpStatusOf(c codes.Code) int {
-	switch c {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.FailedPrecondition:
-		return http.StatusConflict
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
-	}
 }

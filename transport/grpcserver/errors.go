@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -24,31 +23,11 @@ const ReasonNotLeader = "NOT_LEADER"
 // MetaLeaderHTTP is the ErrorInfo metadata key of the leader's HTTP address.
 const MetaLeaderHTTP = "leader_http_addr"
 
-// codeOf maps an HTTP status of the API to its gRPC code.
-func codeOf(httpStatus int) codes.Code {
-	switch httpStatus {
-	case http.StatusBadRequest:
-		return codes.InvalidArgument
-	case http.StatusUnauthorized:
-		return codes.Unauthenticated
-	case http.StatusNotFound:
-		return codes.NotFound
-	case http.StatusConflict:
-		return codes.FailedPrecondition
-	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		return codes.ResourceExhausted
-	case http.StatusServiceUnavailable:
-		return codes.Unavailable
-	default:
-		return codes.Internal
-	}
-}
-
 // statusOf is the gRPC status of err: the HTTP API's answer to it, mapped.
 // meta, when set, is added to the ErrorInfo.
 func statusOf(err error, reason string, meta map[string]string) error {
 	e := transport.ToError(err)
-	st := status.New(codeOf(e.Status), e.Message)
+	st := status.New(api.GRPCCode(e.Status), e.Message)
 	if reason == "" {
 		reason = e.Code
 	}
