@@ -33,10 +33,15 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 		return nil, err
 	}
 	res, err := s.b.Enqueue(r.Context(), msgs)
-	resp := api.EnqueueResponse{Results: resultsOf(res)}
-	if err != nil || !acceptsMediaType(r.Header.Get("Accept"), api.ContentTypeProto) {
-		return resp, err
+	if err != nil {
+		return nil, err
 	}
+	if !acceptsMediaType(r.Header.Get("Accept"), api.ContentTypeProto) {
+		return stream(func(w http.ResponseWriter) error {
+			return writeBody(w, http.StatusOK, "application/json", appendResults(make([]byte, 0, 16+96*len(res)), res))
+		}), nil
+	}
+	resp := api.EnqueueResponse{Results: resultsOf(res)}
 	return stream(func(w http.ResponseWriter) error {
 		return writeBody(w, http.StatusOK, api.ContentTypeProto, api.AppendEnqueueResponse(nil, resp))
 	}), nil

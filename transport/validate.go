@@ -43,8 +43,8 @@ func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessag
 func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 	// One strict pass decodes a good request; only a bad one is decoded
 	// again message by message, so that the error can name its index.
-	var req api.EnqueueRequest
-	if decodeStrict(data, &req, "") == nil {
+	req, ok := fastEnqueue(data)
+	if ok || decodeStrict(data, &req, "") == nil {
 		if err := checkCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
 			return api.EnqueueRequest{}, err
 		}
