@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -51,6 +52,28 @@ func TestAppendResults(t *testing.T) {
 		writeJSON(w, http.StatusOK, api.EnqueueResponse{Results: resultsOf(es)})
 		if got := string(appendResults(nil, es)); got != w.Body.String() {
 			t.Errorf("appendResults %q\n   writeJSON %q", got, w.Body.String())
+		}
+	}
+}
+
+// BenchmarkParseEnqueue decodes the bench's enqueue body: 100 messages of
+// 100-byte bodies with an absolute due time.
+func BenchmarkParseEnqueue(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"messages":[`)
+	for i := range 100 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(`{"topic":"bench","body":"` + strings.Repeat("x", 100) + `","deliver_at_ms":1732247400000}`)
+	}
+	body.WriteString(`]}`)
+	lim := DefaultLimits()
+	b.SetBytes(int64(body.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseEnqueue(body.Bytes(), lim); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

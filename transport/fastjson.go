@@ -27,9 +27,10 @@ func fastEnqueue(data []byte) (req api.EnqueueRequest, ok bool) {
 	if !d.byte('{') || d.key() != "messages" || !d.byte(':') || !d.byte('[') {
 		return req, false
 	}
-	// The counts size the slabs for the common batch: one number and one
-	// body per message.
-	n := bytes.Count(data, []byte(`"topic"`))
+	// Every message is an object, so the count of '{' (one byte: counted
+	// with SIMD) bounds the batch and sizes the slabs for the common one: a
+	// number and a body per message.
+	n := bytes.Count(data, []byte{'{'})
 	d.ints = make([]int64, 0, n)
 	d.strs = make([]string, 0, n)
 	req.Messages = make([]api.Message, 0, n)
@@ -104,21 +105,24 @@ func (d *fastDecoder) raw() (start, end int, ok bool) {
 		return 0, 0, false
 	}
 	start = d.pos
-	ascii := true
-	for ; d.pos < len(d.data); d.pos++ {
-		c := d.data[d.pos]
-		switch {
-		case c == '"':
-			end = d.pos
-			d.pos++
-			return start, end, ascii || utf8.Valid(d.data[start:end])
-		case c == '\\' || c < 0x20:
-			return 0, 0, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
+	q := bytes.IndexByte(d.data[start:], '"')
+	if q < 0 {
+		return 0, 0, false
 	}
-	return 0, 0, false
+	end = start + q
+	span := d.data[start:end]
+	if bytes.IndexByte(span, '\\') >= 0 {
+		return 0, 0, false
+	}
+	ascii := true
+	for _, c := range span {
+		if c < 0x20 {
+			return 0, 0, false
+		}
+		ascii = ascii && c < utf8.RuneSelf
+	}
+	d.pos = end + 1
+	return start, end, ascii || utf8.Valid(span)
 }
 
 // key consumes an object key; "" when there is none the fast path takes.
