@@ -53,19 +53,29 @@ func ProtoEnqueueRequest(req EnqueueRequest) (*pb.EnqueueRequest, error) {
 // MessageOf returns the message p carries. An empty body is no body, as
 // when the JSON form omits it.
 func MessageOf(p *pb.Message) Message {
+	var body string
+	return messageOf(p, &body)
+}
+
+// messageOf is MessageOf with the body copied into *body.
+func messageOf(p *pb.Message, body *string) Message {
 	m := Message{Topic: p.GetTopic(), DelayMs: p.DelayMs, DeliverAtMs: p.DeliverAtMs, Key: p.GetKey(),
 		Priority: p.GetPriority(), TTRMs: p.TtrMs, MaxAttempts: p.MaxAttempts, Headers: p.GetHeaders()}
 	if len(p.GetBody()) > 0 {
-		m.Body = Ptr(string(p.GetBody()))
+		*body = string(p.GetBody())
+		m.Body = body
 	}
 	return m
 }
 
-// EnqueueRequestOf returns the request p carries.
+// EnqueueRequestOf returns the request p carries. The bodies' strings
+// share one slab, so a batch costs one allocation for them instead of one
+// per message.
 func EnqueueRequestOf(p *pb.EnqueueRequest) EnqueueRequest {
 	req := EnqueueRequest{Messages: make([]Message, len(p.GetMessages()))}
+	bodies := make([]string, len(req.Messages))
 	for i, m := range p.GetMessages() {
-		req.Messages[i] = MessageOf(m)
+		req.Messages[i] = messageOf(m, &bodies[i])
 	}
 	return req
 }

@@ -82,7 +82,8 @@ func NewGRPC(addrs string, opts ...GRPCOption) (*GRPC, error) {
 		if a == "" {
 			continue
 		}
-		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds))
+		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("delaywheel: gRPC address %q: %w", a, err)
