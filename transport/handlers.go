@@ -65,12 +65,8 @@ func (s *Server) cancel(r *http.Request) (any, error) {
 }
 
 func (s *Server) cancelKey(r *http.Request) (any, error) {
-	topic, err := s.pathTopic(r)
+	topic, key, err := s.pathTopicKey(r)
 	if err != nil {
-		return nil, err
-	}
-	key := r.PathValue("key")
-	if err := ValidateKey(key, s.cfg.Limits); err != nil {
 		return nil, err
 	}
 	return cancelled(s.b.Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/console"
 )
 
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
@@ -119,6 +120,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/messages/{id}", leader, s.cancel},
 		{"POST /v1/messages/{id}/reschedule", leader, s.reschedule},
 		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
+		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
 		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
 		{"POST /v1/ack", leader, s.ack},
 		{"POST /v1/nack", leader, s.nack},
@@ -128,6 +130,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/topics/{topic}/dead/redrive", leader, s.redrive},
 		{"GET /v1/wheel", local, s.wheel},
 		{"GET /v1/wheel/slots/{slot}", local, s.slot},
+		{"GET /v1/wheel/overflow", local, s.overflow},
 		{"GET /v1/cluster", local, s.cluster},
 		{"GET /v1/backup", local, s.backup},
 		{"POST /v1/cluster/nodes", leader, s.addNode},
@@ -155,6 +158,8 @@ func (s *Server) newMux() *http.ServeMux {
 	}
 	metrics := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("GET /metrics", metrics)
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
 		return nil, notFound("no route %s %s; see API.md for the endpoints", r.Method, r.URL.Path)
 	}}))

@@ -522,7 +522,7 @@ func (t *tx) promote(before int64) int {
 			return 0
 		}
 		t.del(k)
-		t.overDel--
+		t.overflowAdd(int64(u64(k[1:9])), -1)
 		t.put(&m, tid, state, typ)
 	}
 	return len(keys)

@@ -65,6 +65,9 @@ type tx struct {
 	// its placement (placement.go) stands for its meta.
 	implicit bool
 	placing  placing
+	// overHours are the changes to the overflow's counts by hour
+	// (overflowhours.go); nil until the batch touches the overflow.
+	overHours map[int64]int64
 }
 
 func (s *Store) newTx() *tx {
@@ -306,6 +309,7 @@ func (t *tx) commit() error {
 	t.set(keyCursor, putU64(uint64(t.cursor)))
 	t.set(keyNextTopic, putU64(uint64(t.nextTop)))
 	t.set(keyOverflow, putU64(uint64(s.overflow+t.overDel)))
+	t.commitOverflowHours()
 	if t.err != nil {
 		return t.err
 	}

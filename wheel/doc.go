@@ -26,8 +26,9 @@
 // is live. The index records each file's length, and Open cuts anything a
 // crash left past it, so the files never hold more than the index covers.
 // Pebble holds the rest (keys.go): each message's meta (state and place),
-// the overflow, the ready queues, the dead letters, keys, counts, topics,
-// nodes and the scalars. A message enqueued without a key straight into a
+// the overflow and its counts by the hour its messages are due
+// (overflowhours.go), the ready queues, the dead letters, keys, counts,
+// topics, nodes and the scalars. A message enqueued without a key straight into a
 // slot file has no meta of its own until it changes: its entry's
 // placements stand for it (placement.go). The index records its layout's
 // format; a store opens that format only.

@@ -19,6 +19,7 @@ import (
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
 //	's' name                           → scalars: applied index, cursor, next topic id, overflow count
 //	't' topic                          → topicID
+//	'w' hour_ms                        → count of overflow messages due in that hour (overflowhours.go)
 //	'x' topicID                        → counts (delayed, ready, reserved, dead)
 //	'y' second                         → segment length: the bytes of the slot file the state covers
 //
@@ -47,7 +48,7 @@ const (
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 3
+const indexFormat = 4
 
 var (
 	keyApplied   = []byte("sapplied")

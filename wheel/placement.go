@@ -46,7 +46,7 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 	default:
 		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)
 		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
-		t.overDel++
+		t.overflowAdd(m.DeliverAtMs, 1)
 		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
 			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs})
 	}
@@ -137,7 +137,7 @@ func (t *tx) unplace(id ID, mt meta) {
 		t.event(Event{Kind: EventRemoved, Second: mt.Second, ID: id})
 	case locOverflow:
 		t.del(overflowKey(mt.DueMs, id))
-		t.overDel--
+		t.overflowAdd(mt.DueMs, -1)
 	case locReady:
 		t.del(readyKey(mt.TopicID, mt.DueMs, mt.Priority, id))
 	case locDead:

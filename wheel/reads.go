@@ -305,7 +305,7 @@ var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, 
 
 // Dump writes the replicated state in a stable text form: the applied
 // index, the cursor, the next topic id and the overflow count; how many
-// index keys each prefix holds; every topic with its per-state counts;
+// index keys each prefix holds; the overflow's counts by hour; every topic with its per-state counts;
 // every node; every slot file with its recorded length, live records and
 // bytes; every key and the message holding it; and every message, by id,
 // with its state, place (slot second and offset, due ms), attempts, lease
@@ -327,6 +327,9 @@ func (s *Store) Dump(w io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(bw, "keys %c %d\n", p, n)
+	}
+	if err := s.dumpOverflowHours(bw); err != nil {
+		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.topics)) {
 		tid := s.topics[name]
