@@ -17,10 +17,17 @@
 //
 // Calls that change state, and Reserve, are answered by the leader. A
 // follower does not forward them: it answers UNAVAILABLE, with an ErrorInfo
-// of reason NOT_LEADER whose metadata gives the leader's id-free HTTP
-// address (leader_http_addr) when one is known. The replicated member
+// of reason NOT_LEADER whose metadata gives the leader's HTTP address
+// (leader_http_addr) when one is known. The replicated member
 // metadata holds no gRPC address, so a client keeps the nodes' gRPC
 // addresses itself and moves to the next (the Go client does, given
 // several). Reads (Get, Topics, DeadLetters, Wheel, Slot, Cluster) are
 // answered by any node from its own state, as over HTTP.
+//
+// # Limits
+//
+// The HTTP API's limits apply as they are, with one addition: a call's
+// message is at most Limits.MaxRequestBytes (larger ones are refused by
+// gRPC itself with RESOURCE_EXHAUSTED). Long-polls (Reserve with wait_ms)
+// count against a pool of Limits.MaxWaiters of their own.
 package grpcserver
