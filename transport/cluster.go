@@ -28,7 +28,9 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
 		}
 	}
-	return s.clusterView(r.Context(), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
+	view, err := s.clusterView(r.Context(), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
+	view.GRPCAddr = s.cfg.GRPCAddr
+	return view, err
 }
 
 // clusterView answers the view of cluster: this node's own when local, the

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -100,6 +101,19 @@ func Overloaded(limit int) *Error {
 // header to send to the other members.
 func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, error) {
 	return s.clusterView(ctx, false, false, auth)
+}
+
+// LeaderGRPC asks the leader, at its HTTP address leaderHTTP, for its gRPC
+// address; auth is the Authorization to send.
+func (s *Server) LeaderGRPC(ctx context.Context, leaderHTTP, auth string) (string, error) {
+	var lv api.Cluster
+	if err := s.ask(ctx, leaderHTTP, "/v1/cluster?local=true", auth, &lv); err != nil {
+		return "", fmt.Errorf("asking the leader at %s for its gRPC address: %w", leaderHTTP, err)
+	}
+	if lv.GRPCAddr == "" {
+		return "", fmt.Errorf("the leader at %s serves no gRPC", leaderHTTP)
+	}
+	return lv.GRPCAddr, nil
 }
 
 // Unauthenticated is the 401 answer of a call without the right token;

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
@@ -13,20 +14,36 @@ import (
 // grpcOff reports whether a --grpc-addr turns the gRPC API off.
 func grpcOff(addr string) bool { return addr == "" || addr == "off" }
 
-// startGRPC serves the gRPC API on addr next to the HTTP server srv, with
-// its token, limits and TLS, until ctx ends, and returns the address it
-// listens on ("off" when off). wait returns once it stopped; with the API
-// off, it returns at once.
-func startGRPC(ctx context.Context, addr string, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, b transport.Backend) (bound string, wait func() error, err error) {
+// listenGRPC listens on --grpc-addr and returns the listener (nil when the
+// API is off) and the address the node gives others: the flag's host with
+// the port it got.
+func listenGRPC(addr string) (ln net.Listener, advertised string, err error) {
 	if grpcOff(addr) {
-		return "off", func() error { return nil }, nil
+		return nil, "", nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err = net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, "", fmt.Errorf("--grpc-addr: %w", err)
 	}
-	gs := grpcserver.New(grpcserver.Config{HTTP: tcfg, TLS: serverTLS, Cluster: srv.ClusterView}, b)
+	host, _, _ := net.SplitHostPort(addr)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return ln, net.JoinHostPort(host, port), nil
+}
+
+// serveGRPC serves the gRPC API on ln (nil: off) next to the HTTP server
+// srv, with its token, limits and TLS, until ctx ends; a follower forwards
+// the leader's calls to the gRPC address the leader's HTTP API reports,
+// with the TLS the HTTP API forwards with. wait returns once it stopped.
+func serveGRPC(ctx context.Context, ln net.Listener, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, b transport.Backend) (wait func() error) {
+	if ln == nil {
+		return func() error { return nil }
+	}
+	cfg := grpcserver.Config{HTTP: tcfg, TLS: serverTLS, Cluster: srv.ClusterView, LeaderGRPC: srv.LeaderGRPC}
+	if tr, ok := tcfg.LeaderTransport.(*http.Transport); ok && serverTLS != nil {
+		cfg.LeaderTLS = tr.TLSClientConfig // nil: the system's roots
+	}
+	gs := grpcserver.New(cfg, b)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(ctx, ln) }()
-	return ln.Addr().String(), func() error { return <-done }, nil
+	return func() error { return <-done }
 }

@@ -17,10 +17,11 @@ func TestCommandsOverGRPC(t *testing.T) {
 	n := newNode(t, "tok")
 	ctx, cancel := context.WithCancel(context.Background())
 	tcfg := transport.Config{Clock: n.Clock.Now, AuthToken: "tok"}
-	bound, wait, err := startGRPC(ctx, "127.0.0.1:0", tcfg, nil, transport.NewServer(tcfg, n.Node.Node), n.Node.Node)
+	ln, bound, err := listenGRPC("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	wait := serveGRPC(ctx, ln, tcfg, nil, transport.NewServer(tcfg, n.Node.Node), n.Node.Node)
 	t.Cleanup(func() {
 		cancel()
 		if err := wait(); err != nil {
@@ -59,9 +60,9 @@ func TestCommandsOverGRPC(t *testing.T) {
 
 func TestGRPCOff(t *testing.T) {
 	for _, addr := range []string{"", "off"} {
-		bound, wait, err := startGRPC(t.Context(), addr, transport.Config{}, nil, nil, nil)
-		if err != nil || bound != "off" || wait() != nil {
-			t.Fatalf("--grpc-addr %q: %q %v", addr, bound, err)
+		ln, bound, err := listenGRPC(addr)
+		if err != nil || ln != nil || bound != "" || serveGRPC(t.Context(), ln, transport.Config{}, nil, nil, nil)() != nil {
+			t.Fatalf("--grpc-addr %q: %v %q %v", addr, ln, bound, err)
 		}
 	}
 }

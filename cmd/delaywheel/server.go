@@ -285,6 +285,18 @@ func runServer(c *cli.Context) error {
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
 	}
+	gln, grpcAddr, err := listenGRPC(c.String("grpc-addr"))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	closeListeners := func() {
+		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
+	}
+	tcfg.GRPCAddr = grpcAddr
 	httpAddr := c.String("http-addr")
 	defer mem.apply(logger)()
 
@@ -303,7 +315,7 @@ func runServer(c *cli.Context) error {
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
 	})
 	if err != nil {
-		ln.Close()
+		closeListeners()
 		return err
 	}
 	reg.MustRegister(node.Collector())
@@ -319,7 +331,7 @@ func runServer(c *cli.Context) error {
 	sigCtx := c.Context // ends at SIGINT or SIGTERM (main)
 	if addr := c.String("debug-addr"); addr != "" {
 		if err := serveDebug(sigCtx, logger, addr); err != nil {
-			ln.Close()
+			closeListeners()
 			node.Close(context.Background())
 			return err
 		}
@@ -328,13 +340,7 @@ func runServer(c *cli.Context) error {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
-	grpcAddr, waitGRPC, err := startGRPC(httpCtx, c.String("grpc-addr"), tcfg, serverTLS, srv, node)
-	if err != nil {
-		stopHTTP()
-		<-served
-		node.Close(context.Background())
-		return err
-	}
+	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
 	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv

@@ -16,13 +16,19 @@
 // # Followers
 //
 // Calls that change state, and Reserve, are answered by the leader. A
-// follower does not forward them: it answers UNAVAILABLE, with an ErrorInfo
-// of reason NOT_LEADER whose metadata gives the leader's HTTP address
-// (leader_http_addr) when one is known. The replicated member
-// metadata holds no gRPC address, so a client keeps the nodes' gRPC
-// addresses itself and moves to the next (the Go client does, given
-// several). Reads (Get, Topics, DeadLetters, Wheel, Slot, Cluster) are
-// answered by any node from its own state, as over HTTP.
+// follower forwards them to the leader's gRPC API with the caller's
+// authorization and marks them (ForwardedKey), so that a node that is not
+// the leader any more answers instead of forwarding again. The replicated
+// member metadata holds raft and HTTP addresses only, so the follower asks
+// the leader's HTTP API for its gRPC address (GET /v1/cluster?local=true
+// reports it as grpc_addr) and keeps it, and a connection to it, until a
+// forwarded call fails UNAVAILABLE. When it cannot forward (no leader known,
+// no gRPC at the leader, a call already forwarded) it answers UNAVAILABLE
+// with an ErrorInfo of reason NOT_LEADER whose metadata gives the leader's
+// HTTP address (leader_http_addr) when one is known; the Go client then
+// moves on to the next gRPC address it was given. Reads (Get, Topics,
+// DeadLetters, Wheel, Slot, Cluster) are answered by any node from its own
+// state, as over HTTP.
 //
 // # Limits
 //

@@ -37,6 +37,14 @@ type Config struct {
 	// Cluster answers the Cluster call with the view the HTTP API gives;
 	// nil: the backend's own view. auth is the caller's authorization.
 	Cluster func(ctx context.Context, auth string) (api.Cluster, error)
+	// LeaderGRPC, when set, finds the gRPC address of the leader whose HTTP
+	// address is leaderHTTP (transport.Server.LeaderGRPC asks it), and a
+	// follower forwards the leader's calls there; nil: a follower answers
+	// them UNAVAILABLE (NOT_LEADER). auth is the caller's authorization.
+	LeaderGRPC func(ctx context.Context, leaderHTTP, auth string) (string, error)
+	// LeaderTLS is the client TLS configuration of forwarded calls; nil:
+	// plaintext.
+	LeaderTLS *tls.Config
 	// ReadyInterval is how often the health service asks the backend
 	// whether it is ready. Default 1 s.
 	ReadyInterval time.Duration
@@ -54,6 +62,7 @@ type Server struct {
 	waiters  chan struct{} // one token per running long-poll
 	gs       *grpc.Server
 	health   *health.Server
+	fwd      *forwarder // nil: no forwarding
 	every    time.Duration
 
 	// drain ends running long-polls when Serve shuts down.
@@ -72,7 +81,11 @@ func New(cfg Config, b transport.Backend) *Server {
 		tokenSum: sha256.Sum256([]byte(hc.AuthToken)),
 		waiters:  make(chan struct{}, hc.Limits.MaxWaiters),
 		health:   health.NewServer(),
+		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
 		every:    cfg.ReadyInterval,
+	}
+	if cfg.TLS != nil && cfg.LeaderTLS == nil && s.fwd != nil {
+		s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
 	}
 	if s.every <= 0 {
 		s.every = time.Second
@@ -100,6 +113,7 @@ func New(cfg Config, b transport.Backend) *Server {
 // closes what is left. It returns nil after a clean shutdown. A Server
 // serves once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer s.fwd.close()
 	errc := make(chan error, 1)
 	go func() { errc <- s.gs.Serve(ln) }()
 	watchDone := make(chan struct{})
@@ -190,7 +204,18 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	if leaderOnly[info.FullMethod] {
 		if addr, isLeader, known := s.b.LeaderHTTP(); !isLeader {
-			return nil, notLeader(addr, known)
+			if !known || addr == "" {
+				return nil, notLeader(addr, known)
+			}
+			resp, err := s.fwd.forward(ctx, addr, info.FullMethod, req)
+			switch {
+			case errors.Is(err, errNoForward):
+				s.log.Debug("not forwarding to the leader", "leader", addr, "err", err)
+				return nil, notLeader(addr, known)
+			case err != nil:
+				return nil, err // the leader's answer, its status as it is
+			}
+			return resp, nil
 		}
 	}
 	resp, err := handler(ctx, req)

@@ -28,12 +28,12 @@ const token = "s3cret"
 
 // serveGRPC starts the gRPC API of kn's node (on b when set) and returns a
 // connection to it; the server stops at the end of the test.
-func serveGRPC(t *testing.T, kn *transporttest.Node, b transport.Backend, edit func(*transport.Config)) *grpc.ClientConn {
+func serveGRPC(t *testing.T, kn *transporttest.Node, b transport.Backend, edit func(*grpcserver.Config)) *grpc.ClientConn {
 	t.Helper()
 	if b == nil {
 		b = kn.Node
 	}
-	cfg := transport.Config{Clock: kn.Clock.Now, AuthToken: token}
+	cfg := grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -44,7 +44,7 @@ func serveGRPC(t *testing.T, kn *transporttest.Node, b transport.Backend, edit f
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- grpcserver.New(grpcserver.Config{HTTP: cfg, ReadyInterval: 10 * time.Millisecond}, b).Serve(ctx, ln)
+		done <- grpcserver.New(cfg, b).Serve(ctx, ln)
 	}()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -173,7 +173,7 @@ func TestEveryCall(t *testing.T) {
 
 func TestErrorCodes(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
-	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, func(cfg *transport.Config) { cfg.Limits.MaxBatch = 2 }))
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, func(cfg *grpcserver.Config) { cfg.HTTP.Limits.MaxBatch = 2 }))
 	ctx := authed(t.Context(), token)
 
 	_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}, {Topic: "bad topic"}}})
@@ -286,11 +286,14 @@ func TestFollower(t *testing.T) {
 	t.Parallel() // a cluster spends its start waiting for an election
 	cl := transporttest.StartCluster(t, 3, transporttest.Options{})
 	leader, f := cl.Leader(), cl.Follower()
-	lc := pb.NewDelaywheelClient(serveGRPC(t, leader, nil, nil))
+	lconn := serveGRPC(t, leader, nil, nil)
+	lc := pb.NewDelaywheelClient(lconn)
 	fc := pb.NewDelaywheelClient(serveGRPC(t, f, nil, nil))
 	ctx := authed(t.Context(), token)
 	res := get(lc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", DelayMs: proto64(1000)}}}))(t, "enqueue at the leader")
 
+	// Without a way to find the leader's gRPC address, a follower answers
+	// the leader's calls NOT_LEADER, naming the leader's HTTP address.
 	_, err := fc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
 	st := wantCode(t, "enqueue at a follower", err, codes.Unavailable, "not the leader")
 	info := errorInfo(st)
@@ -309,6 +312,38 @@ func TestFollower(t *testing.T) {
 	if v := get(fc.Cluster(ctx, &pb.ClusterRequest{}))(t, "cluster at a follower"); v.Self != f.ID || len(v.Nodes) != 3 {
 		t.Fatalf("cluster %v", v)
 	}
+
+	// A follower that finds the leader's gRPC address forwards to it; the
+	// leader's refusals come back as they are.
+	asked := make(chan string, 10)
+	fwd := pb.NewDelaywheelClient(serveGRPC(t, f, nil, func(c *grpcserver.Config) {
+		c.LeaderGRPC = func(_ context.Context, leaderHTTP, auth string) (string, error) {
+			asked <- auth
+			if leaderHTTP != leader.Addr {
+				return "", fmt.Errorf("no leader at %s", leaderHTTP)
+			}
+			return lconn.Target(), nil
+		}
+	}))
+	fres := get(fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", Key: "k"}}}))(t, "enqueue forwarded")
+	if len(fres.Results) != 1 || fres.Results[0].Duplicate {
+		t.Fatalf("forwarded enqueue %v", fres)
+	}
+	if a := <-asked; a != "Bearer "+token {
+		t.Fatalf("the leader was asked with %q", a)
+	}
+	get(lc.Get(ctx, &pb.GetRequest{Id: fres.Results[0].Id}))(t, "the forwarded message at the leader")
+	_, err = fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "bad topic"}}})
+	wantCode(t, "bad topic forwarded", err, codes.InvalidArgument, "messages[0].topic")
+	if c := get(fwd.Cancel(ctx, &pb.CancelRequest{Topic: "t", Key: "k"}))(t, "cancel forwarded"); c.Id != fres.Results[0].Id {
+		t.Fatalf("cancelled %v", c)
+	}
+	_, err = fwd.Enqueue(authed(t.Context(), "wrong"), &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
+	wantCode(t, "wrong token at the forwarding follower", err, codes.Unauthenticated, "wrong bearer token")
+	// A call another node forwarded is not forwarded again.
+	loop := metadata.AppendToOutgoingContext(ctx, grpcserver.ForwardedKey, "1")
+	_, err = fwd.Enqueue(loop, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
+	wantCode(t, "a forwarded call at a follower", err, codes.Unavailable, "not the leader")
 }
 
 // TestShutdownEndsLongPolls checks that Serve ends a waiting reserve with

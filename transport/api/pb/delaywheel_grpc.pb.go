@@ -61,9 +61,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Delaywheel is the delay queue. Calls that change state, and Reserve, are
-// answered by the leader; a follower answers them UNAVAILABLE with the
-// leader's address in an ErrorInfo (reason NOT_LEADER). Reads are answered
-// by any node from its own state.
+// answered by the leader: a follower forwards them to it, or, when it
+// cannot, answers UNAVAILABLE with an ErrorInfo of reason NOT_LEADER. Reads
+// are answered by any node from its own state.
 type DelaywheelClient interface {
 	// Enqueue schedules a batch of messages (POST /v1/messages).
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
@@ -250,9 +250,9 @@ func (c *delaywheelClient) Cluster(ctx context.Context, in *ClusterRequest, opts
 // for forward compatibility.
 //
 // Delaywheel is the delay queue. Calls that change state, and Reserve, are
-// answered by the leader; a follower answers them UNAVAILABLE with the
-// leader's address in an ErrorInfo (reason NOT_LEADER). Reads are answered
-// by any node from its own state.
+// answered by the leader: a follower forwards them to it, or, when it
+// cannot, answers UNAVAILABLE with an ErrorInfo of reason NOT_LEADER. Reads
+// are answered by any node from its own state.
 type DelaywheelServer interface {
 	// Enqueue schedules a batch of messages (POST /v1/messages).
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
