@@ -63,6 +63,7 @@ type Server struct {
 	gs       *grpc.Server
 	health   *health.Server
 	fwd      *forwarder // nil: no forwarding
+	metrics  *metrics   // nil: none
 	every    time.Duration
 
 	// drain ends running long-polls when Serve shuts down.
@@ -82,6 +83,7 @@ func New(cfg Config, b transport.Backend) *Server {
 		waiters:  make(chan struct{}, hc.Limits.MaxWaiters),
 		health:   health.NewServer(),
 		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
+		metrics:  newMetrics(hc.Registerer, hc.Logger),
 		every:    cfg.ReadyInterval,
 	}
 	if cfg.TLS != nil && cfg.LeaderTLS == nil && s.fwd != nil {
@@ -187,6 +189,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	start := time.Now()
 	resp, err := s.guard(ctx, req, info, handler)
+	s.metrics.observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), err, time.Since(start))
 	if err != nil {
 		s.log.Debug("call failed", "method", info.FullMethod, "took_ms", time.Since(start).Milliseconds(), "err", err)
 	}

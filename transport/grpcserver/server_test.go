@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -173,7 +174,11 @@ func TestEveryCall(t *testing.T) {
 
 func TestErrorCodes(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
-	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, func(cfg *grpcserver.Config) { cfg.HTTP.Limits.MaxBatch = 2 }))
+	reg := prometheus.NewRegistry()
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, func(cfg *grpcserver.Config) {
+		cfg.HTTP.Limits.MaxBatch = 2
+		cfg.HTTP.Registerer = reg
+	}))
 	ctx := authed(t.Context(), token)
 
 	_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}, {Topic: "bad topic"}}})
@@ -183,6 +188,9 @@ func TestErrorCodes(t *testing.T) {
 	}
 	_, err = c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}, {Topic: "t"}, {Topic: "t"}}})
 	wantCode(t, "batch over the limit", err, codes.ResourceExhausted, "messages: 3 entries are over the limit of 2")
+	if n := callsCounted(t, reg, "Enqueue", "InvalidArgument"); n != 1 {
+		t.Fatalf("%v invalid enqueues counted, want 1", n)
+	}
 	_, err = c.Get(ctx, &pb.GetRequest{Id: "nope"})
 	wantCode(t, "malformed id", err, codes.InvalidArgument, "id: must be a message id")
 	_, err = c.Get(ctx, &pb.GetRequest{Id: "000000000000000100000000"})
@@ -213,6 +221,30 @@ func TestErrorCodes(t *testing.T) {
 	if info := errorInfo(st); info == nil || info.Reason != "overloaded" {
 		t.Fatalf("error info %v", info)
 	}
+}
+
+// callsCounted is the count of calls of method answered with code.
+func callsCounted(t *testing.T, reg *prometheus.Registry, method, code string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "delaywheel_grpc_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // overloaded refuses every enqueue as a node whose log is full does.
