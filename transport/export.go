@@ -3,10 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
@@ -117,13 +114,6 @@ func (s *Server) LeaderGRPC(ctx context.Context, leaderHTTP, auth string) (strin
 		return "", fmt.Errorf("the leader at %s serves no gRPC", leaderHTTP)
 	}
 	return lv.GRPCAddr, nil
-}
-
-// RegisterCollector registers c with reg, or returns the collector already
-// registered under its name (a warning goes to log when that one is of
-// another type).
-func RegisterCollector[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.Logger) C {
-	return register(reg, c, log)
 }
 
 // Unauthenticated is the 401 answer of a call without the right token;

@@ -34,7 +34,7 @@ type Server struct {
 	handler  http.Handler
 	waiters  chan struct{} // one token per running long-poll
 	tokenSum [sha256.Size]byte
-	metrics  *httpMetrics // nil without a Registerer
+	metrics  *CallMetrics // nil without a Registerer
 
 	// drain ends running long-polls when Serve shuts down.
 	drain     context.Context
@@ -281,7 +281,7 @@ func (s *Server) observe(pattern string, r *http.Request, rec *recorder, took ti
 	if status == 0 {
 		status = http.StatusOK
 	}
-	s.metrics.observe(pattern, status, took)
+	s.metrics.Observe(pattern, strconv.Itoa(status), took)
 	attrs := []any{"method", r.Method, "route", pattern, "path", r.URL.Path, "status", status,
 		"took_ms", took.Milliseconds(), "forwarded", rec.forwarded}
 	clientGone := r.Context().Err() != nil

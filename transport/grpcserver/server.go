@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -62,8 +63,8 @@ type Server struct {
 	waiters  chan struct{} // one token per running long-poll
 	gs       *grpc.Server
 	health   *health.Server
-	fwd      *forwarder // nil: no forwarding
-	metrics  *metrics   // nil: none
+	fwd      *forwarder             // nil: no forwarding
+	metrics  *transport.CallMetrics // nil: none
 	every    time.Duration
 
 	// drain ends running long-polls when Serve shuts down.
@@ -189,7 +190,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	start := time.Now()
 	resp, err := s.guard(ctx, req, info, handler)
-	s.metrics.observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), err, time.Since(start))
+	s.metrics.Observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
 	if err != nil {
 		s.log.Debug("call failed", "method", info.FullMethod, "took_ms", time.Since(start).Milliseconds(), "err", err)
 	}
