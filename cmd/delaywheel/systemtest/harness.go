@@ -397,7 +397,7 @@ func (n *Node) Args() []string {
 		"--http-addr", n.HTTPAddr,
 		"--raft-addr", n.RaftAddr,
 		"--raft-advertise", n.Advertise,
-		"--grpc-addr", "127.0.0.1:0", // the default port would clash between nodes
+		"--grpc-addr", net.JoinHostPort(n.IP, "0"), // the default port would clash between nodes
 	}
 	args = append(args, n.clusterArgs...)
 	return append(args, n.flags...)
