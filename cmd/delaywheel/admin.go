@@ -146,11 +146,12 @@ func withCommonFlags(cmd *cli.Command) *cli.Command {
 // session is one command's connection and output.
 type session struct {
 	c   *cli.Context
-	cl  nodeAPI
-	raw []byte // the last JSON answer
+	cl  *client.Client // the HTTP API, for the calls only it has
+	api nodeAPI        // cl, or the gRPC client for an --addr of grpc://
+	raw []byte         // the last JSON answer
 }
 
-// nodeAPI is what the commands call: the HTTP client, or the gRPC one for
+// nodeAPI is what most commands call: the HTTP client, or the gRPC one for
 // an --addr of grpc://.
 type nodeAPI interface {
 	Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result, error)
@@ -189,10 +190,12 @@ func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--addr: %w", err)
 		}
-		s.cl = g // its connections end with the command
-		return s, nil
+		s.api = g // its connections end with the command
 	}
 	s.cl = client.New(c.String("addr"), client.WithRawResponse(func(b []byte) { s.raw = b }), client.WithToken(token))
+	if s.api == nil {
+		s.api = s.cl
+	}
 	return s, nil
 }
 
@@ -245,7 +248,7 @@ func (a *admin) push(c *cli.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return s.cl.Enqueue(c.Context, []api.Message{m})
+		return s.api.Enqueue(c.Context, []api.Message{m})
 	}, func(w io.Writer, res []api.Result) {
 		row(w, "ID", "DELIVER_AT", "DUPLICATE")
 		for _, r := range res {
@@ -327,7 +330,7 @@ func bodyText(p api.Payload) string {
 
 func (a *admin) topics(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) ([]api.TopicCounts, error) {
-		return s.cl.Topics(c.Context)
+		return s.api.Topics(c.Context)
 	}, func(w io.Writer, ts []api.TopicCounts) {
 		row(w, "TOPIC", "DELAYED", "READY", "RESERVED", "DEAD")
 		for _, t := range ts {
@@ -338,7 +341,7 @@ func (a *admin) topics(c *cli.Context) error {
 
 func (a *admin) message(c *cli.Context) error {
 	return show(c, 1, 1, func(s *session) (api.MessageView, error) {
-		return s.cl.Get(c.Context, c.Args().Get(0))
+		return s.api.Get(c.Context, c.Args().Get(0))
 	}, func(w io.Writer, m api.MessageView) {
 		row(w, "id:", m.ID)
 		row(w, "topic:", m.Topic)
@@ -370,9 +373,9 @@ func (a *admin) cancel(c *cli.Context) error {
 		case byKey && (c.String("topic") == "" || c.String("key") == ""):
 			return api.Cancelled{}, errors.New("cancel by key needs both --topic and --key")
 		case byKey:
-			return s.cl.CancelKey(c.Context, c.String("topic"), c.String("key"))
+			return s.api.CancelKey(c.Context, c.String("topic"), c.String("key"))
 		default:
-			return s.cl.Cancel(c.Context, c.Args().Get(0))
+			return s.api.Cancel(c.Context, c.Args().Get(0))
 		}
 	}, func(w io.Writer, got api.Cancelled) {
 		row(w, "ID", "STATE")
@@ -405,7 +408,7 @@ func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error
 func (a *admin) wheel(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Wheel, error) {
 		if !c.IsSet("data-dir") {
-			return s.cl.Wheel(c.Context)
+			return s.api.Wheel(c.Context)
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Wheel, error) {
 			info, err := r.Wheel()
@@ -433,7 +436,7 @@ func (a *admin) slot(c *cli.Context) error {
 			return api.Slot{}, fmt.Errorf("slot %q: want a number from 0 to %d", c.Args().Get(0), wheel.Slots-1)
 		}
 		if !c.IsSet("data-dir") {
-			return s.cl.Slot(c.Context, n, records)
+			return s.api.Slot(c.Context, n, records)
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Slot, error) {
 			info, err := r.Slot(n, records)
@@ -458,7 +461,7 @@ func (a *admin) slot(c *cli.Context) error {
 
 func (a *admin) cluster(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Cluster, error) {
-		return s.cl.Cluster(c.Context)
+		return s.api.Cluster(c.Context)
 	}, func(w io.Writer, cl api.Cluster) {
 		row(w, "leader:", cl.Leader)
 		row(w, "term:", cl.Term)
