@@ -18,11 +18,13 @@ const (
 	WorkloadFire     = "fire"
 	WorkloadBacklog  = "backlog"
 	WorkloadFailover = "failover"
+	// WorkloadSchedules is in schedules.go.
+	WorkloadSchedules = "schedules"
 )
 
 // Workloads lists the workloads in the order the help shows them.
 func Workloads() []string {
-	return []string{WorkloadEnqueue, WorkloadFire, WorkloadBacklog, WorkloadFailover}
+	return []string{WorkloadEnqueue, WorkloadFire, WorkloadBacklog, WorkloadFailover, WorkloadSchedules}
 }
 
 // AllTargets lists every target the harness knows.
@@ -68,6 +70,8 @@ type Config struct {
 
 	KillAfter time.Duration // failover: from the first due time to the kill; 0 = a third of Duration
 	Down      time.Duration // failover: how long the killed leader stays down
+
+	Every time.Duration // schedules: the interval of each schedule (default 1s)
 
 	TempDir string    // where spawned servers live ("" = the system's)
 	Stderr  io.Writer // logs and the progress line; nil = none
@@ -118,6 +122,9 @@ func (cfg Config) withDefaults() Config {
 		if cfg.Workload == WorkloadBacklog {
 			cfg.Messages = DefaultBacklogMessages
 		}
+		if cfg.Workload == WorkloadSchedules {
+			cfg.Messages = DefaultSchedules
+		}
 	}
 	def := func(p *int, v int) {
 		if *p == 0 {
@@ -140,6 +147,7 @@ func (cfg Config) withDefaults() Config {
 	defd(&cfg.Wait, DefaultWait)
 	defd(&cfg.RedisPoll, DefaultRedisPoll)
 	defd(&cfg.Down, 3*time.Second)
+	defd(&cfg.Every, time.Second)
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
 		if cfg.Workload == WorkloadFailover {
@@ -205,6 +213,9 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
+	if cfg.Every < time.Second || cfg.Every%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("--every %s: must be at least 1s, in whole milliseconds", cfg.Every))
+	}
 	if cfg.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--duration %s: must be at least 100ms", cfg.Duration))
 	}

@@ -461,6 +461,9 @@ type dwConsumer struct {
 	acks   chan []string
 	done   chan struct{}
 	ackErr atomic.Pointer[error] // the latest failed ack, reported by Next
+	// seqOf, when set, names a delivery's sequence number instead of its
+	// body (decodeSeq).
+	seqOf func(api.Delivery) int
 }
 
 func newDWConsumer(ctx context.Context, t *dwTarget) *dwConsumer {
@@ -514,8 +517,11 @@ func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 	b := batch{At: at, Seqs: make([]int, len(ds))}
 	receipts := make([]string, len(ds))
 	for k, d := range ds {
-		body, _ := d.Bytes()
-		b.Seqs[k] = decodeSeq(string(body))
+		if c.seqOf != nil {
+			b.Seqs[k] = c.seqOf(d)
+		} else {
+			b.Seqs[k] = decodeSeq(bodyOf(d))
+		}
 		receipts[k] = d.Receipt
 	}
 	if len(receipts) > 0 {

@@ -83,6 +83,21 @@ func TestSpawnedDelaywheel(t *testing.T) {
 		t.Fatalf("fire: lateness %+v, %d CDF points, %d throughput points", f.Lateness, len(f.CDF), len(res.Throughput))
 	}
 
+	cfg = base
+	cfg.Workload, cfg.Messages, cfg.Duration, cfg.Lead, cfg.Grace = WorkloadSchedules, 20, 2*time.Second, 2*time.Second, 3*time.Second
+	rep, err = Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = rep.Results[0]
+	if res.Error != "" || res.Schedules == nil {
+		t.Fatalf("schedules: %+v", res)
+	}
+	if s := res.Schedules; s.Messages != 40 || s.Received != 40 || s.Lost != 0 || s.Early != 0 || s.Duplicates != 0 || s.RestartToReady <= 0 {
+		t.Fatalf("schedules: %d occurrences, received %d lost %d early %d dup %d, restart %v s; want 40 40 0 0 0",
+			s.Messages, s.Received, s.Lost, s.Early, s.Duplicates, s.RestartToReady)
+	}
+
 	left, err := os.ReadDir(tmp)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("temporary directories left behind: %v %v", left, err)

@@ -37,6 +37,9 @@ func (r *Report) Title() string {
 		return s
 	case WorkloadBacklog:
 		return fmt.Sprintf("backlog: %d messages pending 1–24 h ahead, %d producers, batches of %d, %d-byte bodies", p.Messages, p.Producers, p.Batch, p.BodySize)
+	case WorkloadSchedules:
+		return fmt.Sprintf("schedules: %d recurring schedules, each into its own keys, observed for %s by %d consumers",
+			p.Messages, time.Duration(p.DurationS*float64(time.Second)), p.Consumers)
 	}
 	return r.Workload
 }
@@ -109,6 +112,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 				row("", fmt.Sprintf("settled, %.0f s after a restart", k.RestartedS), bytesStr(k.RSSRestarted), bytesStr(k.RSSRestartedAnon), bytesStr(k.RSSRestartedFile), f1(k.RSSRestartedPerMsg))
 			}
 		}
+	case WorkloadSchedules:
+		row("target", "every ms", "set/s", "occurrences", "received", "missed", "early", "dup", "late p50 ms", "p99", "max", "RSS B/sched", "restart→ready s")
+		for _, res := range ran {
+			s := res.Schedules
+			l := s.Lateness
+			row(res.Target, s.EveryMs, f0(s.SetPerSec), s.Messages, s.Received, s.Lost+int(s.Failed), s.Early, s.Duplicates,
+				f2(l.P50), f2(l.P99), f2(l.Max), f1(s.RSSPerSchedule), f3(s.RestartToReady))
+		}
 	}
 	tw.Flush()
 	for _, res := range r.Results {
@@ -144,6 +155,8 @@ func (r *Report) ran() []Result {
 			ok = res.Fire != nil
 		case WorkloadBacklog:
 			ok = res.Backlog != nil
+		case WorkloadSchedules:
+			ok = res.Schedules != nil
 		}
 		if ok {
 			out = append(out, res)

@@ -56,10 +56,11 @@ type Result struct {
 	Skipped string `json:"skipped,omitempty"` // why the target did not run
 	Error   string `json:"error,omitempty"`   // why it stopped early
 
-	Enqueue  *EnqueueResult  `json:"enqueue,omitempty"`
-	Fire     *FireResult     `json:"fire,omitempty"`
-	Backlog  *BacklogResult  `json:"backlog,omitempty"`
-	Failover *FailoverResult `json:"failover,omitempty"`
+	Enqueue   *EnqueueResult   `json:"enqueue,omitempty"`
+	Fire      *FireResult      `json:"fire,omitempty"`
+	Backlog   *BacklogResult   `json:"backlog,omitempty"`
+	Failover  *FailoverResult  `json:"failover,omitempty"`
+	Schedules *SchedulesResult `json:"schedules,omitempty"`
 
 	// Throughput over time: enqueue acknowledgements (enqueue, backlog) or
 	// first deliveries (fire, failover) per second.
@@ -119,6 +120,8 @@ func (cfg Config) params() Params {
 		p.Rate, p.DurationS = cfg.Rate, cfg.Duration.Seconds()
 		p.Consumers, p.ReserveMax, p.WaitMs = cfg.Consumers, cfg.ReserveMax, cfg.Wait.Milliseconds()
 		p.RedisPollMs = float64(cfg.RedisPoll) / float64(time.Millisecond)
+	case WorkloadSchedules:
+		p.DurationS, p.Consumers, p.ReserveMax, p.WaitMs = cfg.Duration.Seconds(), cfg.Consumers, cfg.ReserveMax, cfg.Wait.Milliseconds()
 	}
 	return p
 }
@@ -134,6 +137,10 @@ func runTarget(ctx context.Context, cfg Config, dir, name string) (res Result) {
 	res.Target = name
 	if cfg.Workload == WorkloadFailover && name != TargetDelaywheel {
 		res.Skipped = name + ": failover applies to a replicated delaywheel cluster only"
+		return res
+	}
+	if cfg.Workload == WorkloadSchedules && name != TargetDelaywheel {
+		res.Skipped = name + ": has no recurring schedules to measure"
 		return res
 	}
 	switch name {
@@ -176,6 +183,8 @@ func runTarget(ctx context.Context, cfg Config, dir, name string) (res Result) {
 		err = runBacklog(ctx, cfg, t, &res)
 	case WorkloadFailover:
 		err = runFailover(ctx, cfg, t, &res)
+	case WorkloadSchedules:
+		err = runSchedules(ctx, cfg, t, &res)
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:

@@ -53,6 +53,10 @@ func TestSkipUninstalled(t *testing.T) {
 	if res := runTarget(t.Context(), cfg, t.TempDir(), TargetRedis); !strings.Contains(res.Skipped, "failover applies to a replicated delaywheel cluster only") {
 		t.Fatalf("failover on redis: %+v", res)
 	}
+	cfg = Config{Workload: WorkloadSchedules}.withDefaults()
+	if res := runTarget(t.Context(), cfg, t.TempDir(), TargetRedis); !strings.Contains(res.Skipped, "no recurring schedules") {
+		t.Fatalf("schedules on redis: %+v", res)
+	}
 }
 
 func TestRunNeedsBinaryToSpawn(t *testing.T) {

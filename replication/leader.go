@@ -76,10 +76,12 @@ func (n *Node) startDispatcher(ctx context.Context) {
 	n.disp = d
 	n.mu.Unlock()
 	n.log.Info("leading: dispatcher started", "cursor", n.store().Cursor())
+	n.startScheduler(ctx)
 	go n.registerSelf(ctx)
 }
 
 func (n *Node) stopDispatcher() {
+	n.stopScheduler()
 	n.mu.Lock()
 	d := n.disp
 	n.disp = nil

@@ -28,6 +28,7 @@ type metrics struct {
 	applied   *prometheus.Desc
 	leader    *prometheus.Desc
 	inflight  *prometheus.Desc
+	sched     *scheduleMetrics
 }
 
 func newMetrics(n *Node) *metrics {
@@ -63,6 +64,7 @@ func newMetrics(n *Node) *metrics {
 		applied:   d("raft_applied_index", "Raft applied index."),
 		leader:    d("raft_leader", "1 while this node is the leader."),
 		inflight:  d("pending_applies", "Proposals waiting to commit (back-pressure answers 429 past --max-pending-applies)."),
+		sched:     newScheduleMetrics(n.store),
 	}
 }
 
@@ -71,6 +73,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.apply.Describe(ch)
 	m.answered.Describe(ch)
 	m.lateness.Describe(ch)
+	m.sched.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.messages, m.pending, m.slots, m.handles, m.overflow, m.disk,
 		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight} {
 		ch <- d
@@ -82,6 +85,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.apply.Collect(ch)
 	m.answered.Collect(ch)
 	m.lateness.Collect(ch)
+	m.sched.Collect(ch)
 	st := m.n.store()
 	c := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, t, v, labels...)

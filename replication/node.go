@@ -161,13 +161,14 @@ type Node struct {
 	removed atomic.Bool    // the latest configuration lacks this node (members.go)
 	reconf  chan struct{}  // a configuration entry was stored or dropped
 
-	mu       sync.Mutex
-	disp     *dispatch.Dispatcher            // non-nil while leader
-	lease    atomic.Pointer[leadershipLease] // this term's, while leader
-	closed   bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	observer *raft.Observer
+	mu        sync.Mutex
+	disp      *dispatch.Dispatcher            // non-nil while leader
+	schedStop func()                          // ends the scheduler, while leader (schedules.go)
+	lease     atomic.Pointer[leadershipLease] // this term's, while leader
+	closed    bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	observer  *raft.Observer
 }
 
 // ErrDataDirLocked is returned by Open when another process (or another

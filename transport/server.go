@@ -135,6 +135,10 @@ func (s *Server) routes() []route {
 		{"GET /v1/backup", local, s.backup},
 		{"POST /v1/cluster/nodes", leader, s.addNode},
 		{"DELETE /v1/cluster/nodes/{id}", leader, s.removeNode},
+		{"PUT /v1/schedules/{name}", leader, s.putSchedule},
+		{"GET /v1/schedules/{name}", local, s.getSchedule},
+		{"DELETE /v1/schedules/{name}", leader, s.deleteSchedule},
+		{"GET /v1/schedules", local, s.listSchedules},
 	}
 }
 

@@ -87,6 +87,12 @@ func (t *tx) apply(c Command) Result {
 		t.del(nodeKey(c.ID))
 		t.newNodes[c.ID] = nil
 		return Result{}
+	case SetSchedule:
+		return t.setSchedule(c)
+	case DeleteSchedule:
+		return t.deleteSchedule(c)
+	case AdvanceSchedules:
+		return t.advanceSchedules(c)
 	default:
 		return Result{Err: fmt.Errorf("%w: unknown command %T", ErrInvalid, c)}
 	}

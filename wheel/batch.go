@@ -35,7 +35,9 @@ type tx struct {
 	cursor  int64
 	nextTop uint32
 	overDel int64
-	sync    bool
+	// schedules is how many recurring schedules are stored.
+	schedules int64
+	sync      bool
 	// promoted is the due instant (ms) before which the overflow holds
 	// nothing: what lies before it was promoted, put never sends a message
 	// due within the horizon to the overflow, and the cursor, and with it
@@ -73,7 +75,8 @@ type tx struct {
 func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
+		schedules: s.schedules,
+		pend:      map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
 		newNodes: map[string]*Node{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
@@ -309,6 +312,9 @@ func (t *tx) commit() error {
 	t.set(keyCursor, putU64(uint64(t.cursor)))
 	t.set(keyNextTopic, putU64(uint64(t.nextTop)))
 	t.set(keyOverflow, putU64(uint64(s.overflow+t.overDel)))
+	if t.schedules != s.schedules {
+		t.set(keySchedules, putU64(uint64(t.schedules)))
+	}
 	t.commitOverflowHours()
 	if t.err != nil {
 		return t.err
@@ -327,6 +333,7 @@ func (t *tx) commit() error {
 		return *p
 	}
 	s.applied, s.cursor, s.nextTopic, s.promoted = t.applied, t.cursor, t.nextTop, t.promoted
+	s.schedules = t.schedules
 	// An expired file may go only once its Expire is durable: at once when
 	// this batch was synced, else after the next flush (forced now and then
 	// so that files do not linger).

@@ -29,6 +29,9 @@ var codecCommandTypes = []wheel.Command{
 	wheel.SetNode{},
 	wheel.RemoveNode{},
 	wheel.Bury{},
+	wheel.SetSchedule{},
+	wheel.DeleteSchedule{},
+	wheel.AdvanceSchedules{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -101,8 +104,16 @@ func TestCodecEveryKindCovered(t *testing.T) {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
+	for k := wheel.KindSetSchedule; k <= wheel.KindAdvanceSchedules; k++ {
+		if _, ok := seen[k]; !ok {
+			t.Errorf("kind %d has no command in codecCommandTypes", k)
+		}
+	}
 	// The first kind after the last known one is rejected.
-	next := byte(len(codecCommandTypes) + 1)
+	var next byte
+	for k := range seen {
+		next = max(next, byte(k)+1)
+	}
 	if _, err := wheel.DecodeCommands([]byte{1, 1, next}); !errors.Is(err, wheel.ErrCorruptCommand) {
 		t.Errorf("DecodeCommands of kind %d = %v; want ErrCorruptCommand (add the new command to codecCommandTypes)", next, err)
 	}

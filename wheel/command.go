@@ -26,6 +26,10 @@ const (
 	KindSetNode    CommandKind = 11
 	KindRemoveNode CommandKind = 12
 	KindBury       CommandKind = 13
+
+	KindSetSchedule      CommandKind = 17
+	KindDeleteSchedule   CommandKind = 18
+	KindAdvanceSchedules CommandKind = 19
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -252,6 +256,14 @@ func EncodeCommands(cmds []Command) []byte {
 			e.str(c.Node.HTTPAddr)
 		case RemoveNode:
 			e.str(c.ID)
+		case SetSchedule:
+			e.varint(c.NowMs)
+			e.scheduleSpec(&c.Spec)
+		case DeleteSchedule:
+			e.str(c.Name)
+		case AdvanceSchedules:
+			e.varint(c.NowMs)
+			e.advanceItems(c.Items)
 		default:
 			panic(fmt.Sprintf("wheel: encode unknown command %T", c))
 		}
@@ -312,6 +324,12 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}})
 		case KindRemoveNode:
 			cmds = append(cmds, RemoveNode{ID: d.str()})
+		case KindSetSchedule:
+			cmds = append(cmds, SetSchedule{NowMs: d.varint(), Spec: d.scheduleSpec()})
+		case KindDeleteSchedule:
+			cmds = append(cmds, DeleteSchedule{Name: d.str()})
+		case KindAdvanceSchedules:
+			cmds = append(cmds, AdvanceSchedules{NowMs: d.varint(), Items: d.advanceItems()})
 		default:
 			if d.err == nil {
 				d.err = fmt.Errorf("%w: unknown command kind %d", ErrCorruptCommand, k)

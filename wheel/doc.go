@@ -19,6 +19,17 @@
 // message's redelivery into the slot of its deadline, so an expired lease
 // comes back by the same path as a due message.
 //
+// # Recurring schedules
+//
+// A schedule (schedule.go) is stored by name and indexed by its next
+// occurrence; its calendar (recurring.go) is a cron expression in a time
+// zone, parsed by github.com/robfig/cron/v3 with corrections for
+// daylight saving, or a fixed interval from a start. AdvanceSchedules,
+// which the leader proposes ahead of the occurrences' times, enqueues
+// each occurrence as an ordinary message keyed by it and computes the
+// next one from the previous and the time the leader stamped, never
+// from a clock.
+//
 // # Slot files and the index
 //
 // A slot file is an append-only log of message, lease and tombstone

@@ -17,8 +17,10 @@ import (
 //	'n' node id                        → node metadata
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
-//	's' name                           → scalars: applied index, cursor, next topic id, overflow count
+//	's' name                           → scalars: applied index, cursor, next topic id, overflow count, schedules
 //	't' topic                          → topicID
+//	'u' name                           → a recurring schedule (schedule.go)
+//	'v' next_ms name                   → empty: the schedules by next occurrence
 //	'w' hour_ms                        → count of overflow messages due in that hour (overflowhours.go)
 //	'x' topicID                        → counts (delayed, ready, reserved, dead)
 //	'y' second                         → segment length: the bytes of the slot file the state covers

@@ -86,6 +86,7 @@ type refModel struct {
 	keys    map[mTopicKey]ID
 	topics  map[string]bool
 	nodes   map[string]Node
+	scheds  map[string]*ScheduleInfo // model_schedule_test.go
 	gen     int
 	index   uint64
 	seq     uint32
@@ -94,7 +95,7 @@ type refModel struct {
 
 func newRefModel() *refModel {
 	return &refModel{msgs: map[ID]*mMsg{}, keys: map[mTopicKey]ID{}, topics: map[string]bool{},
-		nodes: map[string]Node{}, dirty: map[ID]bool{}}
+		nodes: map[string]Node{}, dirty: map[ID]bool{}, scheds: map[string]*ScheduleInfo{}}
 }
 
 func mClamp(ms int64) int64 {
@@ -154,6 +155,12 @@ func (md *refModel) apply(c Command) Result {
 	case RemoveNode:
 		delete(md.nodes, c.ID)
 		return Result{}
+	case SetSchedule:
+		return md.setSchedule(c)
+	case DeleteSchedule:
+		return md.deleteSchedule(c)
+	case AdvanceSchedules:
+		return md.advanceSchedules(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", c))
 }
@@ -836,8 +843,10 @@ func (h *modelHarness) genCmd() Command {
 	for {
 		var c Command
 		switch r := h.rng.Intn(100); {
-		case r < 28:
+		case r < 25:
 			c = h.genSchedule()
+		case r < 28:
+			c = h.genRecurring()
 		case r < 35:
 			c = h.genCancel()
 		case r < 40:
@@ -1348,6 +1357,7 @@ func (h *modelHarness) checkOpts(md *refModel, full, all bool) {
 	}
 	clear(md.dirty)
 	h.checkTopics(md)
+	h.checkSchedules(md)
 	h.checkQueues(md)
 	h.checkWheel(md)
 	h.checkLoader(md)

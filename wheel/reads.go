@@ -301,7 +301,7 @@ func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 }
 
 // dumpPrefixes are the index's key prefixes whose keys Dump counts.
-var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pOverflow, pReady, pTopic, pCounts, pSegLen}
+var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pOverflow, pReady, pTopic, pCounts, pSegLen, pSchedule, pScheduleDue}
 
 // Dump writes the replicated state in a stable text form: the applied
 // index, the cursor, the next topic id and the overflow count; how many
@@ -347,6 +347,9 @@ func (s *Store) Dump(w io.Writer) error {
 	for _, sec := range slices.Sorted(maps.Keys(lens)) {
 		l := lens[sec]
 		fmt.Fprintf(bw, "slot %d length %d live %d bytes %d\n", sec, l.Length, l.Live, l.Bytes)
+	}
+	if err := s.dumpSchedules(bw); err != nil {
+		return err
 	}
 	if err := s.scan([]byte{pKey}, func(k, v []byte) error {
 		id, err := IDFromBytes(v)

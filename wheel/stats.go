@@ -54,6 +54,7 @@ type Gauges struct {
 	SegmentBytes     int64
 	AppliedIndex     uint64
 	CursorSecond     int64
+	Schedules        int64 // recurring schedules stored
 }
 
 // Gauges reads the store's sizes.
@@ -71,7 +72,7 @@ func (s *Store) Gauges() (Gauges, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	g := Gauges{NonEmptySlots: len(lens), OverflowMessages: s.overflow, AppliedIndex: s.applied, CursorSecond: s.cursor}
+	g := Gauges{NonEmptySlots: len(lens), OverflowMessages: s.overflow, AppliedIndex: s.applied, CursorSecond: s.cursor, Schedules: s.schedules}
 	if s.segs != nil {
 		g.OpenSegments = s.segs.OpenHandles()
 	}

@@ -93,6 +93,8 @@ type Store struct {
 	stats      map[uint32]TopicStats // transitions applied since the process started
 	overflow   int64
 	nodes      map[string]Node
+	schedules  int64     // recurring schedules stored
+	zoneCache  zoneCache // zones and cron expressions of the schedules
 	// observer hears what each committed batch did to the wheel (the
 	// leader's loader); it never changes what Apply writes.
 	observer observer
@@ -261,6 +263,7 @@ func (s *Store) load() error {
 		{keyCursor, func(v uint64) { s.cursor = int64(v) }},
 		{keyNextTopic, func(v uint64) { s.nextTopic = uint32(v) }},
 		{keyOverflow, func(v uint64) { s.overflow = int64(v) }},
+		{keySchedules, func(v uint64) { s.schedules = int64(v) }},
 	} {
 		v, err := s.get(sc.key)
 		if err != nil {

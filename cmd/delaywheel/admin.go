@@ -53,13 +53,8 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 	return []*cli.Command{
 		withCommonFlags(&cli.Command{
 			Name: "push", Usage: "enqueue one message", ArgsUsage: "TOPIC BODY (BODY - reads stdin)",
-			Flags: append(whenFlags("deliver"),
-				&cli.StringFlag{Name: "key", Usage: "dedupe and cancel key"},
-				&cli.Int64Flag{Name: "priority", Usage: "higher first among messages due the same millisecond"},
-				&cli.DurationFlag{Name: "ttr", Usage: "lease length `D` once reserved", DefaultText: "30s, set by the server"},
-				&cli.IntFlag{Name: "max-attempts", Usage: "deliveries before it goes dead", DefaultText: "10, set by the server"},
-				&cli.StringSliceFlag{Name: "header", Usage: "header `k=v` (repeat the flag for more)"},
-			),
+			Flags: append(append(whenFlags("deliver"),
+				&cli.StringFlag{Name: "key", Usage: "dedupe and cancel key"}), messageFlags()...),
 			Action: a.push,
 		}),
 		withCommonFlags(&cli.Command{
@@ -107,6 +102,17 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 			Flags:  whenFlags("due"),
 			Action: a.reschedule,
 		}),
+	}
+}
+
+// messageFlags are the flags of a message's priority, lease, attempts and
+// headers (messageOf reads them).
+func messageFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.Int64Flag{Name: "priority", Usage: "higher first among messages due the same millisecond"},
+		&cli.DurationFlag{Name: "ttr", Usage: "lease length `D` once reserved", DefaultText: "30s, set by the server"},
+		&cli.IntFlag{Name: "max-attempts", Usage: "deliveries before it goes dead", DefaultText: "10, set by the server"},
+		&cli.StringSliceFlag{Name: "header", Usage: "header `k=v` (repeat the flag for more)"},
 	}
 }
 

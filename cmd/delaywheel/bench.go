@@ -16,10 +16,11 @@ import (
 // benchCommand is `delaywheel bench <workload>`.
 func benchCommand() *cli.Command {
 	describe := map[string]string{
-		bench.WorkloadEnqueue:  "N messages from P producers in batches of B: messages/s and enqueue-call latency",
-		bench.WorkloadFire:     "R messages/s coming due for D, C consumers long-polling: lateness percentiles, lost, early, duplicated",
-		bench.WorkloadBacklog:  "N messages pending 1–24 h ahead: resident memory and disk per pending message, restart-to-ready time",
-		bench.WorkloadFailover: "fire on a spawned 3-node cluster while the leader is killed (SIGKILL) and restarted",
+		bench.WorkloadEnqueue:   "N messages from P producers in batches of B: messages/s and enqueue-call latency",
+		bench.WorkloadFire:      "R messages/s coming due for D, C consumers long-polling: lateness percentiles, lost, early, duplicated",
+		bench.WorkloadBacklog:   "N messages pending 1–24 h ahead: resident memory and disk per pending message, restart-to-ready time",
+		bench.WorkloadFailover:  "fire on a spawned 3-node cluster while the leader is killed (SIGKILL) and restarted",
+		bench.WorkloadSchedules: "N recurring schedules (default 10,000) every --every, observed for --duration: missed, duplicated, lateness; then leader memory and restart-to-ready",
 	}
 	var subs []*cli.Command
 	for _, w := range bench.Workloads() {
@@ -52,7 +53,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "proto", Value: bench.ProtoHTTP, Usage: "how delaywheel is enqueued to: http (protobuf over HTTP) or grpc (a spawned cluster's gRPC API)"},
 		&cli.StringFlag{Name: "binary", Usage: "delaywheel binary to spawn (default: this executable)"},
 		&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token of the delaywheel API (spawned nodes require it too)"},
-		&cli.IntFlag{Name: "messages", Aliases: []string{"n"}, Usage: fmt.Sprintf("messages to enqueue (default %d; backlog %d; fire: rate × duration)", bench.DefaultEnqueueMessages, bench.DefaultBacklogMessages)},
+		&cli.IntFlag{Name: "messages", Aliases: []string{"n"}, Usage: fmt.Sprintf("messages to enqueue (default %d; backlog %d; fire: rate × duration); schedules: how many schedules (default %d)", bench.DefaultEnqueueMessages, bench.DefaultBacklogMessages, bench.DefaultSchedules)},
 		&cli.IntFlag{Name: "producers", Value: bench.DefaultProducers, Usage: "concurrent producers"},
 		&cli.IntFlag{Name: "batch", Value: bench.DefaultBatch, Usage: "messages per enqueue call"},
 		&cli.IntFlag{Name: "body-size", Value: bench.DefaultBodySize, Usage: "message body size in bytes"},
@@ -68,6 +69,7 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "grace", Usage: "fire: how long after the last due time deliveries are awaited (default 10s; failover 20s)"},
 		&cli.DurationFlag{Name: "kill-after", Usage: "failover: from the first due time to the kill (default a third of --duration)"},
 		&cli.DurationFlag{Name: "down", Usage: "failover: how long the killed leader stays down (default 3s)"},
+		&cli.DurationFlag{Name: "every", Usage: "schedules: each schedule's interval (default 1s); longer than --duration: stored only, not fired"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON instead of a table"},
 		&cli.StringFlag{Name: "report", Usage: "also write a self-contained HTML report with charts to `FILE`"},
 		&cli.BoolFlag{Name: "verbose", Usage: "log what the harness spawns"},
@@ -136,6 +138,7 @@ func runBench(c *cli.Context, workload string) error {
 		Grace:           c.Duration("grace"),
 		KillAfter:       c.Duration("kill-after"),
 		Down:            c.Duration("down"),
+		Every:           c.Duration("every"),
 		Stderr:          stderr,
 		TTY:             isTerminal(stderr),
 		Verbose:         c.Bool("verbose"),

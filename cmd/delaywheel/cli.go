@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -21,8 +22,10 @@ import (
 func runCLI(ctx context.Context, app *cli.App, args []string) error {
 	app.OnUsageError = usageError
 	for _, cmd := range app.Commands {
-		if cmd.OnUsageError == nil {
-			cmd.OnUsageError = usageError
+		for _, c := range append([]*cli.Command{cmd}, cmd.Subcommands...) {
+			if c.OnUsageError == nil {
+				c.OnUsageError = usageError
+			}
 		}
 	}
 	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && app.Command(args[1]) == nil && args[1] != "help" && args[1] != "h" {
@@ -45,13 +48,16 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 	if len(args) < 3 {
 		return args, nil
 	}
-	cmd := app.Command(args[1])
+	cmd, head := app.Command(args[1]), 2
+	if cmd != nil && len(cmd.Subcommands) > 0 {
+		cmd, head = cmd.Command(args[2]), 3 // a subcommand's flags follow it
+	}
 	if cmd == nil || cmd.SkipFlagParsing || len(cmd.Subcommands) > 0 {
 		return args, nil
 	}
 	var flags, positional, afterDash []string
 	dashDash := false
-	rest := args[2:]
+	rest := args[head:]
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		switch {
@@ -67,13 +73,14 @@ func flagsFirst(app *cli.App, args []string) ([]string, error) {
 				continue
 			}
 			if i+1 == len(rest) {
-				return nil, fmt.Errorf("%s %s: --%s needs a value (see %s %s --help)", app.Name, cmd.Name, name, app.Name, cmd.Name)
+				full := app.Name + " " + strings.Join(args[1:head], " ")
+				return nil, fmt.Errorf("%s: --%s needs a value (see %s --help)", full, name, full)
 			}
 			i++
 			flags = append(flags, rest[i])
 		}
 	}
-	out := append([]string{args[0], args[1]}, flags...)
+	out := append(slices.Clone(args[:head]), flags...)
 	if dashDash {
 		out = append(out, "--")
 	}

@@ -9,6 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Time zone data for recurring schedules: the image is FROM scratch,
+	// with no zoneinfo of its own.
+	_ "time/tzdata"
 
 	"github.com/urfave/cli/v2"
 )
@@ -35,5 +38,6 @@ func newApp() *cli.App {
 	app.Commands = append(app.Commands, backupCommands()...)
 	app.Commands = append(app.Commands, dumpCommand())
 	app.Commands = append(app.Commands, benchCommand())
+	app.Commands = append(app.Commands, scheduleCommand())
 	return app
 }

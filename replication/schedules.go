@@ -1,0 +1,219 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Recurring schedules: the Backend methods, and the leader's scheduler,
+// which enqueues each schedule's occurrences ahead of their time.
+
+// SetSchedule creates or replaces a recurring schedule; the leader stamps
+// its time, from which the first occurrence is computed.
+func (n *Node) SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.ScheduleInfo, error) {
+	st := n.store()
+	if have := st.NumTopics(); have >= n.cfg.MaxTopics && !st.HasTopic(spec.Topic) {
+		return wheel.ScheduleInfo{}, fmt.Errorf("%w: topic: %q would be topic number %d; the limit is %d topics",
+			wheel.ErrInvalid, spec.Topic, have+1, n.cfg.MaxTopics)
+	}
+	v, err := n.result(ctx, wheel.SetSchedule{NowMs: n.clock.Now().UnixMilli(), Spec: spec})
+	if err != nil {
+		return wheel.ScheduleInfo{}, err
+	}
+	return v.(wheel.ScheduleInfo), nil
+}
+
+// DeleteSchedule removes a recurring schedule. Occurrences already
+// enqueued stay: they are ordinary messages.
+func (n *Node) DeleteSchedule(ctx context.Context, name string) error {
+	_, err := n.result(ctx, wheel.DeleteSchedule{Name: name})
+	return err
+}
+
+// Schedule returns a stored schedule.
+func (n *Node) Schedule(ctx context.Context, name string) (wheel.ScheduleInfo, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return wheel.ScheduleInfo{}, err
+	}
+	return n.store().Schedule(name)
+}
+
+// Schedules returns up to limit schedules whose names sort after after.
+func (n *Node) Schedules(ctx context.Context, after string, limit int) ([]wheel.ScheduleInfo, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	return n.store().Schedules(after, limit)
+}
+
+// Scheduler defaults.
+const (
+	// scheduleAhead is how long before its time an occurrence is enqueued:
+	// it then sits in the wheel, and fires with a message's precision.
+	scheduleAhead = 2 * time.Second
+	// scheduleEvery is how often the scheduler looks for due schedules.
+	scheduleEvery = 250 * time.Millisecond
+	// scheduleBatch bounds the items of one AdvanceSchedules entry.
+	scheduleBatch = 5000
+	// scheduleRounds bounds the entries of one look, so that a backlog
+	// (after an outage) is worked off over several looks.
+	scheduleRounds = 64
+	// scheduleLookBack is how far before the previous complete look a look
+	// starts: a schedule set meanwhile was stamped after it, unless its
+	// entry took this long to commit. Every scheduleFullEvery a look
+	// starts from the beginning, which catches even those.
+	scheduleLookBack  = 10 * time.Second
+	scheduleFullEvery = time.Minute
+)
+
+// scheduler runs on the leader. Every scheduleEvery it reads the schedules
+// whose next occurrence is within ahead of its clock (a bounded scan of
+// the index, earliest first) and proposes AdvanceSchedules for them, in
+// entries of at most batch items, each stamped with the clock's time.
+type scheduler struct {
+	clock   wheel.Clock
+	log     *slog.Logger
+	store   func() *wheel.Store
+	propose func(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error)
+	met     *scheduleMetrics
+	ahead   time.Duration
+	every   time.Duration
+	batch   int
+	// from is where a look starts (ms): nothing is due before it but what
+	// a look from the beginning, at fullAt plus scheduleFullEvery, finds.
+	from, fullAt int64
+}
+
+// run looks for due schedules until ctx is done.
+func (s *scheduler) run(ctx context.Context) {
+	for {
+		if err := s.step(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("advancing schedules", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clock.After(s.every):
+		}
+	}
+}
+
+// step advances every schedule due within ahead, up to scheduleRounds
+// entries.
+func (s *scheduler) step(ctx context.Context) error {
+	for range scheduleRounds {
+		now := s.clock.Now().UnixMilli()
+		if now-s.fullAt >= scheduleFullEvery.Milliseconds() {
+			s.from, s.fullAt = 0, now
+		}
+		due, err := s.store().DueSchedules(s.from, now+s.ahead.Milliseconds(), s.batch)
+		if err != nil {
+			return err
+		}
+		var moved bool
+		if len(due) > 0 {
+			res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, Items: due})
+			if err != nil {
+				return err
+			}
+			ar, _ := res[0].Value.(wheel.AdvanceResult)
+			s.met.observe(ar, due, now)
+			moved = ar.Fired+ar.Duplicate > 0
+		}
+		if len(due) < s.batch {
+			// This look saw every schedule due from s.from on and advanced
+			// it: what is left is due later, or set after the look.
+			s.from = max(s.from, now-scheduleLookBack.Milliseconds())
+		}
+		if !moved {
+			return nil // nothing moved: looking again now would find the same
+		}
+	}
+	return nil
+}
+
+// startScheduler starts the leader's scheduler; stopScheduler ends it.
+func (n *Node) startScheduler(ctx context.Context) {
+	s := &scheduler{
+		clock: n.clock, log: n.log, store: n.store, propose: n.propose, met: n.met.sched,
+		ahead: scheduleAhead, every: scheduleEvery, batch: scheduleBatch,
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.run(ctx)
+	}()
+	n.mu.Lock()
+	n.schedStop = func() { cancel(); wg.Wait() }
+	n.mu.Unlock()
+}
+
+func (n *Node) stopScheduler() {
+	n.mu.Lock()
+	stop := n.schedStop
+	n.schedStop = nil
+	n.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// scheduleMetrics are the schedules' metrics: the number stored (read from
+// the store when scraped), and, on the leader, the occurrences enqueued and
+// how late each was enqueued.
+type scheduleMetrics struct {
+	st          func() *wheel.Store
+	schedules   *prometheus.Desc
+	occurrences prometheus.Counter
+	lateness    prometheus.Histogram
+}
+
+func newScheduleMetrics(st func() *wheel.Store) *scheduleMetrics {
+	return &scheduleMetrics{
+		st:        st,
+		schedules: prometheus.NewDesc("delaywheel_schedules", "Recurring schedules stored.", nil, nil),
+		occurrences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "delaywheel_schedule_occurrences_total",
+			Help: "Occurrences of recurring schedules this node enqueued while leading.",
+		}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaywheel_schedule_occurrence_lateness_seconds",
+			Help:    "How long after its time an occurrence was enqueued (the leader's time of the advance minus the occurrence's; 0 when enqueued ahead, as usual). Delivery lateness is delaywheel_delivery_lateness_seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+		}),
+	}
+}
+
+// observe counts an advance of items at nowMs.
+func (m *scheduleMetrics) observe(r wheel.AdvanceResult, items []wheel.AdvanceItem, nowMs int64) {
+	m.occurrences.Add(float64(r.Fired))
+	if r.Fired+r.Duplicate == 0 {
+		return
+	}
+	for _, it := range items {
+		m.lateness.Observe(float64(max(nowMs-it.FromMs, 0)) / 1000)
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *scheduleMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.schedules
+	m.occurrences.Describe(ch)
+	m.lateness.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *scheduleMetrics) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(m.schedules, prometheus.GaugeValue, float64(m.st().NumSchedules()))
+	m.occurrences.Collect(ch)
+	m.lateness.Collect(ch)
+}

@@ -1,0 +1,45 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+func schedulePath(name string) string { return "/v1/schedules/" + url.PathEscape(name) }
+
+// SetSchedule creates or replaces the recurring schedule name.
+func (c *Client) SetSchedule(ctx context.Context, name string, req api.ScheduleRequest) (api.Schedule, error) {
+	return call[api.Schedule](ctx, c, http.MethodPut, schedulePath(name), req)
+}
+
+// GetSchedule returns a schedule with its last and next occurrence.
+func (c *Client) GetSchedule(ctx context.Context, name string) (api.Schedule, error) {
+	return call[api.Schedule](ctx, c, http.MethodGet, schedulePath(name), nil)
+}
+
+// DeleteSchedule removes a schedule; occurrences already enqueued stay.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	_, err := call[api.ScheduleDeleted](ctx, c, http.MethodDelete, schedulePath(name), nil)
+	return err
+}
+
+// Schedules lists up to limit schedules (0: the server's default) whose
+// names sort after after; the answer's Next is the after of the next page.
+func (c *Client) Schedules(ctx context.Context, after string, limit int) (api.ScheduleList, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := "/v1/schedules"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return call[api.ScheduleList](ctx, c, http.MethodGet, path, nil)
+}

@@ -1,0 +1,124 @@
+package transport_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+func TestSchedulesRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	// startMs is Friday 2024-11-22 03:20 UTC, 04:20 in Berlin.
+	s, err := e.c.SetSchedule(ctx, "standup", api.ScheduleRequest{Topic: "reminders", Cron: "0 50 8 * * MON-FRI",
+		Timezone: "Europe/Berlin", Payload: api.TextBody("stand-up in 10 minutes")})
+	check(t, "set", err)
+	want := time.Date(2024, 11, 22, 7, 50, 0, 0, time.UTC).UnixMilli()
+	if s.NextAtMs == nil || *s.NextAtMs != want || s.LastAtMs != nil || s.CreatedMs != e.now() {
+		t.Fatalf("set: %+v; want next %d", s, want)
+	}
+	equal(t, "ttr default", s.TTRMs, int64(30_000))
+	got, err := e.c.GetSchedule(ctx, "standup")
+	check(t, "get", err)
+	if got.Cron != s.Cron || *got.NextAtMs != want || string(*got.Body) != "stand-up in 10 minutes" {
+		t.Fatalf("get: %+v", got)
+	}
+	for _, name := range []string{"b", "a", "c"} {
+		_, err := e.c.SetSchedule(ctx, name, api.ScheduleRequest{Topic: "t", EveryMs: 60_000})
+		check(t, "set "+name, err)
+	}
+	page, err := e.c.Schedules(ctx, "", 2)
+	check(t, "list", err)
+	if len(page.Schedules) != 2 || page.Schedules[0].Name != "a" || page.Schedules[1].Name != "b" || page.Next != "b" {
+		t.Fatalf("first page: %+v", page)
+	}
+	page, err = e.c.Schedules(ctx, page.Next, 2)
+	check(t, "list", err)
+	if len(page.Schedules) != 2 || page.Schedules[0].Name != "c" || page.Schedules[1].Name != "standup" || page.Next != "" {
+		t.Fatalf("second page: %+v", page)
+	}
+	if a := page.Schedules[0]; a.NextAtMs == nil || *a.NextAtMs != e.now() || a.StartAtMs != e.now() {
+		t.Fatalf("every_ms without a start starts now: %+v", a)
+	}
+	check(t, "delete", e.c.DeleteSchedule(ctx, "standup"))
+	var ce *client.Error
+	if _, err := e.c.GetSchedule(ctx, "standup"); !asClientError(err, &ce) || ce.Status != http.StatusNotFound {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if err := e.c.DeleteSchedule(ctx, "standup"); !asClientError(err, &ce) || ce.Status != http.StatusNotFound {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+// Each occurrence reaches a consumer as a message due at the occurrence's
+// millisecond, keyed by it.
+func TestScheduleOccurrenceDelivered(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	start := e.now() + 5000
+	_, err := e.c.SetSchedule(ctx, "tick", api.ScheduleRequest{Topic: "jobs", EveryMs: 1000, StartAtMs: start, Payload: api.TextBody("x")})
+	check(t, "set", err)
+	var got []api.Delivery
+	e.AdvanceUntil(t, 50*time.Millisecond, "two occurrences delivered", func() bool {
+		ds, err := e.c.Reserve(ctx, "jobs", api.ReserveRequest{Max: api.Ptr(10)})
+		check(t, "reserve", err)
+		got = append(got, ds...)
+		return len(got) >= 2
+	})
+	for k, d := range got[:2] {
+		occ := start + int64(k)*1000
+		if d.DeliverAtMs != occ || d.Key != wheel.OccurrenceKey("tick", occ) {
+			t.Fatalf("delivery %d: due %d key %q; want %d", k, d.DeliverAtMs, d.Key, occ)
+		}
+	}
+	s, err := e.c.GetSchedule(ctx, "tick")
+	check(t, "get", err)
+	if s.LastAtMs == nil || *s.LastAtMs < start+1000 || s.Fired < 2 {
+		t.Fatalf("after two occurrences: %+v", s)
+	}
+}
+
+// Bad input is answered 400 naming the field, and nothing is stored.
+func TestScheduleBadInput(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name, path, body, field string
+	}{
+		{"unknown zone", "/v1/schedules/a", `{"topic":"t","cron":"0 9 * * *","timezone":"Europe/Atlantis"}`, "timezone:"},
+		{"malformed cron", "/v1/schedules/a", `{"topic":"t","cron":"0 9 * *"}`, "cron:"},
+		{"seconds out of range", "/v1/schedules/a", `{"topic":"t","cron":"61 0 9 * * *"}`, "cron:"},
+		{"both", "/v1/schedules/a", `{"topic":"t","cron":"0 9 * * *","every_ms":60000}`, "cron, every_ms:"},
+		{"neither", "/v1/schedules/a", `{"topic":"t"}`, "cron, every_ms:"},
+		{"every_ms too short", "/v1/schedules/a", `{"topic":"t","every_ms":999}`, "every_ms:"},
+		{"end before start", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"start_at_ms":2000,"end_at_ms":1000}`, "end_at_ms:"},
+		{"bad name", "/v1/schedules/a%20b", `{"topic":"t","every_ms":1000}`, "name:"},
+		{"long name", "/v1/schedules/" + strings.Repeat("n", wheel.MaxScheduleName+1), `{"topic":"t","every_ms":1000}`, "name:"},
+		{"no topic", "/v1/schedules/a", `{"every_ms":1000}`, "topic:"},
+		{"bad ttr", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"ttr_ms":-1}`, "ttr_ms:"},
+		{"bad max_attempts", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"max_attempts":0}`, "max_attempts:"},
+		{"unknown field", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"colour":"red"}`, `unknown field "colour"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.do(http.MethodPut, tc.path, tc.body, "Content-Type", "application/json")
+			if a.status != http.StatusBadRequest {
+				t.Fatalf("status %d: %s", a.status, a.body)
+			}
+			if msg := a.errBody(t).Message; !strings.Contains(msg, tc.field) {
+				t.Fatalf("message %q does not name %q", msg, tc.field)
+			}
+		})
+	}
+	list, err := e.c.Schedules(t.Context(), "", 0)
+	check(t, "list", err)
+	if len(list.Schedules) != 0 || e.topicCount() != 0 {
+		t.Fatalf("refused requests stored something: %+v, %d topics", list, e.topicCount())
+	}
+	if a := e.do(http.MethodGet, "/v1/schedules?limit=0", ""); a.status != http.StatusBadRequest || !strings.Contains(a.errBody(t).Message, "limit") {
+		t.Fatalf("limit=0: %d %s", a.status, a.body)
+	}
+}

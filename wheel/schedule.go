@@ -1,0 +1,365 @@
+package wheel
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/robfig/cron/v3"
+)
+
+// Recurring schedules in the index:
+//
+//	'u' name             → the schedule (scheduleTag, spec, calendar)
+//	'v' next_ms name     → empty: the schedules by next occurrence
+//	"sschedules"         → how many schedules are stored
+//
+// The leader finds the schedules due for an advance by scanning 'v' up to
+// an instant, so the number stored costs it no memory. Both prefixes sort
+// after the metas (see keys.go): an advance rewrites them every occurrence.
+const (
+	pSchedule    = 'u'
+	pScheduleDue = 'v'
+	scheduleTag  = 0xC5
+)
+
+var keySchedules = []byte("sschedules")
+
+func scheduleKey(name string) []byte { return append([]byte{pSchedule}, name...) }
+
+func scheduleDueKey(nextMs int64, name string) []byte {
+	k := binary.BigEndian.AppendUint64([]byte{pScheduleDue}, uint64(nextMs))
+	return append(k, name...)
+}
+
+// SetSchedule creates or replaces a recurring schedule. Its first
+// occurrence is the first at or after both NowMs (the leader's time) and
+// StartAtMs. Its result is the stored ScheduleInfo.
+type SetSchedule struct {
+	NowMs int64
+	Spec  ScheduleSpec
+}
+
+// DeleteSchedule removes a recurring schedule. Occurrences already
+// enqueued are ordinary messages and stay. Its result is an error wrapping
+// ErrNotFound when there was none.
+type DeleteSchedule struct{ Name string }
+
+// AdvanceItem names a schedule and the occurrence the leader saw as its
+// next one.
+type AdvanceItem struct {
+	Name   string
+	FromMs int64
+}
+
+// AdvanceSchedules enqueues, for each item whose schedule's next
+// occurrence is still FromMs, that occurrence (a message due at FromMs,
+// keyed OccurrenceKey), and moves the schedule to its following
+// occurrence: the first after FromMs, or, when FromMs is already past at
+// NowMs (no leader ran meanwhile), the first after NowMs, so missed
+// occurrences fire once. Other items are stale and change nothing, which
+// makes a retry after a leader change harmless. Its result is AdvanceResult.
+type AdvanceSchedules struct {
+	NowMs int64
+	Items []AdvanceItem
+}
+
+// AdvanceResult counts what an AdvanceSchedules did: occurrences enqueued,
+// occurrences whose key already held a message (not enqueued again), and
+// stale items.
+type AdvanceResult struct {
+	Fired     int
+	Duplicate int
+	Stale     int
+}
+
+// Kind implements Command.
+func (SetSchedule) Kind() CommandKind      { return KindSetSchedule }
+func (DeleteSchedule) Kind() CommandKind   { return KindDeleteSchedule }
+func (AdvanceSchedules) Kind() CommandKind { return KindAdvanceSchedules }
+
+func (e *encoder) scheduleSpec(sp *ScheduleSpec) {
+	e.str(sp.Name)
+	e.str(sp.Cron)
+	e.str(sp.Timezone)
+	e.varint(sp.EveryMs)
+	e.varint(sp.StartAtMs)
+	e.varint(sp.EndAtMs)
+	e.message(sp.Topic, "", sp.Body, sp.Headers, sp.Priority, 0, sp.TTRMs, sp.MaxAttempts)
+}
+
+func (d *decoder) scheduleSpec() ScheduleSpec {
+	sp := ScheduleSpec{Name: d.str(), Cron: d.str(), Timezone: d.str(), EveryMs: d.varint(), StartAtMs: d.varint(), EndAtMs: d.varint()}
+	m := d.message(nil)
+	sp.Topic, sp.Body, sp.Headers, sp.Priority, sp.TTRMs, sp.MaxAttempts = m.Topic, m.Body, m.Headers, m.Priority, m.TTRMs, m.MaxAttempts
+	if m.Key != "" || m.DeliverAtMs != 0 {
+		d.fail("schedule spec")
+	}
+	return sp
+}
+
+func (e *encoder) advanceItems(items []AdvanceItem) {
+	e.uvarint(uint64(len(items)))
+	for _, it := range items {
+		e.str(it.Name)
+		e.varint(it.FromMs)
+	}
+}
+
+func (d *decoder) advanceItems() []AdvanceItem {
+	n := d.count(2)
+	items := make([]AdvanceItem, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		items = append(items, AdvanceItem{Name: d.str(), FromMs: d.varint()})
+	}
+	return items
+}
+
+func encodeScheduleInfo(info *ScheduleInfo) []byte {
+	e := &encoder{b: []byte{scheduleTag}}
+	e.scheduleSpec(&info.ScheduleSpec)
+	e.varint(info.CreatedMs)
+	e.varint(info.LastMs)
+	e.varint(info.NextMs)
+	e.varint(info.Fired)
+	return e.b
+}
+
+func decodeScheduleInfo(b []byte) (ScheduleInfo, error) {
+	d := &decoder{b: b}
+	if d.byte() != scheduleTag {
+		return ScheduleInfo{}, fmt.Errorf("%w: schedule of %d bytes", ErrCorruptCommand, len(b))
+	}
+	info := ScheduleInfo{ScheduleSpec: d.scheduleSpec(), CreatedMs: d.varint(), LastMs: d.varint(), NextMs: d.varint(), Fired: d.varint()}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("schedule")
+	}
+	if d.err != nil {
+		return ScheduleInfo{}, fmt.Errorf("schedule of %d bytes: %w", len(b), d.err)
+	}
+	return info, nil
+}
+
+// zoneCache keeps the time zones and cron expressions the store's
+// schedules use, so advancing does not look them up each time. s.mu
+// guards it; it is bounded and only ever caches what a lookup returns.
+type zoneCache struct {
+	zones lookupCache[*time.Location]
+	crons lookupCache[*cron.SpecSchedule]
+}
+
+func (c *zoneCache) zone(name string) (*time.Location, error) {
+	return c.zones.get(name, plainZones{}.zone)
+}
+
+func (c *zoneCache) cron(expr string) (*cron.SpecSchedule, error) {
+	return c.crons.get(expr, plainZones{}.cron)
+}
+
+// lookupCache keeps up to lookupCacheMax successful lookups.
+type lookupCache[V any] map[string]V
+
+const lookupCacheMax = 4096
+
+func (c *lookupCache[V]) get(key string, lookup func(string) (V, error)) (V, error) {
+	if v, ok := (*c)[key]; ok {
+		return v, nil
+	}
+	v, err := lookup(key)
+	if err != nil {
+		return v, err
+	}
+	if *c == nil || len(*c) >= lookupCacheMax {
+		*c = lookupCache[V]{}
+	}
+	(*c)[key] = v
+	return v, nil
+}
+
+// scheduleInfo reads a stored schedule as the batch sees it.
+func (t *tx) scheduleInfo(name string) (ScheduleInfo, bool) {
+	v := t.get(scheduleKey(name))
+	if v == nil {
+		return ScheduleInfo{}, false
+	}
+	info, err := decodeScheduleInfo(v)
+	if err != nil {
+		t.fail(err)
+		return ScheduleInfo{}, false
+	}
+	return info, true
+}
+
+// putSchedule writes a schedule and its place in the due order.
+func (t *tx) putSchedule(info *ScheduleInfo) {
+	t.set(scheduleKey(info.Name), encodeScheduleInfo(info))
+	if info.NextMs != 0 {
+		t.set(scheduleDueKey(info.NextMs, info.Name), nil)
+	}
+}
+
+func (t *tx) setSchedule(c SetSchedule) Result {
+	r, err := newRecurrence(&t.s.zoneCache, &c.Spec, c.NowMs)
+	if err != nil {
+		return Result{Err: err}
+	}
+	old, ok := t.scheduleInfo(c.Spec.Name)
+	if ok && old.NextMs != 0 {
+		t.del(scheduleDueKey(old.NextMs, old.Name))
+	}
+	if !ok {
+		t.schedules++
+	}
+	info := ScheduleInfo{ScheduleSpec: c.Spec, CreatedMs: c.NowMs}
+	info.StartAtMs = r.start
+	info.NextMs = r.after(max(r.start, c.NowMs) - 1)
+	t.putSchedule(&info)
+	return Result{Value: info}
+}
+
+func (t *tx) deleteSchedule(c DeleteSchedule) Result {
+	info, ok := t.scheduleInfo(c.Name)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: schedule %q", ErrNotFound, c.Name)}
+	}
+	if info.NextMs != 0 {
+		t.del(scheduleDueKey(info.NextMs, info.Name))
+	}
+	t.del(scheduleKey(info.Name))
+	t.schedules--
+	return Result{}
+}
+
+func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
+	var res AdvanceResult
+	var msgs []NewMessage
+	for _, it := range c.Items {
+		info, ok := t.scheduleInfo(it.Name)
+		if !ok || info.NextMs == 0 || info.NextMs != it.FromMs {
+			res.Stale++
+			continue
+		}
+		r, err := newRecurrence(&t.s.zoneCache, &info.ScheduleSpec, info.StartAtMs)
+		if err != nil {
+			res.Stale++ // set with zone data this binary lacks: it stays where it is
+			continue
+		}
+		occ := info.NextMs
+		msgs = append(msgs, NewMessage{Topic: info.Topic, Key: OccurrenceKey(info.Name, occ), Body: info.Body,
+			Headers: info.Headers, Priority: info.Priority, DeliverAtMs: occ, TTRMs: info.TTRMs, MaxAttempts: info.MaxAttempts})
+		t.del(scheduleDueKey(occ, info.Name))
+		info.LastMs = occ
+		info.Fired++
+		info.NextMs = r.after(max(occ, c.NowMs))
+		t.putSchedule(&info)
+	}
+	if len(msgs) > 0 {
+		enq, _ := t.schedule(Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued)
+		for _, e := range enq {
+			if e.Duplicate {
+				res.Duplicate++
+			} else {
+				res.Fired++
+			}
+		}
+	}
+	return Result{Value: res}
+}
+
+// Schedule returns a stored schedule, or an error wrapping ErrNotFound.
+func (s *Store) Schedule(name string) (ScheduleInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return ScheduleInfo{}, err
+	}
+	v, err := s.get(scheduleKey(name))
+	if err != nil {
+		return ScheduleInfo{}, err
+	}
+	if v == nil {
+		return ScheduleInfo{}, fmt.Errorf("%w: schedule %q", ErrNotFound, name)
+	}
+	return decodeScheduleInfo(v)
+}
+
+// Schedules returns up to limit stored schedules whose names sort after
+// after, in name order.
+func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	lo := scheduleKey(after)
+	if after != "" {
+		lo = append(lo, 0) // the first name after it
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd([]byte{pSchedule})})
+	if err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	var out []ScheduleInfo
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
+		info, err := decodeScheduleInfo(it.Value())
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	return out, nil
+}
+
+// DueSchedules returns up to limit schedules whose next occurrence is in
+// [from, to], earliest first, as items of an AdvanceSchedules. Every
+// advance deletes a key of this order, and the deletions stay in the
+// index until a compaction drops them: a caller that knows nothing is due
+// before from passes it, so the scan does not step over them all.
+func (s *Store) DueSchedules(from, to int64, limit int) ([]AdvanceItem, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	var out []AdvanceItem
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: scheduleDueKey(max(from, 0), ""), UpperBound: scheduleDueKey(to+1, "")})
+	if err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
+		k := it.Key()
+		out = append(out, AdvanceItem{Name: string(k[9:]), FromMs: int64(binary.BigEndian.Uint64(k[1:9]))})
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	return out, nil
+}
+
+// NumSchedules returns how many schedules are stored.
+func (s *Store) NumSchedules() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.schedules
+}
+
+// dumpSchedules writes every schedule for Dump. s.mu is held.
+func (s *Store) dumpSchedules(bw *bufio.Writer) error {
+	fmt.Fprintf(bw, "schedules %d\n", s.schedules)
+	return s.scan([]byte{pSchedule}, func(_, v []byte) error {
+		info, err := decodeScheduleInfo(v)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(bw, "schedule %q topic %q cron %q tz %q every %d start %d end %d created %d last %d next %d fired %d body %d\n",
+			info.Name, info.Topic, info.Cron, info.Timezone, info.EveryMs, info.StartAtMs, info.EndAtMs,
+			info.CreatedMs, info.LastMs, info.NextMs, info.Fired, len(info.Body))
+		return nil
+	})
+}

@@ -1,0 +1,340 @@
+package wheel
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// keyed returns every message key in k's store and the message holding it.
+func (k *storeKit) keyed() map[string]ID {
+	k.t.Helper()
+	var b bytes.Buffer
+	if err := k.s.Dump(&b); err != nil {
+		k.t.Fatal(err)
+	}
+	out := map[string]ID{}
+	sc := bufio.NewScanner(&b)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 5 && f[0] == "key" {
+			key, err := strconv.Unquote(f[3])
+			if err != nil {
+				k.t.Fatal(err)
+			}
+			id, err := ParseID(f[4])
+			if err != nil {
+				k.t.Fatal(err)
+			}
+			out[key] = id
+		}
+	}
+	return out
+}
+
+func (k *storeKit) advance(now int64, items ...AdvanceItem) AdvanceResult {
+	k.t.Helper()
+	return k.one(AdvanceSchedules{NowMs: now, Items: items}).(AdvanceResult)
+}
+
+func (k *storeKit) scheduleInfo(name string) ScheduleInfo {
+	k.t.Helper()
+	info, err := k.s.Schedule(name)
+	if err != nil {
+		k.t.Fatalf("schedule %q: %v", name, err)
+	}
+	return info
+}
+
+func TestScheduleEveryThroughTheStore(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	start := t0 + 5_000
+	info := k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")}}).(ScheduleInfo)
+	if info.NextMs != start || info.LastMs != 0 || k.s.NumSchedules() != 1 {
+		t.Fatalf("set: %+v, %d schedules", info, k.s.NumSchedules())
+	}
+	// Not yet due at start-1 when looked for up to start-1.
+	if due, _ := k.s.DueSchedules(0, start-1, 10); len(due) != 0 {
+		t.Fatalf("due before its time: %v", due)
+	}
+	if due, _ := k.s.DueSchedules(start+1, MaxDueMs, 10); len(due) != 0 {
+		t.Fatalf("due from after its time: %v", due)
+	}
+	due, err := k.s.DueSchedules(start, start, 10)
+	if err != nil || len(due) != 1 || due[0] != (AdvanceItem{Name: "tick", FromMs: start}) {
+		t.Fatalf("due = %v, %v", due, err)
+	}
+	// Enqueued two seconds ahead, 100 occurrences in entries of ten.
+	var n int
+	for e := 0; e < 10; e++ {
+		var entries []Entry
+		for i := 0; i < 10; i++ {
+			occ := start + int64(n)*1000
+			k.idx++
+			entries = append(entries, Entry{Index: k.idx, Cmds: []Command{AdvanceSchedules{NowMs: occ - 2000, Items: []AdvanceItem{{"tick", occ}}}}})
+			n++
+		}
+		k.log = append(k.log, entries...)
+		res, err := k.s.Apply(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r[0].Value.(AdvanceResult) != (AdvanceResult{Fired: 1}) {
+				t.Fatalf("advance: %+v", r[0])
+			}
+		}
+	}
+	keys := k.keyed()
+	for i := 0; i < n; i++ {
+		occ := start + int64(i)*1000
+		id, ok := keys[OccurrenceKey("tick", occ)]
+		if !ok {
+			t.Fatalf("occurrence %d at %d not enqueued", i, occ)
+		}
+		if v := k.get(id); v.DeliverAtMs != occ || v.Topic != "jobs" || string(v.Body) != "b" {
+			t.Fatalf("occurrence %d: %+v", i, v)
+		}
+	}
+	info = k.scheduleInfo("tick")
+	if info.LastMs != start+99_000 || info.NextMs != start+100_000 || info.Fired != 100 {
+		t.Fatalf("after 100: %+v", info)
+	}
+}
+
+// TestScheduleAdvanceIsIdempotent: an advance retried after a leader change
+// names an occurrence the schedule has moved past, and changes nothing; an
+// occurrence whose key already holds a message is not enqueued twice.
+func TestScheduleAdvanceIsIdempotent(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	spec := ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 3000}
+	k.one(SetSchedule{NowMs: t0, Spec: spec})
+	item := AdvanceItem{"a", t0 + 3000}
+	if r := k.advance(t0+1000, item); r != (AdvanceResult{Fired: 1}) {
+		t.Fatalf("first: %+v", r)
+	}
+	before := len(k.keyed())
+	if r := k.advance(t0+1100, item, item); r != (AdvanceResult{Stale: 2}) {
+		t.Fatalf("retry: %+v", r)
+	}
+	if r := k.advance(t0+1100, AdvanceItem{"nope", t0 + 3000}); r != (AdvanceResult{Stale: 1}) {
+		t.Fatalf("unknown: %+v", r)
+	}
+	// Set again with the same calendar: the first occurrence is the one
+	// already enqueued, whose key holds it.
+	k.one(SetSchedule{NowMs: t0 + 1200, Spec: spec})
+	if r := k.advance(t0+1300, item); r != (AdvanceResult{Duplicate: 1}) {
+		t.Fatalf("re-set: %+v", r)
+	}
+	if got := len(k.keyed()); got != before {
+		t.Fatalf("%d keys after retries; want %d", got, before)
+	}
+	if info := k.scheduleInfo("a"); info.NextMs != t0+4000 {
+		t.Fatalf("next = %d; want %d", info.NextMs, t0+4000)
+	}
+}
+
+// TestScheduleNoBurstAfterOutage: the occurrences missed while no leader
+// advanced fire once, late, and the calendar goes on after NowMs.
+func TestScheduleNoBurstAfterOutage(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
+	now := t0 + 60_500 // a minute without a leader
+	due, _ := k.s.DueSchedules(0, now+2000, 100)
+	if len(due) != 1 {
+		t.Fatalf("due = %v", due)
+	}
+	if r := k.advance(now, due...); r != (AdvanceResult{Fired: 1}) {
+		t.Fatalf("advance: %+v", r)
+	}
+	info := k.scheduleInfo("a")
+	if info.LastMs != t0+1000 || info.NextMs != t0+61_000 {
+		t.Fatalf("after the outage: last %d next %d; want %d, %d", info.LastMs, info.NextMs, t0+1000, t0+61_000)
+	}
+	keys := k.keyed()
+	if len(keys) != 1 {
+		t.Fatalf("%d occurrences enqueued; want the one missed", len(keys))
+	}
+	v := k.get(keys[OccurrenceKey("a", t0+1000)])
+	if v.DeliverAtMs != t0+1000 {
+		t.Fatalf("late occurrence due %d", v.DeliverAtMs)
+	}
+}
+
+// TestScheduleDeleteWhileDue: an occurrence already enqueued is an
+// ordinary message and stays when its schedule is deleted; nothing later
+// is enqueued, and the advance naming it is stale.
+func TestScheduleDeleteWhileDue(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
+	k.advance(t0, AdvanceItem{"a", t0 + 1000})
+	next := k.scheduleInfo("a").NextMs
+	if r := k.apply(DeleteSchedule{Name: "a"})[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := k.apply(DeleteSchedule{Name: "a"})[0]; !errors.Is(r.Err, ErrNotFound) {
+		t.Fatalf("second delete: %v", r.Err)
+	}
+	if _, err := k.s.Schedule("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if due, _ := k.s.DueSchedules(0, MaxDueMs, 10); len(due) != 0 || k.s.NumSchedules() != 0 {
+		t.Fatalf("due %v, %d schedules after delete", due, k.s.NumSchedules())
+	}
+	if r := k.advance(t0+500, AdvanceItem{"a", next}); r != (AdvanceResult{Stale: 1}) {
+		t.Fatalf("advance after delete: %+v", r)
+	}
+	id, ok := k.keyed()[OccurrenceKey("a", t0+1000)]
+	if !ok {
+		t.Fatal("the enqueued occurrence is gone")
+	}
+	k.wantState(id, StateDelayed, t0+1000, 0)
+	k.apply(Expire{Before: t0s + 2})
+	k.wantState(id, StateReady, t0+1000, 0)
+}
+
+// TestScheduleBadSpecStoresNothing: a SetSchedule that fails validation
+// changes nothing but the applied index.
+func TestScheduleBadSpecStoresNothing(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	dump := func() string {
+		var b bytes.Buffer
+		if err := k.s.Dump(&b); err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(b.String(), "\n")
+		return rest
+	}
+	before := dump()
+	r := k.apply(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", Cron: "0 9 * * *", Timezone: "Nowhere/Special"}})[0]
+	if !errors.Is(r.Err, ErrInvalid) || !strings.Contains(r.Err.Error(), "timezone") {
+		t.Fatalf("err = %v", r.Err)
+	}
+	if after := dump(); after != before {
+		t.Fatalf("state changed:\n%s\n---\n%s", before, after)
+	}
+}
+
+// TestScheduleReplicaEquality applies a random log of schedule commands,
+// messages, expiries and deletes in large batches to a store that is
+// reopened now and then, and one entry at a time to a replica: their dumps
+// must be equal, and survive reopens and power losses.
+func TestScheduleReplicaEquality(t *testing.T) {
+	for seed := int64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { scheduleReplicaRun(t, seed) })
+	}
+}
+
+func scheduleReplicaRun(t *testing.T, seed int64) {
+	rng := rand.New(rand.NewSource(seed))
+	k := newStoreKit(t, Options{})
+	rep := newStoreKit(t, Options{})
+	rep.log = nil
+	names := []string{"a", "b", "c", "d", "e"}
+	zones := []string{"", "Europe/Berlin", "America/New_York"}
+	now := t0
+	var pending []Entry
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		if _, err := k.s.Apply(pending); err != nil {
+			t.Fatal(err)
+		}
+		k.log = append(k.log, pending...)
+		for _, e := range pending {
+			if _, err := rep.s.Apply([]Entry{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pending = nil
+	}
+	for step := 0; step < 600; step++ {
+		now += int64(rng.Intn(900))
+		var cmd Command
+		switch p := rng.Intn(10); {
+		case p < 2:
+			sp := ScheduleSpec{Name: names[rng.Intn(len(names))], Topic: fmt.Sprintf("t%d", rng.Intn(2)), Body: []byte{byte(step)}}
+			if rng.Intn(2) == 0 {
+				sp.EveryMs = int64(1000 + rng.Intn(3)*500)
+			} else {
+				sp.Cron, sp.Timezone = "*/2 * * * * *", zones[rng.Intn(len(zones))]
+			}
+			if rng.Intn(4) == 0 {
+				sp.EndAtMs = now + int64(rng.Intn(20_000))
+			}
+			cmd = SetSchedule{NowMs: now, Spec: sp}
+		case p < 3:
+			cmd = DeleteSchedule{Name: names[rng.Intn(len(names))]}
+		case p < 8:
+			flush() // the leader reads the committed due order
+			due, err := k.s.DueSchedules(0, now+2000, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rng.Intn(5) == 0 && len(due) > 0 {
+				due = append(due, due[0]) // a retry within the entry
+			}
+			cmd = AdvanceSchedules{NowMs: now, Items: due}
+		case p < 9:
+			cmd = Expire{Before: now / TickMs}
+		default:
+			cmd = Schedule{NowMs: now, Messages: []NewMessage{{Topic: "t0", Key: OccurrenceKey("a", now/1000*1000+2000), DeliverAtMs: now + 2000}}}
+		}
+		k.idx++
+		pending = append(pending, Entry{Index: k.idx, Cmds: []Command{cmd}})
+		if rng.Intn(4) == 0 {
+			flush()
+		}
+		switch rng.Intn(100) {
+		case 0:
+			flush()
+			k.reopen()
+		case 1:
+			// Power loss: what was not synced is gone, and the log suffix
+			// is applied again.
+			flush()
+			k.s.CrashForTest(k.fs)
+			k.open()
+			from := k.s.AppliedIndex()
+			var replay []Entry
+			for _, e := range k.log {
+				if e.Index > from {
+					replay = append(replay, e)
+				}
+			}
+			if _, err := k.s.Apply(replay); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	flush()
+	equalDumps(t, k.s, rep.s)
+	if k.s.NumSchedules() == 0 {
+		t.Fatal("the log left no schedule; the test covers too little")
+	}
+	k.reopen()
+	equalDumps(t, k.s, rep.s)
+}
+
+func equalDumps(t *testing.T, a, b *Store) {
+	t.Helper()
+	var da, db bytes.Buffer
+	if err := a.Dump(&da); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Dump(&db); err != nil {
+		t.Fatal(err)
+	}
+	if da.String() != db.String() {
+		t.Fatalf("dumps differ:\n%s\n---\n%s", da.String(), db.String())
+	}
+	if !strings.Contains(da.String(), "schedule \"") {
+		t.Fatal("dump lists no schedule")
+	}
+}
