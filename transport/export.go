@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -21,10 +22,11 @@ func (c Config) WithDefaults() Config { return c.withDefaults() }
 // else is a 500 that does not leak its text.
 func ToError(err error) *Error { return toError(err) }
 
-// ValidateEnqueue checks every message of req and converts it, with the
-// defaults filled in and its due time made absolute.
-func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
-	return validateEnqueue(req, lim, nowMs)
+// ValidateEnqueueProto checks every message of req and converts it, with
+// the defaults filled in and its due time made absolute; the bodies become
+// the messages' as they are.
+func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+	return validateEnqueueProto(req, lim, nowMs)
 }
 
 // ValidateReschedule resolves the new due time of a reschedule: exactly one

@@ -57,11 +57,16 @@ func MessageOf(p *pb.Message) Message {
 	return messageOf(p, &body)
 }
 
-// messageOf is MessageOf with the body copied into *body.
+// MessageFields returns the message p carries without its body, for a
+// caller that takes p's body as it is.
+func MessageFields(p *pb.Message) Message { return messageOf(p, nil) }
+
+// messageOf is MessageOf with the body copied into *body (none when body
+// is nil).
 func messageOf(p *pb.Message, body *string) Message {
 	m := Message{Topic: p.GetTopic(), DelayMs: p.DelayMs, DeliverAtMs: p.DeliverAtMs, Key: p.GetKey(),
 		Priority: p.GetPriority(), TTRMs: p.TtrMs, MaxAttempts: p.MaxAttempts, Headers: p.GetHeaders()}
-	if len(p.GetBody()) > 0 {
+	if body != nil && len(p.GetBody()) > 0 {
 		*body = string(p.GetBody())
 		m.Body = body
 	}

@@ -16,7 +16,7 @@ import (
 
 // Enqueue schedules a batch of messages.
 func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
-	msgs, err := transport.ValidateEnqueue(api.EnqueueRequestOf(req), s.cfg.Limits, s.nowMs())
+	msgs, err := transport.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
