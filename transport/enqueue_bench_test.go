@@ -30,26 +30,28 @@ func (instantBackend) Enqueue(_ context.Context, msgs []wheel.NewMessage) ([]whe
 	return out, nil
 }
 
-// BenchmarkEnqueueJSON is the bench's enqueue call in JSON, end to end
-// through the server's handler: 100 messages of 100-byte bodies, each with
-// an absolute due time.
-func BenchmarkEnqueueJSON(b *testing.B) {
+// benchBatch is the bench's enqueue call: 100 messages of 100-byte
+// bodies, each with an absolute due time.
+func benchBatch() api.EnqueueRequest {
 	due := startMs + 1_800_000
 	req := api.EnqueueRequest{Messages: make([]api.Message, 100)}
 	for i := range req.Messages {
 		req.Messages[i] = api.Message{Topic: "bench", Payload: api.TextBody(strings.Repeat("x", 100)), DeliverAtMs: &due}
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		b.Fatal(err)
-	}
+	return req
+}
+
+// benchEnqueue posts body, end to end through the server's handler.
+func benchEnqueue(b *testing.B, body []byte, header ...string) {
 	clock := func() time.Time { return time.UnixMilli(startMs) }
 	h := transport.NewServer(transport.Config{Clock: clock}, instantBackend{}).Handler()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
 		r := httptest.NewRequest(http.MethodPost, "/v1/messages", bytes.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusOK {
@@ -58,30 +60,21 @@ func BenchmarkEnqueueJSON(b *testing.B) {
 	}
 }
 
-// BenchmarkEnqueueProto is the same call in protobuf, as the Go client
-// sends it, answered in protobuf.
-func BenchmarkEnqueueProto(b *testing.B) {
-	due := startMs + 1_800_000
-	req := api.EnqueueRequest{Messages: make([]api.Message, 100)}
-	for i := range req.Messages {
-		req.Messages[i] = api.Message{Topic: "bench", Payload: api.TextBody(strings.Repeat("x", 100)), DeliverAtMs: &due}
-	}
-	body, err := api.AppendEnqueueRequest(nil, req)
+// BenchmarkEnqueueJSON is the bench's enqueue call in JSON.
+func BenchmarkEnqueueJSON(b *testing.B) {
+	body, err := json.Marshal(benchBatch())
 	if err != nil {
 		b.Fatal(err)
 	}
-	clock := func() time.Time { return time.UnixMilli(startMs) }
-	h := transport.NewServer(transport.Config{Clock: clock}, instantBackend{}).Handler()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, "/v1/messages", bytes.NewReader(body))
-		r.Header.Set("Content-Type", api.ContentTypeProto)
-		r.Header.Set("Accept", api.ContentTypeProto)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
-		}
+	benchEnqueue(b, body, "Content-Type", "application/json")
+}
+
+// BenchmarkEnqueueProto is the same call in protobuf, as the Go client
+// sends it, answered in protobuf.
+func BenchmarkEnqueueProto(b *testing.B) {
+	body, err := api.AppendEnqueueRequest(nil, benchBatch())
+	if err != nil {
+		b.Fatal(err)
 	}
+	benchEnqueue(b, body, "Content-Type", api.ContentTypeProto, "Accept", api.ContentTypeProto)
 }
