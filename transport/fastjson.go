@@ -22,7 +22,10 @@ import (
 // string that is not valid UTF-8, malformed JSON — it answers ok=false
 // and the caller decodes the body with encoding/json, whose errors are the
 // ones API.md gives. FuzzDecodeEnqueue holds it to this.
-func fastEnqueue(data []byte) (req api.EnqueueRequest, ok bool) {
+//
+// maxBatch bounds what it reserves ahead for the batch: a body of nothing
+// but '{' must not make it allocate for millions of messages.
+func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 	d := fastDecoder{data: data, all: string(data)}
 	if !d.byte('{') || d.key() != "messages" || !d.byte(':') || !d.byte('[') {
 		return req, false
@@ -30,7 +33,7 @@ func fastEnqueue(data []byte) (req api.EnqueueRequest, ok bool) {
 	// Every message is an object, so the count of '{' (one byte: counted
 	// with SIMD) bounds the batch and sizes the slabs for the common one: a
 	// number and a body per message.
-	n := bytes.Count(data, []byte{'{'})
+	n := min(bytes.Count(data, []byte{'{'}), maxBatch+1)
 	d.ints = make([]int64, 0, n)
 	d.strs = make([]string, 0, n)
 	req.Messages = make([]api.Message, 0, n)

@@ -40,7 +40,7 @@ func FuzzDecodeEnqueue(f *testing.F) {
 	lim := DefaultLimits()
 	const nowMs = 1_732_245_600_000
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if fast, ok := fastEnqueue(data); ok {
+		if fast, ok := fastEnqueue(data, lim.MaxBatch); ok {
 			var strict api.EnqueueRequest
 			if err := decodeStrict(data, &strict, ""); err != nil {
 				t.Fatalf("the fast decoder accepted %q, encoding/json refuses it: %v", data, err)

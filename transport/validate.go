@@ -68,7 +68,7 @@ func validateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wh
 func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 	// One strict pass decodes a good request; only a bad one is decoded
 	// again message by message, so that the error can name its index.
-	req, ok := fastEnqueue(data)
+	req, ok := fastEnqueue(data, lim.MaxBatch)
 	if ok || decodeStrict(data, &req, "") == nil {
 		if err := checkCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
 			return api.EnqueueRequest{}, err
