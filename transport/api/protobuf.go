@@ -73,14 +73,11 @@ func messageOf(p *pb.Message, body *string) Message {
 	return m
 }
 
-// EnqueueRequestOf returns the request p carries. The bodies' strings
-// share one slab, so a batch costs one allocation for them instead of one
-// per message.
+// EnqueueRequestOf returns the request p carries.
 func EnqueueRequestOf(p *pb.EnqueueRequest) EnqueueRequest {
 	req := EnqueueRequest{Messages: make([]Message, len(p.GetMessages()))}
-	bodies := make([]string, len(req.Messages))
 	for i, m := range p.GetMessages() {
-		req.Messages[i] = messageOf(m, &bodies[i])
+		req.Messages[i] = MessageOf(m)
 	}
 	return req
 }
