@@ -57,10 +57,14 @@ type Config struct {
 	Rate       int           // fire, failover: messages coming due per second
 	Duration   time.Duration // fire, failover: how long messages come due
 	Consumers  int
-	ReserveMax int           // most messages per reserve
-	Wait       time.Duration // long-poll wait of a reserve
-	Lead       time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
-	Grace      time.Duration // fire: how long after the last due time a delivery still counts
+	ReserveMax int    // most messages per reserve
+	Consume    string // delaywheel consumers: ConsumeReserve (default), ConsumeStream or ConsumeWebhook
+	// WebhookFailRate is the share of requests the webhook receiver
+	// answers 500, at random (ConsumeWebhook).
+	WebhookFailRate float64
+	Wait            time.Duration // long-poll wait of a reserve
+	Lead            time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
+	Grace           time.Duration // fire: how long after the last due time a delivery still counts
 
 	RedisPoll time.Duration // Redis: the poll interval of the Lua pop
 
@@ -142,6 +146,9 @@ func (cfg Config) withDefaults() Config {
 	def(&cfg.Rate, DefaultRate)
 	def(&cfg.Consumers, DefaultConsumers)
 	def(&cfg.ReserveMax, DefaultReserveMax)
+	if cfg.Consume == "" {
+		cfg.Consume = ConsumeReserve
+	}
 	defd(&cfg.Delay, 30*time.Minute)
 	defd(&cfg.Duration, DefaultDuration)
 	defd(&cfg.Wait, DefaultWait)
@@ -213,6 +220,12 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
+	if !slices.Contains([]string{ConsumeReserve, ConsumeReserveInline, ConsumeStream, ConsumeWebhook}, cfg.Consume) {
+		errs = append(errs, fmt.Errorf("--consume %q: want %s, %s, %s or %s", cfg.Consume, ConsumeReserve, ConsumeReserveInline, ConsumeStream, ConsumeWebhook))
+	}
+	if cfg.WebhookFailRate < 0 || cfg.WebhookFailRate >= 1 {
+		errs = append(errs, fmt.Errorf("--webhook-fail-rate %g: must be at least 0 and below 1", cfg.WebhookFailRate))
+	}
 	if cfg.Every < time.Second || cfg.Every%time.Millisecond != 0 {
 		errs = append(errs, fmt.Errorf("--every %s: must be at least 1s, in whole milliseconds", cfg.Every))
 	}

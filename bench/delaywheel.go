@@ -176,7 +176,13 @@ type dwTarget struct {
 	reserveMax int
 	waitMs     int64
 	ttrMs      *int64
-	retries    atomic.Int64 // enqueue calls retried (429, 503, connection errors)
+	consume    string // ConsumeReserve, ConsumeStream or ConsumeWebhook
+	// The webhook receiver (ConsumeWebhook), started by the first consumer.
+	webhookFailRate float64
+	hookOnce        sync.Once
+	hook            *receiver
+	hookErr         error
+	retries         atomic.Int64 // enqueue calls retried (429, 503, connection errors)
 }
 
 // newDelaywheelTarget makes a target of the nodes at addrs; cluster is the
@@ -200,9 +206,15 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		logger:     cfg.logger,
 		reserveMax: cfg.ReserveMax,
 		waitMs:     cfg.Wait.Milliseconds(),
+		consume:    cfg.Consume,
+
+		webhookFailRate: cfg.WebhookFailRate,
 	}
 	if len(addrs) > 1 {
 		t.name = fmt.Sprintf("%s (%d nodes)", TargetDelaywheel, len(addrs))
+	}
+	if cfg.Consume != ConsumeReserve {
+		t.name += ", " + cfg.Consume
 	}
 	for _, a := range addrs {
 		base := strings.TrimRight(a, "/")
@@ -352,6 +364,16 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 }
 
 func (t *dwTarget) NewConsumer(ctx context.Context) (consumer, error) {
+	switch t.consume {
+	case ConsumeStream:
+		return newDWStreamConsumer(ctx, t), nil
+	case ConsumeWebhook:
+		r, err := t.hookReceiver(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return webhookConsumer{r: r}, nil
+	}
 	return newDWConsumer(ctx, t), nil
 }
 
@@ -442,6 +464,9 @@ func (t *dwTarget) Restart(ctx context.Context) (restartTimes, error) {
 }
 
 func (t *dwTarget) Close() error {
+	if t.hook != nil {
+		_ = t.hook.close()
+	}
 	t.hc.CloseIdleConnections()
 	if t.grpc != nil {
 		t.grpc.Close()
@@ -455,7 +480,9 @@ func (t *dwTarget) Close() error {
 // dwConsumer long-polls the leader and acknowledges each batch in the
 // background, as a consumer that acks after processing does: the next
 // long-poll is not held up by the previous batch's ack. Receipts that pile
-// up while an ack is in flight go out together in the next.
+// up while an ack is in flight go out together in the next. With
+// ConsumeReserveInline it acks each batch itself and waits for the answer
+// before its next reserve, as the plain consumer loop does.
 type dwConsumer struct {
 	t      *dwTarget
 	acks   chan []string
@@ -524,7 +551,15 @@ func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 		}
 		receipts[k] = d.Receipt
 	}
-	if len(receipts) > 0 {
+	if len(receipts) > 0 && t.consume == ConsumeReserveInline {
+		err := t.call(ctx, func(cl *client.Client) error {
+			_, err := cl.Ack(ctx, receipts)
+			return err
+		})
+		if err != nil {
+			return b, fmt.Errorf("ack %d receipts: %w", len(receipts), err)
+		}
+	} else if len(receipts) > 0 {
 		c.acks <- receipts
 	}
 	if p := c.ackErr.Swap(nil); p != nil {

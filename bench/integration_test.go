@@ -83,6 +83,20 @@ func TestSpawnedDelaywheel(t *testing.T) {
 		t.Fatalf("fire: lateness %+v, %d CDF points, %d throughput points", f.Lateness, len(f.CDF), len(res.Throughput))
 	}
 
+	for _, consume := range []string{ConsumeStream, ConsumeWebhook} {
+		cfg.Consume = consume
+		rep, err = Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res = rep.Results[0]; res.Error != "" || res.Fire == nil {
+			t.Fatalf("fire, consume %s: %+v", consume, res)
+		}
+		if f := res.Fire; f.Sent != 400 || f.Received != 400 || f.Lost != 0 || f.Early != 0 {
+			t.Fatalf("fire, consume %s: sent %d received %d lost %d early %d, want 400 400 0 0", consume, f.Sent, f.Received, f.Lost, f.Early)
+		}
+	}
+
 	cfg = base
 	cfg.Workload, cfg.Messages, cfg.Duration, cfg.Lead, cfg.Grace = WorkloadSchedules, 20, 2*time.Second, 2*time.Second, 3*time.Second
 	rep, err = Run(t.Context(), cfg)

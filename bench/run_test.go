@@ -24,6 +24,10 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workload: WorkloadFire, Spawn: 2}, "--spawn 2"},
 		{Config{Workload: WorkloadFailover, Spawn: 1}, "failover needs --spawn 3"},
 		{Config{Workload: WorkloadEnqueue, Batch: 20_000}, "--batch 20000"},
+		{Config{Workload: WorkloadFire, Consume: ConsumeStream}, ""},
+		{Config{Workload: WorkloadFire, Consume: ConsumeReserveInline}, ""},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookFailRate: 1}, "--webhook-fail-rate"},
+		{Config{Workload: WorkloadFire, Consume: "poll"}, `--consume "poll"`},
 		{Config{Workload: WorkloadFailover, Duration: time.Second, KillAfter: 2 * time.Second}, "--kill-after"},
 	} {
 		err := tc.cfg.withDefaults().validate()

@@ -180,6 +180,9 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	if d == nil {
 		return nil, wheel.ErrNotLeader
 	}
+	if n.hasWebhook(topic) {
+		return n.idleReserve(ctx, wait), nil
+	}
 	if wait <= 0 {
 		// A reserve that does not wait takes only what is due now, which
 		// includes what this node has answered as enqueued. One that waits
@@ -200,14 +203,37 @@ func (n *Node) counted(ctx context.Context, cmd wheel.Command) (wheel.Counted, e
 	return v.(wheel.Counted), nil
 }
 
+// Stream opens a streaming consumer of topic; only the leader can.
+func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	d := n.dispatcher()
+	if d == nil {
+		return nil, wheel.ErrNotLeader
+	}
+	if n.hasWebhook(topic) {
+		return nil, fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
+	}
+	return d.Stream(topic, opt)
+}
+
+// settled counts an ack or nack and, once it has committed, tells the
+// streams that handed out its receipts that their leases ended: acked,
+// nacked, or over already.
+func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []wheel.Receipt) (wheel.Counted, error) {
+	c, err := n.counted(ctx, cmd)
+	if d := n.dispatcher(); err == nil && d != nil {
+		d.Settled(rs)
+	}
+	return c, err
+}
+
 // Ack finishes reserved messages.
 func (n *Node) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-	return n.counted(ctx, wheel.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
+	return n.settled(ctx, wheel.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
 }
 
 // Nack returns reserved messages to delayed.
 func (n *Node) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
-	return n.counted(ctx, wheel.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs})
+	return n.settled(ctx, wheel.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
 }
 
 // Touch extends leases.

@@ -17,13 +17,15 @@
 //
 // Its sub-packages own the rest: dispatch the leader's dispatcher (the tick
 // that stamps time into the log, the precision heap, the hand-offs to
-// consumers), behind the small interface dispatch.Node that the node
-// implements; raftlog the Raft log (the entries in hashicorp/raft-wal
+// consumers and streams), behind the small interface dispatch.Node that the
+// node implements; webhook the leader's webhook sender (webhooks.go starts
+// it with each dispatcher and tells it of config changes); raftlog the Raft log (the entries in hashicorp/raft-wal
 // segment files, spare segments, and the term and vote in raft-boltdb as
 // Raft's StableStore), in <data>/raft.
 //
-// The package knows nothing of HTTP: transport calls the node through
-// transport.Backend, which *Node implements.
+// The package knows nothing of the HTTP API: transport calls the node
+// through transport.Backend, which *Node implements. (Only the webhook
+// sender speaks HTTP, as a client of the topics' endpoints.)
 //
 // # Raft
 //

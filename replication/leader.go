@@ -65,6 +65,7 @@ func (n *Node) startDispatcher(ctx context.Context) {
 		ExpireGrace: n.cfg.ExpireGrace, Preload: n.cfg.Preload, ApplyTimeout: n.cfg.ApplyTimeout,
 		RedeliveryBackoff: n.cfg.RedeliveryBackoff, MaxLeaseBatch: n.cfg.MaxLeaseBatch,
 		Lateness: n.met.lateness.Observe,
+		Streamed: func(topic string, k int) { n.met.streamed.WithLabelValues(topic).Add(float64(k)) },
 	})
 	if err := d.Start(ctx); err != nil {
 		n.lease.CompareAndSwap(lease, nil)
@@ -72,8 +73,10 @@ func (n *Node) startDispatcher(ctx context.Context) {
 		n.log.Error("starting dispatcher", "err", err)
 		return
 	}
+	hooks := n.startWebhooks(d)
 	n.mu.Lock()
 	n.disp = d
+	n.hooks = hooks
 	n.mu.Unlock()
 	n.log.Info("leading: dispatcher started", "cursor", n.store().Cursor())
 	n.startScheduler(ctx)
@@ -85,7 +88,12 @@ func (n *Node) stopDispatcher() {
 	n.mu.Lock()
 	d := n.disp
 	n.disp = nil
+	hooks := n.hooks
+	n.hooks = nil
 	n.mu.Unlock()
+	if hooks != nil {
+		hooks.Stop()
+	}
 	if d != nil {
 		d.Stop()
 		n.log.Info("dispatcher stopped")
@@ -115,6 +123,7 @@ func (n *Node) onRestore(st *wheel.Store) {
 	n.mu.Unlock()
 	if d != nil {
 		d.Reattach(st)
+		n.reconcileWebhooks()
 	}
 }
 

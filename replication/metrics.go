@@ -28,7 +28,13 @@ type metrics struct {
 	applied   *prometheus.Desc
 	leader    *prometheus.Desc
 	inflight  *prometheus.Desc
-	sched     *scheduleMetrics
+
+	webhookAttempts *prometheus.CounterVec
+	webhookLateness prometheus.Histogram
+	streamed        *prometheus.CounterVec
+	streams         *prometheus.Desc
+	streamInflight  *prometheus.Desc
+	sched           *scheduleMetrics
 }
 
 func newMetrics(n *Node) *metrics {
@@ -64,7 +70,22 @@ func newMetrics(n *Node) *metrics {
 		applied:   d("raft_applied_index", "Raft applied index."),
 		leader:    d("raft_leader", "1 while this node is the leader."),
 		inflight:  d("pending_applies", "Proposals waiting to commit (back-pressure answers 429 past --max-pending-applies)."),
-		sched:     newScheduleMetrics(n.store),
+		webhookAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delaywheel_webhook_attempts_total",
+			Help: "Webhook requests this node sent as leader, by outcome: 2xx, 4xx, 5xx, timeout, refused.",
+		}, []string{"outcome"}),
+		streamed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delaywheel_stream_deliveries_total",
+			Help: "Deliveries streams took on this node as leader, by topic (webhooks' included).",
+		}, []string{"topic"}),
+		streams:        d("streams_open", "Streams (and webhook senders) running on this node as leader."),
+		streamInflight: d("stream_inflight", "Stream deliveries handed out and not yet acked, nacked or expired."),
+		webhookLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaywheel_webhook_lateness_seconds",
+			Help:    "Start of a webhook request minus the message's deliver_at_ms.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		sched: newScheduleMetrics(n.store),
 	}
 }
 
@@ -73,9 +94,12 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.apply.Describe(ch)
 	m.answered.Describe(ch)
 	m.lateness.Describe(ch)
+	m.webhookAttempts.Describe(ch)
+	m.webhookLateness.Describe(ch)
+	m.streamed.Describe(ch)
 	m.sched.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.messages, m.pending, m.slots, m.handles, m.overflow, m.disk,
-		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight} {
+		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight, m.streams, m.streamInflight} {
 		ch <- d
 	}
 }
@@ -85,11 +109,20 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.apply.Collect(ch)
 	m.answered.Collect(ch)
 	m.lateness.Collect(ch)
+	m.webhookAttempts.Collect(ch)
+	m.webhookLateness.Collect(ch)
+	m.streamed.Collect(ch)
 	m.sched.Collect(ch)
 	st := m.n.store()
 	c := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, t, v, labels...)
 	}
+	var open, unsettled int
+	if d := m.n.dispatcher(); d != nil {
+		open, unsettled = d.StreamStats()
+	}
+	c(m.streams, prometheus.GaugeValue, float64(open))
+	c(m.streamInflight, prometheus.GaugeValue, float64(unsettled))
 	for _, s := range st.Stats() {
 		c(m.messages, prometheus.CounterValue, float64(s.Enqueued), s.Topic, "enqueued")
 		c(m.messages, prometheus.CounterValue, float64(s.Delivered), s.Topic, "delivered")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/replication/raftlog"
+	"github.com/delaywheel/delaywheel/replication/webhook"
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -58,6 +59,10 @@ type Config struct {
 	// RedeliveryBackoff is added to a lease's expiry before an unacked message
 	// comes back; it grows with attempts up to 60 s. Negative: none.
 	RedeliveryBackoff time.Duration
+	// WebhookAllow, when set, is asked before each webhook request whether
+	// its host may be called (--webhook-allow); a refused host is a failed
+	// attempt. It holds when the list changed since the webhook was stored.
+	WebhookAllow func(host string) error
 
 	// Limits.
 	MaxTopics       int // distinct topics
@@ -163,6 +168,7 @@ type Node struct {
 
 	mu        sync.Mutex
 	disp      *dispatch.Dispatcher            // non-nil while leader
+	hooks     *webhook.Sender                 // non-nil while leader
 	schedStop func()                          // ends the scheduler, while leader (schedules.go)
 	lease     atomic.Pointer[leadershipLease] // this term's, while leader
 	closed    bool

@@ -42,6 +42,13 @@ type Backend interface {
 	// Reserve hands out up to max due messages of topic, waiting up to wait
 	// for the first one. A ttr of 0 means each message's own time-to-run.
 	Reserve(ctx context.Context, topic string, max int, wait time.Duration, ttr time.Duration) ([]wheel.Delivery, error)
+	// Stream opens a streaming consumer of topic on the leader: a
+	// long-lived reserve that hands out each due message the moment it is
+	// due, holding at most opt.MaxInflight unsettled deliveries. The
+	// server closes it when its client goes away, which releases its
+	// unsettled deliveries; it ends by itself when leadership is lost.
+	// Every push transport (HTTP NDJSON, RPC streams) serves one.
+	Stream(ctx context.Context, topic string, opt wheel.StreamOptions) (wheel.Stream, error)
 	// Ack finishes reserved messages.
 	Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
 	// Nack returns reserved messages to delayed, due delayMs from now.

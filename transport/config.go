@@ -43,6 +43,12 @@ type Config struct {
 	GRPCAddr string
 	// Limits bound requests; zero fields take their defaults.
 	Limits Limits
+	// StreamKeepalive is how long a stream stays silent before it writes
+	// an empty line. Default 15 s.
+	StreamKeepalive time.Duration
+	// WebhookAllow restricts where webhooks may point: host names, IP
+	// addresses and CIDRs. Empty: anywhere.
+	WebhookAllow []string
 }
 
 // Limits bound what a request may ask for. A zero field takes its default.
@@ -66,6 +72,9 @@ type Limits struct {
 	MaxWaiters         int   // concurrent long-polls (wait_ms > 0) per node; default 10000
 	DefaultDeadLimit   int   // default 100
 	MaxDeadLimit       int   // default 1000
+	DefaultInflight    int   // a stream's max_inflight when unset; default 1000
+	MaxInflight        int   // upper bound of max_inflight; default 100000
+	MaxStreams         int   // concurrent streams per node; default 1000
 }
 
 // Durations in milliseconds.
@@ -99,6 +108,9 @@ func DefaultLimits() Limits {
 		MaxWaiters:         10000,
 		DefaultDeadLimit:   100,
 		MaxDeadLimit:       1000,
+		DefaultInflight:    1000,
+		MaxInflight:        100000,
+		MaxStreams:         1000,
 	}
 }
 
@@ -124,6 +136,9 @@ func (l Limits) withDefaults() Limits {
 	orInt(&l.MaxWaiters, d.MaxWaiters)
 	orInt(&l.DefaultDeadLimit, d.DefaultDeadLimit)
 	orInt(&l.MaxDeadLimit, d.MaxDeadLimit)
+	orInt(&l.DefaultInflight, d.DefaultInflight)
+	orInt(&l.MaxInflight, d.MaxInflight)
+	orInt(&l.MaxStreams, d.MaxStreams)
 	return l
 }
 
@@ -159,6 +174,7 @@ func (c Config) withDefaults() Config {
 	orDuration(&c.ReadHeaderTimeout, 10*time.Second)
 	orDuration(&c.IdleTimeout, 2*time.Minute)
 	orDuration(&c.ShutdownTimeout, 15*time.Second)
+	orDuration(&c.StreamKeepalive, 15*time.Second)
 	c.Limits = c.Limits.withDefaults()
 	return c
 }

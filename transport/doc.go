@@ -42,4 +42,19 @@
 //   - A long-poll (wait_ms > 0) past [Limits].MaxWaiters is 429 overloaded.
 //   - A backend timeout is 503 unavailable; a client that went away is
 //     logged at Debug, not as an error.
+//
+// # Push delivery
+//
+// A stream (stream.go) is an NDJSON answer that stays open: the handler
+// opens a [wheel.Stream] through [Backend].Stream, the one capability every
+// push transport shares, writes each batch of deliveries and flushes it,
+// and writes an empty line after [Config].StreamKeepalive of silence. The
+// client going away, the node shutting down or the stream ending
+// (leadership lost) ends the answer; closing the wheel.Stream releases its
+// unsettled deliveries. More than [Limits].MaxStreams streams on one node
+// is 429. On a follower the stream is reverse-proxied like any leader
+// route; the proxy flushes each chunk, and ends when the follower sees
+// another leader. Webhook configs (webhook.go) are validated here, host
+// included (--webhook-allow, [Config].WebhookAllow), and stored through
+// the optional [Webhooker] capability of the backend.
 package transport

@@ -33,6 +33,7 @@ type Server struct {
 	log      *slog.Logger
 	handler  http.Handler
 	waiters  chan struct{} // one token per running long-poll
+	streams  chan struct{} // one token per open stream
 	tokenSum [sha256.Size]byte
 	metrics  *CallMetrics // nil without a Registerer
 
@@ -68,6 +69,7 @@ func NewServer(cfg Config, b Backend) *Server {
 		b:        b,
 		log:      cfg.Logger.With("component", "http"),
 		waiters:  make(chan struct{}, cfg.Limits.MaxWaiters),
+		streams:  make(chan struct{}, cfg.Limits.MaxStreams),
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
@@ -122,6 +124,10 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
 		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
 		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
+		{"GET /v1/topics/{topic}/stream", leader, s.streamTopic},
+		{"PUT /v1/topics/{topic}/webhook", leader, s.putWebhook},
+		{"GET /v1/topics/{topic}/webhook", local, s.getWebhook},
+		{"DELETE /v1/topics/{topic}/webhook", leader, s.deleteWebhook},
 		{"POST /v1/ack", leader, s.ack},
 		{"POST /v1/nack", leader, s.nack},
 		{"POST /v1/touch", leader, s.touch},

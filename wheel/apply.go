@@ -87,6 +87,10 @@ func (t *tx) apply(c Command) Result {
 		t.del(nodeKey(c.ID))
 		t.newNodes[c.ID] = nil
 		return Result{}
+	case SetWebhook:
+		return t.setWebhook(c.Webhook)
+	case DeleteWebhook:
+		return t.deleteWebhook(c.Topic)
 	case SetSchedule:
 		return t.setSchedule(c)
 	case DeleteSchedule:

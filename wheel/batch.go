@@ -50,6 +50,8 @@ type tx struct {
 	counts   map[uint32]counts // deltas
 	newTopic map[string]uint32
 	newNodes map[string]*Node // nil value: removed
+	// newWebhooks are the webhooks the batch set (nil: deleted).
+	newWebhooks map[string]*Webhook
 	// events are what the batch did that the observer hears of; follows is
 	// the last slot second whose placements it follows (-1: none). Neither
 	// changes what the batch writes.
@@ -77,7 +79,7 @@ func (s *Store) newTx() *tx {
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules,
 		pend:      map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
-		newNodes: map[string]*Node{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
+		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
 		t.follows = s.observer.followsThrough()
@@ -366,6 +368,7 @@ func (t *tx) commit() error {
 			s.nodes[id] = *n
 		}
 	}
+	s.commitWebhooks(t.newWebhooks)
 	if s.observer != nil && len(t.events) > 0 {
 		s.observer.applied(t.events)
 	}

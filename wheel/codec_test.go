@@ -29,6 +29,8 @@ var codecCommandTypes = []wheel.Command{
 	wheel.SetNode{},
 	wheel.RemoveNode{},
 	wheel.Bury{},
+	wheel.SetWebhook{},
+	wheel.DeleteWebhook{},
 	wheel.SetSchedule{},
 	wheel.DeleteSchedule{},
 	wheel.AdvanceSchedules{},
@@ -100,6 +102,11 @@ func TestCodecEveryKindCovered(t *testing.T) {
 		seen[k] = fmt.Sprintf("%T", c)
 	}
 	for k := wheel.KindSchedule; k <= wheel.KindBury; k++ {
+		if _, ok := seen[k]; !ok {
+			t.Errorf("kind %d has no command in codecCommandTypes", k)
+		}
+	}
+	for k := wheel.KindSetWebhook; k <= wheel.KindDeleteWebhook; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}

@@ -26,6 +26,9 @@ const (
 	KindSetNode    CommandKind = 11
 	KindRemoveNode CommandKind = 12
 	KindBury       CommandKind = 13
+	// 14 is taken.
+	KindSetWebhook    CommandKind = 15
+	KindDeleteWebhook CommandKind = 16
 
 	KindSetSchedule      CommandKind = 17
 	KindDeleteSchedule   CommandKind = 18
@@ -256,6 +259,10 @@ func EncodeCommands(cmds []Command) []byte {
 			e.str(c.Node.HTTPAddr)
 		case RemoveNode:
 			e.str(c.ID)
+		case SetWebhook:
+			e.webhook(c.Webhook)
+		case DeleteWebhook:
+			e.str(c.Topic)
 		case SetSchedule:
 			e.varint(c.NowMs)
 			e.scheduleSpec(&c.Spec)
@@ -324,6 +331,10 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}})
 		case KindRemoveNode:
 			cmds = append(cmds, RemoveNode{ID: d.str()})
+		case KindSetWebhook:
+			cmds = append(cmds, SetWebhook{Webhook: d.webhook()})
+		case KindDeleteWebhook:
+			cmds = append(cmds, DeleteWebhook{Topic: d.str()})
 		case KindSetSchedule:
 			cmds = append(cmds, SetSchedule{NowMs: d.varint(), Spec: d.scheduleSpec()})
 		case KindDeleteSchedule:

@@ -12,6 +12,7 @@ import (
 //	'e' index                          → where an entry put its new messages (placement.go)
 //	'f' maxSecond index                → marker: an entry's placements, by their last slot
 //	'g' id                             → marker: a placed message that is gone
+//	'h' topic                          → the topic's webhook (webhook.go)
 //	'k' topicID key                    → id: the pending message holding a key
 //	'm' id                             → meta (state and location of a message)
 //	'n' node id                        → node metadata
@@ -44,6 +45,7 @@ const (
 	pTopic    = 't'
 	pCounts   = 'x'
 	pNode     = 'n'
+	pWebhook  = 'h'
 	pScalar   = 's'
 )
 

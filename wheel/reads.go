@@ -301,7 +301,7 @@ func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 }
 
 // dumpPrefixes are the index's key prefixes whose keys Dump counts.
-var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pOverflow, pReady, pTopic, pCounts, pSegLen, pSchedule, pScheduleDue}
+var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pGone, pKey, pMeta, pNode, pWebhook, pOverflow, pReady, pTopic, pCounts, pSegLen, pSchedule, pScheduleDue}
 
 // Dump writes the replicated state in a stable text form: the applied
 // index, the cursor, the next topic id and the overflow count; how many
@@ -340,6 +340,7 @@ func (s *Store) Dump(w io.Writer) error {
 		n := s.nodes[id]
 		fmt.Fprintf(bw, "node %q raft %q http %q\n", n.ID, n.RaftAddr, n.HTTPAddr)
 	}
+	s.dumpWebhooks(bw)
 	lens, err := s.segLens()
 	if err != nil {
 		return err

@@ -93,8 +93,11 @@ type Store struct {
 	stats      map[uint32]TopicStats // transitions applied since the process started
 	overflow   int64
 	nodes      map[string]Node
-	schedules  int64     // recurring schedules stored
-	zoneCache  zoneCache // zones and cron expressions of the schedules
+	schedules  int64              // recurring schedules stored
+	zoneCache  zoneCache          // zones and cron expressions of the schedules
+	webhooks   map[string]Webhook // by topic
+	// hooks is a copy of webhooks for lock-free readers (every reserve asks).
+	hooks atomic.Pointer[map[string]Webhook]
 	// observer hears what each committed batch did to the wheel (the
 	// leader's loader); it never changes what Apply writes.
 	observer observer
@@ -150,7 +153,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
-		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{},
+		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{}, webhooks: map[string]Webhook{},
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
 		return nil, fmt.Errorf("store dir: %w", err)
@@ -288,14 +291,17 @@ func (s *Store) load() error {
 	}); err != nil {
 		return err
 	}
-	return s.scan([]byte{pNode}, func(k, v []byte) error {
+	if err := s.scan([]byte{pNode}, func(k, v []byte) error {
 		n, err := decodeNode(v)
 		if err != nil {
 			return err
 		}
 		s.nodes[n.ID] = n
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return s.loadWebhooks()
 }
 
 // recoverSegments makes the slot files exactly what the index covers:

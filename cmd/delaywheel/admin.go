@@ -67,6 +67,8 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 			},
 			Action: a.reserve,
 		}),
+		a.tailCommand(),
+		a.webhookCommand(),
 		withCommonFlags(&cli.Command{Name: "topics", Usage: "list topics and their counts by state", Action: a.topics}),
 		withCommonFlags(&cli.Command{Name: "message", Usage: "show a pending message", ArgsUsage: "ID", Action: a.message}),
 		withCommonFlags(&cli.Command{

@@ -59,6 +59,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
 		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
 		&cli.StringFlag{Name: "join", Usage: "HTTP address of any member: join that cluster as a voter", EnvVars: envs("join")},
+		&cli.StringSliceFlag{Name: "webhook-allow", Usage: "hosts, IP addresses or CIDRs webhooks may point to, comma-separated (default: any)", EnvVars: envs("webhook-allow")},
 		&cli.StringFlag{Name: "auth-token-file", Usage: "file holding the bearer token every /v1 call must present", EnvVars: envs("auth-token-file")},
 		&cli.StringFlag{Name: "tls-cert-file", Usage: "serve the client API over HTTPS with this PEM certificate", EnvVars: envs("tls-cert-file")},
 		&cli.StringFlag{Name: "tls-key-file", Usage: "PEM key of --tls-cert-file", EnvVars: envs("tls-key-file")},
@@ -246,7 +247,10 @@ func runServer(c *cli.Context) error {
 	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
 		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
-	tcfg := transport.Config{Logger: logger, AuthToken: token}
+	tcfg := transport.Config{Logger: logger, AuthToken: token, WebhookAllow: c.StringSlice("webhook-allow")}
+	if err := transport.ParseWebhookAllow(tcfg.WebhookAllow); err != nil {
+		return err
+	}
 	var serverTLS *tls.Config
 	if cert, key := c.String("tls-cert-file"), c.String("tls-key-file"); cert != "" || key != "" {
 		kp, err := tls.LoadX509KeyPair(cert, key)
@@ -307,7 +311,8 @@ func runServer(c *cli.Context) error {
 		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr,
 		InitialCluster: members, Join: c.String("join"), Logger: logger,
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
-		MaxTopics: c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
+		WebhookAllow: func(host string) error { return transport.WebhookHostAllowed(tcfg.WebhookAllow, host) },
+		MaxTopics:    c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
 		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
 		LogSegmentBytes: c.Int("raft-segment-bytes"),
 		Store: wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes"),

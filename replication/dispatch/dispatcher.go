@@ -48,6 +48,8 @@ type Config struct {
 	// Lateness, when set, observes each delivery's lateness in seconds
 	// (hand-off time minus due time).
 	Lateness func(seconds float64)
+	// Streamed, when set, counts the deliveries streams take, by topic.
+	Streamed func(topic string, n int)
 }
 
 // Dispatcher runs on the leader only. It keeps the precision heap loaded a
@@ -77,6 +79,10 @@ type Dispatcher struct {
 	drained map[string]bool
 	// early holds the Leases answered before they were applied here.
 	early map[*leaseCommit]struct{}
+
+	smu     sync.Mutex
+	streams map[wheel.Receipt]*stream // unsettled stream deliveries
+	open    int                       // streams running
 }
 
 type waiter struct {
@@ -98,7 +104,7 @@ func New(n Node, cfg Config) *Dispatcher {
 		n: n, cfg: cfg, log: cfg.Logger, clock: cfg.Clock, loader: wheel.NewLoader(),
 		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
 		inflight: map[wheel.ID]struct{}{}, drained: map[string]bool{},
-		early: map[*leaseCommit]struct{}{},
+		early: map[*leaseCommit]struct{}{}, streams: map[wheel.Receipt]*stream{},
 	}
 }
 
@@ -300,20 +306,28 @@ func (d *Dispatcher) takeLocked(topic string, max int) []wheel.Message {
 	}
 	list := d.due[topic]
 	cursor := st.Cursor()
+	var busy []wheel.Message
 	for len(out) < max && len(list) > 0 {
 		m := list[0]
 		list = list[1:]
+		if _, ok := d.inflight[m.ID]; ok {
+			// Nacked or released right after a hand-off whose Lease is
+			// not applied here yet: it is taken up again once it is
+			// (release), and claimed then.
+			busy = append(busy, m)
+			continue
+		}
 		if !d.loader.Claim(m.ID) {
 			continue // acked, cancelled or moved since it was loaded
 		}
 		if wheel.SecondOf(m.DeliverAtMs) < cursor {
 			continue // its slot expired: it is on the ready queue now
 		}
-		if _, ok := d.inflight[m.ID]; ok {
-			continue
-		}
 		out = append(out, m)
 		d.inflight[m.ID] = struct{}{}
+	}
+	if len(busy) > 0 {
+		list = append(busy, list...)
 	}
 	if len(list) == 0 {
 		delete(d.due, topic)

@@ -31,6 +31,25 @@
 // must not be handed out if one of those wins. A first hand-off's Lease is
 // refused only if a cancel or reschedule races it.
 //
+// # Streams
+//
+// A stream (Stream) is a long-lived consumer of one topic: a loop that
+// calls Reserve, the same long-poll and hand-off every reserve takes, for
+// as many messages as its window (max_inflight unsettled deliveries) and
+// its buffer (streamBuffer unread deliveries) have room, so a stream
+// delivery is a reserve's delivery, with the same receipt, lease and
+// at-least-once reasoning as above. The dispatcher never waits on a
+// stream: a waiter's channel is buffered, and a stream whose reader is
+// slow stops asking. A delivery leaves the window when the node reports
+// that an ack or nack of its receipt committed (Settled; the dispatcher
+// maps each unsettled receipt to its stream, so memory is bounded by the
+// windows), or when its lease has ended, which the stream reads from the
+// store (a touch may have moved it). Closing a stream proposes a Nack
+// with no delay for its unsettled receipts: they come due at once, and
+// the attempt they were handed out for counts. A stream ends with
+// ErrNotLeader when the dispatcher stops; its leases then end on their
+// own and the next leader redelivers.
+//
 // # Lateness
 //
 // The path from a due millisecond to the answer is kept short, because

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
@@ -115,13 +116,22 @@ func (d *Dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, o
 // were, and their topics' ready queues are read again.
 func (d *Dispatcher) release(msgs []wheel.Message, leased []bool) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	var topics []string
 	for i, m := range msgs {
 		delete(d.inflight, m.ID)
 		if leased == nil || !leased[i] {
 			delete(d.drained, m.Topic)
 		}
+		if len(d.due[m.Topic]) > 0 && !slices.Contains(topics, m.Topic) {
+			topics = append(topics, m.Topic)
+		}
 	}
-	d.mu.Unlock()
+	// A message popped again while its hand-off was in flight waits in
+	// the due list for this release (takeLocked).
+	for _, t := range topics {
+		d.serveWaitersLocked(t)
+	}
 }
 
 // firstHandoffs reports whether none of msgs is the redelivery of an

@@ -17,4 +17,13 @@
 // typical enqueue batch with its headers, so a request leaves in one
 // write. A reserve's long-poll is bounded by its context and its wait, not
 // cut short by the HTTP client's Timeout.
+//
+// A [Subscription] (subscribe.go) is the exception to "no retries": a
+// streaming consumer is only useful if it outlives leader changes, so it
+// reopens its stream whenever it ends, with a growing pause while it
+// cannot, and stops only on a 4xx other than 429. Its acks go out in
+// batches from a few background goroutines; a failed ack batch is tried
+// again a few times and then left to the lease's end (at-least-once).
+// It reconnects to the node it was given, which forwards to the leader;
+// give it a load-balanced address to survive that node's loss.
 package client

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// syncBuffer is a buffer a running command writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestTailAcks(t *testing.T) {
+	n := newNode(t, "")
+	res, err := n.Client.Enqueue(t.Context(), []api.Message{
+		{Topic: "tt", Payload: api.TextBody("one")}, {Topic: "tt", Payload: api.TextBody("two")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	app := newApp()
+	out := &syncBuffer{}
+	app.Writer, app.ErrWriter = out, io.Discard
+	done := make(chan error, 1)
+	go func() { done <- runCLI(ctx, app, []string{"delaywheel", "tail", "tt", "--ack", "--addr", n.addr}) }()
+	n.Eventually(t, "both deliveries printed and acked", func() bool {
+		ts, err := n.Client.Topics(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(out.String(), "\n") == 2 && len(ts) == 1 && ts[0] == api.TopicCounts{Topic: "tt"}
+	})
+	for _, r := range res {
+		if !strings.Contains(out.String(), r.ID+"  attempt 1") {
+			t.Fatalf("tail output lacks %s:\n%s", r.ID, out.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("tail ended with %v", err)
+	}
+}
+
+func TestWebhookCommands(t *testing.T) {
+	n := newNode(t, "")
+	out, err := run(t, "webhook", "set", "wh", "--url", "https://hooks.example.com/in", "--max-concurrency", "7", "--addr", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "https://hooks.example.com/in") || !strings.Contains(out, "7") {
+		t.Fatalf("set printed:\n%s", out)
+	}
+	out, err = run(t, "webhook", "get", "wh", "--addr", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "hooks.example.com") {
+		t.Fatalf("get printed:\n%s", out)
+	}
+	if _, err := run(t, "webhook", "set", "wh", "--url", "ftp://x", "--addr", n.addr); err == nil || !strings.Contains(err.Error(), "url") {
+		t.Fatalf("set with an ftp url: %v", err)
+	}
+	if _, err := run(t, "webhook", "rm", "wh", "--addr", n.addr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "webhook", "get", "wh", "--addr", n.addr); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("get after rm: %v", err)
+	}
+}

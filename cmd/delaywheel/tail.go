@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/delaywheel/delaywheel/transport/client"
+)
+
+// tailCommand is `delaywheel tail TOPIC`: it streams a topic's deliveries
+// as they come due, one line each, until interrupted.
+func (a *admin) tailCommand() *cli.Command {
+	return withCommonFlags(&cli.Command{
+		Name: "tail", Usage: "print a topic's deliveries as they come due (a streaming consumer)", ArgsUsage: "TOPIC",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "ack", Usage: "ack each delivery once printed (otherwise each is released when tail ends)"},
+			&cli.IntFlag{Name: "max-inflight", Value: 1000, Usage: "at most `N` deliveries unacked"},
+			&cli.DurationFlag{Name: "ttr", Usage: "lease length `D`", DefaultText: "each message's own"},
+		},
+		Action: a.tail,
+	})
+}
+
+func (a *admin) tail(c *cli.Context) error {
+	s, err := newSession(c, 1, 1)
+	if err != nil {
+		return err
+	}
+	if n := c.Int("max-inflight"); n < 1 {
+		return fmt.Errorf("--max-inflight %d: want at least 1", n)
+	}
+	topic := c.Args().Get(0)
+	sub := s.cl.Subscribe(c.Context, topic, client.SubscribeOptions{
+		MaxInflight: c.Int("max-inflight"), TTRMs: c.Duration("ttr").Milliseconds(),
+		OnError: func(err error) { fmt.Fprintln(c.App.ErrWriter, cleanError(err)) },
+	})
+	out := c.App.Writer
+	for d := range sub.Deliveries() {
+		if c.Bool("json") {
+			b, err := json.Marshal(d)
+			if err != nil {
+				return fmt.Errorf("encoding a delivery: %w", err)
+			}
+			fmt.Fprintf(out, "%s\n", b)
+		} else {
+			fmt.Fprintf(out, "%s  attempt %d  due %s  receipt %s  %s\n", d.ID, d.Attempt, instant(d.DeliverAtMs), d.Receipt, bodyText(d.Payload))
+		}
+		if c.Bool("ack") {
+			sub.Ack(d)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), 5*time.Second)
+	defer cancel()
+	if err := sub.Close(ctx); err != nil {
+		return err
+	}
+	return sub.Err()
+}

@@ -1,0 +1,316 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// streamWait is how long one of a stream's reserves waits before it asks
+// again (it asks again at once; the wait only bounds a waiter's life).
+const streamWait = time.Minute
+
+// streamBuffer bounds the deliveries a stream holds that its reader has
+// not taken yet, whatever its window: a slow reader stops the stream
+// taking more, never the dispatcher.
+const streamBuffer = 1024
+
+// sweepEvery is how often a stream whose window is full looks for leases
+// that ended without an ack or nack.
+const sweepEvery = time.Second
+
+// releaseBatch bounds the receipts of one release proposal.
+const releaseBatch = 10000
+
+// stream is a long-lived consumer of one topic (see wheel.Stream). Its
+// loop takes deliveries with the same Reserve every long-poll uses, for as
+// many as its window and its buffer have room, so a delivery is a
+// reserve's hand-off. It learns that a delivery is settled from the node
+// (Settled, after an ack or nack commits) or, at the lease's end, from the
+// store, so it holds at most its window of receipts.
+type stream struct {
+	d      *Dispatcher
+	topic  string
+	opt    wheel.StreamOptions
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+
+	mu       sync.Mutex
+	queue    []wheel.Delivery        // handed out, not read yet
+	inflight map[wheel.Receipt]int64 // unsettled deliveries: lease end
+	minExp   int64                   // no lease in inflight ends before
+	err      error                   // why the stream ended
+	ended    bool
+
+	ready chan struct{} // cap 1: the queue received deliveries, or the stream ended
+	room  chan struct{} // cap 1: the window or the buffer has room again
+}
+
+var _ wheel.Stream = (*stream)(nil)
+
+// Stream opens a streaming consumer of topic. It runs until Close, or
+// until the dispatcher stops (leadership ended).
+func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	if opt.MaxInflight < 1 {
+		return nil, fmt.Errorf("%w: max_inflight must be at least 1, got %d", wheel.ErrInvalid, opt.MaxInflight)
+	}
+	if d.ctx == nil || d.ctx.Err() != nil {
+		return nil, wheel.ErrNotLeader
+	}
+	s := &stream{
+		d: d, topic: topic, opt: opt, done: make(chan struct{}),
+		inflight: map[wheel.Receipt]int64{}, minExp: -1,
+		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
+	}
+	s.ctx, s.cancel = context.WithCancel(d.ctx)
+	d.smu.Lock()
+	d.open++
+	d.smu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+// StreamStats returns how many streams run and how many deliveries they
+// hold unsettled.
+func (d *Dispatcher) StreamStats() (open, unsettled int) {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.open, len(d.streams)
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// run takes deliveries while the window and the buffer have room.
+func (s *stream) run() {
+	defer close(s.done)
+	for {
+		credit := s.credit()
+		if credit == 0 {
+			select {
+			case <-s.ctx.Done():
+				s.finish(nil)
+				return
+			case <-s.room:
+			case <-s.d.clock.After(sweepEvery):
+			}
+			continue
+		}
+		ds, err := s.d.Reserve(s.ctx, s.topic, credit, streamWait, s.opt.TTR)
+		s.push(ds) // taken even as the stream closes: released below
+		switch {
+		case s.ctx.Err() != nil:
+			s.finish(nil)
+			return
+		case err != nil:
+			s.finish(err)
+			return
+		}
+	}
+}
+
+// credit sweeps the ended leases and returns how many deliveries the
+// stream may take now.
+func (s *stream) credit() int {
+	s.sweep()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := min(s.opt.MaxInflight-len(s.inflight), streamBuffer-len(s.queue))
+	return max(n, 0)
+}
+
+// push records and queues deliveries.
+func (s *stream) push(ds []wheel.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	s.d.smu.Lock()
+	for _, dl := range ds {
+		s.d.streams[dl.Receipt] = s
+	}
+	s.d.smu.Unlock()
+	if s.d.cfg.Streamed != nil {
+		s.d.cfg.Streamed(s.topic, len(ds))
+	}
+	s.mu.Lock()
+	for _, dl := range ds {
+		s.inflight[dl.Receipt] = dl.LeaseExpiresMs
+		if s.minExp < 0 || dl.LeaseExpiresMs < s.minExp {
+			s.minExp = dl.LeaseExpiresMs
+		}
+	}
+	s.queue = append(s.queue, ds...)
+	s.mu.Unlock()
+	signal(s.ready)
+}
+
+// settle frees the window of receipts the node saw settled.
+func (s *stream) settle(rs []wheel.Receipt) {
+	s.mu.Lock()
+	for _, r := range rs {
+		delete(s.inflight, r)
+	}
+	s.mu.Unlock()
+	signal(s.room)
+}
+
+// sweep frees the window of leases that ended unsettled. A lease touched
+// since it was handed out has its new end read from the store.
+func (s *stream) sweep() {
+	now := s.d.clock.Now().UnixMilli()
+	s.mu.Lock()
+	if s.minExp < 0 || s.minExp >= now {
+		s.mu.Unlock()
+		return
+	}
+	var ended []wheel.Receipt
+	for r, exp := range s.inflight {
+		if exp < now {
+			ended = append(ended, r)
+		}
+	}
+	s.mu.Unlock()
+	st := s.d.n.Store()
+	var gone []wheel.Receipt
+	later := map[wheel.Receipt]int64{}
+	for _, r := range ended {
+		v, err := st.Get(r.ID)
+		if err == nil && v.State == wheel.StateReserved && v.Receipt == r.Nonce && v.LeaseExpiresMs >= now {
+			later[r] = v.LeaseExpiresMs
+			continue
+		}
+		gone = append(gone, r)
+	}
+	s.forget(gone)
+	s.mu.Lock()
+	for r, exp := range later {
+		if _, ok := s.inflight[r]; ok {
+			s.inflight[r] = exp
+		}
+	}
+	for _, r := range gone {
+		delete(s.inflight, r)
+	}
+	s.minExp = -1
+	for _, exp := range s.inflight {
+		if s.minExp < 0 || exp < s.minExp {
+			s.minExp = exp
+		}
+	}
+	s.mu.Unlock()
+}
+
+// forget stops routing settlements of rs to this stream.
+func (s *stream) forget(rs []wheel.Receipt) {
+	s.d.smu.Lock()
+	for _, r := range rs {
+		if s.d.streams[r] == s {
+			delete(s.d.streams, r)
+		}
+	}
+	s.d.smu.Unlock()
+}
+
+// finish ends the stream: it releases the unsettled deliveries (while the
+// dispatcher still runs; otherwise their leases end on their own) and
+// wakes the reader.
+func (s *stream) finish(err error) {
+	s.mu.Lock()
+	rs := make([]wheel.Receipt, 0, len(s.inflight))
+	for r := range s.inflight {
+		rs = append(rs, r)
+	}
+	clear(s.inflight)
+	s.queue = nil
+	if err == nil && s.d.ctx.Err() != nil {
+		err = wheel.ErrNotLeader
+	}
+	if err == nil {
+		err = errClosed
+	}
+	s.err, s.ended = err, true
+	s.mu.Unlock()
+	close(s.ready)
+	s.forget(rs)
+	s.d.smu.Lock()
+	s.d.open--
+	s.d.smu.Unlock()
+	if s.d.ctx.Err() == nil {
+		s.d.releaseNow(rs)
+	}
+}
+
+// errClosed is what Next returns after Close.
+var errClosed = errors.New("stream closed")
+
+// Next implements wheel.Stream.
+func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
+	for {
+		s.mu.Lock()
+		if s.ended {
+			err := s.err
+			s.mu.Unlock()
+			return nil, err
+		}
+		if len(s.queue) > 0 {
+			out := s.queue
+			s.queue = nil
+			s.mu.Unlock()
+			signal(s.room)
+			return out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.ready:
+		}
+	}
+}
+
+// Close implements wheel.Stream.
+func (s *stream) Close() {
+	s.cancel()
+	<-s.done
+}
+
+// releaseNow proposes that leased messages come back at once, as a nack
+// with no delay would: the attempt they were handed out for counts.
+func (d *Dispatcher) releaseNow(rs []wheel.Receipt) {
+	for len(rs) > 0 {
+		n := min(len(rs), releaseBatch)
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
+		_, err := d.n.Propose(ctx, wheel.Nack{NowMs: d.clock.Now().UnixMilli(), Receipts: rs[:n]})
+		cancel()
+		if err != nil && d.ctx.Err() == nil {
+			d.log.Warn("releasing a closed stream's deliveries; their leases will end on their own", "messages", n, "err", err)
+		}
+		rs = rs[n:]
+	}
+}
+
+// Settled tells the streams that the leases of rs ended: the node calls
+// it once an ack or nack of them has committed.
+func (d *Dispatcher) Settled(rs []wheel.Receipt) {
+	by := map[*stream][]wheel.Receipt{}
+	d.smu.Lock()
+	for _, r := range rs {
+		if s, ok := d.streams[r]; ok {
+			delete(d.streams, r)
+			by[s] = append(by[s], r)
+		}
+	}
+	d.smu.Unlock()
+	for s, rs := range by {
+		s.settle(rs)
+	}
+}

@@ -1,0 +1,45 @@
+package replication
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+func TestStreamMetricsAndSettle(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	l := c.Leader()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(l.Node.Collector())
+	ctx := t.Context()
+	st, err := l.Node.Stream(ctx, "s", wheel.StreamOptions{MaxInflight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := l.Node.Enqueue(ctx, []wheel.NewMessage{{Topic: "s", Body: []byte("a"), TTRMs: 30000, MaxAttempts: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := st.Next(ctx)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("next: %v %v", ds, err)
+	}
+	if v := metricValue(t, reg, "delaywheel_stream_deliveries_total", map[string]string{"topic": "s"}); v != 1 {
+		t.Fatalf("stream_deliveries_total = %v", v)
+	}
+	if v := metricValue(t, reg, "delaywheel_streams_open", nil); v != 1 {
+		t.Fatalf("streams_open = %v", v)
+	}
+	if v := metricValue(t, reg, "delaywheel_stream_inflight", nil); v != 1 {
+		t.Fatalf("stream_inflight = %v", v)
+	}
+	if _, err := l.Node.Ack(ctx, []wheel.Receipt{ds[0].Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	// The committed ack frees the stream's window at once.
+	if v := metricValue(t, reg, "delaywheel_stream_inflight", nil); v != 0 {
+		t.Fatalf("stream_inflight after the ack = %v", v)
+	}
+}

@@ -1,0 +1,304 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Header names of a webhook request.
+const (
+	HeaderID        = "Delaywheel-Id"
+	HeaderTopic     = "Delaywheel-Topic"
+	HeaderAttempt   = "Delaywheel-Attempt"
+	HeaderDeliverAt = "Delaywheel-Deliver-At"
+	HeaderSignature = "Delaywheel-Signature"
+)
+
+// Outcomes of a request, as the metrics count them.
+const (
+	Outcome2xx     = "2xx"
+	Outcome4xx     = "4xx"
+	Outcome5xx     = "5xx"
+	OutcomeTimeout = "timeout"
+	OutcomeRefused = "refused"
+)
+
+// Node is what the sender needs from the leader it runs on.
+type Node interface {
+	// Stream opens a dispatcher stream of topic (see wheel.Stream).
+	Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error)
+	// Ack finishes deliveries.
+	Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	// Nack returns deliveries to delayed, due delayMs from now.
+	Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error)
+}
+
+// Config shapes a Sender; zero fields take their defaults.
+type Config struct {
+	// Clock spaces the starts (rate_per_s) and times lateness (default:
+	// the system clock).
+	Clock wheel.Clock
+	// Logger receives the sender's warnings (default: discarded).
+	Logger *slog.Logger
+	// Client sends the requests (default: a client of its own).
+	Client *http.Client
+	// Backoff is the delay after a first failed attempt; each further
+	// failure doubles it, up to MaxBackoff (defaults 1 s and 1 h).
+	Backoff, MaxBackoff time.Duration
+	// SettleTimeout bounds each ack or nack (default 10 s).
+	SettleTimeout time.Duration
+	// Observe, when set, hears each request's outcome and its lateness
+	// in seconds (start minus due time).
+	Observe func(topic, outcome string, lateness float64)
+	// Allow, when set, says whether a URL's host may be called; a host it
+	// refuses is a failed attempt (OutcomeRefused), never dialed.
+	Allow func(host string) error
+}
+
+// Sender sends the due messages of every topic with a webhook.
+type Sender struct {
+	n      Node
+	cfg    Config
+	mu     sync.Mutex
+	topics map[string]*topicSender
+}
+
+// New returns a sender with no topic; Reconcile starts them.
+func New(n Node, cfg Config) *Sender {
+	if cfg.Clock == nil {
+		cfg.Clock = wheel.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = time.Hour
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = 10 * time.Second
+	}
+	return &Sender{n: n, cfg: cfg, topics: map[string]*topicSender{}}
+}
+
+// Reconcile makes the running topic senders those current returns: it
+// starts the new ones, restarts the changed ones and stops the removed
+// ones. It reads current under its lock, so concurrent calls leave the
+// senders of the latest config.
+func (s *Sender) Reconcile(current func() []wheel.Webhook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := map[string]wheel.Webhook{}
+	for _, h := range current() {
+		want[h.Topic] = h
+	}
+	for topic, ts := range s.topics {
+		if h, ok := want[topic]; !ok || h != ts.hook {
+			ts.stop()
+			delete(s.topics, topic)
+		}
+	}
+	for topic, h := range want {
+		if _, ok := s.topics[topic]; ok {
+			continue
+		}
+		ts, err := s.start(h)
+		if err != nil {
+			s.cfg.Logger.Warn("starting a webhook sender", "topic", topic, "err", err)
+			continue
+		}
+		s.topics[topic] = ts
+	}
+}
+
+// Stop stops every topic sender.
+func (s *Sender) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for topic, ts := range s.topics {
+		ts.stop()
+		delete(s.topics, topic)
+	}
+}
+
+// topicSender sends one topic's deliveries.
+type topicSender struct {
+	s      *Sender
+	hook   wheel.Webhook
+	st     wheel.Stream
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the loop and the requests in flight
+	next   time.Time      // earliest start of the next request (rate_per_s)
+}
+
+func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
+	// The lease outlasts the request, so no answer comes after its
+	// lease ended and the message went to another attempt.
+	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
+	st, err := s.n.Stream(h.Topic, wheel.StreamOptions{MaxInflight: int(max(h.MaxConcurrency, 1)), TTR: ttr})
+	if err != nil {
+		return nil, err
+	}
+	ts := &topicSender{s: s, hook: h, st: st}
+	ts.ctx, ts.cancel = context.WithCancel(context.Background())
+	ts.wg.Add(1)
+	go ts.run()
+	return ts, nil
+}
+
+// stop cancels the requests in flight, then closes the stream, which
+// releases every delivery not acked for redelivery.
+func (ts *topicSender) stop() {
+	ts.cancel()
+	ts.wg.Wait()
+	ts.st.Close()
+}
+
+func (ts *topicSender) run() {
+	defer ts.wg.Done()
+	for {
+		ds, err := ts.st.Next(ts.ctx)
+		if err != nil {
+			if ts.ctx.Err() == nil {
+				ts.s.cfg.Logger.Debug("webhook stream ended", "topic", ts.hook.Topic, "err", err)
+			}
+			return
+		}
+		for _, d := range ds {
+			if !ts.pace() {
+				return
+			}
+			ts.wg.Add(1)
+			go ts.send(d)
+		}
+	}
+}
+
+// pace waits until the next request may start (rate_per_s).
+func (ts *topicSender) pace() bool {
+	if ts.hook.RatePerS <= 0 {
+		return ts.ctx.Err() == nil
+	}
+	clk := ts.s.cfg.Clock
+	now := clk.Now()
+	if wait := ts.next.Sub(now); wait > 0 {
+		select {
+		case <-ts.ctx.Done():
+			return false
+		case <-clk.After(wait):
+		}
+		now = ts.next
+	}
+	ts.next = now.Add(time.Second / time.Duration(ts.hook.RatePerS))
+	return true
+}
+
+// Sign returns the Delaywheel-Signature value of a request: the hex
+// HMAC-SHA256 of "<id>.<deliver_at_ms>.<body>" with secret.
+func Sign(secret, id string, deliverAtMs int64, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	io.WriteString(m, id+"."+strconv.FormatInt(deliverAtMs, 10)+".")
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// send POSTs one delivery and settles it by the answer.
+func (ts *topicSender) send(d wheel.Delivery) {
+	defer ts.wg.Done()
+	cfg := ts.s.cfg
+	h := ts.hook
+	late := float64(cfg.Clock.Now().UnixMilli()-d.DeliverAtMs) / 1000
+	outcome := ts.post(d)
+	if ts.ctx.Err() != nil {
+		return // removed or leadership lost: the stream's close releases it
+	}
+	if cfg.Observe != nil {
+		cfg.Observe(h.Topic, outcome, late)
+	}
+	ctx, cancel := context.WithTimeout(ts.ctx, cfg.SettleTimeout)
+	defer cancel()
+	var err error
+	if outcome == Outcome2xx {
+		_, err = ts.s.n.Ack(ctx, []wheel.Receipt{d.Receipt})
+	} else {
+		_, err = ts.s.n.Nack(ctx, []wheel.Receipt{d.Receipt}, ts.backoff(d.Attempt).Milliseconds())
+	}
+	if err != nil && ts.ctx.Err() == nil {
+		cfg.Logger.Warn("settling a webhook delivery; its lease ends on its own", "topic", h.Topic, "id", d.ID, "outcome", outcome, "err", err)
+	}
+}
+
+// backoff is the delay before the attempt after a failed attempt.
+func (ts *topicSender) backoff(attempt int32) time.Duration {
+	b := ts.s.cfg.Backoff
+	for i := int32(1); i < attempt && b < ts.s.cfg.MaxBackoff; i++ {
+		b *= 2
+	}
+	return min(b, ts.s.cfg.MaxBackoff)
+}
+
+// post sends the request and classifies its outcome.
+func (ts *topicSender) post(d wheel.Delivery) string {
+	h := ts.hook
+	ctx, cancel := context.WithTimeout(ts.ctx, time.Duration(h.TimeoutMs)*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(d.Body))
+	if err != nil {
+		return OutcomeRefused
+	}
+	if allow := ts.s.cfg.Allow; allow != nil {
+		if err := allow(req.URL.Hostname()); err != nil {
+			ts.s.cfg.Logger.Warn("webhook host not allowed", "topic", h.Topic, "err", err)
+			return OutcomeRefused
+		}
+	}
+	for k, v := range d.Headers {
+		req.Header.Set(k, v)
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	id := d.ID.String()
+	req.Header.Set(HeaderID, id)
+	req.Header.Set(HeaderTopic, d.Topic)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(int(d.Attempt)))
+	req.Header.Set(HeaderDeliverAt, strconv.FormatInt(d.DeliverAtMs, 10))
+	if h.Secret != "" {
+		req.Header.Set(HeaderSignature, Sign(h.Secret, id, d.DeliverAtMs, d.Body))
+	}
+	resp, err := ts.s.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return OutcomeTimeout
+		}
+		return OutcomeRefused
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return Outcome2xx
+	case resp.StatusCode < 500:
+		return Outcome4xx
+	default:
+		return Outcome5xx
+	}
+}

@@ -1,0 +1,190 @@
+package webhook
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// fakeStream hands out the deliveries it was given, then waits.
+type fakeStream struct {
+	ch     chan []wheel.Delivery
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (f *fakeStream) Next(ctx context.Context) ([]wheel.Delivery, error) {
+	select {
+	case ds := <-f.ch:
+		return ds, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-f.closed:
+		return nil, wheel.ErrNotLeader
+	}
+}
+
+func (f *fakeStream) Close() { f.once.Do(func() { close(f.closed) }) }
+
+// fakeNode records the settlements.
+type fakeNode struct {
+	st    *fakeStream
+	mu    sync.Mutex
+	acks  []wheel.Receipt
+	nacks []int64 // delays
+	done  chan struct{}
+}
+
+func (n *fakeNode) Stream(string, wheel.StreamOptions) (wheel.Stream, error) { return n.st, nil }
+
+func (n *fakeNode) Ack(_ context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+	n.mu.Lock()
+	n.acks = append(n.acks, rs...)
+	n.mu.Unlock()
+	n.done <- struct{}{}
+	return wheel.Counted{Done: len(rs)}, nil
+}
+
+func (n *fakeNode) Nack(_ context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+	n.mu.Lock()
+	n.nacks = append(n.nacks, delayMs)
+	n.mu.Unlock()
+	n.done <- struct{}{}
+	return wheel.Counted{Done: len(rs)}, nil
+}
+
+func newFake() *fakeNode {
+	return &fakeNode{st: &fakeStream{ch: make(chan []wheel.Delivery, 8), closed: make(chan struct{})}, done: make(chan struct{}, 8)}
+}
+
+func (n *fakeNode) settled(t *testing.T) {
+	t.Helper()
+	select {
+	case <-n.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ack or nack")
+	}
+}
+
+func delivery(attempt int32) wheel.Delivery {
+	b := make([]byte, wheel.IDLen)
+	b[wheel.IDLen-1] = byte(attempt)
+	id, _ := wheel.IDFromBytes(b)
+	return wheel.Delivery{Message: wheel.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000}, Attempt: attempt,
+		Receipt: wheel.Receipt{ID: id, Nonce: uint64(attempt)}}
+}
+
+func TestSignIsHMACOfIDDueAndBody(t *testing.T) {
+	m := hmac.New(sha256.New, []byte("k"))
+	m.Write([]byte("abc.42.body"))
+	if got, want := Sign("k", "abc", 42, []byte("body")), "sha256="+hex.EncodeToString(m.Sum(nil)); got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+}
+
+func TestFailuresBackOffExponentially(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	n := newFake()
+	var outcomes []string
+	var omu sync.Mutex
+	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000)), Backoff: time.Second, MaxBackoff: 5 * time.Second,
+		Observe: func(_, outcome string, _ float64) { omu.Lock(); outcomes = append(outcomes, outcome); omu.Unlock() }})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	want := []int64{1000, 2000, 4000, 5000}
+	for i := range want {
+		n.st.ch <- []wheel.Delivery{delivery(int32(i + 1))}
+		n.settled(t)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, d := range want {
+		if n.nacks[i] != d {
+			t.Fatalf("nack delays %v, want %v", n.nacks, want)
+		}
+	}
+	omu.Lock()
+	defer omu.Unlock()
+	if outcomes[0] != Outcome5xx {
+		t.Fatalf("outcome %q, want 5xx", outcomes[0])
+	}
+}
+
+func TestRefusedAndAcked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	n := newFake()
+	var outcome string
+	s := New(n, Config{Observe: func(_, o string, _ float64) { outcome = o }})
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: closed, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	s.Stop()
+	if outcome != OutcomeRefused {
+		t.Fatalf("outcome %q, want refused", outcome)
+	}
+
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer ok.Close()
+	n = newFake()
+	s = New(n, Config{})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.acks) != 1 || len(n.nacks) != 0 {
+		t.Fatalf("acks %v nacks %v", n.acks, n.nacks)
+	}
+}
+
+func TestHostNotAllowedIsNeverDialed(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	n := newFake()
+	s := New(n, Config{Allow: func(host string) error { return errors.New("not allowed: " + host) }})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	n.mu.Lock()
+	nacks := len(n.nacks)
+	n.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 0 || nacks != 1 {
+		t.Fatalf("%d requests, %d nacks; want 0 and 1", calls, nacks)
+	}
+}

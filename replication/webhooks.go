@@ -1,0 +1,108 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/delaywheel/delaywheel/replication/dispatch"
+	"github.com/delaywheel/delaywheel/replication/webhook"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// The methods below serve the webhooks of API.md: the replicated
+// per-topic config, and the sender the leader runs (package webhook).
+
+// SetWebhook sets or replaces a topic's webhook.
+func (n *Node) SetWebhook(ctx context.Context, w wheel.Webhook) error {
+	if _, err := n.result(ctx, wheel.SetWebhook{Webhook: w}); err != nil {
+		return err
+	}
+	n.reconcileWebhooks()
+	return nil
+}
+
+// DeleteWebhook removes a topic's webhook.
+func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
+	if _, err := n.result(ctx, wheel.DeleteWebhook{Topic: topic}); err != nil {
+		return err
+	}
+	n.reconcileWebhooks()
+	return nil
+}
+
+// Webhook returns a topic's webhook from local state.
+func (n *Node) Webhook(ctx context.Context, topic string) (wheel.Webhook, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return wheel.Webhook{}, err
+	}
+	w, ok := n.store().Webhook(topic)
+	if !ok {
+		return wheel.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", wheel.ErrNotFound, topic)
+	}
+	return w, nil
+}
+
+// hasWebhook reports whether topic's messages go to a webhook: consumers
+// then get none of them.
+func (n *Node) hasWebhook(topic string) bool {
+	_, ok := n.store().Webhook(topic)
+	return ok
+}
+
+// idleReserve answers a reserve of a webhook topic: empty, after its wait.
+func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []wheel.Delivery {
+	if wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-n.clock.After(wait):
+		}
+	}
+	return []wheel.Delivery{}
+}
+
+// startWebhooks starts the leader's sender on d.
+func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
+	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
+		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
+		Observe: func(topic, outcome string, late float64) {
+			n.met.webhookAttempts.WithLabelValues(outcome).Inc()
+			n.met.webhookLateness.Observe(late)
+		},
+	})
+	s.Reconcile(n.storedWebhooks)
+	return s
+}
+
+// reconcileWebhooks makes the leader's sender follow the stored webhooks.
+func (n *Node) reconcileWebhooks() {
+	n.mu.Lock()
+	s := n.hooks
+	n.mu.Unlock()
+	if s != nil {
+		s.Reconcile(n.storedWebhooks)
+	}
+}
+
+// storedWebhooks returns the webhooks of the current store.
+func (n *Node) storedWebhooks() []wheel.Webhook { return n.store().Webhooks() }
+
+// hookNode is the leader as its webhook sender sees it (webhook.Node).
+type hookNode struct {
+	n *Node
+	d *dispatch.Dispatcher
+}
+
+var _ webhook.Node = hookNode{}
+
+func (h hookNode) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	return h.d.Stream(topic, opt)
+}
+
+func (h hookNode) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+	return h.n.Ack(ctx, rs)
+}
+
+func (h hookNode) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+	return h.n.Nack(ctx, rs, delayMs)
+}

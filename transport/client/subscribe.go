@@ -1,0 +1,303 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// maxStreamLine bounds one line of a stream: a delivery of the largest
+// body the server takes, encoded.
+const maxStreamLine = 64 << 20
+
+// SubscribeOptions shape a Subscription. The zero value is fine.
+type SubscribeOptions struct {
+	// MaxInflight is the server's window: deliveries handed out and not
+	// yet acked (0: the server's default, 1000).
+	MaxInflight int
+	// TTRMs is each delivery's lease (0: each message's own).
+	TTRMs int64
+	// AckBatch bounds the receipts of one ack call (default 1000).
+	AckBatch int
+	// Ackers is how many ack calls may be in flight at once (default 4).
+	Ackers int
+	// Buffer is the capacity of Deliveries (default 256).
+	Buffer int
+	// OnError, when set, hears every error the subscription recovers from
+	// by itself: a stream that ended or could not open, a failed ack.
+	OnError func(error)
+}
+
+// Subscription reads a topic's stream (GET /v1/topics/{topic}/stream),
+// reconnecting whenever it ends (a leader change, a restart), and acks in
+// the background: the receipts given to Ack are sent in batches while the
+// consumer goes on, so
+//
+//	for d := range sub.Deliveries() { handle(d); sub.Ack(d) }
+//
+// is the fast loop. It is safe for concurrent use.
+type Subscription struct {
+	c     *Client
+	topic string
+	opt   SubscribeOptions
+	path  string
+
+	out      chan api.Delivery
+	acks     chan string
+	pending  sync.WaitGroup // receipts given to Ack and not sent yet
+	readCtx  context.Context
+	stopRead context.CancelFunc
+	ackCtx   context.Context
+	stopAcks context.CancelFunc
+	reader   sync.WaitGroup
+	ackers   sync.WaitGroup
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	err       error
+}
+
+// Subscribe starts reading topic's stream. It runs until Close or until
+// ctx ends, or until the server refuses the stream for good (a 4xx other
+// than 429: a bad topic or option, a wrong token); Deliveries is then
+// closed and Err says why.
+func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *Subscription {
+	if opt.AckBatch <= 0 {
+		opt.AckBatch = 1000
+	}
+	if opt.Ackers <= 0 {
+		opt.Ackers = 4
+	}
+	if opt.Buffer <= 0 {
+		opt.Buffer = 256
+	}
+	q := url.Values{}
+	if opt.MaxInflight > 0 {
+		q.Set("max_inflight", strconv.Itoa(opt.MaxInflight))
+	}
+	if opt.TTRMs > 0 {
+		q.Set("ttr_ms", strconv.FormatInt(opt.TTRMs, 10))
+	}
+	path := topicPath(topic, "stream")
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	// A stream lives long: the HTTP client's Timeout must not cut it.
+	cc := c
+	if c.hc.Timeout > 0 {
+		hc := *c.hc
+		hc.Timeout = 0
+		cp := *c
+		cp.hc = &hc
+		cc = &cp
+	}
+	s := &Subscription{
+		c: cc, topic: topic, opt: opt, path: path,
+		out:  make(chan api.Delivery, opt.Buffer),
+		acks: make(chan string, max(opt.AckBatch*opt.Ackers, opt.MaxInflight)),
+	}
+	s.readCtx, s.stopRead = context.WithCancel(ctx)
+	s.ackCtx, s.stopAcks = context.WithCancel(context.WithoutCancel(ctx))
+	s.reader.Add(1)
+	go s.read()
+	for range opt.Ackers {
+		s.ackers.Add(1)
+		go s.ack()
+	}
+	return s
+}
+
+// Deliveries returns the channel of deliveries. It is closed once the
+// subscription ends.
+func (s *Subscription) Deliveries() <-chan api.Delivery { return s.out }
+
+// Ack queues d's receipt to be acked in the background. It blocks only
+// while as many receipts as the window wait to be sent.
+func (s *Subscription) Ack(d api.Delivery) {
+	s.pending.Add(1)
+	s.acks <- d.Receipt
+}
+
+// Nack returns d to delayed, due delayMs from now, at once.
+func (s *Subscription) Nack(ctx context.Context, d api.Delivery, delayMs int64) error {
+	_, err := s.c.Nack(ctx, []string{d.Receipt}, delayMs)
+	return err
+}
+
+// Err returns why the subscription ended, once Deliveries is closed: nil
+// after Close or the end of its context.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close sends the acks queued so far (waiting up to ctx for them), then
+// ends the stream: the server releases the deliveries not acked for
+// redelivery. Ack must not be called after Close.
+func (s *Subscription) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		flushed := make(chan struct{})
+		go func() {
+			s.pending.Wait()
+			close(flushed)
+		}()
+		select {
+		case <-flushed:
+		case <-ctx.Done():
+			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, ctx.Err())
+		}
+		s.stopRead()
+		s.reader.Wait()
+		s.stopAcks()
+		close(s.acks)
+		s.ackers.Wait()
+	})
+	return err
+}
+
+// read opens the stream again each time it ends, with a growing pause
+// while it cannot.
+func (s *Subscription) read() {
+	defer s.reader.Done()
+	defer close(s.out)
+	pause := 10 * time.Millisecond
+	for {
+		got, err := s.readOnce()
+		if s.readCtx.Err() != nil {
+			return
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests {
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+			return
+		}
+		if err != nil {
+			s.report(err)
+		}
+		if got {
+			pause = 10 * time.Millisecond
+		}
+		wait := pause
+		if e != nil && e.RetryAfter > 0 {
+			wait = min(e.RetryAfter, time.Second)
+		}
+		select {
+		case <-s.readCtx.Done():
+			return
+		case <-time.After(wait):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+func (s *Subscription) report(err error) {
+	if s.opt.OnError != nil {
+		s.opt.OnError(err)
+	}
+}
+
+// readOnce reads one stream to its end; got says whether it opened.
+func (s *Subscription) readOnce() (got bool, err error) {
+	req, err := http.NewRequestWithContext(s.readCtx, http.MethodGet, s.c.base+s.path, nil)
+	if err != nil {
+		return false, fmt.Errorf("delaywheel: GET %s: %w", s.path, err)
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	if s.c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.c.token)
+	}
+	resp, err := s.c.hc.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("delaywheel: GET %s: %w", s.path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return false, errorOf(resp, data)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue // keepalive
+		}
+		var d api.Delivery
+		if err := json.Unmarshal(line, &d); err != nil {
+			return true, fmt.Errorf("delaywheel: GET %s: decode delivery: %w", s.path, err)
+		}
+		select {
+		case s.out <- d:
+		case <-s.readCtx.Done():
+			return true, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return true, fmt.Errorf("delaywheel: GET %s: %w", s.path, err)
+	}
+	return true, fmt.Errorf("delaywheel: GET %s: the stream ended (leader change or restart); reconnecting", s.path)
+}
+
+// ack sends the queued receipts in batches until the queue is closed.
+func (s *Subscription) ack() {
+	defer s.ackers.Done()
+	batch := make([]string, 0, s.opt.AckBatch)
+	for r := range s.acks {
+		batch = append(batch[:0], r)
+	fill:
+		for len(batch) < s.opt.AckBatch {
+			select {
+			case r, ok := <-s.acks:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		s.send(batch)
+		for range batch {
+			s.pending.Done()
+		}
+	}
+}
+
+// send acks one batch, trying again a few times while the cluster has no
+// leader. A receipt it gives up on comes back when its lease ends.
+func (s *Subscription) send(batch []string) {
+	pause := 50 * time.Millisecond
+	for try := 0; ; try++ {
+		_, err := s.c.Ack(s.ackCtx, batch)
+		var e *Error
+		retry := errors.As(err, &e) && (e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests) ||
+			err != nil && e == nil
+		if err == nil || !retry || try == 4 || s.ackCtx.Err() != nil {
+			if err != nil {
+				s.report(fmt.Errorf("delaywheel: ack %d receipts: %w", len(batch), err))
+			}
+			return
+		}
+		select {
+		case <-s.ackCtx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}

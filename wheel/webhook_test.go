@@ -1,0 +1,39 @@
+package wheel
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestWebhooksReplicated(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	a := Webhook{Topic: "a", URL: "https://a.example/hook", Secret: "s", TimeoutMs: 10000, MaxConcurrency: 100}
+	b := Webhook{Topic: "b", URL: "http://b.example/", TimeoutMs: 500, MaxConcurrency: 1, RatePerS: 3}
+	k.apply(SetWebhook{Webhook: b}, SetWebhook{Webhook: a})
+	a.URL = "https://a.example/v2"
+	k.apply(SetWebhook{Webhook: a})
+	k.reopen()
+	if got := k.s.Webhooks(); !reflect.DeepEqual(got, []Webhook{a, b}) {
+		t.Fatalf("webhooks after reopen %+v", got)
+	}
+	var dump bytes.Buffer
+	if err := k.s.Dump(&dump); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dump.String(), `webhook "a" url "https://a.example/v2"`) || strings.Contains(dump.String(), `"s"`) {
+		t.Fatalf("dump lacks the webhook or shows its secret:\n%s", dump.String())
+	}
+	res := k.apply(DeleteWebhook{Topic: "b"}, DeleteWebhook{Topic: "b"}, DeleteWebhook{Topic: "none"})
+	if res[0].Err != nil || !errors.Is(res[1].Err, ErrNotFound) || !errors.Is(res[2].Err, ErrNotFound) {
+		t.Fatalf("delete results %+v", res)
+	}
+	if _, ok := k.s.Webhook("b"); ok {
+		t.Fatal("webhook b still set")
+	}
+	if got, ok := k.s.Webhook("a"); !ok || got != a {
+		t.Fatalf("webhook a = %+v %v", got, ok)
+	}
+}
