@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
@@ -116,6 +117,31 @@ func (s *Server) LeaderGRPC(ctx context.Context, leaderHTTP, auth string) (strin
 		return "", fmt.Errorf("the leader at %s serves no gRPC", leaderHTTP)
 	}
 	return lv.GRPCAddr, nil
+}
+
+// ValidateStream checks the options of a stream (max_inflight and ttr_ms,
+// each optional) and returns them.
+func ValidateStream(maxInflight, ttrMs *int64, lim Limits) (wheel.StreamOptions, error) {
+	opt := wheel.StreamOptions{MaxInflight: lim.DefaultInflight}
+	if maxInflight != nil {
+		if err := inRange("max_inflight", *maxInflight, 1, int64(lim.MaxInflight), ""); err != nil {
+			return opt, err
+		}
+		opt.MaxInflight = int(*maxInflight)
+	}
+	if ttrMs != nil {
+		if err := inRange("ttr_ms", *ttrMs, lim.MinTTRMs, lim.MaxTTRMs, ""); err != nil {
+			return opt, err
+		}
+		opt.TTR = time.Duration(*ttrMs) * time.Millisecond
+	}
+	return opt, nil
+}
+
+// StreamsFull is the 429 answer of a node whose stream slots are all
+// taken; limit is their number.
+func StreamsFull(limit int) *Error {
+	return overloaded("too many streams are open on this node (limit %d); retry later or spread consumers over the nodes", limit)
 }
 
 // Unauthenticated is the 401 answer of a call without the right token;

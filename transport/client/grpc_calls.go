@@ -56,9 +56,7 @@ func (g *GRPC) Reserve(ctx context.Context, topic string, req api.ReserveRequest
 	return invoke(ctx, g, "Reserve", bind(pb.DelaywheelClient.Reserve, in), func(r *pb.ReserveResponse) []api.Delivery {
 		out := make([]api.Delivery, len(r.GetMessages()))
 		for i, d := range r.GetMessages() {
-			out[i] = api.Delivery{ID: d.GetId(), Topic: d.GetTopic(), Payload: api.PayloadOf(d.GetBody()), Headers: headers(d.GetHeaders()),
-				Key: d.GetKey(), Priority: d.GetPriority(), DeliverAtMs: d.GetDeliverAtMs(), Attempt: d.GetAttempt(),
-				Receipt: d.GetReceipt(), LeaseExpiresMs: d.GetLeaseExpiresMs()}
+			out[i] = deliveryOfProto(d)
 		}
 		return out
 	}, func(ds []api.Delivery) any { return api.ReserveResponse{Messages: ds} })
@@ -169,6 +167,12 @@ func viewOfProto(v *pb.MessageView) api.MessageView {
 	return api.MessageView{ID: v.GetId(), Topic: v.GetTopic(), State: v.GetState(), DeliverAtMs: v.GetDeliverAtMs(),
 		EnqueuedMs: v.GetEnqueuedMs(), Attempts: v.GetAttempts(), Key: v.GetKey(), Priority: v.GetPriority(),
 		Headers: headers(v.GetHeaders()), Payload: api.PayloadOf(v.GetBody())}
+}
+
+func deliveryOfProto(d *pb.Delivery) api.Delivery {
+	return api.Delivery{ID: d.GetId(), Topic: d.GetTopic(), Payload: api.PayloadOf(d.GetBody()), Headers: headers(d.GetHeaders()),
+		Key: d.GetKey(), Priority: d.GetPriority(), DeliverAtMs: d.GetDeliverAtMs(), Attempt: d.GetAttempt(),
+		Receipt: d.GetReceipt(), LeaseExpiresMs: d.GetLeaseExpiresMs()}
 }
 
 func cancelledOf(r *pb.CancelResponse) api.Cancelled {

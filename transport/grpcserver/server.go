@@ -61,6 +61,7 @@ type Server struct {
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
 	waiters  chan struct{} // one token per running long-poll
+	streams  chan struct{} // one token per open Subscribe
 	gs       *grpc.Server
 	health   *health.Server
 	fwd      *forwarder             // nil: no forwarding
@@ -82,6 +83,7 @@ func New(cfg Config, b transport.Backend) *Server {
 		log:      hc.Logger.With("component", "grpc"),
 		tokenSum: sha256.Sum256([]byte(hc.AuthToken)),
 		waiters:  make(chan struct{}, hc.Limits.MaxWaiters),
+		streams:  make(chan struct{}, hc.Limits.MaxStreams),
 		health:   health.NewServer(),
 		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),
@@ -100,6 +102,7 @@ func New(cfg Config, b transport.Backend) *Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(hc.Limits.MaxRequestBytes)),
 		grpc.ChainUnaryInterceptor(s.intercept),
+		grpc.ChainStreamInterceptor(s.interceptStream),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))

@@ -2,7 +2,9 @@ package grpcserver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -247,6 +249,23 @@ func callsCounted(t *testing.T, reg *prometheus.Registry, method, code string) f
 	return 0
 }
 
+// subscribeErr opens a Subscribe stream of topic and returns the error it
+// ends with.
+func subscribeErr(ctx context.Context, c pb.DelaywheelClient, topic string) error {
+	st, err := c.Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&pb.SubscribeRequest{Topic: topic}); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
 // overloaded refuses every enqueue as a node whose log is full does.
 type overloaded struct{ transport.Backend }
 
@@ -297,6 +316,14 @@ func TestAuthOnEveryCall(t *testing.T) {
 			t.Fatalf("%s with the token: %v", name, err)
 		}
 	}
+	// The Subscribe stream too.
+	sc := pb.NewDelaywheelClient(conn)
+	for _, tc := range []struct {
+		ctx  context.Context
+		want string
+	}{{t.Context(), "missing bearer token"}, {authed(t.Context(), "wrong"), "wrong bearer token"}} {
+		wantCode(t, "Subscribe: "+tc.want, subscribeErr(tc.ctx, sc, "t"), codes.Unauthenticated, tc.want)
+	}
 	// Health and reflection stay open.
 	h := get(healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: grpcserver.ServiceName}))(t, "health")
 	if h.Status != healthpb.HealthCheckResponse_SERVING {
@@ -341,6 +368,7 @@ func TestFollower(t *testing.T) {
 		return err == nil
 	})
 	get(fc.Topics(ctx, &pb.TopicsRequest{}))(t, "topics at a follower")
+	wantCode(t, "Subscribe at a follower", subscribeErr(ctx, fc, "t"), codes.Unavailable, "not the leader")
 	if v := get(fc.Cluster(ctx, &pb.ClusterRequest{}))(t, "cluster at a follower"); v.Self != f.ID || len(v.Nodes) != 3 {
 		t.Fatalf("cluster %v", v)
 	}

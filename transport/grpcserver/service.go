@@ -117,9 +117,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	}
 	out := &pb.ReserveResponse{Messages: make([]*pb.Delivery, len(ds))}
 	for i, d := range ds {
-		out.Messages[i] = &pb.Delivery{Id: d.ID.String(), Topic: d.Topic, Body: d.Body, Headers: d.Headers, Key: d.Key,
-			Priority: d.Priority, DeliverAtMs: d.DeliverAtMs, Attempt: d.Attempt, Receipt: d.Receipt.String(),
-			LeaseExpiresMs: d.LeaseExpiresMs}
+		out.Messages[i] = deliveryOf(d)
 	}
 	return out, nil
 }

@@ -1852,6 +1852,137 @@ func (x *SlotResponse) GetRecords() []*SlotRecord {
 	return nil
 }
 
+// SubscribeRequest opens a stream (topic, max_inflight, ttr_ms: the first
+// request only) and settles its deliveries (ack, nack: any request).
+type SubscribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	MaxInflight   *int32                 `protobuf:"varint,2,opt,name=max_inflight,json=maxInflight,proto3,oneof" json:"max_inflight,omitempty"`
+	TtrMs         *int64                 `protobuf:"varint,3,opt,name=ttr_ms,json=ttrMs,proto3,oneof" json:"ttr_ms,omitempty"`
+	Ack           []string               `protobuf:"bytes,4,rep,name=ack,proto3" json:"ack,omitempty"`
+	Nack          []string               `protobuf:"bytes,5,rep,name=nack,proto3" json:"nack,omitempty"`
+	NackDelayMs   int64                  `protobuf:"varint,6,opt,name=nack_delay_ms,json=nackDelayMs,proto3" json:"nack_delay_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeRequest) Reset() {
+	*x = SubscribeRequest{}
+	mi := &file_delaywheel_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeRequest) ProtoMessage() {}
+
+func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_delaywheel_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeRequest) Descriptor() ([]byte, []int) {
+	return file_delaywheel_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SubscribeRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetMaxInflight() int32 {
+	if x != nil && x.MaxInflight != nil {
+		return *x.MaxInflight
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetTtrMs() int64 {
+	if x != nil && x.TtrMs != nil {
+		return *x.TtrMs
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetAck() []string {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
+func (x *SubscribeRequest) GetNack() []string {
+	if x != nil {
+		return x.Nack
+	}
+	return nil
+}
+
+func (x *SubscribeRequest) GetNackDelayMs() int64 {
+	if x != nil {
+		return x.NackDelayMs
+	}
+	return 0
+}
+
+// SubscribeResponse carries deliveries handed out together.
+type SubscribeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*Delivery            `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeResponse) Reset() {
+	*x = SubscribeResponse{}
+	mi := &file_delaywheel_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeResponse) ProtoMessage() {}
+
+func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_delaywheel_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
+func (*SubscribeResponse) Descriptor() ([]byte, []int) {
+	return file_delaywheel_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SubscribeResponse) GetMessages() []*Delivery {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 type ClusterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1860,7 +1991,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_delaywheel_proto_msgTypes[29]
+	mi := &file_delaywheel_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2003,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_delaywheel_proto_msgTypes[29]
+	mi := &file_delaywheel_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2016,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_delaywheel_proto_rawDescGZIP(), []int{29}
+	return file_delaywheel_proto_rawDescGZIP(), []int{31}
 }
 
 type NodeStatus struct {
@@ -1906,7 +2037,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_delaywheel_proto_msgTypes[30]
+	mi := &file_delaywheel_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2049,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_delaywheel_proto_msgTypes[30]
+	mi := &file_delaywheel_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2062,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_delaywheel_proto_rawDescGZIP(), []int{30}
+	return file_delaywheel_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2017,7 +2148,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_delaywheel_proto_msgTypes[31]
+	mi := &file_delaywheel_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2160,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_delaywheel_proto_msgTypes[31]
+	mi := &file_delaywheel_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2173,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_delaywheel_proto_rawDescGZIP(), []int{31}
+	return file_delaywheel_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClusterResponse) GetLeader() string {
@@ -2232,7 +2363,18 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\x04file\x18\x03 \x01(\tR\x04file\x12\x1a\n" +
 	"\bmessages\x18\x04 \x01(\x03R\bmessages\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x123\n" +
-	"\arecords\x18\x06 \x03(\v2\x19.delaywheel.v1.SlotRecordR\arecords\"\x10\n" +
+	"\arecords\x18\x06 \x03(\v2\x19.delaywheel.v1.SlotRecordR\arecords\"\xd2\x01\n" +
+	"\x10SubscribeRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12&\n" +
+	"\fmax_inflight\x18\x02 \x01(\x05H\x00R\vmaxInflight\x88\x01\x01\x12\x1a\n" +
+	"\x06ttr_ms\x18\x03 \x01(\x03H\x01R\x05ttrMs\x88\x01\x01\x12\x10\n" +
+	"\x03ack\x18\x04 \x03(\tR\x03ack\x12\x12\n" +
+	"\x04nack\x18\x05 \x03(\tR\x04nack\x12\"\n" +
+	"\rnack_delay_ms\x18\x06 \x01(\x03R\vnackDelayMsB\x0f\n" +
+	"\r_max_inflightB\t\n" +
+	"\a_ttr_ms\"H\n" +
+	"\x11SubscribeResponse\x123\n" +
+	"\bmessages\x18\x01 \x03(\v2\x17.delaywheel.v1.DeliveryR\bmessages\"\x10\n" +
 	"\x0eClusterRequest\"\xe1\x02\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
@@ -2256,7 +2398,7 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x12\n" +
 	"\x04self\x18\x03 \x01(\tR\x04self\x12\x17\n" +
 	"\aview_of\x18\x04 \x01(\tR\x06viewOf\x12/\n" +
-	"\x05nodes\x18\x05 \x03(\v2\x19.delaywheel.v1.NodeStatusR\x05nodes2\xff\a\n" +
+	"\x05nodes\x18\x05 \x03(\v2\x19.delaywheel.v1.NodeStatusR\x05nodes2\xd3\b\n" +
 	"\n" +
 	"Delaywheel\x12H\n" +
 	"\aEnqueue\x12\x1d.delaywheel.v1.EnqueueRequest\x1a\x1e.delaywheel.v1.EnqueueResponse\x12<\n" +
@@ -2273,7 +2415,8 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\aRedrive\x12\x1d.delaywheel.v1.RedriveRequest\x1a\x1e.delaywheel.v1.RedriveResponse\x12B\n" +
 	"\x05Wheel\x12\x1b.delaywheel.v1.WheelRequest\x1a\x1c.delaywheel.v1.WheelResponse\x12?\n" +
 	"\x04Slot\x12\x1a.delaywheel.v1.SlotRequest\x1a\x1b.delaywheel.v1.SlotResponse\x12H\n" +
-	"\aCluster\x12\x1d.delaywheel.v1.ClusterRequest\x1a\x1e.delaywheel.v1.ClusterResponseB6Z4github.com/delaywheel/delaywheel/transport/api/pb;pbb\x06proto3"
+	"\aCluster\x12\x1d.delaywheel.v1.ClusterRequest\x1a\x1e.delaywheel.v1.ClusterResponse\x12R\n" +
+	"\tSubscribe\x12\x1f.delaywheel.v1.SubscribeRequest\x1a .delaywheel.v1.SubscribeResponse(\x010\x01B6Z4github.com/delaywheel/delaywheel/transport/api/pb;pbb\x06proto3"
 
 var (
 	file_delaywheel_proto_rawDescOnce sync.Once
@@ -2287,7 +2430,7 @@ func file_delaywheel_proto_rawDescGZIP() []byte {
 	return file_delaywheel_proto_rawDescData
 }
 
-var file_delaywheel_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_delaywheel_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_delaywheel_proto_goTypes = []any{
 	(*EnqueueRequest)(nil),      // 0: delaywheel.v1.EnqueueRequest
 	(*Message)(nil),             // 1: delaywheel.v1.Message
@@ -2318,58 +2461,63 @@ var file_delaywheel_proto_goTypes = []any{
 	(*SlotRequest)(nil),         // 26: delaywheel.v1.SlotRequest
 	(*SlotRecord)(nil),          // 27: delaywheel.v1.SlotRecord
 	(*SlotResponse)(nil),        // 28: delaywheel.v1.SlotResponse
-	(*ClusterRequest)(nil),      // 29: delaywheel.v1.ClusterRequest
-	(*NodeStatus)(nil),          // 30: delaywheel.v1.NodeStatus
-	(*ClusterResponse)(nil),     // 31: delaywheel.v1.ClusterResponse
-	nil,                         // 32: delaywheel.v1.Message.HeadersEntry
-	nil,                         // 33: delaywheel.v1.MessageView.HeadersEntry
-	nil,                         // 34: delaywheel.v1.Delivery.HeadersEntry
+	(*SubscribeRequest)(nil),    // 29: delaywheel.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),   // 30: delaywheel.v1.SubscribeResponse
+	(*ClusterRequest)(nil),      // 31: delaywheel.v1.ClusterRequest
+	(*NodeStatus)(nil),          // 32: delaywheel.v1.NodeStatus
+	(*ClusterResponse)(nil),     // 33: delaywheel.v1.ClusterResponse
+	nil,                         // 34: delaywheel.v1.Message.HeadersEntry
+	nil,                         // 35: delaywheel.v1.MessageView.HeadersEntry
+	nil,                         // 36: delaywheel.v1.Delivery.HeadersEntry
 }
 var file_delaywheel_proto_depIdxs = []int32{
 	1,  // 0: delaywheel.v1.EnqueueRequest.messages:type_name -> delaywheel.v1.Message
-	32, // 1: delaywheel.v1.Message.headers:type_name -> delaywheel.v1.Message.HeadersEntry
+	34, // 1: delaywheel.v1.Message.headers:type_name -> delaywheel.v1.Message.HeadersEntry
 	3,  // 2: delaywheel.v1.EnqueueResponse.results:type_name -> delaywheel.v1.Result
-	33, // 3: delaywheel.v1.MessageView.headers:type_name -> delaywheel.v1.MessageView.HeadersEntry
-	34, // 4: delaywheel.v1.Delivery.headers:type_name -> delaywheel.v1.Delivery.HeadersEntry
+	35, // 3: delaywheel.v1.MessageView.headers:type_name -> delaywheel.v1.MessageView.HeadersEntry
+	36, // 4: delaywheel.v1.Delivery.headers:type_name -> delaywheel.v1.Delivery.HeadersEntry
 	11, // 5: delaywheel.v1.ReserveResponse.messages:type_name -> delaywheel.v1.Delivery
 	17, // 6: delaywheel.v1.TopicsResponse.topics:type_name -> delaywheel.v1.TopicCounts
 	5,  // 7: delaywheel.v1.DeadLettersResponse.messages:type_name -> delaywheel.v1.MessageView
 	24, // 8: delaywheel.v1.WheelResponse.nonempty:type_name -> delaywheel.v1.SlotSummary
 	27, // 9: delaywheel.v1.SlotResponse.records:type_name -> delaywheel.v1.SlotRecord
-	30, // 10: delaywheel.v1.ClusterResponse.nodes:type_name -> delaywheel.v1.NodeStatus
-	0,  // 11: delaywheel.v1.Delaywheel.Enqueue:input_type -> delaywheel.v1.EnqueueRequest
-	4,  // 12: delaywheel.v1.Delaywheel.Get:input_type -> delaywheel.v1.GetRequest
-	6,  // 13: delaywheel.v1.Delaywheel.Cancel:input_type -> delaywheel.v1.CancelRequest
-	8,  // 14: delaywheel.v1.Delaywheel.Reschedule:input_type -> delaywheel.v1.RescheduleRequest
-	10, // 15: delaywheel.v1.Delaywheel.Reserve:input_type -> delaywheel.v1.ReserveRequest
-	13, // 16: delaywheel.v1.Delaywheel.Ack:input_type -> delaywheel.v1.ReceiptsRequest
-	14, // 17: delaywheel.v1.Delaywheel.Nack:input_type -> delaywheel.v1.NackRequest
-	13, // 18: delaywheel.v1.Delaywheel.Touch:input_type -> delaywheel.v1.ReceiptsRequest
-	16, // 19: delaywheel.v1.Delaywheel.Topics:input_type -> delaywheel.v1.TopicsRequest
-	19, // 20: delaywheel.v1.Delaywheel.DeadLetters:input_type -> delaywheel.v1.DeadLettersRequest
-	21, // 21: delaywheel.v1.Delaywheel.Redrive:input_type -> delaywheel.v1.RedriveRequest
-	23, // 22: delaywheel.v1.Delaywheel.Wheel:input_type -> delaywheel.v1.WheelRequest
-	26, // 23: delaywheel.v1.Delaywheel.Slot:input_type -> delaywheel.v1.SlotRequest
-	29, // 24: delaywheel.v1.Delaywheel.Cluster:input_type -> delaywheel.v1.ClusterRequest
-	2,  // 25: delaywheel.v1.Delaywheel.Enqueue:output_type -> delaywheel.v1.EnqueueResponse
-	5,  // 26: delaywheel.v1.Delaywheel.Get:output_type -> delaywheel.v1.MessageView
-	7,  // 27: delaywheel.v1.Delaywheel.Cancel:output_type -> delaywheel.v1.CancelResponse
-	9,  // 28: delaywheel.v1.Delaywheel.Reschedule:output_type -> delaywheel.v1.RescheduleResponse
-	12, // 29: delaywheel.v1.Delaywheel.Reserve:output_type -> delaywheel.v1.ReserveResponse
-	15, // 30: delaywheel.v1.Delaywheel.Ack:output_type -> delaywheel.v1.SettleResponse
-	15, // 31: delaywheel.v1.Delaywheel.Nack:output_type -> delaywheel.v1.SettleResponse
-	15, // 32: delaywheel.v1.Delaywheel.Touch:output_type -> delaywheel.v1.SettleResponse
-	18, // 33: delaywheel.v1.Delaywheel.Topics:output_type -> delaywheel.v1.TopicsResponse
-	20, // 34: delaywheel.v1.Delaywheel.DeadLetters:output_type -> delaywheel.v1.DeadLettersResponse
-	22, // 35: delaywheel.v1.Delaywheel.Redrive:output_type -> delaywheel.v1.RedriveResponse
-	25, // 36: delaywheel.v1.Delaywheel.Wheel:output_type -> delaywheel.v1.WheelResponse
-	28, // 37: delaywheel.v1.Delaywheel.Slot:output_type -> delaywheel.v1.SlotResponse
-	31, // 38: delaywheel.v1.Delaywheel.Cluster:output_type -> delaywheel.v1.ClusterResponse
-	25, // [25:39] is the sub-list for method output_type
-	11, // [11:25] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 10: delaywheel.v1.SubscribeResponse.messages:type_name -> delaywheel.v1.Delivery
+	32, // 11: delaywheel.v1.ClusterResponse.nodes:type_name -> delaywheel.v1.NodeStatus
+	0,  // 12: delaywheel.v1.Delaywheel.Enqueue:input_type -> delaywheel.v1.EnqueueRequest
+	4,  // 13: delaywheel.v1.Delaywheel.Get:input_type -> delaywheel.v1.GetRequest
+	6,  // 14: delaywheel.v1.Delaywheel.Cancel:input_type -> delaywheel.v1.CancelRequest
+	8,  // 15: delaywheel.v1.Delaywheel.Reschedule:input_type -> delaywheel.v1.RescheduleRequest
+	10, // 16: delaywheel.v1.Delaywheel.Reserve:input_type -> delaywheel.v1.ReserveRequest
+	13, // 17: delaywheel.v1.Delaywheel.Ack:input_type -> delaywheel.v1.ReceiptsRequest
+	14, // 18: delaywheel.v1.Delaywheel.Nack:input_type -> delaywheel.v1.NackRequest
+	13, // 19: delaywheel.v1.Delaywheel.Touch:input_type -> delaywheel.v1.ReceiptsRequest
+	16, // 20: delaywheel.v1.Delaywheel.Topics:input_type -> delaywheel.v1.TopicsRequest
+	19, // 21: delaywheel.v1.Delaywheel.DeadLetters:input_type -> delaywheel.v1.DeadLettersRequest
+	21, // 22: delaywheel.v1.Delaywheel.Redrive:input_type -> delaywheel.v1.RedriveRequest
+	23, // 23: delaywheel.v1.Delaywheel.Wheel:input_type -> delaywheel.v1.WheelRequest
+	26, // 24: delaywheel.v1.Delaywheel.Slot:input_type -> delaywheel.v1.SlotRequest
+	31, // 25: delaywheel.v1.Delaywheel.Cluster:input_type -> delaywheel.v1.ClusterRequest
+	29, // 26: delaywheel.v1.Delaywheel.Subscribe:input_type -> delaywheel.v1.SubscribeRequest
+	2,  // 27: delaywheel.v1.Delaywheel.Enqueue:output_type -> delaywheel.v1.EnqueueResponse
+	5,  // 28: delaywheel.v1.Delaywheel.Get:output_type -> delaywheel.v1.MessageView
+	7,  // 29: delaywheel.v1.Delaywheel.Cancel:output_type -> delaywheel.v1.CancelResponse
+	9,  // 30: delaywheel.v1.Delaywheel.Reschedule:output_type -> delaywheel.v1.RescheduleResponse
+	12, // 31: delaywheel.v1.Delaywheel.Reserve:output_type -> delaywheel.v1.ReserveResponse
+	15, // 32: delaywheel.v1.Delaywheel.Ack:output_type -> delaywheel.v1.SettleResponse
+	15, // 33: delaywheel.v1.Delaywheel.Nack:output_type -> delaywheel.v1.SettleResponse
+	15, // 34: delaywheel.v1.Delaywheel.Touch:output_type -> delaywheel.v1.SettleResponse
+	18, // 35: delaywheel.v1.Delaywheel.Topics:output_type -> delaywheel.v1.TopicsResponse
+	20, // 36: delaywheel.v1.Delaywheel.DeadLetters:output_type -> delaywheel.v1.DeadLettersResponse
+	22, // 37: delaywheel.v1.Delaywheel.Redrive:output_type -> delaywheel.v1.RedriveResponse
+	25, // 38: delaywheel.v1.Delaywheel.Wheel:output_type -> delaywheel.v1.WheelResponse
+	28, // 39: delaywheel.v1.Delaywheel.Slot:output_type -> delaywheel.v1.SlotResponse
+	33, // 40: delaywheel.v1.Delaywheel.Cluster:output_type -> delaywheel.v1.ClusterResponse
+	30, // 41: delaywheel.v1.Delaywheel.Subscribe:output_type -> delaywheel.v1.SubscribeResponse
+	27, // [27:42] is the sub-list for method output_type
+	12, // [12:27] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_delaywheel_proto_init() }
@@ -2381,14 +2529,15 @@ func file_delaywheel_proto_init() {
 	file_delaywheel_proto_msgTypes[8].OneofWrappers = []any{}
 	file_delaywheel_proto_msgTypes[10].OneofWrappers = []any{}
 	file_delaywheel_proto_msgTypes[19].OneofWrappers = []any{}
-	file_delaywheel_proto_msgTypes[30].OneofWrappers = []any{}
+	file_delaywheel_proto_msgTypes[29].OneofWrappers = []any{}
+	file_delaywheel_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_delaywheel_proto_rawDesc), len(file_delaywheel_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,7 @@ const (
 	Delaywheel_Wheel_FullMethodName       = "/delaywheel.v1.Delaywheel/Wheel"
 	Delaywheel_Slot_FullMethodName        = "/delaywheel.v1.Delaywheel/Slot"
 	Delaywheel_Cluster_FullMethodName     = "/delaywheel.v1.Delaywheel/Cluster"
+	Delaywheel_Subscribe_FullMethodName   = "/delaywheel.v1.Delaywheel/Subscribe"
 )
 
 // DelaywheelClient is the client API for Delaywheel service.
@@ -95,6 +96,15 @@ type DelaywheelClient interface {
 	Slot(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error)
 	// Cluster returns the leader's view of the members.
 	Cluster(ctx context.Context, in *ClusterRequest, opts ...grpc.CallOption) (*ClusterResponse, error)
+	// Subscribe streams a topic's deliveries the moment they are handed out
+	// (as GET /v1/topics/{topic}/stream does), each leased and acked as a
+	// reserved message is. The first request names the topic and the window
+	// (max_inflight: deliveries handed out and not yet settled); every request
+	// may carry acks and nacks, which settle deliveries and so open the
+	// window again. Only the leader streams: a follower refuses, and a
+	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
+	// its unsettled deliveries; the client then subscribes again.
+	Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeRequest, SubscribeResponse], error)
 }
 
 type delaywheelClient struct {
@@ -245,6 +255,19 @@ func (c *delaywheelClient) Cluster(ctx context.Context, in *ClusterRequest, opts
 	return out, nil
 }
 
+func (c *delaywheelClient) Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeRequest, SubscribeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Delaywheel_ServiceDesc.Streams[0], Delaywheel_Subscribe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubscribeRequest, SubscribeResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Delaywheel_SubscribeClient = grpc.BidiStreamingClient[SubscribeRequest, SubscribeResponse]
+
 // DelaywheelServer is the server API for Delaywheel service.
 // All implementations must embed UnimplementedDelaywheelServer
 // for forward compatibility.
@@ -284,6 +307,15 @@ type DelaywheelServer interface {
 	Slot(context.Context, *SlotRequest) (*SlotResponse, error)
 	// Cluster returns the leader's view of the members.
 	Cluster(context.Context, *ClusterRequest) (*ClusterResponse, error)
+	// Subscribe streams a topic's deliveries the moment they are handed out
+	// (as GET /v1/topics/{topic}/stream does), each leased and acked as a
+	// reserved message is. The first request names the topic and the window
+	// (max_inflight: deliveries handed out and not yet settled); every request
+	// may carry acks and nacks, which settle deliveries and so open the
+	// window again. Only the leader streams: a follower refuses, and a
+	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
+	// its unsettled deliveries; the client then subscribes again.
+	Subscribe(grpc.BidiStreamingServer[SubscribeRequest, SubscribeResponse]) error
 	mustEmbedUnimplementedDelaywheelServer()
 }
 
@@ -335,6 +367,9 @@ func (UnimplementedDelaywheelServer) Slot(context.Context, *SlotRequest) (*SlotR
 }
 func (UnimplementedDelaywheelServer) Cluster(context.Context, *ClusterRequest) (*ClusterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cluster not implemented")
+}
+func (UnimplementedDelaywheelServer) Subscribe(grpc.BidiStreamingServer[SubscribeRequest, SubscribeResponse]) error {
+	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
 }
 func (UnimplementedDelaywheelServer) mustEmbedUnimplementedDelaywheelServer() {}
 func (UnimplementedDelaywheelServer) testEmbeddedByValue()                    {}
@@ -609,6 +644,13 @@ func _Delaywheel_Cluster_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Delaywheel_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DelaywheelServer).Subscribe(&grpc.GenericServerStream[SubscribeRequest, SubscribeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Delaywheel_SubscribeServer = grpc.BidiStreamingServer[SubscribeRequest, SubscribeResponse]
+
 // Delaywheel_ServiceDesc is the grpc.ServiceDesc for Delaywheel service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -673,6 +715,13 @@ var Delaywheel_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Delaywheel_Cluster_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Subscribe",
+			Handler:       _Delaywheel_Subscribe_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "delaywheel.proto",
 }
