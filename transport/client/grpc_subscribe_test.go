@@ -6,31 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
-
-// receiveGRPC takes n deliveries from sub, acking each.
-func receiveGRPC(t *testing.T, sub *client.GRPCSubscription, n int) map[string]bool {
-	t.Helper()
-	got := map[string]bool{}
-	for len(got) < n {
-		select {
-		case d, ok := <-sub.Deliveries():
-			if !ok {
-				t.Fatalf("subscription ended after %d deliveries: %v", len(got), sub.Err())
-			}
-			got[d.ID] = true
-			sub.Ack(d)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("only %d of %d deliveries", len(got), n)
-		}
-	}
-	return got
-}
 
 func messages(n int, topic string) []api.Message {
 	out := make([]api.Message, n)
@@ -55,7 +35,7 @@ func TestGRPCSubscribeAcksUpTheStream(t *testing.T) {
 	if _, err := g.Enqueue(ctx, messages(20, "sub")); err != nil {
 		t.Fatal(err)
 	}
-	receiveGRPC(t, sub, 20)
+	transporttest.Receive(t, sub, 20)
 	if err := sub.Close(ctx); err != nil || sub.Err() != nil {
 		t.Fatalf("close: %v, %v", err, sub.Err())
 	}
@@ -116,7 +96,7 @@ func TestGRPCSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	if _, err := g.Enqueue(ctx, messages(1, "lc")); err != nil {
 		t.Fatal(err)
 	}
-	receiveGRPC(t, sub, 1)
+	transporttest.Receive(t, sub, 1)
 
 	old := c.Leader()
 	old.Node.StepDown()
@@ -137,6 +117,6 @@ func TestGRPCSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	if _, err := g.Enqueue(ctx, messages(1, "lc")); err != nil {
 		t.Fatalf("enqueue after the leader change: %v", err)
 	}
-	receiveGRPC(t, sub, 1)
+	transporttest.Receive(t, sub, 1)
 	t.Logf("the subscription heard: %q", errs)
 }
