@@ -44,8 +44,9 @@ type Config struct {
 	Spawn     int
 	Binary    string
 	TokenFile string // bearer token for the delaywheel API
-	// Proto is how the delaywheel target enqueues: ProtoHTTP (the Go
-	// client's protobuf over HTTP) or ProtoGRPC (spawned clusters only).
+	// Proto is the API the delaywheel target enqueues and streams through:
+	// ProtoHTTP (the Go client's protobuf over HTTP, the NDJSON stream) or
+	// ProtoGRPC (Enqueue and Subscribe; spawned clusters only).
 	Proto string
 
 	Messages  int // enqueue and backlog: how many
