@@ -15,6 +15,11 @@
 //
 // # Followers
 //
+// Subscribe streams a topic's deliveries on the backend's Stream, as the
+// HTTP stream does, and settles the acks and nacks sent up the stream. A
+// follower refuses it NOT_LEADER (a stream is not forwarded), and it ends
+// so when leadership moves; the Go client then subscribes again.
+//
 // Calls that change state, and Reserve, are answered by the leader. A
 // follower forwards them to the leader's gRPC API with the caller's
 // authorization and marks them (ForwardedKey), so that a node that is not
