@@ -452,3 +452,43 @@ func (w waiting) Reserve(ctx context.Context, topic string, n int, wait, ttr tim
 
 func proto64(v int64) *int64 { return &v }
 func proto32(v int32) *int32 { return &v }
+
+// TestShutdownEndsStreams checks that Serve ends an open Subscribe with
+// UNAVAILABLE and returns.
+func TestShutdownEndsStreams(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, kn.Node).Serve(ctx, ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewDelaywheelClient(conn)
+	st, err := c.Subscribe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	get(c.Enqueue(t.Context(), &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}}))(t, "enqueue")
+	if r := get(st.Recv())(t, "the first delivery"); len(r.Messages) != 1 {
+		t.Fatalf("deliveries %v", r.Messages)
+	}
+	cancel()
+	for {
+		if _, err := st.Recv(); err != nil {
+			wantCode(t, "stream at shutdown", err, codes.Unavailable, "shutting down")
+			break
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
