@@ -463,7 +463,9 @@ func TestShutdownEndsStreams(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, kn.Node).Serve(ctx, ln) }()
+	go func() {
+		done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, kn.Node).Serve(ctx, ln)
+	}()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
