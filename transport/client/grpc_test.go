@@ -1,9 +1,7 @@
 package client_test
 
 import (
-	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,21 +16,8 @@ import (
 // serveGRPC serves the gRPC API of kn's node and returns its address.
 func serveGRPC(t *testing.T, kn *transporttest.Node, token string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	srv := grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}}, kn.Node)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	addr, _ := transporttest.ServeGRPC(t, kn.Node, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}})
+	return addr
 }
 
 // TestGRPCClient calls a three-node cluster through a follower first: the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -40,26 +39,18 @@ func serveGRPC(t *testing.T, kn *transporttest.Node, b transport.Backend, edit f
 	if edit != nil {
 		edit(&cfg)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, _ := transporttest.ServeGRPC(t, b, cfg)
+	return dial(t, addr)
+}
+
+// dial connects to addr in plaintext until the end of the test.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- grpcserver.New(cfg, b).Serve(ctx, ln)
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	t.Cleanup(func() { conn.Close() })
 	return conn
 }
 
@@ -410,33 +401,28 @@ func TestFollower(t *testing.T) {
 // UNAVAILABLE and returns.
 func TestShutdownEndsLongPolls(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	b := waiting{Backend: kn.Node, started: make(chan struct{}, 1)}
-	go func() {
-		done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, b).Serve(ctx, ln)
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewDelaywheelClient(conn)
+	c, stop := serveStoppable(t, kn, b)
 	polled := make(chan error, 1)
 	go func() {
 		_, err := c.Reserve(t.Context(), &pb.ReserveRequest{Topic: "t", WaitMs: 60000})
 		polled <- err
 	}()
 	<-b.started
-	cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- stop() }()
 	wantCode(t, "long-poll at shutdown", <-polled, codes.Unavailable, "shutting down")
-	if err := <-done; err != nil {
+	if err := <-errc; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
+}
+
+// serveStoppable serves b without a token until stop, which returns what
+// Serve returned.
+func serveStoppable(t *testing.T, kn *transporttest.Node, b transport.Backend) (c pb.DelaywheelClient, stop func() error) {
+	t.Helper()
+	addr, stop := transporttest.ServeGRPC(t, b, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}})
+	return pb.NewDelaywheelClient(dial(t, addr)), stop
 }
 
 // waiting tells when a reserve reached the backend.
@@ -457,21 +443,7 @@ func proto32(v int32) *int32 { return &v }
 // UNAVAILABLE and returns.
 func TestShutdownEndsStreams(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- grpcserver.New(grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, kn.Node).Serve(ctx, ln)
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewDelaywheelClient(conn)
+	c, stop := serveStoppable(t, kn, kn.Node)
 	st, err := c.Subscribe(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -483,14 +455,15 @@ func TestShutdownEndsStreams(t *testing.T) {
 	if r := get(st.Recv())(t, "the first delivery"); len(r.Messages) != 1 {
 		t.Fatalf("deliveries %v", r.Messages)
 	}
-	cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- stop() }()
 	for {
 		if _, err := st.Recv(); err != nil {
 			wantCode(t, "stream at shutdown", err, codes.Unavailable, "shutting down")
 			break
 		}
 	}
-	if err := <-done; err != nil {
+	if err := <-errc; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 }

@@ -52,20 +52,8 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 func TestTLS(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
 	cert, pool := selfSigned(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	cfg := grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}, TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}}
-	go func() { done <- grpcserver.New(cfg, kn.Node).Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	addr, _ := transporttest.ServeGRPC(t, kn.Node, cfg)
 	for _, tc := range []struct {
 		name  string
 		creds credentials.TransportCredentials
@@ -74,7 +62,7 @@ func TestTLS(t *testing.T) {
 		{"TLS", credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}), true},
 		{"plaintext", insecure.NewCredentials(), false},
 	} {
-		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(tc.creds))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(tc.creds))
 		if err != nil {
 			t.Fatal(err)
 		}
