@@ -3,7 +3,7 @@
 #   docker build -t delaywheel .
 FROM scratch
 COPY delaywheel /delaywheel
-EXPOSE 7070 7071
+EXPOSE 7070 7071 7072
 VOLUME ["/data"]
 ENTRYPOINT ["/delaywheel"]
-CMD ["server", "--data-dir", "/data", "--http-addr", "0.0.0.0:7070", "--raft-addr", "127.0.0.1:7071"]
+CMD ["server", "--data-dir", "/data", "--http-addr", "0.0.0.0:7070", "--grpc-addr", "0.0.0.0:7072", "--raft-addr", "127.0.0.1:7071"]

@@ -44,6 +44,10 @@ type Config struct {
 	Spawn     int
 	Binary    string
 	TokenFile string // bearer token for the delaywheel API
+	// Proto is the API the delaywheel target enqueues and streams through:
+	// ProtoHTTP (the Go client's protobuf over HTTP, the NDJSON stream) or
+	// ProtoGRPC (Enqueue and Subscribe; spawned clusters only).
+	Proto string
 
 	Messages  int // enqueue and backlog: how many
 	Producers int
@@ -85,6 +89,12 @@ type Config struct {
 	logger   *slog.Logger
 	progress *progress
 }
+
+// Values of Config.Proto.
+const (
+	ProtoHTTP = "http"
+	ProtoGRPC = "grpc"
+)
 
 // Defaults of the harness.
 const (
@@ -183,6 +193,12 @@ func (cfg Config) validate() error {
 		if !slices.Contains(AllTargets(), t) {
 			errs = append(errs, fmt.Errorf("--targets: unknown target %q: want some of %s", t, strings.Join(AllTargets(), ",")))
 		}
+	}
+	switch {
+	case cfg.Proto != "" && cfg.Proto != ProtoHTTP && cfg.Proto != ProtoGRPC:
+		errs = append(errs, fmt.Errorf("--proto %q: want %s or %s", cfg.Proto, ProtoHTTP, ProtoGRPC))
+	case cfg.Proto == ProtoGRPC && len(cfg.Addrs) > 0:
+		errs = append(errs, errors.New("--proto grpc: only for a spawned cluster, whose gRPC addresses the harness knows"))
 	}
 	if len(cfg.Addrs) > 0 && cfg.Spawn != 0 {
 		errs = append(errs, errors.New("--addr and --spawn exclude each other: bench a running cluster, or spawn one"))

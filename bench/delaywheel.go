@@ -25,6 +25,7 @@ type dwNode struct {
 	id       string
 	httpAddr string
 	raftAddr string
+	grpcAddr string
 	dataDir  string
 	proc     *proc
 }
@@ -43,7 +44,7 @@ const readyTimeout = 5 * time.Minute
 // of dir on free loopback ports and waits until the cluster is ready. The
 // nodes read the bearer token from tokenFile; the harness presents token.
 func spawnDelaywheel(ctx context.Context, logger *slog.Logger, dir, bin string, n int, tokenFile, token string, extra []string) (*dwCluster, error) {
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +53,9 @@ func spawnDelaywheel(ctx context.Context, logger *slog.Logger, dir, bin string, 
 	for i := range n {
 		nd := &dwNode{
 			id:       "n" + strconv.Itoa(i+1),
-			httpAddr: "127.0.0.1:" + strconv.Itoa(ports[2*i]),
-			raftAddr: "127.0.0.1:" + strconv.Itoa(ports[2*i+1]),
+			httpAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i]),
+			raftAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+1]),
+			grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]),
 		}
 		nd.dataDir = filepath.Join(dir, nd.id)
 		if err := os.MkdirAll(nd.dataDir, 0o755); err != nil {
@@ -64,7 +66,7 @@ func spawnDelaywheel(ctx context.Context, logger *slog.Logger, dir, bin string, 
 	}
 	for _, nd := range c.nodes {
 		args := []string{"server", "--node-id", nd.id, "--data-dir", filepath.Join(nd.dataDir, "data"),
-			"--http-addr", nd.httpAddr, "--raft-addr", nd.raftAddr}
+			"--http-addr", nd.httpAddr, "--raft-addr", nd.raftAddr, "--grpc-addr", nd.grpcAddr}
 		if n > 1 {
 			args = append(args, "--initial-cluster", strings.Join(members, ","))
 		}
@@ -164,6 +166,7 @@ type dwTarget struct {
 	bases   []string // http://host:port
 	addrs   []string // host:port, as the cluster view names nodes
 	clients []*client.Client
+	grpc    *client.GRPC // enqueues over gRPC when set
 	hc      *http.Client
 	token   string
 	leader  atomic.Int32 // index of the node believed to lead
@@ -222,6 +225,19 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		t.bases = append(t.bases, base)
 		t.addrs = append(t.addrs, hostport)
 		t.clients = append(t.clients, client.New(base, client.WithToken(token), client.WithHTTPClient(t.hc)))
+	}
+	if cfg.Proto == ProtoGRPC && cluster != nil {
+		var gaddrs []string
+		for _, nd := range cluster.nodes {
+			gaddrs = append(gaddrs, nd.grpcAddr)
+		}
+		g, err := client.NewGRPC("grpc://"+strings.Join(gaddrs, ","), client.WithGRPCToken(token))
+		if err != nil {
+			t.logger.Error("gRPC client; enqueueing over HTTP", "err", err)
+		} else {
+			t.grpc = g
+			t.name += " gRPC"
+		}
 	}
 	t.refreshLeader(ctx)
 	return t
@@ -296,10 +312,15 @@ const retryFor = time.Minute
 // call runs fn against the believed leader, retrying on another node or
 // after back-pressure until it succeeds, fails for good or retryFor passes.
 func (t *dwTarget) call(ctx context.Context, fn func(*client.Client) error) error {
+	return t.retry(ctx, func(i int32) error { return fn(t.clients[i]) })
+}
+
+// retry runs fn with the index of the believed leader, retrying as call does.
+func (t *dwTarget) retry(ctx context.Context, fn func(leader int32) error) error {
 	deadline := time.Now().Add(retryFor)
 	for attempt := 0; ; attempt++ {
 		i := t.leader.Load()
-		err := fn(t.clients[i])
+		err := fn(i)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -325,8 +346,12 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 		due := m.DeliverAtMs
 		req[i] = api.Message{Topic: t.topic, Payload: api.TextBody(m.Body), DeliverAtMs: &due}
 	}
-	err := t.call(ctx, func(c *client.Client) error {
-		res, err := c.Enqueue(ctx, req)
+	err := t.retry(ctx, func(i int32) error {
+		enqueue := t.clients[i].Enqueue
+		if t.grpc != nil {
+			enqueue = t.grpc.Enqueue // it follows the leader itself
+		}
+		res, err := enqueue(ctx, req)
 		if err == nil && len(res) != len(req) {
 			return fmt.Errorf("enqueue answered %d results for %d messages", len(res), len(req))
 		}
@@ -443,6 +468,9 @@ func (t *dwTarget) Close() error {
 		_ = t.hook.close()
 	}
 	t.hc.CloseIdleConnections()
+	if t.grpc != nil {
+		t.grpc.Close()
+	}
 	if t.cluster != nil {
 		return t.cluster.Close()
 	}

@@ -20,6 +20,14 @@ const (
 	ConsumeReserveInline = "reserve-inline"
 )
 
+// subscription is a stream of the Go client, over HTTP or gRPC.
+type subscription interface {
+	Deliveries() <-chan api.Delivery
+	Ack(d api.Delivery)
+	Err() error
+	Close(ctx context.Context) error
+}
+
 // streamMaxBatch bounds the deliveries one Next returns.
 const streamMaxBatch = 1000
 
@@ -30,7 +38,7 @@ const streamMaxBatch = 1000
 type dwStreamConsumer struct {
 	t       *dwTarget
 	ctx     context.Context // the consumer's life
-	sub     *client.Subscription
+	sub     subscription
 	node    int32
 	errs    atomic.Int64          // errors the open subscription recovered from
 	lastErr atomic.Pointer[error] // the latest of them, reported by Next
@@ -49,6 +57,10 @@ func (c *dwStreamConsumer) open() {
 	}}
 	if c.t.ttrMs != nil {
 		opt.TTRMs = *c.t.ttrMs
+	}
+	if c.t.grpc != nil {
+		c.sub = c.t.grpc.Subscribe(c.ctx, c.t.topic, opt) // it follows the leader itself
+		return
 	}
 	c.sub = c.t.clients[c.node].Subscribe(c.ctx, c.t.topic, opt)
 }

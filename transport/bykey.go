@@ -36,8 +36,8 @@ func (s *Server) pathTopicKey(r *http.Request) (topic, key string, err error) {
 		return "", "", err
 	}
 	key = r.PathValue("key")
-	if key == "" || len(key) > s.cfg.Limits.MaxKeyLen {
-		return "", "", invalid("key: must be 1 to %d bytes, got %d", s.cfg.Limits.MaxKeyLen, len(key))
+	if err := ValidateKey(key, s.cfg.Limits); err != nil {
+		return "", "", err
 	}
 	return topic, key, nil
 }

@@ -21,7 +21,6 @@ const memberAskTimeout = time.Second
 // adds what its heartbeats say; a follower fetches that view from the
 // leader, and answers its own view only when no leader can be asked.
 func (s *Server) cluster(r *http.Request) (any, error) {
-	ctx := r.Context()
 	local := false
 	if q := r.URL.Query().Get("local"); q != "" {
 		var err error
@@ -29,6 +28,15 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
 		}
 	}
+	view, err := s.clusterView(r.Context(), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
+	view.GRPCAddr = s.cfg.GRPCAddr
+	return view, err
+}
+
+// clusterView answers the view of cluster: this node's own when local, the
+// leader's otherwise; forwarded says the question came from another node,
+// which must not be asked back.
+func (s *Server) clusterView(ctx context.Context, local, forwarded bool, auth string) (api.Cluster, error) {
 	view, err := s.b.Cluster(ctx)
 	if err != nil || local {
 		return view, err
@@ -36,16 +44,16 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	addr, isLeader, known := s.b.LeaderHTTP()
 	switch {
 	case isLeader:
-		s.askMembers(ctx, r.Header.Get("Authorization"), &view)
+		s.askMembers(ctx, auth, &view)
 		return view, nil
-	case r.Header.Get(ForwardedHeader) != "" || !known || addr == "":
+	case forwarded || !known || addr == "":
 		return view, nil
 	}
 	// The leader may itself wait out memberAskTimeout for a member.
 	actx, cancel := context.WithTimeout(ctx, 2*memberAskTimeout)
 	defer cancel()
 	var lv api.Cluster
-	if err := s.ask(actx, addr, "/v1/cluster", r.Header.Get("Authorization"), &lv); err != nil {
+	if err := s.ask(actx, addr, "/v1/cluster", auth, &lv); err != nil {
 		s.log.Debug("asking the leader for the cluster view", "leader", addr, "err", err)
 		return view, nil
 	}

@@ -37,6 +37,10 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown of Serve; connections
 	// still open after it are closed. Default 15 s.
 	ShutdownTimeout time.Duration
+	// GRPCAddr is this node's gRPC address, which GET /v1/cluster reports
+	// (grpc_addr) so that followers can forward gRPC calls to it. Empty:
+	// none.
+	GRPCAddr string
 	// Limits bound requests; zero fields take their defaults.
 	Limits Limits
 	// StreamKeepalive is how long a stream stays silent before it writes

@@ -3,8 +3,14 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // TestReadAllSized: a body is read whole whatever length it announced,
@@ -31,5 +37,43 @@ func TestReadAllSized(t *testing.T) {
 	boom := errors.New("boom")
 	if _, err := readAllSized(iotest.ErrReader(boom), 10); !errors.Is(err, boom) {
 		t.Errorf("read error: got %v, want %v", err, boom)
+	}
+}
+
+// TestAppendResults: the enqueue answer written by hand is the bytes
+// writeJSON writes.
+func TestAppendResults(t *testing.T) {
+	for _, es := range [][]wheel.Enqueued{
+		nil,
+		{{ID: wheel.ID{Index: 1, Seq: 2}, DeliverAtMs: 1_732_245_600_000}},
+		{{ID: wheel.ID{Index: 1<<64 - 1, Seq: 1<<32 - 1}, DeliverAtMs: -1, Duplicate: true}, {ID: wheel.ID{Index: 9}}},
+	} {
+		w := httptest.NewRecorder()
+		writeJSON(w, http.StatusOK, api.EnqueueResponse{Results: resultsOf(es)})
+		if got := string(appendResults(nil, es)); got != w.Body.String() {
+			t.Errorf("appendResults %q\n   writeJSON %q", got, w.Body.String())
+		}
+	}
+}
+
+// BenchmarkParseEnqueue decodes the bench's enqueue body: 100 messages of
+// 100-byte bodies with an absolute due time.
+func BenchmarkParseEnqueue(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"messages":[`)
+	for i := range 100 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(`{"topic":"bench","body":"` + strings.Repeat("x", 100) + `","deliver_at_ms":1732247400000}`)
+	}
+	body.WriteString(`]}`)
+	lim := DefaultLimits()
+	b.SetBytes(int64(body.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseEnqueue(body.Bytes(), lim); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

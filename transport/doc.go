@@ -11,7 +11,13 @@
 // which the Raft node implements; it must not know about Raft, Pebble or
 // segment files. The JSON wire types live in package transport/api and the Go
 // client in transport/client. Tests run the API against real nodes started
-// by package transport/transporttest, which only tests import.
+// by package transport/transporttest, which only tests import. The gRPC API
+// (package transport/grpcserver) validates with the functions export.go
+// makes public, so that both APIs answer a request alike.
+//
+// The JSON enqueue, the call producers make most, decodes its common shape
+// with a decoder of its own (fastjson.go) and leaves anything else, and
+// every error, to encoding/json; it writes its answer by hand.
 //
 // # Answers
 //

@@ -16,7 +16,8 @@ import (
 // FuzzDecodeEnqueue feeds arbitrary bodies to the enqueue decoder and
 // validator: they must never panic, must refuse with a 400 or 413, and what
 // they accept must re-encode to a body that is accepted again as the same
-// batch.
+// batch. What the fast decoder accepts, encoding/json's strict decoding
+// must accept as the same request.
 func FuzzDecodeEnqueue(f *testing.F) {
 	for _, seed := range []string{
 		`{"messages":[{"topic":"t","body":"x"}]}`,
@@ -27,12 +28,27 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		`{"messages":[null]}`,
 		`{"messages":[{"topic":"t","body":"x","body_base64":"eA=="}]}`,
 		`{"messages":[{"topic":"t","headers":{}}]} {}`,
+		` { "messages" : [ {"topic":"t","body":"ü✓","delay_ms":-0,"priority":-9223372036854775808,"max_attempts":2147483647,"headers":{"a":"","b":"c"}} , {} ] } `,
+		`{"messages":[{"topic":"t","Topic":"u"}]}`,
+		`{"messages":[{"topic":"t","body":"a\"b","ttr_ms":1.0}]}`,
+		`{"messages":[{"topic":"t","headers":{"a":"1","a":"2"}}]}`,
+		`{"messages":[{"topic":"t","max_attempts":2147483648,"key":null}]}`,
+		"{\"messages\":[{\"topic\":\"t\xff\"}]}",
 	} {
 		f.Add([]byte(seed))
 	}
 	lim := DefaultLimits()
 	const nowMs = 1_732_245_600_000
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if fast, ok := fastEnqueue(data, lim.MaxBatch); ok {
+			var strict api.EnqueueRequest
+			if err := decodeStrict(data, &strict, ""); err != nil {
+				t.Fatalf("the fast decoder accepted %q, encoding/json refuses it: %v", data, err)
+			}
+			if !reflect.DeepEqual(fast, strict) {
+				t.Fatalf("decoders differ on %q:\n fast %+v\n json %+v", data, fast, strict)
+			}
+		}
 		req, err := parseEnqueue(data, lim)
 		if err == nil {
 			var msgs any

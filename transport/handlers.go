@@ -33,10 +33,15 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 		return nil, err
 	}
 	res, err := s.b.Enqueue(r.Context(), msgs)
-	resp := api.EnqueueResponse{Results: resultsOf(res)}
-	if err != nil || !acceptsMediaType(r.Header.Get("Accept"), api.ContentTypeProto) {
-		return resp, err
+	if err != nil {
+		return nil, err
 	}
+	if !acceptsMediaType(r.Header.Get("Accept"), api.ContentTypeProto) {
+		return stream(func(w http.ResponseWriter) error {
+			return writeBody(w, http.StatusOK, "application/json", appendResults(make([]byte, 0, 16+96*len(res)), res))
+		}), nil
+	}
+	resp := api.EnqueueResponse{Results: resultsOf(res)}
 	return stream(func(w http.ResponseWriter) error {
 		return writeBody(w, http.StatusOK, api.ContentTypeProto, api.AppendEnqueueResponse(nil, resp))
 	}), nil
@@ -123,8 +128,7 @@ func (s *Server) acquireWaiter() (release func(), err error) {
 	case s.waiters <- struct{}{}:
 		return func() { <-s.waiters }, nil
 	default:
-		return nil, overloaded("too many consumers are long-polling this node (limit %d); retry later, use a shorter wait_ms, or spread consumers over the nodes",
-			cap(s.waiters))
+		return nil, Overloaded(cap(s.waiters))
 	}
 }
 
@@ -139,8 +143,7 @@ func (s *Server) ack(r *http.Request) (any, error) {
 func (s *Server) nack(r *http.Request) (any, error) {
 	var req api.NackRequest
 	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
-		lim := s.cfg.Limits
-		if err := inRange("delay_ms", req.DelayMs, 0, lim.MaxDelayMs, humanMs(lim.MaxDelayMs)); err != nil {
+		if err := ValidateNackDelay(req.DelayMs, s.cfg.Limits); err != nil {
 			return nil, err
 		}
 		c, err := s.b.Nack(ctx, rs, req.DelayMs)
@@ -244,12 +247,7 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
 // distinct from a well-formed id that names no message (404).
 func pathID(r *http.Request) (wheel.ID, error) {
-	raw := r.PathValue("id")
-	id, err := wheel.ParseID(raw)
-	if err != nil {
-		return wheel.ID{}, invalid("id: must be a message id (24 hex digits, not all zero), got %s", quoteShort(raw))
-	}
-	return id, nil
+	return ParseID("id", r.PathValue("id"))
 }
 
 // pathTopic checks the {topic} of the path.

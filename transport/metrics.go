@@ -3,39 +3,52 @@ package transport
 import (
 	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// httpMetrics are the server's request metrics. A nil *httpMetrics records
-// nothing.
-type httpMetrics struct {
-	requests *prometheus.CounterVec
+// CallMetrics count and time the calls an API answers. A nil *CallMetrics
+// records nothing.
+type CallMetrics struct {
+	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
-// newHTTPMetrics registers the request metrics with reg (reusing ones
+// CallMetricsOpts name an API's call metrics:
+// delaywheel_<Subsystem>_<Calls>{<Label>,code} and
+// delaywheel_<Subsystem>_<Duration>{<Label>}.
+type CallMetricsOpts struct {
+	Subsystem, Calls, Duration, Label string
+	CallsHelp, DurationHelp           string
+}
+
+// NewCallMetrics registers an API's call metrics with reg (reusing ones
 // already registered there); nil reg means no metrics.
-func newHTTPMetrics(reg prometheus.Registerer, log *slog.Logger) *httpMetrics {
+func NewCallMetrics(reg prometheus.Registerer, log *slog.Logger, o CallMetricsOpts) *CallMetrics {
 	if reg == nil {
 		return nil
 	}
-	m := &httpMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "delaywheel", Subsystem: "http", Name: "requests_total",
-			Help: "HTTP requests answered, by route and status.",
-		}, []string{"route", "code"}),
+	m := &CallMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "delaywheel", Subsystem: o.Subsystem, Name: o.Calls, Help: o.CallsHelp,
+		}, []string{o.Label, "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "delaywheel", Subsystem: "http", Name: "request_duration_seconds",
-			Help:    "Time to answer an HTTP request, by route (long-polls included).",
+			Namespace: "delaywheel", Subsystem: o.Subsystem, Name: o.Duration, Help: o.DurationHelp,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"route"}),
+		}, []string{o.Label}),
 	}
-	m.requests = register(reg, m.requests, log)
+	m.calls = register(reg, m.calls, log)
 	m.duration = register(reg, m.duration, log)
 	return m
+}
+
+// newHTTPMetrics registers the HTTP server's request metrics.
+func newHTTPMetrics(reg prometheus.Registerer, log *slog.Logger) *CallMetrics {
+	return NewCallMetrics(reg, log, CallMetricsOpts{Subsystem: "http", Calls: "requests_total",
+		Duration: "request_duration_seconds", Label: "route",
+		CallsHelp:    "HTTP requests answered, by route and status.",
+		DurationHelp: "Time to answer an HTTP request, by route (long-polls included)."})
 }
 
 // register registers c, or returns the collector already registered under
@@ -49,17 +62,19 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.
 		if existing, ok := are.ExistingCollector.(C); ok {
 			return existing
 		}
-		log.Warn("http metrics: collector registered with another type", "err", err)
+		log.Warn("metrics: collector registered with another type", "err", err)
 	default:
-		log.Warn("http metrics: register", "err", err)
+		log.Warn("metrics: register", "err", err)
 	}
 	return c
 }
 
-func (m *httpMetrics) observe(route string, status int, took time.Duration) {
+// Observe counts one call of what (a route, a method) answered with code
+// and taking took.
+func (m *CallMetrics) Observe(what, code string, took time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(route).Observe(took.Seconds())
+	m.calls.WithLabelValues(what, code).Inc()
+	m.duration.WithLabelValues(what).Observe(took.Seconds())
 }

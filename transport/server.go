@@ -35,7 +35,7 @@ type Server struct {
 	waiters  chan struct{} // one token per running long-poll
 	streams  chan struct{} // one token per open stream
 	tokenSum [sha256.Size]byte
-	metrics  *httpMetrics // nil without a Registerer
+	metrics  *CallMetrics // nil without a Registerer
 
 	// drain ends running long-polls when Serve shuts down.
 	drain     context.Context
@@ -227,14 +227,20 @@ func (s *Server) authorize(r *http.Request) error {
 	if s.cfg.AuthToken == "" {
 		return nil
 	}
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return CheckBearer(r.Header.Get("Authorization"), s.tokenSum)
+}
+
+// CheckBearer checks an Authorization value ("Bearer <token>") against the
+// SHA-256 of the token. Both sides are hashed so that the constant-time
+// comparison does not leak the length.
+func CheckBearer(header string, tokenSum [sha256.Size]byte) error {
+	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
-			Message: "missing bearer token: send \"Authorization: Bearer <token>\""}
+		return Unauthenticated(true)
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
-		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated, Message: "wrong bearer token"}
+	if subtle.ConstantTimeCompare(sum[:], tokenSum[:]) != 1 {
+		return Unauthenticated(false)
 	}
 	return nil
 }
@@ -285,7 +291,7 @@ func (s *Server) observe(pattern string, r *http.Request, rec *recorder, took ti
 	if status == 0 {
 		status = http.StatusOK
 	}
-	s.metrics.observe(pattern, status, took)
+	s.metrics.Observe(pattern, strconv.Itoa(status), took)
 	attrs := []any{"method", r.Method, "route", pattern, "path", r.URL.Path, "status", status,
 		"took_ms", took.Milliseconds(), "forwarded", rec.forwarded}
 	clientGone := r.Context().Err() != nil

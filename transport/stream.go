@@ -60,7 +60,7 @@ func (s *Server) acquireStream() (release func(), err error) {
 	case s.streams <- struct{}{}:
 		return func() { <-s.streams }, nil
 	default:
-		return nil, overloaded("too many streams are open on this node (limit %d); retry later or spread consumers over the nodes", cap(s.streams))
+		return nil, StreamsFull(cap(s.streams))
 	}
 }
 

@@ -2,38 +2,18 @@ package transport_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
-// receive takes n deliveries from sub, acking each.
-func receive(t *testing.T, sub *client.Subscription, n int) map[string]bool {
-	t.Helper()
-	got := map[string]bool{}
-	for len(got) < n {
-		select {
-		case d, ok := <-sub.Deliveries():
-			if !ok {
-				t.Fatalf("subscription ended after %d deliveries: %v", len(got), sub.Err())
-			}
-			got[d.ID] = true
-			sub.Ack(d)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("only %d of %d deliveries", len(got), n)
-		}
-	}
-	return got
-}
-
 func TestSubscribeAcksInBackground(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	sub := e.c.Subscribe(ctx, "sub", client.SubscribeOptions{MaxInflight: 10})
 	e.mustEnqueue(texts(50, "sub")...)
-	receive(t, sub, 50)
+	transporttest.Receive(t, sub, 50)
 	check(t, "close", sub.Close(ctx))
 	equal(t, "no error", sub.Err(), error(nil))
 	ts, err := e.c.Topics(ctx)
@@ -61,7 +41,7 @@ func TestSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	defer sub.Close(ctx)
 	_, err := c.Leader().Client.Enqueue(ctx, texts(1, "lc"))
 	check(t, "enqueue", err)
-	receive(t, sub, 1)
+	transporttest.Receive(t, sub, 1)
 
 	leader := handOver(t, c)
 	if leader == follower {
@@ -70,7 +50,7 @@ func TestSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	}
 	_, err = leader.Client.Enqueue(ctx, texts(1, "lc"))
 	check(t, "enqueue after the leader change", err)
-	receive(t, sub, 1)
+	transporttest.Receive(t, sub, 1)
 }
 
 // handOver makes the leader step down and returns the next leader.

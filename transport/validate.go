@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -27,14 +28,38 @@ func decodeEnqueue(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, er
 // decodeEnqueueProto decodes the protobuf form of an enqueue request
 // (api.ContentTypeProto) and validates it exactly as the JSON form.
 func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
-	req, err := api.UnmarshalEnqueueRequest(data, lim.MaxBatch)
+	req, err := api.UnmarshalEnqueueRequestProto(data, lim.MaxBatch)
 	if errors.Is(err, api.ErrTooManyMessages) {
 		return nil, tooLarge("%v", err)
 	}
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	return validateEnqueue(req, lim, nowMs)
+	return validateEnqueueProto(req, lim, nowMs)
+}
+
+// validateEnqueueProto checks every message of a protobuf request as
+// validateEnqueue does. Invariant: a body is the decoder's own copy (the
+// generated decoder never aliases its input), so it becomes the message's
+// body as it is, where the JSON form needs a copy into a []byte.
+func validateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+	msgs := req.GetMessages()
+	if err := checkCount("messages", len(msgs), lim.MaxBatch, false); err != nil {
+		return nil, err
+	}
+	out := make([]wheel.NewMessage, len(msgs))
+	for i, p := range msgs {
+		m := api.MessageFields(p)
+		body := p.GetBody()
+		nm, err := validateFields(&m, body, checkBodySize("body", body, lim), "", lim, nowMs)
+		if err != nil {
+			where := index("messages", i)
+			_, err = validateFields(&m, body, checkBodySize(fieldPath(where, "body"), body, lim), where, lim, nowMs)
+			return nil, err
+		}
+		out[i] = nm
+	}
+	return out, nil
 }
 
 // parseEnqueue decodes an enqueue request strictly, one message at a time so
@@ -43,8 +68,8 @@ func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessag
 func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 	// One strict pass decodes a good request; only a bad one is decoded
 	// again message by message, so that the error can name its index.
-	var req api.EnqueueRequest
-	if decodeStrict(data, &req, "") == nil {
+	req, ok := fastEnqueue(data, lim.MaxBatch)
+	if ok || decodeStrict(data, &req, "") == nil {
 		if err := checkCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
 			return api.EnqueueRequest{}, err
 		}
@@ -90,15 +115,24 @@ func validateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.N
 
 // validateMessage checks one message; where is "messages[i]".
 func validateMessage(m *api.Message, where string, lim Limits, nowMs int64) (wheel.NewMessage, error) {
+	body, bodyErr := validatePayload(where, m.Payload, lim)
+	return validateFields(m, body, bodyErr, where, lim, nowMs)
+}
+
+// validateFields checks one message whose body is decoded already: body,
+// or bodyErr, which it reports where validateMessage always has (after the
+// topic), so that both forms name the same first error.
+func validateFields(m *api.Message, body []byte, bodyErr error, where string, lim Limits, nowMs int64) (wheel.NewMessage, error) {
 	nm := wheel.NewMessage{Topic: m.Topic, Key: m.Key, Priority: m.Priority, Headers: m.Headers,
 		TTRMs: lim.DefaultTTRMs, MaxAttempts: lim.DefaultMaxAttempts}
 	var err error
 	if err = validateTopic(fieldPath(where, "topic"), m.Topic, lim); err != nil {
 		return nm, err
 	}
-	if nm.Body, err = validatePayload(where, m.Payload, lim); err != nil {
-		return nm, err
+	if bodyErr != nil {
+		return nm, bodyErr
 	}
+	nm.Body = body
 	if nm.DeliverAtMs, err = resolveDue(where, m.DelayMs, m.DeliverAtMs, false, lim, nowMs); err != nil {
 		return nm, err
 	}
@@ -153,10 +187,15 @@ func validatePayload(where string, p api.Payload, lim Limits) ([]byte, error) {
 	if err != nil {
 		return nil, invalid("%s: not valid standard base64: %v", name, errors.Unwrap(err))
 	}
+	return body, checkBodySize(name, body, lim)
+}
+
+// checkBodySize checks a body against MaxBodyBytes; name is its field.
+func checkBodySize(name string, body []byte, lim Limits) error {
 	if len(body) > lim.MaxBodyBytes {
-		return nil, tooLarge("%s: %d bytes is over the limit of %d bytes (%s)", name, len(body), lim.MaxBodyBytes, humanBytes(int64(lim.MaxBodyBytes)))
+		return tooLarge("%s: %d bytes is over the limit of %d bytes (%s)", name, len(body), lim.MaxBodyBytes, humanBytes(int64(lim.MaxBodyBytes)))
 	}
-	return body, nil
+	return nil
 }
 
 // resolveDue turns delay_ms or deliver_at_ms into an absolute due time:

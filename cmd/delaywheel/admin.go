@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,7 +144,7 @@ func when(c *cli.Context) (delayMs, deliverAtMs *int64, err error) {
 // withCommonFlags adds --addr, --token-file and --json to cmd.
 func withCommonFlags(cmd *cli.Command) *cli.Command {
 	cmd.Flags = append(cmd.Flags,
-		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "HTTP address of any node"},
+		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "address of any node: its HTTP API, or its gRPC API as grpc://host:port (several, comma-separated: grpc://n1:7072,n2:7072)"},
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"DELAYWHEEL_TOKEN_FILE"}, Usage: "file holding the bearer token"},
 		&cli.BoolFlag{Name: "json", Usage: "print the raw JSON answer, indented"},
 	)
@@ -153,8 +154,29 @@ func withCommonFlags(cmd *cli.Command) *cli.Command {
 // session is one command's connection and output.
 type session struct {
 	c   *cli.Context
-	cl  *client.Client
-	raw []byte // the last JSON answer
+	cl  *client.Client // the HTTP API, for the calls only it has
+	api nodeAPI        // cl, or the gRPC client for an --addr of grpc://
+	raw []byte         // the last JSON answer
+}
+
+// nodeAPI is what most commands call: the HTTP client, or the gRPC one for
+// an --addr of grpc://.
+type nodeAPI interface {
+	Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result, error)
+	Get(ctx context.Context, id string) (api.MessageView, error)
+	Cancel(ctx context.Context, id string) (api.Cancelled, error)
+	CancelKey(ctx context.Context, topic, key string) (api.Cancelled, error)
+	Reschedule(ctx context.Context, id string, req api.RescheduleRequest) (api.Rescheduled, error)
+	Reserve(ctx context.Context, topic string, req api.ReserveRequest) ([]api.Delivery, error)
+	Ack(ctx context.Context, receipts []string) (api.AckResponse, error)
+	Nack(ctx context.Context, receipts []string, delayMs int64) (api.NackResponse, error)
+	Touch(ctx context.Context, receipts []string) (api.TouchResponse, error)
+	Topics(ctx context.Context) ([]api.TopicCounts, error)
+	Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error)
+	Redrive(ctx context.Context, topic string, ids []string) (int, error)
+	Wheel(ctx context.Context) (api.Wheel, error)
+	Slot(ctx context.Context, slot int, records bool) (api.Slot, error)
+	Cluster(ctx context.Context) (api.Cluster, error)
 }
 
 // newSession checks the number of arguments and builds the client.
@@ -163,15 +185,25 @@ func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 		return nil, fmt.Errorf("usage: %s %s [flags] %s (see %s %s --help)", c.App.Name, c.Command.Name, c.Command.ArgsUsage, c.App.Name, c.Command.Name)
 	}
 	s := &session{c: c}
-	opts := []client.Option{client.WithRawResponse(func(b []byte) { s.raw = b })}
+	token := ""
 	if path := c.String("token-file"); path != "" {
 		tok, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("reading the token file: %w", err)
 		}
-		opts = append(opts, client.WithToken(strings.TrimSpace(string(tok))))
+		token = strings.TrimSpace(string(tok))
 	}
-	s.cl = client.New(c.String("addr"), opts...)
+	if addr := c.String("addr"); client.IsGRPC(addr) {
+		g, err := client.NewGRPC(addr, client.WithGRPCToken(token), client.WithGRPCRawResponse(func(b []byte) { s.raw = b }))
+		if err != nil {
+			return nil, fmt.Errorf("--addr: %w", err)
+		}
+		s.api = g // its connections end with the command
+	}
+	s.cl = client.New(c.String("addr"), client.WithRawResponse(func(b []byte) { s.raw = b }), client.WithToken(token))
+	if s.api == nil {
+		s.api = s.cl
+	}
 	return s, nil
 }
 
@@ -224,7 +256,7 @@ func (a *admin) push(c *cli.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return s.cl.Enqueue(c.Context, []api.Message{m})
+		return s.api.Enqueue(c.Context, []api.Message{m})
 	}, func(w io.Writer, res []api.Result) {
 		row(w, "ID", "DELIVER_AT", "DUPLICATE")
 		for _, r := range res {
@@ -306,7 +338,7 @@ func bodyText(p api.Payload) string {
 
 func (a *admin) topics(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) ([]api.TopicCounts, error) {
-		return s.cl.Topics(c.Context)
+		return s.api.Topics(c.Context)
 	}, func(w io.Writer, ts []api.TopicCounts) {
 		row(w, "TOPIC", "DELAYED", "READY", "RESERVED", "DEAD")
 		for _, t := range ts {
@@ -317,7 +349,7 @@ func (a *admin) topics(c *cli.Context) error {
 
 func (a *admin) message(c *cli.Context) error {
 	return show(c, 1, 1, func(s *session) (api.MessageView, error) {
-		return s.cl.Get(c.Context, c.Args().Get(0))
+		return s.api.Get(c.Context, c.Args().Get(0))
 	}, func(w io.Writer, m api.MessageView) {
 		row(w, "id:", m.ID)
 		row(w, "topic:", m.Topic)
@@ -349,9 +381,9 @@ func (a *admin) cancel(c *cli.Context) error {
 		case byKey && (c.String("topic") == "" || c.String("key") == ""):
 			return api.Cancelled{}, errors.New("cancel by key needs both --topic and --key")
 		case byKey:
-			return s.cl.CancelKey(c.Context, c.String("topic"), c.String("key"))
+			return s.api.CancelKey(c.Context, c.String("topic"), c.String("key"))
 		default:
-			return s.cl.Cancel(c.Context, c.Args().Get(0))
+			return s.api.Cancel(c.Context, c.Args().Get(0))
 		}
 	}, func(w io.Writer, got api.Cancelled) {
 		row(w, "ID", "STATE")
@@ -384,7 +416,7 @@ func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error
 func (a *admin) wheel(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Wheel, error) {
 		if !c.IsSet("data-dir") {
-			return s.cl.Wheel(c.Context)
+			return s.api.Wheel(c.Context)
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Wheel, error) {
 			info, err := r.Wheel()
@@ -412,7 +444,7 @@ func (a *admin) slot(c *cli.Context) error {
 			return api.Slot{}, fmt.Errorf("slot %q: want a number from 0 to %d", c.Args().Get(0), wheel.Slots-1)
 		}
 		if !c.IsSet("data-dir") {
-			return s.cl.Slot(c.Context, n, records)
+			return s.api.Slot(c.Context, n, records)
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Slot, error) {
 			info, err := r.Slot(n, records)
@@ -437,7 +469,7 @@ func (a *admin) slot(c *cli.Context) error {
 
 func (a *admin) cluster(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Cluster, error) {
-		return s.cl.Cluster(c.Context)
+		return s.api.Cluster(c.Context)
 	}, func(w io.Writer, cl api.Cluster) {
 		row(w, "leader:", cl.Leader)
 		row(w, "term:", cl.Term)

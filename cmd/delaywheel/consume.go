@@ -25,7 +25,7 @@ func (a *admin) reserve(c *cli.Context) error {
 		req.TTRMs = api.Ptr(c.Duration("ttr").Milliseconds())
 	}
 	topic := c.Args().Get(0)
-	ds, err := s.cl.Reserve(c.Context, topic, req)
+	ds, err := s.api.Reserve(c.Context, topic, req)
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (a *admin) reserve(c *cli.Context) error {
 	for i, d := range ds {
 		receipts[i] = d.Receipt
 	}
-	acked, err := s.cl.Ack(c.Context, receipts)
+	acked, err := s.api.Ack(c.Context, receipts)
 	if err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
@@ -59,7 +59,7 @@ func (a *admin) reserve(c *cli.Context) error {
 
 func (a *admin) ack(c *cli.Context) error {
 	return show(c, 1, -1, func(s *session) (api.AckResponse, error) {
-		return s.cl.Ack(c.Context, c.Args().Slice())
+		return s.api.Ack(c.Context, c.Args().Slice())
 	}, func(w io.Writer, r api.AckResponse) {
 		row(w, "acked:", r.Acked)
 		row(w, "stale:", r.Stale)
@@ -68,7 +68,7 @@ func (a *admin) ack(c *cli.Context) error {
 
 func (a *admin) nack(c *cli.Context) error {
 	return show(c, 1, -1, func(s *session) (api.NackResponse, error) {
-		return s.cl.Nack(c.Context, c.Args().Slice(), c.Duration("delay").Milliseconds())
+		return s.api.Nack(c.Context, c.Args().Slice(), c.Duration("delay").Milliseconds())
 	}, func(w io.Writer, r api.NackResponse) {
 		row(w, "nacked:", r.Nacked)
 		row(w, "stale:", r.Stale)
@@ -77,7 +77,7 @@ func (a *admin) nack(c *cli.Context) error {
 
 func (a *admin) touch(c *cli.Context) error {
 	return show(c, 1, -1, func(s *session) (api.TouchResponse, error) {
-		return s.cl.Touch(c.Context, c.Args().Slice())
+		return s.api.Touch(c.Context, c.Args().Slice())
 	}, func(w io.Writer, r api.TouchResponse) {
 		row(w, "touched:", r.Touched)
 		row(w, "stale:", r.Stale)
@@ -94,7 +94,7 @@ func (a *admin) reschedule(c *cli.Context) error {
 		if (req.DelayMs == nil) == (req.DeliverAtMs == nil) {
 			return api.Rescheduled{}, errors.New("reschedule needs one of --delay and --deliver-at")
 		}
-		return s.cl.Reschedule(c.Context, c.Args().Get(0), req)
+		return s.api.Reschedule(c.Context, c.Args().Get(0), req)
 	}, func(w io.Writer, r api.Rescheduled) {
 		row(w, "ID", "DELIVER_AT")
 		row(w, r.ID, instant(r.DeliverAtMs))
@@ -107,7 +107,7 @@ func (a *admin) dead(c *cli.Context) error {
 		return err
 	}
 	topic := c.Args().Get(0)
-	ms, err := s.cl.Dead(c.Context, topic, c.Int("limit"))
+	ms, err := s.api.Dead(c.Context, topic, c.Int("limit"))
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (a *admin) redrive(c *cli.Context) error {
 		return err
 	}
 	topic := c.Args().Get(0)
-	n, err := s.cl.Redrive(c.Context, topic, c.Args().Tail())
+	n, err := s.api.Redrive(c.Context, topic, c.Args().Tail())
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func errNoTopic(topic string) error { return fmt.Errorf("topic %s does not exist
 // last answer for print.
 func (s *session) topicExists(topic string) (bool, error) {
 	raw := s.raw
-	ts, err := s.cl.Topics(s.c.Context)
+	ts, err := s.api.Topics(s.c.Context)
 	s.raw = raw
 	return slices.ContainsFunc(ts, func(t api.TopicCounts) bool { return t.Topic == topic }), err
 }

@@ -1,5 +1,5 @@
 // Command delaywheel is the delaywheel binary: `server` runs a node, the
-// admin commands talk to a node over HTTP or read a stopped node's data
+// admin commands talk to a node over HTTP (or gRPC: --addr grpc://…) or read a stopped node's data
 // directory, `backup` and `restore` move a node's state through a file, and
 // `bench` runs the load generator of package bench.
 //
@@ -7,7 +7,8 @@
 //
 // Flags and their defaults, the --config file and DELAYWHEEL_* variables
 // (command line over environment over file over default), wiring a
-// replication.Node to a transport.Server, signals and a clean shutdown, the
+// replication.Node to a transport.Server and to the gRPC server of package
+// transport/grpcserver (--grpc-addr), signals and a clean shutdown, the
 // process's memory settings, and the admin commands' tables and their
 // command line: flags before or after the arguments, and every error,
 // whether of usage or of the API, as one line. It holds no

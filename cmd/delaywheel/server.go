@@ -54,6 +54,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "node-id", Value: "n1", Usage: "this node's id", EnvVars: envs("node-id")},
 		&cli.StringFlag{Name: "data-dir", Value: "./data", Usage: "where segments, the index and the Raft log live", EnvVars: envs("data-dir")},
 		&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:7070", Usage: "client API listen and advertised address", EnvVars: envs("http-addr")},
+		&cli.StringFlag{Name: "grpc-addr", Value: "127.0.0.1:7072", Usage: `gRPC API listen address ("" or "off": none); same token, TLS and limits as HTTP`, EnvVars: envs("grpc-addr")},
 		&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:7071", Usage: "Raft listen and advertised address", EnvVars: envs("raft-addr")},
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
 		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
@@ -288,6 +289,18 @@ func runServer(c *cli.Context) error {
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
 	}
+	gln, grpcAddr, err := listenGRPC(c.String("grpc-addr"))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	closeListeners := func() {
+		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
+	}
+	tcfg.GRPCAddr = grpcAddr
 	httpAddr := c.String("http-addr")
 	defer mem.apply(logger)()
 
@@ -307,7 +320,7 @@ func runServer(c *cli.Context) error {
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
 	})
 	if err != nil {
-		ln.Close()
+		closeListeners()
 		return err
 	}
 	reg.MustRegister(node.Collector())
@@ -323,7 +336,7 @@ func runServer(c *cli.Context) error {
 	sigCtx := c.Context // ends at SIGINT or SIGTERM (main)
 	if addr := c.String("debug-addr"); addr != "" {
 		if err := serveDebug(sigCtx, logger, addr); err != nil {
-			ln.Close()
+			closeListeners()
 			node.Close(context.Background())
 			return err
 		}
@@ -332,6 +345,7 @@ func runServer(c *cli.Context) error {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
+	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
 	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv
@@ -341,7 +355,7 @@ func runServer(c *cli.Context) error {
 		scheme = "https"
 	}
 	go announce(sigCtx, logger, node, self, c.String("join"), token, scheme, tcfg.LeaderTransport)
-	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "raft", c.String("raft-addr"), "data", dataDir)
+	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "grpc", grpcAddr, "raft", c.String("raft-addr"), "data", dataDir)
 
 	select {
 	case <-sigCtx.Done():
@@ -355,6 +369,9 @@ func runServer(c *cli.Context) error {
 	stopHTTP()
 	if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
 		logger.Warn("http shutdown", "err", err)
+	}
+	if err := waitGRPC(); err != nil {
+		logger.Warn("grpc shutdown", "err", err)
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -313,6 +313,9 @@ type Cluster struct {
 	Self   string       `json:"self"`
 	ViewOf string       `json:"view_of"`
 	Nodes  []NodeStatus `json:"nodes"`
+	// GRPCAddr is the gRPC address of the node that answered (Self), when
+	// it serves gRPC: followers forward gRPC calls to the leader's.
+	GRPCAddr string `json:"grpc_addr,omitempty"`
 }
 
 // NodeRemoved answers DELETE /v1/cluster/nodes/{id}.

@@ -14,17 +14,20 @@
 // ("messages[3].ttr_ms: …"). Every other call is JSON only, and error
 // bodies are always JSON.
 //
-// The codec is written by hand on protowire rather than generated, so that
-// this package needs no protobuf runtime and no generated code, and so that
-// decoding is strict the way the JSON decoder is: an unknown field, a field
-// given twice or a string that is not UTF-8 is an error naming the field.
-// The decoded strings of one request share one copy of it, and its optional
-// numbers one slab, so a batch costs a few allocations rather than several
-// per message. Answers skip unknown fields, so a newer server's answer still
-// decodes.
+// The schema is delaywheel.proto, the one source of the protobuf form and
+// of the gRPC service; its Go code is generated into package pb (run go
+// generate; .ci/protocheck fails when the checked-in code is stale). This
+// package converts between the generated types and its own, and decodes the
+// HTTP enqueue body strictly the way the JSON decoder is: before the
+// generated decoder runs, a walk over the schema's descriptor refuses an
+// unknown field, a field given twice, a wrong wire type or a string that is
+// not UTF-8, naming the field. Answers skip unknown fields, so a newer
+// server's answer still decodes.
 //
-// It depends on the standard library and protowire only, so that the Go
-// client does not pull in the server's storage. It must not hold behaviour
+// It depends on the standard library and the protobuf runtime only, so
+// that the Go client does not pull in the server's storage. It must not hold behaviour
 // beyond small helpers on the types themselves: validation and conversion
 // from the domain types live in package transport.
 package api
+
+//go:generate protoc --proto_path=. --go_out=. --go_opt=module=github.com/delaywheel/delaywheel/transport/api --go-grpc_out=. --go-grpc_opt=module=github.com/delaywheel/delaywheel/transport/api delaywheel.proto

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -253,4 +254,31 @@ type logWriter struct{ t testing.TB }
 func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// Subscriber is what Receive reads: a subscription of the Go client, over
+// HTTP or gRPC.
+type Subscriber interface {
+	Deliveries() <-chan api.Delivery
+	Ack(d api.Delivery)
+	Err() error
+}
+
+// Receive takes n deliveries from sub, acking each, and returns their ids.
+func Receive(t testing.TB, sub Subscriber, n int) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	for len(got) < n {
+		select {
+		case d, ok := <-sub.Deliveries():
+			if !ok {
+				t.Fatalf("subscription ended after %d deliveries: %v", len(got), sub.Err())
+			}
+			got[d.ID] = true
+			sub.Ack(d)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d of %d deliveries", len(got), n)
+		}
+	}
+	return got
 }

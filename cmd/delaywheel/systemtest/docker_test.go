@@ -68,7 +68,7 @@ func TestDockerCompose(t *testing.T) {
 		t.Skip("neither docker compose nor docker-compose works")
 	}
 	ports := []int{7070, 7080, 7090}
-	for _, p := range ports {
+	for _, p := range append([]int{7072, 7082, 7092}, ports...) { // the gRPC ports too
 		ln, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
 		if err != nil {
 			t.Skipf("port %d, which the compose file publishes, is taken: %v", p, err)

@@ -397,6 +397,7 @@ func (n *Node) Args() []string {
 		"--http-addr", n.HTTPAddr,
 		"--raft-addr", n.RaftAddr,
 		"--raft-advertise", n.Advertise,
+		"--grpc-addr", net.JoinHostPort(n.IP, "0"), // the default port would clash between nodes
 	}
 	args = append(args, n.clusterArgs...)
 	return append(args, n.flags...)

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+)
+
+// TestCommandsOverGRPC runs commands against --addr grpc://, with the
+// token, on the gRPC API as the server command serves it.
+func TestCommandsOverGRPC(t *testing.T) {
+	n := newNode(t, "tok")
+	ctx, cancel := context.WithCancel(context.Background())
+	tcfg := transport.Config{Clock: n.Clock.Now, AuthToken: "tok"}
+	ln, bound, err := listenGRPC("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := serveGRPC(ctx, ln, tcfg, nil, transport.NewServer(tcfg, n.Node.Node), n.Node.Node)
+	t.Cleanup(func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Errorf("gRPC shutdown: %v", err)
+		}
+	})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &node{Node: n.Node, addr: "grpc://" + bound}
+
+	if _, err := run(t, "topics", "--addr", g.addr); err == nil || !strings.HasPrefix(err.Error(), "unauthenticated: ") {
+		t.Fatalf("without token: %v", err)
+	}
+	out := g.mustRun(t, "push", "--token-file", tokenFile, "--delay", "30s", "--key", "k", "--header", "h=v", "orders", "close 42")
+	id := fields(out)[1][0]
+	hasRow(t, out, id, "2024-11-22T03:20:30.000Z", "false")
+	var res api.EnqueueResponse
+	decodeJSON(t, g.mustRun(t, "push", "--token-file", tokenFile, "--json", "--key", "k", "orders", "again"), &res)
+	if len(res.Results) != 1 || res.Results[0].ID != id || !res.Results[0].Duplicate {
+		t.Fatalf("duplicate push: %+v", res)
+	}
+	contains(t, g.mustRun(t, "message", "--token-file", tokenFile, id), "state:", "delayed", "header:", "h=v", `"close 42"`)
+	hasRow(t, g.mustRun(t, "topics", "--token-file", tokenFile), "orders", "1", "0", "0", "0")
+	var c api.Cluster
+	decodeJSON(t, g.mustRun(t, "cluster", "--token-file", tokenFile, "--json"), &c)
+	if c.Leader != "n1" || len(c.Nodes) != 1 {
+		t.Fatalf("cluster JSON: %+v", c)
+	}
+	contains(t, g.mustRun(t, "cancel", "--token-file", tokenFile, id), id, "cancelled")
+	if _, err := run(t, "message", "--addr", g.addr, "--token-file", tokenFile, id); err == nil || err.Error() != "not found: message "+id {
+		t.Fatalf("message after cancel: %v", err)
+	}
+}
+
+func TestGRPCOff(t *testing.T) {
+	for _, addr := range []string{"", "off"} {
+		ln, bound, err := listenGRPC(addr)
+		if err != nil || ln != nil || bound != "" || serveGRPC(t.Context(), ln, transport.Config{}, nil, nil, nil)() != nil {
+			t.Fatalf("--grpc-addr %q: %v %q %v", addr, ln, bound, err)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
+)
+
+func messages(n int, topic string) []api.Message {
+	out := make([]api.Message, n)
+	for i := range out {
+		out[i] = api.Message{Topic: topic, Payload: api.TextBody("m" + strconv.Itoa(i))}
+	}
+	return out
+}
+
+// TestGRPCSubscribeAcksUpTheStream: with a window of 2, 20 deliveries
+// arrive only because the acks sent up the stream settle them; after Close
+// nothing is left.
+func TestGRPCSubscribeAcksUpTheStream(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	g, err := client.NewGRPC("grpc://"+serveGRPC(t, kn, "tok"), client.WithGRPCToken("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx := t.Context()
+	sub := g.Subscribe(ctx, "sub", client.SubscribeOptions{MaxInflight: 2})
+	if _, err := g.Enqueue(ctx, messages(20, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	transporttest.Receive(t, sub, 20)
+	if err := sub.Close(ctx); err != nil || sub.Err() != nil {
+		t.Fatalf("close: %v, %v", err, sub.Err())
+	}
+	kn.Eventually(t, "every delivery acked", func() bool {
+		ts, err := g.Topics(ctx)
+		return err == nil && len(ts) == 1 && ts[0] == api.TopicCounts{Topic: "sub"}
+	})
+}
+
+func TestGRPCSubscribeRefusedForGood(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	addr := serveGRPC(t, kn, "tok")
+	for _, tc := range []struct {
+		name, token, topic string
+		opt                client.SubscribeOptions
+		code, want         string
+	}{
+		{"window over the limit", "tok", "sub", client.SubscribeOptions{MaxInflight: 200000}, api.CodeInvalidArgument, "max_inflight: must be between 1 and 100000"},
+		{"bad topic", "tok", "a b", client.SubscribeOptions{}, api.CodeInvalidArgument, "topic: must be 1 to 200 characters"},
+		{"wrong token", "nope", "sub", client.SubscribeOptions{}, api.CodeUnauthenticated, "wrong bearer token"},
+	} {
+		g, err := client.NewGRPC("grpc://"+addr, client.WithGRPCToken(tc.token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub := g.Subscribe(t.Context(), tc.topic, tc.opt)
+		for range sub.Deliveries() {
+			t.Fatalf("%s: a delivery on a refused stream", tc.name)
+		}
+		var e *client.Error
+		if !client.HasCode(sub.Err(), tc.code) || !errors.As(sub.Err(), &e) || !strings.Contains(e.Message, tc.want) {
+			t.Fatalf("%s: err = %v, want %s: %s", tc.name, sub.Err(), tc.code, tc.want)
+		}
+		g.Close()
+	}
+}
+
+// TestGRPCSubscribeReconnectsAfterLeaderChange: the stream ends when its
+// node stops leading, and the subscription goes on at the new leader.
+func TestGRPCSubscribeReconnectsAfterLeaderChange(t *testing.T) {
+	t.Parallel() // a cluster spends its start waiting for an election
+	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	var addrs []string
+	for _, kn := range c.Nodes {
+		addrs = append(addrs, serveGRPC(t, kn, ""))
+	}
+	var errs []string
+	g, err := client.NewGRPC("grpc://" + strings.Join(addrs, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ended := make(chan string, 100)
+	sub := g.Subscribe(ctx, "lc", client.SubscribeOptions{OnError: func(err error) { ended <- err.Error() }})
+	defer sub.Close(context.Background())
+	if _, err := g.Enqueue(ctx, messages(1, "lc")); err != nil {
+		t.Fatal(err)
+	}
+	transporttest.Receive(t, sub, 1)
+
+	old := c.Leader()
+	old.Node.StepDown()
+	old.Eventually(t, "another leader", func() bool { return c.Leader() != old })
+	old.Eventually(t, "the stream at the old leader to end", func() bool {
+		for {
+			select {
+			case e := <-ended:
+				errs = append(errs, e)
+				if strings.Contains(e, "not the leader") || strings.Contains(e, "no leader") {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	if _, err := g.Enqueue(ctx, messages(1, "lc")); err != nil {
+		t.Fatalf("enqueue after the leader change: %v", err)
+	}
+	transporttest.Receive(t, sub, 1)
+	t.Logf("the subscription heard: %q", errs)
+}

@@ -1,0 +1,84 @@
+package client_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/transport/grpcserver"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
+)
+
+// serveGRPC serves the gRPC API of kn's node and returns its address.
+func serveGRPC(t *testing.T, kn *transporttest.Node, token string) string {
+	t.Helper()
+	addr, _ := transporttest.ServeGRPC(t, kn.Node, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}})
+	return addr
+}
+
+// TestGRPCClient calls a three-node cluster through a follower first: the
+// client moves on to the leader for the leader's calls, reads anywhere, and
+// gives errors as *Error with the API's codes.
+func TestGRPCClient(t *testing.T) {
+	t.Parallel() // a cluster spends its start waiting for an election
+	cl := transporttest.StartCluster(t, 3, transporttest.Options{})
+	leader, f := cl.Leader(), cl.Follower()
+	addrs := "grpc://" + serveGRPC(t, f, "tok") + "," + serveGRPC(t, leader, "tok")
+	var raw []byte
+	g, err := client.NewGRPC(addrs, client.WithGRPCToken("tok"), client.WithGRPCRawResponse(func(b []byte) { raw = b }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx := t.Context()
+
+	res, err := g.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("hi"), Key: "k"}, {Topic: "t", Payload: api.BinaryBody([]byte{0xff})}})
+	if err != nil || len(res) != 2 {
+		t.Fatalf("enqueue through a follower first: %v %v", res, err)
+	}
+	if !strings.Contains(string(raw), res[0].ID) {
+		t.Fatalf("raw answer %s", raw)
+	}
+	v, err := g.Get(ctx, res[1].ID)
+	if err != nil || v.BodyBase64 == nil || *v.BodyBase64 != "/w==" || v.Headers == nil {
+		t.Fatalf("get: %+v %v", v, err)
+	}
+	ds, err := g.Reserve(ctx, "t", api.ReserveRequest{Max: api.Ptr(2)})
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("reserve: %+v %v", ds, err)
+	}
+	ack, err := g.Ack(ctx, []string{ds[0].Receipt, ds[1].Receipt})
+	if err != nil || ack.Acked != 2 {
+		t.Fatalf("ack: %+v %v", ack, err)
+	}
+	ts, err := g.Topics(ctx)
+	if err != nil || len(ts) != 1 || ts[0].Topic != "t" {
+		t.Fatalf("topics: %+v %v", ts, err)
+	}
+	c, err := g.Cluster(ctx)
+	if err != nil || len(c.Nodes) != 3 {
+		t.Fatalf("cluster: %+v %v", c, err)
+	}
+
+	_, err = g.Get(ctx, "000000000000000100000000")
+	if !client.HasCode(err, api.CodeNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	var e *client.Error
+	_, err = g.Enqueue(ctx, []api.Message{{Topic: ""}})
+	if !client.HasCode(err, api.CodeInvalidArgument) || !errors.As(err, &e) || e.Status != http.StatusBadRequest || !strings.Contains(e.Message, "messages[0].topic") {
+		t.Fatalf("bad topic: %v", err)
+	}
+	bad, err := client.NewGRPC(addrs, client.WithGRPCToken("wrong"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if _, err := bad.Topics(ctx); !client.HasCode(err, api.CodeUnauthenticated) {
+		t.Fatalf("wrong token: %v", err)
+	}
+}

@@ -1,0 +1,44 @@
+// Package grpcserver serves the gRPC API of delaywheel (the Delaywheel
+// service of transport/api/delaywheel.proto) on the same transport.Backend
+// as the HTTP server, with the HTTP API's validation, limits, errors and
+// token: it owns only what is particular to gRPC — the mapping of the
+// generated types, of answers to status codes, the interceptor that checks
+// the token and the leader, grpc.health.v1 and reflection.
+//
+// # Status codes
+//
+// An HTTP answer's status maps to a code: 400 INVALID_ARGUMENT, 401
+// UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 413 and 429
+// RESOURCE_EXHAUSTED (429, which may be retried, with a RetryInfo), 503
+// UNAVAILABLE (with a RetryInfo), 500 INTERNAL. Every error carries an
+// ErrorInfo whose reason is the API.md code ("too_large", "overloaded").
+//
+// # Followers
+//
+// Subscribe streams a topic's deliveries on the backend's Stream, as the
+// HTTP stream does, and settles the acks and nacks sent up the stream. A
+// follower refuses it NOT_LEADER (a stream is not forwarded), and it ends
+// so when leadership moves; the Go client then subscribes again.
+//
+// Calls that change state, and Reserve, are answered by the leader. A
+// follower forwards them to the leader's gRPC API with the caller's
+// authorization and marks them (ForwardedKey), so that a node that is not
+// the leader any more answers instead of forwarding again. The replicated
+// member metadata holds raft and HTTP addresses only, so the follower asks
+// the leader's HTTP API for its gRPC address (GET /v1/cluster?local=true
+// reports it as grpc_addr) and keeps it, and a connection to it, until a
+// forwarded call fails UNAVAILABLE. When it cannot forward (no leader known,
+// no gRPC at the leader, a call already forwarded) it answers UNAVAILABLE
+// with an ErrorInfo of reason NOT_LEADER whose metadata gives the leader's
+// HTTP address (leader_http_addr) when one is known; the Go client then
+// moves on to the next gRPC address it was given. Reads (Get, Topics,
+// DeadLetters, Wheel, Slot, Cluster) are answered by any node from its own
+// state, as over HTTP.
+//
+// # Limits
+//
+// The HTTP API's limits apply as they are, with one addition: a call's
+// message is at most Limits.MaxRequestBytes (larger ones are refused by
+// gRPC itself with RESOURCE_EXHAUSTED). Long-polls (Reserve with wait_ms)
+// count against a pool of Limits.MaxWaiters of their own.
+package grpcserver

@@ -1,0 +1,135 @@
+package grpcserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/delaywheel/delaywheel/transport/api/pb"
+)
+
+// ForwardedKey is the metadata a follower adds to a call it forwards to
+// the leader. A node that is not the leader answers such a call
+// UNAVAILABLE instead of forwarding it again, so forwarding never loops.
+const ForwardedKey = "x-delaywheel-forwarded"
+
+// forwarder passes the leader's calls on from a follower. Its connections
+// to leaders are kept, one per address, until close.
+type forwarder struct {
+	resolve func(ctx context.Context, leaderHTTP, auth string) (string, error)
+	creds   credentials.TransportCredentials
+	replies map[string]reflect.Type // full method → answer type
+
+	mu    sync.Mutex
+	addrs map[string]string // leader HTTP address → its gRPC address
+	conns map[string]*grpc.ClientConn
+}
+
+func newForwarder(resolve func(ctx context.Context, leaderHTTP, auth string) (string, error), clientTLS *tls.Config) *forwarder {
+	if resolve == nil {
+		return nil
+	}
+	f := &forwarder{resolve: resolve, creds: insecure.NewCredentials(), replies: map[string]reflect.Type{},
+		addrs: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
+	if clientTLS != nil {
+		f.creds = credentials.NewTLS(clientTLS)
+	}
+	iface := reflect.TypeFor[pb.DelaywheelServer]()
+	for _, m := range pb.Delaywheel_ServiceDesc.Methods {
+		if mt, ok := iface.MethodByName(m.MethodName); ok {
+			f.replies["/"+ServiceName+"/"+m.MethodName] = mt.Type.Out(0).Elem()
+		}
+	}
+	return f
+}
+
+// errNoForward says a call cannot be forwarded; the follower then answers
+// NOT_LEADER.
+var errNoForward = errors.New("not forwarded")
+
+// forward makes the call method with req at the leader, whose HTTP address
+// is leaderHTTP, with the caller's authorization, and returns its answer
+// or its status error untouched.
+func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req any) (any, error) {
+	if f == nil || forwarded(ctx) {
+		return nil, errNoForward
+	}
+	replyType, ok := f.replies[method]
+	if !ok {
+		return nil, errNoForward
+	}
+	auth := authorization(ctx)
+	conn, err := f.conn(ctx, leaderHTTP, auth)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoForward, err)
+	}
+	out := metadata.Pairs(ForwardedKey, "1")
+	if auth != "" {
+		out.Set("authorization", auth)
+	}
+	reply := reflect.New(replyType).Interface()
+	err = conn.Invoke(metadata.NewOutgoingContext(ctx, out), method, req, reply)
+	if status.Code(err) == codes.Unavailable {
+		f.forget(leaderHTTP) // the address may be stale; ask again next time
+	}
+	return reply, err
+}
+
+// conn returns the connection to the gRPC API of the leader at leaderHTTP.
+func (f *forwarder) conn(ctx context.Context, leaderHTTP, auth string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	addr, known := f.addrs[leaderHTTP]
+	f.mu.Unlock()
+	if !known {
+		var err error
+		if addr, err = f.resolve(ctx, leaderHTTP, auth); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addrs[leaderHTTP] = addr
+	if c, ok := f.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(f.creds))
+	if err != nil {
+		return nil, fmt.Errorf("the leader's gRPC address %q: %w", addr, err)
+	}
+	f.conns[addr] = c
+	return c, nil
+}
+
+func (f *forwarder) forget(leaderHTTP string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.addrs, leaderHTTP)
+}
+
+// close closes the connections to leaders.
+func (f *forwarder) close() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for addr, c := range f.conns {
+		c.Close()
+		delete(f.conns, addr)
+	}
+}
+
+// forwarded reports whether another node forwarded the call.
+func forwarded(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, ForwardedKey)) > 0
+}

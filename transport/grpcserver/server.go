@@ -1,0 +1,243 @@
+package grpcserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
+)
+
+// ServiceName is the name of the Delaywheel service, as health checks and
+// reflection know it.
+const ServiceName = "delaywheel.v1.Delaywheel"
+
+// Config configures a Server.
+type Config struct {
+	// HTTP is the configuration of the node's HTTP server: the token, the
+	// limits, the clock, the logger and the shutdown timeout are the same.
+	HTTP transport.Config
+	// TLS, when set, serves gRPC over TLS (the HTTP API's certificate).
+	TLS *tls.Config
+	// Cluster answers the Cluster call with the view the HTTP API gives;
+	// nil: the backend's own view. auth is the caller's authorization.
+	Cluster func(ctx context.Context, auth string) (api.Cluster, error)
+	// LeaderGRPC, when set, finds the gRPC address of the leader whose HTTP
+	// address is leaderHTTP (transport.Server.LeaderGRPC asks it), and a
+	// follower forwards the leader's calls there; nil: a follower answers
+	// them UNAVAILABLE (NOT_LEADER). auth is the caller's authorization.
+	LeaderGRPC func(ctx context.Context, leaderHTTP, auth string) (string, error)
+	// LeaderTLS is the client TLS configuration of forwarded calls; nil:
+	// plaintext.
+	LeaderTLS *tls.Config
+	// ReadyInterval is how often the health service asks the backend
+	// whether it is ready. Default 1 s.
+	ReadyInterval time.Duration
+}
+
+// Server is the gRPC API of one node.
+type Server struct {
+	pb.UnimplementedDelaywheelServer
+
+	cfg      transport.Config
+	b        transport.Backend
+	cluster  func(ctx context.Context, auth string) (api.Cluster, error)
+	log      *slog.Logger
+	tokenSum [sha256.Size]byte
+	waiters  chan struct{} // one token per running long-poll
+	streams  chan struct{} // one token per open Subscribe
+	gs       *grpc.Server
+	health   *health.Server
+	fwd      *forwarder             // nil: no forwarding
+	metrics  *transport.CallMetrics // nil: none
+	every    time.Duration
+
+	// drain ends running long-polls when Serve shuts down.
+	drain     context.Context
+	stopDrain context.CancelFunc
+}
+
+// New returns the gRPC server of b.
+func New(cfg Config, b transport.Backend) *Server {
+	hc := cfg.HTTP.WithDefaults()
+	s := &Server{
+		cfg:      hc,
+		b:        b,
+		cluster:  cfg.Cluster,
+		log:      hc.Logger.With("component", "grpc"),
+		tokenSum: sha256.Sum256([]byte(hc.AuthToken)),
+		waiters:  make(chan struct{}, hc.Limits.MaxWaiters),
+		streams:  make(chan struct{}, hc.Limits.MaxStreams),
+		health:   health.NewServer(),
+		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
+		metrics:  newMetrics(hc.Registerer, hc.Logger),
+		every:    cfg.ReadyInterval,
+	}
+	if cfg.TLS != nil && cfg.LeaderTLS == nil && s.fwd != nil {
+		s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
+	}
+	if s.every <= 0 {
+		s.every = time.Second
+	}
+	if s.cluster == nil {
+		s.cluster = func(ctx context.Context, _ string) (api.Cluster, error) { return b.Cluster(ctx) }
+	}
+	s.drain, s.stopDrain = context.WithCancel(context.Background())
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(hc.Limits.MaxRequestBytes)),
+		grpc.ChainUnaryInterceptor(s.intercept),
+		grpc.ChainStreamInterceptor(s.interceptStream),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.gs = grpc.NewServer(opts...)
+	pb.RegisterDelaywheelServer(s.gs, s)
+	healthpb.RegisterHealthServer(s.gs, s.health)
+	reflection.Register(s.gs)
+	return s
+}
+
+// Serve serves on ln until ctx ends, then stops gracefully: it ends running
+// long-polls and waits up to the shutdown timeout for calls in flight, then
+// closes what is left. It returns nil after a clean shutdown. A Server
+// serves once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer s.fwd.close()
+	errc := make(chan error, 1)
+	go func() { errc <- s.gs.Serve(ln) }()
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); s.watchReady(ctx) }()
+	var err error
+	select {
+	case err = <-errc:
+		s.stopDrain()
+		<-watchDone
+		return fmt.Errorf("grpcserver: serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	<-watchDone
+	s.health.Shutdown()
+	s.stopDrain()
+	stopped := make(chan struct{})
+	go func() { s.gs.GracefulStop(); close(stopped) }()
+	t := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		s.gs.Stop()
+		<-stopped
+		err = errors.New("grpcserver: graceful shutdown timed out; closed the calls left")
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
+		err = errors.Join(err, fmt.Errorf("grpcserver: serve %s: %w", ln.Addr(), serr))
+	}
+	return err
+}
+
+// watchReady keeps the health status of the node and of the service in
+// step with the backend's readiness until ctx ends.
+func (s *Server) watchReady(ctx context.Context) {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if s.b.Ready() != nil || s.b.Removed() != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		s.health.SetServingStatus("", st)
+		s.health.SetServingStatus(ServiceName, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// leaderOnly are the calls only the leader answers.
+var leaderOnly = map[string]bool{
+	pb.Delaywheel_Enqueue_FullMethodName:    true,
+	pb.Delaywheel_Cancel_FullMethodName:     true,
+	pb.Delaywheel_Reschedule_FullMethodName: true,
+	pb.Delaywheel_Reserve_FullMethodName:    true,
+	pb.Delaywheel_Ack_FullMethodName:        true,
+	pb.Delaywheel_Nack_FullMethodName:       true,
+	pb.Delaywheel_Touch_FullMethodName:      true,
+	pb.Delaywheel_Redrive_FullMethodName:    true,
+}
+
+// intercept guards every call of the Delaywheel service as the HTTP
+// server guards /v1: the token, a removed node, the leader; and maps the
+// error of the call to its status. Health and reflection stay open.
+func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
+		return handler(ctx, req)
+	}
+	start := time.Now()
+	resp, err := s.guard(ctx, req, info, handler)
+	s.metrics.Observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
+	if err != nil {
+		s.log.Debug("call failed", "method", info.FullMethod, "took_ms", time.Since(start).Milliseconds(), "err", err)
+	}
+	return resp, err
+}
+
+func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if s.cfg.AuthToken != "" {
+		if err := transport.CheckBearer(authorization(ctx), s.tokenSum); err != nil {
+			return nil, statusOf(err, "", nil)
+		}
+	}
+	if err := s.b.Removed(); err != nil {
+		return nil, statusOf(unavailable(err.Error()), "", nil)
+	}
+	if leaderOnly[info.FullMethod] {
+		if addr, isLeader, known := s.b.LeaderHTTP(); !isLeader {
+			if !known || addr == "" {
+				return nil, notLeader(addr, known)
+			}
+			resp, err := s.fwd.forward(ctx, addr, info.FullMethod, req)
+			switch {
+			case errors.Is(err, errNoForward):
+				s.log.Debug("not forwarding to the leader", "leader", addr, "err", err)
+				return nil, notLeader(addr, known)
+			case err != nil:
+				return nil, err // the leader's answer, its status as it is
+			}
+			return resp, nil
+		}
+	}
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, statusOf(err, "", nil)
+	}
+	return resp, nil
+}
+
+// authorization is the caller's authorization metadata.
+func authorization(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }

@@ -1,0 +1,469 @@
+package grpcserver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/grpcserver"
+	"github.com/delaywheel/delaywheel/transport/transporttest"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+const token = "s3cret"
+
+// serveGRPC starts the gRPC API of kn's node (on b when set) and returns a
+// connection to it; the server stops at the end of the test.
+func serveGRPC(t *testing.T, kn *transporttest.Node, b transport.Backend, edit func(*grpcserver.Config)) *grpc.ClientConn {
+	t.Helper()
+	if b == nil {
+		b = kn.Node
+	}
+	cfg := grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond}
+	if edit != nil {
+		edit(&cfg)
+	}
+	addr, _ := transporttest.ServeGRPC(t, b, cfg)
+	return dial(t, addr)
+}
+
+// dial connects to addr in plaintext until the end of the test.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func authed(ctx context.Context, tok string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+}
+
+// get returns v, failing the test with what when err is set:
+// get(c.Get(ctx, req))(t, "get").
+func get[T any](v T, err error) func(t *testing.T, what string) T {
+	return func(t *testing.T, what string) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+}
+
+// wantCode checks err's code and that its message holds want.
+func wantCode(t *testing.T, what string, err error, code codes.Code, want string) *status.Status {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code || !strings.Contains(st.Message(), want) {
+		t.Fatalf("%s: %v, want %v containing %q", what, err, code, want)
+	}
+	return st
+}
+
+func TestEveryCall(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, nil))
+	ctx := authed(t.Context(), token)
+
+	res := get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{
+		{Topic: "t", Body: []byte{0xff, 0}, DelayMs: proto64(60000), Key: "k1", Priority: -2, Headers: map[string]string{"h": "v"}},
+		{Topic: "t", Body: []byte("now"), MaxAttempts: proto32(1), TtrMs: proto64(1)},
+		{Topic: "t", Key: "k1", DelayMs: proto64(5)},
+	}}))(t, "enqueue")
+	if len(res.Results) != 3 || !res.Results[2].Duplicate || res.Results[2].Id != res.Results[0].Id {
+		t.Fatalf("results %v", res.Results)
+	}
+	if got := res.Results[0].DeliverAtMs; got != transporttest.StartMs+60000 {
+		t.Fatalf("due %d", got)
+	}
+	v := get(c.Get(ctx, &pb.GetRequest{Id: res.Results[0].Id}))(t, "get")
+	if v.State != "delayed" || string(v.Body) != "\xff\x00" || v.Headers["h"] != "v" || v.Priority != -2 || v.Key != "k1" {
+		t.Fatalf("view %v", v)
+	}
+	rs := get(c.Reschedule(ctx, &pb.RescheduleRequest{Id: res.Results[0].Id, DeliverAtMs: proto64(transporttest.StartMs + 1000)}))(t, "reschedule")
+	if rs.DeliverAtMs != transporttest.StartMs+1000 {
+		t.Fatalf("rescheduled %v", rs)
+	}
+	cn := get(c.Cancel(ctx, &pb.CancelRequest{Topic: "t", Key: "k1"}))(t, "cancel by key")
+	if cn.Id != res.Results[0].Id || cn.State != "cancelled" {
+		t.Fatalf("cancelled %v", cn)
+	}
+	// The second message is due now: reserve, touch, nack, reserve, ack.
+	d := get(c.Reserve(ctx, &pb.ReserveRequest{Topic: "t", Max: proto32(5), TtrMs: proto64(60000)}))(t, "reserve")
+	if len(d.Messages) != 1 || string(d.Messages[0].Body) != "now" || d.Messages[0].Receipt == "" {
+		t.Fatalf("reserved %v", d.Messages)
+	}
+	receipt := []string{d.Messages[0].Receipt}
+	if s := get(c.Touch(ctx, &pb.ReceiptsRequest{Receipts: receipt}))(t, "touch"); s.Done != 1 {
+		t.Fatalf("touched %v", s)
+	}
+	if s := get(c.Nack(ctx, &pb.NackRequest{Receipts: receipt}))(t, "nack"); s.Done != 1 {
+		t.Fatalf("nacked %v", s)
+	}
+	// max_attempts 1: the nacked message is dead.
+	var dead *pb.DeadLettersResponse
+	kn.AdvanceUntil(t, 100*time.Millisecond, "the nacked message dead", func() bool {
+		dead = get(c.DeadLetters(ctx, &pb.DeadLettersRequest{Topic: "t"}))(t, "dead letters")
+		return len(dead.Messages) == 1
+	})
+	if dead.Messages[0].State != "dead" {
+		t.Fatalf("dead %v", dead.Messages)
+	}
+	if r := get(c.Redrive(ctx, &pb.RedriveRequest{Topic: "t"}))(t, "redrive"); r.Redriven != 1 {
+		t.Fatalf("redriven %v", r)
+	}
+	d = get(c.Reserve(ctx, &pb.ReserveRequest{Topic: "t", WaitMs: 10}))(t, "reserve again")
+	if len(d.Messages) != 1 {
+		t.Fatalf("reserved again %v", d.Messages)
+	}
+	if s := get(c.Ack(ctx, &pb.ReceiptsRequest{Receipts: []string{d.Messages[0].Receipt}}))(t, "ack"); s.Done != 1 {
+		t.Fatalf("acked %v", s)
+	}
+	if s := get(c.Ack(ctx, &pb.ReceiptsRequest{Receipts: []string{d.Messages[0].Receipt}}))(t, "ack again"); s.Stale != 1 {
+		t.Fatalf("acked again %v", s)
+	}
+	more := get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "u", DelayMs: proto64(5000)}}}))(t, "enqueue")
+	if cn := get(c.Cancel(ctx, &pb.CancelRequest{Id: more.Results[0].Id}))(t, "cancel by id"); cn.Id != more.Results[0].Id {
+		t.Fatalf("cancelled %v", cn)
+	}
+	get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "u", DelayMs: proto64(5000)}}}))(t, "enqueue")
+	tp := get(c.Topics(ctx, &pb.TopicsRequest{}))(t, "topics")
+	if len(tp.Topics) == 0 {
+		t.Fatalf("topics %v", tp)
+	}
+	w := get(c.Wheel(ctx, &pb.WheelRequest{}))(t, "wheel")
+	if w.Slots != wheel.Slots || len(w.Nonempty) == 0 {
+		t.Fatalf("wheel %v", w)
+	}
+	sl := get(c.Slot(ctx, &pb.SlotRequest{Slot: w.Nonempty[0].Slot, Records: true}))(t, "slot")
+	if sl.Slot != w.Nonempty[0].Slot || len(sl.Records) == 0 {
+		t.Fatalf("slot %v", sl)
+	}
+	cl := get(c.Cluster(ctx, &pb.ClusterRequest{}))(t, "cluster")
+	if cl.Self != kn.ID || len(cl.Nodes) != 1 {
+		t.Fatalf("cluster %v", cl)
+	}
+}
+
+func TestErrorCodes(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	reg := prometheus.NewRegistry()
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, func(cfg *grpcserver.Config) {
+		cfg.HTTP.Limits.MaxBatch = 2
+		cfg.HTTP.Registerer = reg
+	}))
+	ctx := authed(t.Context(), token)
+
+	_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}, {Topic: "bad topic"}}})
+	st := wantCode(t, "bad topic", err, codes.InvalidArgument, "messages[1].topic: must be 1 to 200 characters")
+	if info := errorInfo(st); info == nil || info.Reason != "invalid_argument" || info.Domain != grpcserver.Domain {
+		t.Fatalf("error info %v", info)
+	}
+	_, err = c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}, {Topic: "t"}, {Topic: "t"}}})
+	wantCode(t, "batch over the limit", err, codes.ResourceExhausted, "messages: 3 entries are over the limit of 2")
+	if n := callsCounted(t, reg, "Enqueue", "InvalidArgument"); n != 1 {
+		t.Fatalf("%v invalid enqueues counted, want 1", n)
+	}
+	_, err = c.Get(ctx, &pb.GetRequest{Id: "nope"})
+	wantCode(t, "malformed id", err, codes.InvalidArgument, "id: must be a message id")
+	_, err = c.Get(ctx, &pb.GetRequest{Id: "000000000000000100000000"})
+	wantCode(t, "unknown id", err, codes.NotFound, "")
+	_, err = c.Slot(ctx, &pb.SlotRequest{Slot: -1})
+	wantCode(t, "unknown slot", err, codes.NotFound, "slot -1: no such slot")
+	_, err = c.Reschedule(ctx, &pb.RescheduleRequest{Id: "000000000000000100000000"})
+	wantCode(t, "reschedule without a time", err, codes.InvalidArgument, `set one of "delay_ms" or "deliver_at_ms"`)
+
+	res := get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}}))(t, "enqueue")
+	get(c.Reserve(ctx, &pb.ReserveRequest{Topic: "t"}))(t, "reserve")
+	_, err = c.Reschedule(ctx, &pb.RescheduleRequest{Id: res.Results[0].Id, DelayMs: proto64(5)})
+	wantCode(t, "reschedule a reserved message", err, codes.FailedPrecondition, "reserved")
+
+	// A backend that is overloaded answers RESOURCE_EXHAUSTED with a retry delay.
+	oc := pb.NewDelaywheelClient(serveGRPC(t, kn, overloaded{kn.Node}, nil))
+	_, err = oc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
+	st = wantCode(t, "overloaded", err, codes.ResourceExhausted, "")
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if r, isRetry := d.(*errdetails.RetryInfo); isRetry {
+			retry = r
+		}
+	}
+	if retry == nil || retry.RetryDelay.AsDuration() != time.Second {
+		t.Fatalf("retry info %v in %v", retry, st.Details())
+	}
+	if info := errorInfo(st); info == nil || info.Reason != "overloaded" {
+		t.Fatalf("error info %v", info)
+	}
+}
+
+// callsCounted is the count of calls of method answered with code.
+func callsCounted(t *testing.T, reg *prometheus.Registry, method, code string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "delaywheel_grpc_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// subscribeErr opens a Subscribe stream of topic and returns the error it
+// ends with.
+func subscribeErr(ctx context.Context, c pb.DelaywheelClient, topic string) error {
+	st, err := c.Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&pb.SubscribeRequest{Topic: topic}); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
+// overloaded refuses every enqueue as a node whose log is full does.
+type overloaded struct{ transport.Backend }
+
+func (overloaded) Enqueue(context.Context, []wheel.NewMessage) ([]wheel.Enqueued, error) {
+	return nil, fmt.Errorf("%w: too many entries waiting to be applied", wheel.ErrOverloaded)
+}
+
+func errorInfo(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if info, isInfo := d.(*errdetails.ErrorInfo); isInfo {
+			return info
+		}
+	}
+	return nil
+}
+
+// calls calls every method of the service once, with an empty request.
+func calls(c pb.DelaywheelClient) map[string]func(ctx context.Context) error {
+	return map[string]func(ctx context.Context) error{
+		"Enqueue":     func(ctx context.Context) error { _, err := c.Enqueue(ctx, &pb.EnqueueRequest{}); return err },
+		"Get":         func(ctx context.Context) error { _, err := c.Get(ctx, &pb.GetRequest{}); return err },
+		"Cancel":      func(ctx context.Context) error { _, err := c.Cancel(ctx, &pb.CancelRequest{}); return err },
+		"Reschedule":  func(ctx context.Context) error { _, err := c.Reschedule(ctx, &pb.RescheduleRequest{}); return err },
+		"Reserve":     func(ctx context.Context) error { _, err := c.Reserve(ctx, &pb.ReserveRequest{}); return err },
+		"Ack":         func(ctx context.Context) error { _, err := c.Ack(ctx, &pb.ReceiptsRequest{}); return err },
+		"Nack":        func(ctx context.Context) error { _, err := c.Nack(ctx, &pb.NackRequest{}); return err },
+		"Touch":       func(ctx context.Context) error { _, err := c.Touch(ctx, &pb.ReceiptsRequest{}); return err },
+		"Topics":      func(ctx context.Context) error { _, err := c.Topics(ctx, &pb.TopicsRequest{}); return err },
+		"DeadLetters": func(ctx context.Context) error { _, err := c.DeadLetters(ctx, &pb.DeadLettersRequest{}); return err },
+		"Redrive":     func(ctx context.Context) error { _, err := c.Redrive(ctx, &pb.RedriveRequest{}); return err },
+		"Wheel":       func(ctx context.Context) error { _, err := c.Wheel(ctx, &pb.WheelRequest{}); return err },
+		"Slot":        func(ctx context.Context) error { _, err := c.Slot(ctx, &pb.SlotRequest{}); return err },
+		"Cluster":     func(ctx context.Context) error { _, err := c.Cluster(ctx, &pb.ClusterRequest{}); return err },
+	}
+}
+
+func TestAuthOnEveryCall(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	conn := serveGRPC(t, kn, nil, nil)
+	all := calls(pb.NewDelaywheelClient(conn))
+	if n := len(pb.Delaywheel_ServiceDesc.Methods); len(all) != n {
+		t.Fatalf("the test calls %d methods, the service has %d", len(all), n)
+	}
+	for name, call := range all {
+		wantCode(t, name+" without a token", call(t.Context()), codes.Unauthenticated, "missing bearer token")
+		wantCode(t, name+" with a wrong token", call(authed(t.Context(), "wrong")), codes.Unauthenticated, "wrong bearer token")
+		if err := call(authed(t.Context(), token)); status.Code(err) == codes.Unauthenticated {
+			t.Fatalf("%s with the token: %v", name, err)
+		}
+	}
+	// The Subscribe stream too.
+	sc := pb.NewDelaywheelClient(conn)
+	for _, tc := range []struct {
+		ctx  context.Context
+		want string
+	}{{t.Context(), "missing bearer token"}, {authed(t.Context(), "wrong"), "wrong bearer token"}} {
+		wantCode(t, "Subscribe: "+tc.want, subscribeErr(tc.ctx, sc, "t"), codes.Unauthenticated, tc.want)
+	}
+	// Health and reflection stay open.
+	h := get(healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: grpcserver.ServiceName}))(t, "health")
+	if h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health %v", h.Status)
+	}
+	rc := get(reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context()))(t, "reflection")
+	get(0, rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))(t, "list services")
+	resp := get(rc.Recv())(t, "reflection answer")
+	found := false
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		found = found || s.Name == grpcserver.ServiceName
+	}
+	if !found {
+		t.Fatalf("reflection lists %v", resp)
+	}
+}
+
+func TestFollower(t *testing.T) {
+	t.Parallel() // a cluster spends its start waiting for an election
+	cl := transporttest.StartCluster(t, 3, transporttest.Options{})
+	leader, f := cl.Leader(), cl.Follower()
+	lconn := serveGRPC(t, leader, nil, nil)
+	lc := pb.NewDelaywheelClient(lconn)
+	fc := pb.NewDelaywheelClient(serveGRPC(t, f, nil, nil))
+	ctx := authed(t.Context(), token)
+	res := get(lc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", DelayMs: proto64(1000)}}}))(t, "enqueue at the leader")
+
+	// Without a way to find the leader's gRPC address, a follower answers
+	// the leader's calls NOT_LEADER, naming the leader's HTTP address.
+	_, err := fc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
+	st := wantCode(t, "enqueue at a follower", err, codes.Unavailable, "not the leader")
+	info := errorInfo(st)
+	if info == nil || info.Reason != grpcserver.ReasonNotLeader || info.Metadata[grpcserver.MetaLeaderHTTP] != leader.Addr {
+		t.Fatalf("error info %v, want the leader at %s", info, leader.Addr)
+	}
+	for _, name := range []string{"Cancel", "Reschedule", "Reserve", "Ack", "Nack", "Touch", "Redrive"} {
+		wantCode(t, name+" at a follower", calls(fc)[name](ctx), codes.Unavailable, "not the leader")
+	}
+	// Reads are answered by the follower from its own state.
+	f.Eventually(t, "the follower to hold the message", func() bool {
+		_, err := fc.Get(ctx, &pb.GetRequest{Id: res.Results[0].Id})
+		return err == nil
+	})
+	get(fc.Topics(ctx, &pb.TopicsRequest{}))(t, "topics at a follower")
+	wantCode(t, "Subscribe at a follower", subscribeErr(ctx, fc, "t"), codes.Unavailable, "not the leader")
+	if v := get(fc.Cluster(ctx, &pb.ClusterRequest{}))(t, "cluster at a follower"); v.Self != f.ID || len(v.Nodes) != 3 {
+		t.Fatalf("cluster %v", v)
+	}
+
+	// A follower that finds the leader's gRPC address forwards to it; the
+	// leader's refusals come back as they are.
+	asked := make(chan string, 10)
+	fwd := pb.NewDelaywheelClient(serveGRPC(t, f, nil, func(c *grpcserver.Config) {
+		c.LeaderGRPC = func(_ context.Context, leaderHTTP, auth string) (string, error) {
+			asked <- auth
+			if leaderHTTP != leader.Addr {
+				return "", fmt.Errorf("no leader at %s", leaderHTTP)
+			}
+			return lconn.Target(), nil
+		}
+	}))
+	fres := get(fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", Key: "k"}}}))(t, "enqueue forwarded")
+	if len(fres.Results) != 1 || fres.Results[0].Duplicate {
+		t.Fatalf("forwarded enqueue %v", fres)
+	}
+	if a := <-asked; a != "Bearer "+token {
+		t.Fatalf("the leader was asked with %q", a)
+	}
+	get(lc.Get(ctx, &pb.GetRequest{Id: fres.Results[0].Id}))(t, "the forwarded message at the leader")
+	_, err = fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "bad topic"}}})
+	wantCode(t, "bad topic forwarded", err, codes.InvalidArgument, "messages[0].topic")
+	if c := get(fwd.Cancel(ctx, &pb.CancelRequest{Topic: "t", Key: "k"}))(t, "cancel forwarded"); c.Id != fres.Results[0].Id {
+		t.Fatalf("cancelled %v", c)
+	}
+	_, err = fwd.Enqueue(authed(t.Context(), "wrong"), &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
+	wantCode(t, "wrong token at the forwarding follower", err, codes.Unauthenticated, "wrong bearer token")
+	// A call another node forwarded is not forwarded again.
+	loop := metadata.AppendToOutgoingContext(ctx, grpcserver.ForwardedKey, "1")
+	_, err = fwd.Enqueue(loop, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
+	wantCode(t, "a forwarded call at a follower", err, codes.Unavailable, "not the leader")
+}
+
+// TestShutdownEndsLongPolls checks that Serve ends a waiting reserve with
+// UNAVAILABLE and returns.
+func TestShutdownEndsLongPolls(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	b := waiting{Backend: kn.Node, started: make(chan struct{}, 1)}
+	c, stop := serveStoppable(t, kn, b)
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.Reserve(t.Context(), &pb.ReserveRequest{Topic: "t", WaitMs: 60000})
+		polled <- err
+	}()
+	<-b.started
+	errc := make(chan error, 1)
+	go func() { errc <- stop() }()
+	wantCode(t, "long-poll at shutdown", <-polled, codes.Unavailable, "shutting down")
+	if err := <-errc; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+// serveStoppable serves b without a token until stop, which returns what
+// Serve returned.
+func serveStoppable(t *testing.T, kn *transporttest.Node, b transport.Backend) (c pb.DelaywheelClient, stop func() error) {
+	t.Helper()
+	addr, stop := transporttest.ServeGRPC(t, b, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}})
+	return pb.NewDelaywheelClient(dial(t, addr)), stop
+}
+
+// waiting tells when a reserve reached the backend.
+type waiting struct {
+	transport.Backend
+	started chan struct{}
+}
+
+func (w waiting) Reserve(ctx context.Context, topic string, n int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+	w.started <- struct{}{}
+	return w.Backend.Reserve(ctx, topic, n, wait, ttr)
+}
+
+func proto64(v int64) *int64 { return &v }
+func proto32(v int32) *int32 { return &v }
+
+// TestShutdownEndsStreams checks that Serve ends an open Subscribe with
+// UNAVAILABLE and returns.
+func TestShutdownEndsStreams(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c, stop := serveStoppable(t, kn, kn.Node)
+	st, err := c.Subscribe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	get(c.Enqueue(t.Context(), &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}}))(t, "enqueue")
+	if r := get(st.Recv())(t, "the first delivery"); len(r.Messages) != 1 {
+		t.Fatalf("deliveries %v", r.Messages)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- stop() }()
+	for {
+		if _, err := st.Recv(); err != nil {
+			wantCode(t, "stream at shutdown", err, codes.Unavailable, "shutting down")
+			break
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}

@@ -1,0 +1,256 @@
+package grpcserver
+
+import (
+	"context"
+	"time"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// The calls validate as the HTTP handlers do, with the functions package
+// transport exports, and return a backend or validation error for the
+// interceptor to map.
+
+// Enqueue schedules a batch of messages.
+func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
+	msgs, err := transport.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.b.Enqueue(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.EnqueueResponse{Results: make([]*pb.Result, len(res))}
+	rs := make([]pb.Result, len(res)) // one allocation for the batch
+	for i, e := range res {
+		rs[i].Id, rs[i].DeliverAtMs, rs[i].Duplicate = e.ID.String(), e.DeliverAtMs, e.Duplicate
+		out.Results[i] = &rs[i]
+	}
+	return out, nil
+}
+
+// Get returns a pending message.
+func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, error) {
+	id, err := transport.ParseID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.b.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return viewOf(v), nil
+}
+
+// Cancel removes a message by id, or by topic and key.
+func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
+	var c wheel.Cancel
+	var err error
+	if req.GetId() != "" || req.GetTopic() == "" {
+		c.ID, err = transport.ParseID("id", req.GetId())
+	} else if err = transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
+		c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), transport.ValidateKey(req.GetKey(), s.cfg.Limits)
+	}
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.b.Cancel(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CancelResponse{Id: id.String(), State: api.StateCancelled}, nil
+}
+
+// Reschedule moves a delayed or ready message.
+func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb.RescheduleResponse, error) {
+	id, err := transport.ParseID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	at, err := transport.ValidateReschedule(req.DelayMs, req.DeliverAtMs, s.cfg.Limits, s.nowMs())
+	if err != nil {
+		return nil, err
+	}
+	got, err := s.b.Reschedule(ctx, id, at)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RescheduleResponse{Id: id.String(), DeliverAtMs: got}, nil
+}
+
+// Reserve leases due messages of a topic, waiting up to wait_ms.
+func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+		return nil, err
+	}
+	r := api.ReserveRequest{WaitMs: req.GetWaitMs(), TTRMs: req.TtrMs}
+	if req.Max != nil {
+		r.Max = api.Ptr(int(req.GetMax()))
+	}
+	n, waitMs, ttrMs, err := transport.ValidateReserve(r, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	if waitMs > 0 {
+		select {
+		case s.waiters <- struct{}{}:
+			defer func() { <-s.waiters }()
+		default:
+			return nil, transport.Overloaded(cap(s.waiters))
+		}
+	}
+	caller := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.drain, cancel)()
+	ds, err := s.b.Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	// A long-poll the shutdown cut short sends its client to another node.
+	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && caller.Err() == nil {
+		return nil, unavailable("this node is shutting down; retry on another node")
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.ReserveResponse{Messages: make([]*pb.Delivery, len(ds))}
+	for i, d := range ds {
+		out.Messages[i] = deliveryOf(d)
+	}
+	return out, nil
+}
+
+// Ack finishes reserved messages.
+func (s *Server) Ack(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
+	return s.settle(ctx, req.GetReceipts(), s.b.Ack)
+}
+
+// Nack returns reserved messages to delayed.
+func (s *Server) Nack(ctx context.Context, req *pb.NackRequest) (*pb.SettleResponse, error) {
+	if err := transport.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
+		return nil, err
+	}
+	return s.settle(ctx, req.GetReceipts(), func(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+		return s.b.Nack(ctx, rs, req.GetDelayMs())
+	})
+}
+
+// Touch extends leases.
+func (s *Server) Touch(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
+	return s.settle(ctx, req.GetReceipts(), s.b.Touch)
+}
+
+func (s *Server) settle(ctx context.Context, list []string, do func(context.Context, []wheel.Receipt) (wheel.Counted, error)) (*pb.SettleResponse, error) {
+	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	c, err := do(ctx, rs)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.SettleResponse{Done: int64(c.Done), Stale: int64(c.Stale)}, nil
+}
+
+// Topics lists every topic's counts.
+func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsResponse, error) {
+	ts, err := s.b.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.TopicsResponse{Topics: make([]*pb.TopicCounts, len(ts))}
+	for i, t := range ts {
+		out.Topics[i] = &pb.TopicCounts{Topic: t.Topic, Delayed: t.Delayed, Ready: t.Ready, Reserved: t.Reserved, Dead: t.Dead}
+	}
+	return out, nil
+}
+
+// DeadLetters lists a topic's dead messages.
+func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*pb.DeadLettersResponse, error) {
+	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+		return nil, err
+	}
+	limit, err := transport.ValidateDeadLimit(int(req.GetLimit()), s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := s.b.Dead(ctx, req.GetTopic(), limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.DeadLettersResponse{Messages: make([]*pb.MessageView, len(vs))}
+	for i, v := range vs {
+		out.Messages[i] = viewOf(v)
+	}
+	return out, nil
+}
+
+// Redrive moves dead messages back to ready.
+func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.RedriveResponse, error) {
+	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+		return nil, err
+	}
+	ids, err := transport.ParseIDs(req.GetIds(), s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.b.Redrive(ctx, req.GetTopic(), ids)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RedriveResponse{Redriven: int64(n)}, nil
+}
+
+// Wheel describes the timing wheel.
+func (s *Server) Wheel(ctx context.Context, _ *pb.WheelRequest) (*pb.WheelResponse, error) {
+	w, err := s.b.Wheel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := transport.WheelView(w)
+	out := &pb.WheelResponse{Slots: int32(v.Slots), TickMs: v.TickMs, CursorMs: v.CursorMs, HorizonMs: v.HorizonMs,
+		OpenSegments: int64(v.OpenSegments), OverflowMessages: v.OverflowMessages, Nonempty: make([]*pb.SlotSummary, len(v.NonEmpty))}
+	for i, n := range v.NonEmpty {
+		out.Nonempty[i] = &pb.SlotSummary{Slot: int32(n.Slot), Second: n.Second, Messages: int64(n.Messages), Bytes: n.Bytes}
+	}
+	return out, nil
+}
+
+// Slot describes one slot of the wheel.
+func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotResponse, error) {
+	if err := transport.ValidateSlot(int(req.GetSlot())); err != nil {
+		return nil, err
+	}
+	si, err := s.b.Slot(ctx, int(req.GetSlot()), req.GetRecords())
+	if err != nil {
+		return nil, err
+	}
+	v := transport.SlotView(si, req.GetRecords())
+	out := &pb.SlotResponse{Slot: int32(v.Slot), Second: v.Second, File: v.File, Messages: int64(v.Messages), Bytes: v.Bytes}
+	for _, r := range v.Records {
+		out.Records = append(out.Records, &pb.SlotRecord{Offset: r.Offset, Type: r.Type, Index: r.Index, Id: r.ID, Topic: r.Topic,
+			DueMs: r.DueMs, Attempts: r.Attempts, Bytes: int64(r.Bytes), Live: r.Live})
+	}
+	return out, nil
+}
+
+// Cluster returns the leader's view of the members.
+func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.ClusterResponse, error) {
+	c, err := s.cluster(ctx, authorization(ctx))
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.ClusterResponse{Leader: c.Leader, Term: c.Term, Self: c.Self, ViewOf: c.ViewOf, Nodes: make([]*pb.NodeStatus, len(c.Nodes))}
+	for i, n := range c.Nodes {
+		out.Nodes[i] = &pb.NodeStatus{Id: n.ID, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr, Suffrage: n.Suffrage, State: n.State,
+			Reachable: n.Reachable, LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex, CommitIndex: n.CommitIndex, Lag: n.Lag}
+	}
+	return out, nil
+}
+
+func viewOf(v wheel.View) *pb.MessageView {
+	return &pb.MessageView{Id: v.ID.String(), Topic: v.Topic, State: v.State.String(), DeliverAtMs: v.DeliverAtMs,
+		EnqueuedMs: v.EnqueuedMs, Attempts: v.Attempts, Key: v.Key, Priority: v.Priority, Headers: v.Headers, Body: v.Body}
+}

@@ -1,0 +1,37 @@
+package transporttest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/grpcserver"
+)
+
+// ServeGRPC serves the gRPC API of b with cfg on a free loopback port
+// until stop or the end of the test, and returns its address. stop returns
+// what Serve returned; at the end of the test an error fails it.
+func ServeGRPC(t testing.TB, b transport.Backend, cfg grpcserver.Config) (addr string, stop func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- grpcserver.New(cfg, b).Serve(ctx, ln) }()
+	var once sync.Once
+	var serr error
+	stop = func() error {
+		once.Do(func() { cancel(); serr = <-done })
+		return serr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("gRPC serve: %v", err)
+		}
+	})
+	return ln.Addr().String(), stop
+}
