@@ -45,8 +45,9 @@ type Config struct {
 	Binary    string
 	TokenFile string // bearer token for the delaywheel API
 	// Proto is the API the delaywheel target enqueues and streams through:
-	// ProtoHTTP (the Go client's protobuf over HTTP, the NDJSON stream) or
-	// ProtoGRPC (Enqueue and Subscribe; spawned clusters only).
+	// ProtoHTTP (the Go client's protobuf over HTTP, the NDJSON stream),
+	// ProtoJSON (the same with JSON enqueues, as most non-Go clients send)
+	// or ProtoGRPC (Enqueue and Subscribe; spawned clusters only).
 	Proto string
 
 	Messages  int // enqueue and backlog: how many
@@ -93,6 +94,7 @@ type Config struct {
 // Values of Config.Proto.
 const (
 	ProtoHTTP = "http"
+	ProtoJSON = "json"
 	ProtoGRPC = "grpc"
 )
 
@@ -195,8 +197,8 @@ func (cfg Config) validate() error {
 		}
 	}
 	switch {
-	case cfg.Proto != "" && cfg.Proto != ProtoHTTP && cfg.Proto != ProtoGRPC:
-		errs = append(errs, fmt.Errorf("--proto %q: want %s or %s", cfg.Proto, ProtoHTTP, ProtoGRPC))
+	case cfg.Proto != "" && !slices.Contains([]string{ProtoHTTP, ProtoJSON, ProtoGRPC}, cfg.Proto):
+		errs = append(errs, fmt.Errorf("--proto %q: want %s, %s or %s", cfg.Proto, ProtoHTTP, ProtoJSON, ProtoGRPC))
 	case cfg.Proto == ProtoGRPC && len(cfg.Addrs) > 0:
 		errs = append(errs, errors.New("--proto grpc: only for a spawned cluster, whose gRPC addresses the harness knows"))
 	}

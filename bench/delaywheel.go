@@ -216,6 +216,11 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 	if cfg.Consume != ConsumeReserve {
 		t.name += ", " + cfg.Consume
 	}
+	opts := []client.Option{client.WithToken(token), client.WithHTTPClient(t.hc)}
+	if cfg.Proto == ProtoJSON {
+		opts = append(opts, client.WithJSON())
+		t.name += " JSON"
+	}
 	for _, a := range addrs {
 		base := strings.TrimRight(a, "/")
 		if !strings.Contains(base, "://") {
@@ -224,7 +229,7 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		_, hostport, _ := strings.Cut(base, "://")
 		t.bases = append(t.bases, base)
 		t.addrs = append(t.addrs, hostport)
-		t.clients = append(t.clients, client.New(base, client.WithToken(token), client.WithHTTPClient(t.hc)))
+		t.clients = append(t.clients, client.New(base, opts...))
 	}
 	if cfg.Proto == ProtoGRPC && cluster != nil {
 		var gaddrs []string

@@ -28,6 +28,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workload: WorkloadFire, Consume: ConsumeReserveInline}, ""},
 		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookFailRate: 1}, "--webhook-fail-rate"},
 		{Config{Workload: WorkloadFire, Consume: "poll"}, `--consume "poll"`},
+		{Config{Workload: WorkloadEnqueue, Proto: ProtoJSON}, ""},
+		{Config{Workload: WorkloadEnqueue, Proto: "thrift"}, `--proto "thrift"`},
 		{Config{Workload: WorkloadFailover, Duration: time.Second, KillAfter: 2 * time.Second}, "--kill-after"},
 	} {
 		err := tc.cfg.withDefaults().validate()
