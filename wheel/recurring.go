@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/delaywheel/delaywheel/wheel/tz"
 )
 
 // Limits of a recurring schedule.
@@ -80,15 +82,7 @@ type zoneSource interface {
 // plainZones looks up every time without caching.
 type plainZones struct{}
 
-func (plainZones) zone(name string) (*time.Location, error) {
-	if name == "" {
-		return time.UTC, nil
-	}
-	if name == "Local" {
-		return nil, fmt.Errorf("timezone: %q is not an IANA zone name", name)
-	}
-	return time.LoadLocation(name)
-}
+func (plainZones) zone(name string) (*time.Location, error) { return tz.Load(name) }
 
 func (plainZones) cron(expr string) (*cron.SpecSchedule, error) {
 	e := strings.TrimSpace(expr)

@@ -2,6 +2,7 @@ package wheel
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -357,9 +358,12 @@ func (s *Store) dumpSchedules(bw *bufio.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(bw, "schedule %q topic %q cron %q tz %q every %d start %d end %d created %d last %d next %d fired %d body %d\n",
+		// The whole stored record is hashed, so that a difference in the
+		// message an occurrence enqueues (body, headers, priority, ttr,
+		// attempts) shows too.
+		fmt.Fprintf(bw, "schedule %q topic %q cron %q tz %q every %d start %d end %d created %d last %d next %d fired %d record %x\n",
 			info.Name, info.Topic, info.Cron, info.Timezone, info.EveryMs, info.StartAtMs, info.EndAtMs,
-			info.CreatedMs, info.LastMs, info.NextMs, info.Fired, len(info.Body))
+			info.CreatedMs, info.LastMs, info.NextMs, info.Fired, sha256.Sum256(v))
 		return nil
 	})
 }

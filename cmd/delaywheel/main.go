@@ -9,9 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	// Time zone data for recurring schedules: the image is FROM scratch,
-	// with no zoneinfo of its own.
-	_ "time/tzdata"
 
 	"github.com/urfave/cli/v2"
 )
