@@ -145,9 +145,27 @@ type topicSender struct {
 	st     wheel.Stream
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the loop and the requests in flight
+	wg     sync.WaitGroup // the loop, the settlers and the requests in flight
 	next   time.Time      // earliest start of the next request (rate_per_s)
+	settle chan settlement
 }
+
+// settlement is a delivery answered, to be acked (ok) or nacked.
+type settlement struct {
+	d  wheel.Delivery
+	ok bool
+}
+
+// Settling. Answers are acked and nacked in batches by a few settlers:
+// every Ack or Nack is one Raft entry, committed on a majority before the
+// stream's window frees its room, so one entry per request would spend the
+// leader's CPU on entries rather than requests. A settler takes whatever
+// answers are waiting, up to maxSettleBatch, as one entry; while it waits
+// for the commit, the next answers gather for another settler.
+const (
+	settlers       = 4
+	maxSettleBatch = 1000
+)
 
 func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
@@ -157,10 +175,13 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := &topicSender{s: s, hook: h, st: st}
+	ts := &topicSender{s: s, hook: h, st: st, settle: make(chan settlement, max(h.MaxConcurrency, 1))}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
-	ts.wg.Add(1)
+	ts.wg.Add(1 + settlers)
 	go ts.run()
+	for range settlers {
+		go ts.settler()
+	}
 	return ts, nil
 }
 
@@ -233,16 +254,65 @@ func (ts *topicSender) send(d wheel.Delivery) {
 	if cfg.Observe != nil {
 		cfg.Observe(h.Topic, outcome, late)
 	}
+	select {
+	case ts.settle <- settlement{d: d, ok: outcome == Outcome2xx}:
+	case <-ts.ctx.Done(): // the stream's close releases it
+	}
+}
+
+// settler acks and nacks answered deliveries in batches until the sender
+// stops.
+func (ts *topicSender) settler() {
+	defer ts.wg.Done()
+	for {
+		var batch []settlement
+		select {
+		case <-ts.ctx.Done():
+			return
+		case st := <-ts.settle:
+			batch = append(batch, st)
+		}
+	gather:
+		for len(batch) < maxSettleBatch {
+			select {
+			case st := <-ts.settle:
+				batch = append(batch, st)
+			default:
+				break gather
+			}
+		}
+		ts.settleBatch(batch)
+	}
+}
+
+// settleBatch acks the batch's successes in one entry, and nacks its
+// failures in one entry per backoff.
+func (ts *topicSender) settleBatch(batch []settlement) {
+	cfg := ts.s.cfg
 	ctx, cancel := context.WithTimeout(ts.ctx, cfg.SettleTimeout)
 	defer cancel()
-	var err error
-	if outcome == Outcome2xx {
-		_, err = ts.s.n.Ack(ctx, []wheel.Receipt{d.Receipt})
-	} else {
-		_, err = ts.s.n.Nack(ctx, []wheel.Receipt{d.Receipt}, ts.backoff(d.Attempt).Milliseconds())
+	var acks []wheel.Receipt
+	nacks := map[int64][]wheel.Receipt{}
+	for _, st := range batch {
+		if st.ok {
+			acks = append(acks, st.d.Receipt)
+		} else {
+			delay := ts.backoff(st.d.Attempt).Milliseconds()
+			nacks[delay] = append(nacks[delay], st.d.Receipt)
+		}
 	}
-	if err != nil && ts.ctx.Err() == nil {
-		cfg.Logger.Warn("settling a webhook delivery; its lease ends on its own", "topic", h.Topic, "id", d.ID, "outcome", outcome, "err", err)
+	report := func(what string, n int, err error) {
+		if err != nil && ts.ctx.Err() == nil {
+			cfg.Logger.Warn("settling webhook deliveries; their leases end on their own", "topic", ts.hook.Topic, "what", what, "deliveries", n, "err", err)
+		}
+	}
+	if len(acks) > 0 {
+		_, err := ts.s.n.Ack(ctx, acks)
+		report("ack", len(acks), err)
+	}
+	for delay, rs := range nacks {
+		_, err := ts.s.n.Nack(ctx, rs, delay)
+		report("nack", len(rs), err)
 	}
 }
 
