@@ -84,7 +84,17 @@ func New(n Node, cfg Config) *Sender {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		// A topic keeps up to max_concurrency requests in flight to one
+		// host, so the transport keeps an idle connection for each of them:
+		// with the default two per host, every request beyond the second
+		// would open (and then close) a connection of its own.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns = 0 // no limit across hosts; each host's is below
+		tr.MaxIdleConnsPerHost = maxIdlePerHost
+		cfg.Client = &http.Client{
+			Transport:     tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = time.Second
@@ -149,6 +159,10 @@ type topicSender struct {
 	next   time.Time      // earliest start of the next request (rate_per_s)
 	settle chan settlement
 }
+
+// maxIdlePerHost bounds the idle connections the default client keeps to
+// one host: at least the largest max_concurrency a topic may have.
+const maxIdlePerHost = 1024
 
 // settlement is a delivery answered, to be acked (ok) or nacked.
 type settlement struct {
