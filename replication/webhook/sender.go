@@ -161,7 +161,8 @@ type topicSender struct {
 }
 
 // maxIdlePerHost bounds the idle connections the default client keeps to
-// one host: at least the largest max_concurrency a topic may have.
+// one host (each one a file descriptor): a topic whose max_concurrency is
+// above it keeps only that many connections open between requests.
 const maxIdlePerHost = 1024
 
 // settlement is a delivery answered, to be acked (ok) or nacked.
