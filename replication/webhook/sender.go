@@ -153,7 +153,7 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
 	// lease ended and the message went to another attempt.
 	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
-	st, err := s.n.Stream(h.Topic, wheel.StreamOptions{MaxInflight: int(max(h.MaxConcurrency, 1)), TTR: ttr})
+	st, err := s.n.Stream(h.Topic, wheel.StreamOptions{MaxInflight: window(h, ttr), TTR: ttr})
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +162,17 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	ts.wg.Add(1)
 	go ts.run()
 	return ts, nil
+}
+
+// window is how many deliveries the sender's stream may hold: at most
+// max_concurrency, and with rate_per_s no more than can start before the
+// lease they were taken with ends.
+func window(h wheel.Webhook, lease time.Duration) int {
+	w := max(h.MaxConcurrency, 1)
+	if h.RatePerS > 0 {
+		w = min(w, max(1, h.RatePerS*int64(lease/time.Second)))
+	}
+	return int(w)
 }
 
 // stop cancels the requests in flight, then closes the stream, which
@@ -225,7 +236,15 @@ func (ts *topicSender) send(d wheel.Delivery) {
 	defer ts.wg.Done()
 	cfg := ts.s.cfg
 	h := ts.hook
-	late := float64(cfg.Clock.Now().UnixMilli()-d.DeliverAtMs) / 1000
+	now := cfg.Clock.Now().UnixMilli()
+	if d.LeaseExpiresMs-h.TimeoutMs < now {
+		// Its lease could end before the request does: the message may be
+		// handed out again meanwhile, so this delivery is dropped unsent
+		// and its lease left to end.
+		cfg.Logger.Debug("webhook delivery dropped: its lease ends too soon", "topic", h.Topic, "id", d.ID)
+		return
+	}
+	late := float64(now-d.DeliverAtMs) / 1000
 	outcome := ts.post(d)
 	if ts.ctx.Err() != nil {
 		return // removed or leadership lost: the stream's close releases it

@@ -43,9 +43,15 @@ type fakeNode struct {
 	acks  []wheel.Receipt
 	nacks []int64 // delays
 	done  chan struct{}
+	opts  []wheel.StreamOptions
 }
 
-func (n *fakeNode) Stream(string, wheel.StreamOptions) (wheel.Stream, error) { return n.st, nil }
+func (n *fakeNode) Stream(_ string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	n.mu.Lock()
+	n.opts = append(n.opts, opt)
+	n.mu.Unlock()
+	return n.st, nil
+}
 
 func (n *fakeNode) Ack(_ context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
 	n.mu.Lock()
@@ -80,7 +86,7 @@ func delivery(attempt int32) wheel.Delivery {
 	b := make([]byte, wheel.IDLen)
 	b[wheel.IDLen-1] = byte(attempt)
 	id, _ := wheel.IDFromBytes(b)
-	return wheel.Delivery{Message: wheel.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000}, Attempt: attempt,
+	return wheel.Delivery{Message: wheel.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000, LeaseExpiresMs: 1 << 60}, Attempt: attempt,
 		Receipt: wheel.Receipt{ID: id, Nonce: uint64(attempt)}}
 }
 
@@ -186,5 +192,51 @@ func TestHostNotAllowedIsNeverDialed(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 0 || nacks != 1 {
 		t.Fatalf("%d requests, %d nacks; want 0 and 1", calls, nacks)
+	}
+}
+
+// With rate_per_s, the stream holds no more deliveries than can start
+// before their lease ends.
+func TestRateLimitsTheWindow(t *testing.T) {
+	n := newFake()
+	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
+	})
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.opts) != 1 || n.opts[0].MaxInflight != 11 {
+		t.Fatalf("stream options %+v, want a window of 11 (1/s over an 11 s lease)", n.opts)
+	}
+}
+
+// A delivery whose lease could end before its request's timeout is
+// dropped unsent, neither acked nor nacked.
+func TestDeliveryWithShortLeaseIsNotSent(t *testing.T) {
+	var mu sync.Mutex
+	var attempts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		attempts = append(attempts, r.Header.Get(HeaderAttempt))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	n := newFake()
+	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
+	})
+	short, ok := delivery(1), delivery(2)
+	short.LeaseExpiresMs = 5500 // ends 500 ms from now, before a 1 s timeout could pass
+	n.st.ch <- []wheel.Delivery{short, ok}
+	n.settled(t)
+	s.Stop() // waits for every send
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 1 || attempts[0] != "2" || len(n.acks) != 1 || len(n.nacks) != 0 {
+		t.Fatalf("requests of attempts %v, %d acks, %d nacks; want only attempt 2, acked", attempts, len(n.acks), len(n.nacks))
 	}
 }
