@@ -29,6 +29,7 @@ const (
 // Outcomes of a request, as the metrics count them.
 const (
 	Outcome2xx     = "2xx"
+	Outcome3xx     = "3xx" // redirects are not followed: a failed attempt
 	Outcome4xx     = "4xx"
 	Outcome5xx     = "5xx"
 	OutcomeTimeout = "timeout"
@@ -315,6 +316,8 @@ func (ts *topicSender) post(d wheel.Delivery) string {
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return Outcome2xx
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return Outcome3xx
 	case resp.StatusCode < 500:
 		return Outcome4xx
 	default:

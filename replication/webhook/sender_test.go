@@ -240,3 +240,28 @@ func TestDeliveryWithShortLeaseIsNotSent(t *testing.T) {
 		t.Fatalf("requests of attempts %v, %d acks, %d nacks; want only attempt 2, acked", attempts, len(n.acks), len(n.nacks))
 	}
 }
+
+// A redirect is not followed: it is a failed attempt counted as 3xx.
+func TestRedirectIsA3xxFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	}))
+	defer srv.Close()
+	n := newFake()
+	var mu sync.Mutex
+	var outcomes []string
+	s := New(n, Config{Observe: func(_, o string, _ float64) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }})
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	s.Stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 1 || outcomes[0] != Outcome3xx || len(n.nacks) != 1 {
+		t.Fatalf("outcomes %v, %d nacks; want [3xx] and a nack", outcomes, len(n.nacks))
+	}
+}
