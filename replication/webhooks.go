@@ -61,8 +61,10 @@ func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []wheel.Deli
 	return []wheel.Delivery{}
 }
 
-// startWebhooks starts the leader's sender on d.
-func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
+// startWebhooks starts the leader's sender on d with the webhooks current
+// returns. It publishes the sender before its first reconcile, so a
+// webhook set or removed meanwhile is seen by that reconcile or by its own.
+func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []wheel.Webhook) {
 	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
 		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
 		Observe: func(topic, outcome string, late float64) {
@@ -70,18 +72,24 @@ func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
 			n.met.webhookLateness.Observe(late)
 		},
 	})
-	s.Reconcile(n.storedWebhooks)
-	return s
+	n.mu.Lock()
+	n.hooks = s
+	n.mu.Unlock()
+	s.Reconcile(current)
 }
 
 // reconcileWebhooks makes the leader's sender follow the stored webhooks.
 func (n *Node) reconcileWebhooks() {
-	n.mu.Lock()
-	s := n.hooks
-	n.mu.Unlock()
-	if s != nil {
+	if s := n.sender(); s != nil {
 		s.Reconcile(n.storedWebhooks)
 	}
+}
+
+// sender returns the leader's webhook sender, nil when not leading.
+func (n *Node) sender() *webhook.Sender {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hooks
 }
 
 // storedWebhooks returns the webhooks of the current store.
