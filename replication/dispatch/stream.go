@@ -262,11 +262,14 @@ func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 			return nil, err
 		}
 		if len(s.queue) > 0 {
-			out := s.queue
+			out := s.live(s.queue)
 			s.queue = nil
 			s.mu.Unlock()
 			signal(s.room)
-			return out, nil
+			if len(out) > 0 {
+				return out, nil
+			}
+			continue
 		}
 		s.mu.Unlock()
 		select {
@@ -275,6 +278,20 @@ func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 		case <-s.ready:
 		}
 	}
+}
+
+// live returns the queued deliveries still leased to the stream: a
+// delivery whose lease ended (on the dispatcher's clock) or that was
+// settled or swept meanwhile may be someone else's by now. s.mu is held.
+func (s *stream) live(ds []wheel.Delivery) []wheel.Delivery {
+	now := s.d.clock.Now().UnixMilli()
+	out := ds[:0]
+	for _, dl := range ds {
+		if exp, ok := s.inflight[dl.Receipt]; ok && exp >= now {
+			out = append(out, dl)
+		}
+	}
+	return out
 }
 
 // Close implements wheel.Stream.

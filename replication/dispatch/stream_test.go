@@ -1,0 +1,68 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// openStream opens a stream of topic "t" and waits until it queued k
+// deliveries that nobody read yet; it returns the stream and those.
+func openStream(t *testing.T, d *Dispatcher, k int) (*stream, []wheel.Delivery) {
+	t.Helper()
+	ws, err := d.Stream("t", wheel.StreamOptions{MaxInflight: k, TTR: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ws.Close)
+	s := ws.(*stream)
+	var queued []wheel.Delivery
+	waitFor(t, "the stream to queue its deliveries", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		queued = append([]wheel.Delivery(nil), s.queue...)
+		return len(queued) == k
+	})
+	return s, queued
+}
+
+// nextOrNone reads the stream, or nothing once a short wait passed.
+func nextOrNone(t *testing.T, s *stream) []wheel.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	ds, err := s.Next(ctx)
+	if err != nil && ctx.Err() == nil {
+		t.Fatalf("next: %v", err)
+	}
+	return ds
+}
+
+// A queued delivery settled before it was read is not handed out.
+func TestStreamDropsQueuedDeliverySettled(t *testing.T) {
+	d, n, clk := startFake(t)
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	s, queued := openStream(t, d, 2)
+	d.Settled([]wheel.Receipt{queued[0].Receipt})
+	ds := nextOrNone(t, s)
+	if len(ds) != 1 || ds[0].Receipt != queued[1].Receipt {
+		t.Fatalf("next got %+v, want only the unsettled %v", ds, queued[1].Receipt)
+	}
+}
+
+// A queued delivery whose lease ended before it was read is not handed
+// out: its message may be someone else's by then.
+func TestStreamDropsQueuedDeliveryLeaseEnded(t *testing.T) {
+	d, n, clk := startFake(t)
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	s, queued := openStream(t, d, 1)
+	clk.Set(time.UnixMilli(queued[0].LeaseExpiresMs + 1))
+	for _, dl := range nextOrNone(t, s) {
+		if dl.Receipt == queued[0].Receipt {
+			t.Fatalf("next handed out %v after its lease ended", dl.Receipt)
+		}
+	}
+}
