@@ -23,6 +23,14 @@ const streamBuffer = 1024
 // that ended without an ack or nack.
 const sweepEvery = time.Second
 
+// streamRetry is how long a stream waits before it asks again after a
+// reserve failed for a passing cause (back-pressure, a lease that did not
+// commit); each further failure doubles it, up to streamRetryMax.
+const (
+	streamRetry    = 50 * time.Millisecond
+	streamRetryMax = 2 * time.Second
+)
+
 // releaseBatch bounds the receipts of one release proposal.
 const releaseBatch = 10000
 
@@ -93,6 +101,7 @@ func signal(ch chan struct{}) {
 // run takes deliveries while the window and the buffer have room.
 func (s *stream) run() {
 	defer close(s.done)
+	retry := streamRetry
 	for {
 		credit := s.credit()
 		if credit == 0 {
@@ -111,9 +120,22 @@ func (s *stream) run() {
 		case s.ctx.Err() != nil:
 			s.finish(nil)
 			return
-		case err != nil:
+		case errors.Is(err, wheel.ErrNotLeader) || s.d.ctx.Err() != nil:
 			s.finish(err)
 			return
+		case err != nil:
+			// Back-pressure (ErrOverloaded) or a lease that failed to
+			// commit: the messages went back, and the stream asks again.
+			s.d.log.Debug("stream reserve failed; retrying", "topic", s.topic, "after", retry, "err", err)
+			select {
+			case <-s.ctx.Done():
+				s.finish(nil)
+				return
+			case <-s.d.clock.After(retry):
+			}
+			retry = min(2*retry, streamRetryMax)
+		default:
+			retry = streamRetry
 		}
 	}
 }

@@ -66,3 +66,27 @@ func TestStreamDropsQueuedDeliveryLeaseEnded(t *testing.T) {
 		}
 	}
 }
+
+// Back-pressure on a stream's lease proposals does not end the stream: it
+// asks again after a pause on the dispatcher's clock.
+func TestStreamRetriesAfterOverload(t *testing.T) {
+	d, n, clk := startFake(t)
+	n.overload.Store(3)
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	ws, err := d.Stream("t", wheel.StreamOptions{MaxInflight: 1, TTR: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	s := ws.(*stream)
+	waitFor(t, "the stream to take the message", func() bool {
+		clk.Advance(10 * time.Millisecond)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.queue) == 1 || s.ended
+	})
+	ds, err := s.Next(t.Context())
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("next got %d deliveries, err %v; want the message", len(ds), err)
+	}
+}

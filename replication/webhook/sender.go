@@ -143,7 +143,8 @@ func (s *Sender) Stop() {
 type topicSender struct {
 	s      *Sender
 	hook   wheel.Webhook
-	st     wheel.Stream
+	opt    wheel.StreamOptions
+	st     wheel.Stream // replaced only by run; stop reads it after run ended
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the loop and the requests in flight
@@ -154,11 +155,12 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
 	// lease ended and the message went to another attempt.
 	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
-	st, err := s.n.Stream(h.Topic, wheel.StreamOptions{MaxInflight: window(h, ttr), TTR: ttr})
+	opt := wheel.StreamOptions{MaxInflight: window(h, ttr), TTR: ttr}
+	st, err := s.n.Stream(h.Topic, opt)
 	if err != nil {
 		return nil, err
 	}
-	ts := &topicSender{s: s, hook: h, st: st}
+	ts := &topicSender{s: s, hook: h, opt: opt, st: st}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
 	ts.wg.Add(1)
 	go ts.run()
@@ -189,10 +191,10 @@ func (ts *topicSender) run() {
 	for {
 		ds, err := ts.st.Next(ts.ctx)
 		if err != nil {
-			if ts.ctx.Err() == nil {
-				ts.s.cfg.Logger.Debug("webhook stream ended", "topic", ts.hook.Topic, "err", err)
+			if ts.ctx.Err() != nil || !ts.reopen(err) {
+				return
 			}
-			return
+			continue
 		}
 		for _, d := range ds {
 			if !ts.pace() {
@@ -201,6 +203,34 @@ func (ts *topicSender) run() {
 			ts.wg.Add(1)
 			go ts.send(d)
 		}
+	}
+}
+
+// reopenMax bounds the pause between attempts to reopen a stream.
+const reopenMax = 30 * time.Second
+
+// reopen replaces the stream that ended with err while the webhook is
+// still wanted, pausing before each attempt. It returns false when the
+// sender stops or the node no longer leads (the sender is then stopped).
+func (ts *topicSender) reopen(err error) bool {
+	cfg := ts.s.cfg
+	cfg.Logger.Warn("webhook stream ended; reopening it", "topic", ts.hook.Topic, "err", err)
+	ts.st.Close()
+	for wait := cfg.Backoff; ; wait = min(2*wait, reopenMax) {
+		select {
+		case <-ts.ctx.Done():
+			return false
+		case <-cfg.Clock.After(wait):
+		}
+		st, err := ts.s.n.Stream(ts.hook.Topic, ts.opt)
+		if err == nil {
+			ts.st = st
+			return true
+		}
+		if errors.Is(err, wheel.ErrNotLeader) {
+			return false
+		}
+		cfg.Logger.Warn("reopening a webhook stream", "topic", ts.hook.Topic, "err", err)
 	}
 }
 

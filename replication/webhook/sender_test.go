@@ -21,6 +21,7 @@ type fakeStream struct {
 	ch     chan []wheel.Delivery
 	closed chan struct{}
 	once   sync.Once
+	ended  chan error // cap 1: ends the stream with that error
 }
 
 func (f *fakeStream) Next(ctx context.Context) ([]wheel.Delivery, error) {
@@ -31,6 +32,8 @@ func (f *fakeStream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 		return nil, ctx.Err()
 	case <-f.closed:
 		return nil, wheel.ErrNotLeader
+	case err := <-f.ended:
+		return nil, err
 	}
 }
 
@@ -46,11 +49,28 @@ type fakeNode struct {
 	opts  []wheel.StreamOptions
 }
 
+// Stream returns n.st, or a new one once n.st was closed.
 func (n *fakeNode) Stream(_ string, opt wheel.StreamOptions) (wheel.Stream, error) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.opts = append(n.opts, opt)
-	n.mu.Unlock()
+	select {
+	case <-n.st.closed:
+		n.st = newFakeStream()
+	default:
+	}
 	return n.st, nil
+}
+
+func newFakeStream() *fakeStream {
+	return &fakeStream{ch: make(chan []wheel.Delivery, 8), closed: make(chan struct{}), ended: make(chan error, 1)}
+}
+
+// stream returns the stream the node handed out last.
+func (n *fakeNode) stream() *fakeStream {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.st
 }
 
 func (n *fakeNode) Ack(_ context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
@@ -70,7 +90,7 @@ func (n *fakeNode) Nack(_ context.Context, rs []wheel.Receipt, delayMs int64) (w
 }
 
 func newFake() *fakeNode {
-	return &fakeNode{st: &fakeStream{ch: make(chan []wheel.Delivery, 8), closed: make(chan struct{})}, done: make(chan struct{}, 8)}
+	return &fakeNode{st: newFakeStream(), done: make(chan struct{}, 8)}
 }
 
 func (n *fakeNode) settled(t *testing.T) {
@@ -263,5 +283,36 @@ func TestRedirectIsA3xxFailure(t *testing.T) {
 	defer mu.Unlock()
 	if len(outcomes) != 1 || outcomes[0] != Outcome3xx || len(n.nacks) != 1 {
 		t.Fatalf("outcomes %v, %d nacks; want [3xx] and a nack", outcomes, len(n.nacks))
+	}
+}
+
+// A stream that ends while the webhook is still wanted is reopened after
+// a pause, and the sender goes on with the new one.
+func TestEndedStreamIsReopened(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ok.Close()
+	n := newFake()
+	clk := wheel.NewFakeClock(time.UnixMilli(5000))
+	s := New(n, Config{Clock: clk})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 1}}
+	})
+	first := n.stream()
+	first.ended <- wheel.ErrUnavailable
+	deadline := time.Now().Add(20 * time.Second)
+	for n.stream() == first {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream was not reopened")
+		}
+		clk.Advance(100 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	n.stream().ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.acks) != 1 || len(n.opts) != 2 || n.opts[1] != n.opts[0] {
+		t.Fatalf("%d acks, stream options %+v; want 1 ack and a second stream like the first", len(n.acks), n.opts)
 	}
 }
