@@ -76,13 +76,32 @@ func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []wheel.Webh
 	n.hooks = s
 	n.mu.Unlock()
 	s.Reconcile(current)
+	n.sealWebhookTopics()
 }
 
 // reconcileWebhooks makes the leader's sender follow the stored webhooks.
 func (n *Node) reconcileWebhooks() {
 	if s := n.sender(); s != nil {
 		s.Reconcile(n.storedWebhooks)
+		n.sealWebhookTopics()
 	}
+}
+
+// sealWebhookTopics ends the consumers' streams and waiting reserves of
+// every topic with a webhook: its messages go to the webhook alone.
+func (n *Node) sealWebhookTopics() {
+	d := n.dispatcher()
+	if d == nil {
+		return
+	}
+	for _, h := range n.storedWebhooks() {
+		d.Seal(h.Topic, webhookConflict(h.Topic))
+	}
+}
+
+// webhookConflict is the error of a consumer of a topic with a webhook.
+func webhookConflict(topic string) error {
+	return fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
 }
 
 // sender returns the leader's webhook sender, nil when not leading.
@@ -104,7 +123,7 @@ type hookNode struct {
 var _ webhook.Node = hookNode{}
 
 func (h hookNode) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
-	return h.d.Stream(topic, opt)
+	return h.d.SenderStream(topic, opt)
 }
 
 func (h hookNode) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {

@@ -1,7 +1,10 @@
 package replication
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -46,5 +49,28 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 	<-reconciled
 	if open, _ := d.StreamStats(); open != 1 {
 		t.Fatalf("%d streams open after the webhook was stored and reconciled, want its sender's", open)
+	}
+}
+
+// Setting a webhook ends the consumer streams open on its topic with a
+// conflict; a new stream of the topic is refused the same way.
+func TestSetWebhookEndsConsumerStreams(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	st, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := n.SetWebhook(t.Context(), wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := st.Next(ctx); !errors.Is(err, wheel.ErrConflict) {
+		t.Fatalf("open stream's next: %v, want a conflict", err)
+	}
+	if _, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1}); !errors.Is(err, wheel.ErrConflict) {
+		t.Fatalf("new stream: %v, want a conflict", err)
 	}
 }

@@ -44,6 +44,7 @@ type stream struct {
 	d      *Dispatcher
 	topic  string
 	opt    wheel.StreamOptions
+	sender bool // the leader's own (SenderStream)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
@@ -54,6 +55,7 @@ type stream struct {
 	minExp   int64                   // no lease in inflight ends before
 	err      error                   // why the stream ended
 	ended    bool
+	sealed   error // why Seal ended it, set before its cancel
 
 	ready chan struct{} // cap 1: the queue received deliveries, or the stream ended
 	room  chan struct{} // cap 1: the window or the buffer has room again
@@ -61,9 +63,48 @@ type stream struct {
 
 var _ wheel.Stream = (*stream)(nil)
 
-// Stream opens a streaming consumer of topic. It runs until Close, or
-// until the dispatcher stops (leadership ended).
+// Stream opens a streaming consumer of topic. It runs until Close, until
+// the dispatcher stops (leadership ended), or until Seal ends it.
 func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	return d.stream(topic, opt, false)
+}
+
+// SenderStream opens a stream as Stream does, for the leader's own sender
+// of a topic's messages (its webhook): Seal spares it.
+func (d *Dispatcher) SenderStream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	return d.stream(topic, opt, true)
+}
+
+// Seal ends the consumers' streams of topic with err, all but the
+// senders' (SenderStream), and answers the topic's waiting reserves with
+// nothing: its messages go elsewhere now (a webhook).
+func (d *Dispatcher) Seal(topic string, err error) {
+	var end []*stream
+	d.smu.Lock()
+	for s := range d.running {
+		if s.topic == topic && !s.sender {
+			end = append(end, s)
+		}
+	}
+	d.smu.Unlock()
+	for _, s := range end {
+		s.mu.Lock()
+		s.sealed = err
+		s.mu.Unlock()
+		s.cancel()
+	}
+	d.mu.Lock()
+	for _, w := range d.waiters[topic] {
+		if !w.done {
+			w.done = true
+			close(w.ch)
+		}
+	}
+	delete(d.waiters, topic)
+	d.mu.Unlock()
+}
+
+func (d *Dispatcher) stream(topic string, opt wheel.StreamOptions, sender bool) (wheel.Stream, error) {
 	if opt.MaxInflight < 1 {
 		return nil, fmt.Errorf("%w: max_inflight must be at least 1, got %d", wheel.ErrInvalid, opt.MaxInflight)
 	}
@@ -71,13 +112,14 @@ func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream
 		return nil, wheel.ErrNotLeader
 	}
 	s := &stream{
-		d: d, topic: topic, opt: opt, done: make(chan struct{}),
+		d: d, topic: topic, opt: opt, sender: sender, done: make(chan struct{}),
 		inflight: map[wheel.Receipt]int64{}, minExp: -1,
 		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(d.ctx)
 	d.smu.Lock()
 	d.open++
+	d.running[s] = struct{}{}
 	d.smu.Unlock()
 	go s.run()
 	return s, nil
@@ -257,6 +299,9 @@ func (s *stream) finish(err error) {
 		err = wheel.ErrNotLeader
 	}
 	if err == nil {
+		err = s.sealed
+	}
+	if err == nil {
 		err = errClosed
 	}
 	s.err, s.ended = err, true
@@ -265,6 +310,7 @@ func (s *stream) finish(err error) {
 	s.forget(rs)
 	s.d.smu.Lock()
 	s.d.open--
+	delete(s.d.running, s)
 	s.d.smu.Unlock()
 	if s.d.ctx.Err() == nil {
 		s.d.releaseNow(rs)

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -88,5 +89,51 @@ func TestStreamRetriesAfterOverload(t *testing.T) {
 	ds, err := s.Next(t.Context())
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("next got %d deliveries, err %v; want the message", len(ds), err)
+	}
+}
+
+// Seal ends a topic's consumer streams with its error and answers its
+// waiting reserves with nothing; the sender's stream goes on.
+func TestSealEndsConsumersButNotTheSender(t *testing.T) {
+	d, _, _ := startFake(t)
+	consumer, err := d.Stream("t", wheel.StreamOptions{MaxInflight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	sender, err := d.SenderStream("t", wheel.StreamOptions{MaxInflight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	reserved := make(chan []wheel.Delivery, 1)
+	go func() {
+		ds, _ := d.Reserve(t.Context(), "t", 1, time.Hour, 0)
+		reserved <- ds
+	}()
+	waitFor(t, "both streams and the reserve to wait", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.waiters["t"]) == 3
+	})
+	sealed := errors.New("sealed")
+	d.Seal("t", sealed)
+	if _, err := consumer.Next(t.Context()); !errors.Is(err, sealed) {
+		t.Fatalf("consumer's next: %v, want the seal's error", err)
+	}
+	select {
+	case ds := <-reserved:
+		if len(ds) != 0 {
+			t.Fatalf("waiting reserve got %d deliveries, want none", len(ds))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting reserve was not answered")
+	}
+	s := sender.(*stream)
+	s.mu.Lock()
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		t.Fatal("the sender's stream ended")
 	}
 }
