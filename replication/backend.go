@@ -210,7 +210,7 @@ func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions
 		return nil, wheel.ErrNotLeader
 	}
 	if n.hasWebhook(topic) {
-		return nil, fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
+		return nil, webhookConflict(topic)
 	}
 	return d.Stream(topic, opt)
 }

@@ -73,11 +73,10 @@ func (n *Node) startDispatcher(ctx context.Context) {
 		n.log.Error("starting dispatcher", "err", err)
 		return
 	}
-	hooks := n.startWebhooks(d)
 	n.mu.Lock()
 	n.disp = d
-	n.hooks = hooks
 	n.mu.Unlock()
+	n.startWebhooks(d, n.storedWebhooks)
 	n.log.Info("leading: dispatcher started", "cursor", n.store().Cursor())
 	n.startScheduler(ctx)
 	go n.registerSelf(ctx)

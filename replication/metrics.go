@@ -72,7 +72,7 @@ func newMetrics(n *Node) *metrics {
 		inflight:  d("pending_applies", "Proposals waiting to commit (back-pressure answers 429 past --max-pending-applies)."),
 		webhookAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaywheel_webhook_attempts_total",
-			Help: "Webhook requests this node sent as leader, by outcome: 2xx, 4xx, 5xx, timeout, refused.",
+			Help: "Webhook requests this node sent as leader, by outcome: 2xx, 3xx (redirects are not followed), 4xx, 5xx, timeout, refused.",
 		}, []string{"outcome"}),
 		streamed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaywheel_stream_deliveries_total",

@@ -61,8 +61,10 @@ func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []wheel.Deli
 	return []wheel.Delivery{}
 }
 
-// startWebhooks starts the leader's sender on d.
-func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
+// startWebhooks starts the leader's sender on d with the webhooks current
+// returns. It publishes the sender before its first reconcile, so a
+// webhook set or removed meanwhile is seen by that reconcile or by its own.
+func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []wheel.Webhook) {
 	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
 		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
 		Observe: func(topic, outcome string, late float64) {
@@ -70,18 +72,43 @@ func (n *Node) startWebhooks(d *dispatch.Dispatcher) *webhook.Sender {
 			n.met.webhookLateness.Observe(late)
 		},
 	})
-	s.Reconcile(n.storedWebhooks)
-	return s
+	n.mu.Lock()
+	n.hooks = s
+	n.mu.Unlock()
+	s.Reconcile(current)
+	n.sealWebhookTopics()
 }
 
 // reconcileWebhooks makes the leader's sender follow the stored webhooks.
 func (n *Node) reconcileWebhooks() {
-	n.mu.Lock()
-	s := n.hooks
-	n.mu.Unlock()
-	if s != nil {
+	if s := n.sender(); s != nil {
 		s.Reconcile(n.storedWebhooks)
+		n.sealWebhookTopics()
 	}
+}
+
+// sealWebhookTopics ends the consumers' streams and waiting reserves of
+// every topic with a webhook: its messages go to the webhook alone.
+func (n *Node) sealWebhookTopics() {
+	d := n.dispatcher()
+	if d == nil {
+		return
+	}
+	for _, h := range n.storedWebhooks() {
+		d.Seal(h.Topic, webhookConflict(h.Topic))
+	}
+}
+
+// webhookConflict is the error of a consumer of a topic with a webhook.
+func webhookConflict(topic string) error {
+	return fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
+}
+
+// sender returns the leader's webhook sender, nil when not leading.
+func (n *Node) sender() *webhook.Sender {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hooks
 }
 
 // storedWebhooks returns the webhooks of the current store.
@@ -96,7 +123,7 @@ type hookNode struct {
 var _ webhook.Node = hookNode{}
 
 func (h hookNode) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
-	return h.d.Stream(topic, opt)
+	return h.d.SenderStream(topic, opt)
 }
 
 func (h hookNode) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {

@@ -18,6 +18,7 @@ type fakeNode struct {
 	st        *wheel.Store
 	leaseHeld atomic.Bool
 	submitted chan struct{} // receives once per Submit, when set
+	overload  atomic.Int32  // Submits to refuse with ErrOverloaded
 
 	mu     sync.Mutex
 	index  uint64
@@ -44,6 +45,10 @@ func (f *fakeNode) Propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Re
 }
 
 func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]wheel.Result, error), error) {
+	if f.overload.Add(-1) >= 0 {
+		return nil, fmt.Errorf("%w: test back-pressure", wheel.ErrOverloaded)
+	}
+	f.overload.Store(0)
 	res, commit, err := f.apply(cmds)
 	if err != nil {
 		return nil, err

@@ -83,6 +83,7 @@ type Dispatcher struct {
 	smu     sync.Mutex
 	streams map[wheel.Receipt]*stream // unsettled stream deliveries
 	open    int                       // streams running
+	running map[*stream]struct{}      // the streams running, for Seal
 }
 
 type waiter struct {
@@ -105,6 +106,7 @@ func New(n Node, cfg Config) *Dispatcher {
 		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
 		inflight: map[wheel.ID]struct{}{}, drained: map[string]bool{},
 		early: map[*leaseCommit]struct{}{}, streams: map[wheel.Receipt]*stream{},
+		running: map[*stream]struct{}{},
 	}
 }
 

@@ -23,6 +23,14 @@ const streamBuffer = 1024
 // that ended without an ack or nack.
 const sweepEvery = time.Second
 
+// streamRetry is how long a stream waits before it asks again after a
+// reserve failed for a passing cause (back-pressure, a lease that did not
+// commit); each further failure doubles it, up to streamRetryMax.
+const (
+	streamRetry    = 50 * time.Millisecond
+	streamRetryMax = 2 * time.Second
+)
+
 // releaseBatch bounds the receipts of one release proposal.
 const releaseBatch = 10000
 
@@ -36,6 +44,7 @@ type stream struct {
 	d      *Dispatcher
 	topic  string
 	opt    wheel.StreamOptions
+	sender bool // the leader's own (SenderStream)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
@@ -46,6 +55,7 @@ type stream struct {
 	minExp   int64                   // no lease in inflight ends before
 	err      error                   // why the stream ended
 	ended    bool
+	sealed   error // why Seal ended it, set before its cancel
 
 	ready chan struct{} // cap 1: the queue received deliveries, or the stream ended
 	room  chan struct{} // cap 1: the window or the buffer has room again
@@ -53,9 +63,48 @@ type stream struct {
 
 var _ wheel.Stream = (*stream)(nil)
 
-// Stream opens a streaming consumer of topic. It runs until Close, or
-// until the dispatcher stops (leadership ended).
+// Stream opens a streaming consumer of topic. It runs until Close, until
+// the dispatcher stops (leadership ended), or until Seal ends it.
 func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	return d.stream(topic, opt, false)
+}
+
+// SenderStream opens a stream as Stream does, for the leader's own sender
+// of a topic's messages (its webhook): Seal spares it.
+func (d *Dispatcher) SenderStream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	return d.stream(topic, opt, true)
+}
+
+// Seal ends the consumers' streams of topic with err, all but the
+// senders' (SenderStream), and answers the topic's waiting reserves with
+// nothing: its messages go elsewhere now (a webhook).
+func (d *Dispatcher) Seal(topic string, err error) {
+	var end []*stream
+	d.smu.Lock()
+	for s := range d.running {
+		if s.topic == topic && !s.sender {
+			end = append(end, s)
+		}
+	}
+	d.smu.Unlock()
+	for _, s := range end {
+		s.mu.Lock()
+		s.sealed = err
+		s.mu.Unlock()
+		s.cancel()
+	}
+	d.mu.Lock()
+	for _, w := range d.waiters[topic] {
+		if !w.done {
+			w.done = true
+			close(w.ch)
+		}
+	}
+	delete(d.waiters, topic)
+	d.mu.Unlock()
+}
+
+func (d *Dispatcher) stream(topic string, opt wheel.StreamOptions, sender bool) (wheel.Stream, error) {
 	if opt.MaxInflight < 1 {
 		return nil, fmt.Errorf("%w: max_inflight must be at least 1, got %d", wheel.ErrInvalid, opt.MaxInflight)
 	}
@@ -63,13 +112,14 @@ func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream
 		return nil, wheel.ErrNotLeader
 	}
 	s := &stream{
-		d: d, topic: topic, opt: opt, done: make(chan struct{}),
+		d: d, topic: topic, opt: opt, sender: sender, done: make(chan struct{}),
 		inflight: map[wheel.Receipt]int64{}, minExp: -1,
 		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(d.ctx)
 	d.smu.Lock()
 	d.open++
+	d.running[s] = struct{}{}
 	d.smu.Unlock()
 	go s.run()
 	return s, nil
@@ -93,6 +143,7 @@ func signal(ch chan struct{}) {
 // run takes deliveries while the window and the buffer have room.
 func (s *stream) run() {
 	defer close(s.done)
+	retry := streamRetry
 	for {
 		credit := s.credit()
 		if credit == 0 {
@@ -111,9 +162,22 @@ func (s *stream) run() {
 		case s.ctx.Err() != nil:
 			s.finish(nil)
 			return
-		case err != nil:
+		case errors.Is(err, wheel.ErrNotLeader) || s.d.ctx.Err() != nil:
 			s.finish(err)
 			return
+		case err != nil:
+			// Back-pressure (ErrOverloaded) or a lease that failed to
+			// commit: the messages went back, and the stream asks again.
+			s.d.log.Debug("stream reserve failed; retrying", "topic", s.topic, "after", retry, "err", err)
+			select {
+			case <-s.ctx.Done():
+				s.finish(nil)
+				return
+			case <-s.d.clock.After(retry):
+			}
+			retry = min(2*retry, streamRetryMax)
+		default:
+			retry = streamRetry
 		}
 	}
 }
@@ -235,6 +299,9 @@ func (s *stream) finish(err error) {
 		err = wheel.ErrNotLeader
 	}
 	if err == nil {
+		err = s.sealed
+	}
+	if err == nil {
 		err = errClosed
 	}
 	s.err, s.ended = err, true
@@ -243,6 +310,7 @@ func (s *stream) finish(err error) {
 	s.forget(rs)
 	s.d.smu.Lock()
 	s.d.open--
+	delete(s.d.running, s)
 	s.d.smu.Unlock()
 	if s.d.ctx.Err() == nil {
 		s.d.releaseNow(rs)
@@ -262,11 +330,14 @@ func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 			return nil, err
 		}
 		if len(s.queue) > 0 {
-			out := s.queue
+			out := s.live(s.queue)
 			s.queue = nil
 			s.mu.Unlock()
 			signal(s.room)
-			return out, nil
+			if len(out) > 0 {
+				return out, nil
+			}
+			continue
 		}
 		s.mu.Unlock()
 		select {
@@ -275,6 +346,20 @@ func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 		case <-s.ready:
 		}
 	}
+}
+
+// live returns the queued deliveries still leased to the stream: a
+// delivery whose lease ended (on the dispatcher's clock) or that was
+// settled or swept meanwhile may be someone else's by now. s.mu is held.
+func (s *stream) live(ds []wheel.Delivery) []wheel.Delivery {
+	now := s.d.clock.Now().UnixMilli()
+	out := ds[:0]
+	for _, dl := range ds {
+		if exp, ok := s.inflight[dl.Receipt]; ok && exp >= now {
+			out = append(out, dl)
+		}
+	}
+	return out
 }
 
 // Close implements wheel.Stream.

@@ -29,6 +29,7 @@ const (
 // Outcomes of a request, as the metrics count them.
 const (
 	Outcome2xx     = "2xx"
+	Outcome3xx     = "3xx" // redirects are not followed: a failed attempt
 	Outcome4xx     = "4xx"
 	Outcome5xx     = "5xx"
 	OutcomeTimeout = "timeout"
@@ -152,7 +153,8 @@ func (s *Sender) Stop() {
 type topicSender struct {
 	s      *Sender
 	hook   wheel.Webhook
-	st     wheel.Stream
+	opt    wheel.StreamOptions
+	st     wheel.Stream // replaced only by run; stop reads it after run ended
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the loop, the settlers and the requests in flight
@@ -186,11 +188,12 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
 	// lease ended and the message went to another attempt.
 	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
-	st, err := s.n.Stream(h.Topic, wheel.StreamOptions{MaxInflight: int(max(h.MaxConcurrency, 1)), TTR: ttr})
+	opt := wheel.StreamOptions{MaxInflight: window(h, ttr), TTR: ttr}
+	st, err := s.n.Stream(h.Topic, opt)
 	if err != nil {
 		return nil, err
 	}
-	ts := &topicSender{s: s, hook: h, st: st, settle: make(chan settlement, max(h.MaxConcurrency, 1))}
+	ts := &topicSender{s: s, hook: h, opt: opt, st: st, settle: make(chan settlement, opt.MaxInflight)}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
 	ts.wg.Add(1 + settlers)
 	go ts.run()
@@ -198,6 +201,17 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 		go ts.settler()
 	}
 	return ts, nil
+}
+
+// window is how many deliveries the sender's stream may hold: at most
+// max_concurrency, and with rate_per_s no more than can start before the
+// lease they were taken with ends.
+func window(h wheel.Webhook, lease time.Duration) int {
+	w := max(h.MaxConcurrency, 1)
+	if h.RatePerS > 0 {
+		w = min(w, max(1, h.RatePerS*int64(lease/time.Second)))
+	}
+	return int(w)
 }
 
 // stop cancels the requests in flight, then closes the stream, which
@@ -213,10 +227,10 @@ func (ts *topicSender) run() {
 	for {
 		ds, err := ts.st.Next(ts.ctx)
 		if err != nil {
-			if ts.ctx.Err() == nil {
-				ts.s.cfg.Logger.Debug("webhook stream ended", "topic", ts.hook.Topic, "err", err)
+			if ts.ctx.Err() != nil || !ts.reopen(err) {
+				return
 			}
-			return
+			continue
 		}
 		for _, d := range ds {
 			if !ts.pace() {
@@ -225,6 +239,34 @@ func (ts *topicSender) run() {
 			ts.wg.Add(1)
 			go ts.send(d)
 		}
+	}
+}
+
+// reopenMax bounds the pause between attempts to reopen a stream.
+const reopenMax = 30 * time.Second
+
+// reopen replaces the stream that ended with err while the webhook is
+// still wanted, pausing before each attempt. It returns false when the
+// sender stops or the node no longer leads (the sender is then stopped).
+func (ts *topicSender) reopen(err error) bool {
+	cfg := ts.s.cfg
+	cfg.Logger.Warn("webhook stream ended; reopening it", "topic", ts.hook.Topic, "err", err)
+	ts.st.Close()
+	for wait := cfg.Backoff; ; wait = min(2*wait, reopenMax) {
+		select {
+		case <-ts.ctx.Done():
+			return false
+		case <-cfg.Clock.After(wait):
+		}
+		st, err := ts.s.n.Stream(ts.hook.Topic, ts.opt)
+		if err == nil {
+			ts.st = st
+			return true
+		}
+		if errors.Is(err, wheel.ErrNotLeader) {
+			return false
+		}
+		cfg.Logger.Warn("reopening a webhook stream", "topic", ts.hook.Topic, "err", err)
 	}
 }
 
@@ -261,7 +303,15 @@ func (ts *topicSender) send(d wheel.Delivery) {
 	defer ts.wg.Done()
 	cfg := ts.s.cfg
 	h := ts.hook
-	late := float64(cfg.Clock.Now().UnixMilli()-d.DeliverAtMs) / 1000
+	now := cfg.Clock.Now().UnixMilli()
+	if d.LeaseExpiresMs-h.TimeoutMs < now {
+		// Its lease could end before the request does: the message may be
+		// handed out again meanwhile, so this delivery is dropped unsent
+		// and its lease left to end.
+		cfg.Logger.Debug("webhook delivery dropped: its lease ends too soon", "topic", h.Topic, "id", d.ID)
+		return
+	}
+	late := float64(now-d.DeliverAtMs) / 1000
 	outcome := ts.post(d)
 	if ts.ctx.Err() != nil {
 		return // removed or leadership lost: the stream's close releases it
@@ -381,6 +431,8 @@ func (ts *topicSender) post(d wheel.Delivery) string {
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return Outcome2xx
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return Outcome3xx
 	case resp.StatusCode < 500:
 		return Outcome4xx
 	default:

@@ -21,6 +21,7 @@ type fakeStream struct {
 	ch     chan []wheel.Delivery
 	closed chan struct{}
 	once   sync.Once
+	ended  chan error // cap 1: ends the stream with that error
 }
 
 func (f *fakeStream) Next(ctx context.Context) ([]wheel.Delivery, error) {
@@ -31,6 +32,8 @@ func (f *fakeStream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 		return nil, ctx.Err()
 	case <-f.closed:
 		return nil, wheel.ErrNotLeader
+	case err := <-f.ended:
+		return nil, err
 	}
 }
 
@@ -43,9 +46,32 @@ type fakeNode struct {
 	acks  []wheel.Receipt
 	nacks []int64 // delays
 	done  chan struct{}
+	opts  []wheel.StreamOptions
 }
 
-func (n *fakeNode) Stream(string, wheel.StreamOptions) (wheel.Stream, error) { return n.st, nil }
+// Stream returns n.st, or a new one once n.st was closed.
+func (n *fakeNode) Stream(_ string, opt wheel.StreamOptions) (wheel.Stream, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.opts = append(n.opts, opt)
+	select {
+	case <-n.st.closed:
+		n.st = newFakeStream()
+	default:
+	}
+	return n.st, nil
+}
+
+func newFakeStream() *fakeStream {
+	return &fakeStream{ch: make(chan []wheel.Delivery, 8), closed: make(chan struct{}), ended: make(chan error, 1)}
+}
+
+// stream returns the stream the node handed out last.
+func (n *fakeNode) stream() *fakeStream {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.st
+}
 
 func (n *fakeNode) Ack(_ context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
 	n.mu.Lock()
@@ -64,7 +90,7 @@ func (n *fakeNode) Nack(_ context.Context, rs []wheel.Receipt, delayMs int64) (w
 }
 
 func newFake() *fakeNode {
-	return &fakeNode{st: &fakeStream{ch: make(chan []wheel.Delivery, 8), closed: make(chan struct{})}, done: make(chan struct{}, 8)}
+	return &fakeNode{st: newFakeStream(), done: make(chan struct{}, 8)}
 }
 
 func (n *fakeNode) settled(t *testing.T) {
@@ -80,7 +106,7 @@ func delivery(attempt int32) wheel.Delivery {
 	b := make([]byte, wheel.IDLen)
 	b[wheel.IDLen-1] = byte(attempt)
 	id, _ := wheel.IDFromBytes(b)
-	return wheel.Delivery{Message: wheel.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000}, Attempt: attempt,
+	return wheel.Delivery{Message: wheel.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000, LeaseExpiresMs: 1 << 60}, Attempt: attempt,
 		Receipt: wheel.Receipt{ID: id, Nonce: uint64(attempt)}}
 }
 
@@ -186,5 +212,107 @@ func TestHostNotAllowedIsNeverDialed(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 0 || nacks != 1 {
 		t.Fatalf("%d requests, %d nacks; want 0 and 1", calls, nacks)
+	}
+}
+
+// With rate_per_s, the stream holds no more deliveries than can start
+// before their lease ends.
+func TestRateLimitsTheWindow(t *testing.T) {
+	n := newFake()
+	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
+	})
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.opts) != 1 || n.opts[0].MaxInflight != 11 {
+		t.Fatalf("stream options %+v, want a window of 11 (1/s over an 11 s lease)", n.opts)
+	}
+}
+
+// A delivery whose lease could end before its request's timeout is
+// dropped unsent, neither acked nor nacked.
+func TestDeliveryWithShortLeaseIsNotSent(t *testing.T) {
+	var mu sync.Mutex
+	var attempts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		attempts = append(attempts, r.Header.Get(HeaderAttempt))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	n := newFake()
+	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
+	})
+	short, ok := delivery(1), delivery(2)
+	short.LeaseExpiresMs = 5500 // ends 500 ms from now, before a 1 s timeout could pass
+	n.st.ch <- []wheel.Delivery{short, ok}
+	n.settled(t)
+	s.Stop() // waits for every send
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 1 || attempts[0] != "2" || len(n.acks) != 1 || len(n.nacks) != 0 {
+		t.Fatalf("requests of attempts %v, %d acks, %d nacks; want only attempt 2, acked", attempts, len(n.acks), len(n.nacks))
+	}
+}
+
+// A redirect is not followed: it is a failed attempt counted as 3xx.
+func TestRedirectIsA3xxFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	}))
+	defer srv.Close()
+	n := newFake()
+	var mu sync.Mutex
+	var outcomes []string
+	s := New(n, Config{Observe: func(_, o string, _ float64) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }})
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	s.Stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 1 || outcomes[0] != Outcome3xx || len(n.nacks) != 1 {
+		t.Fatalf("outcomes %v, %d nacks; want [3xx] and a nack", outcomes, len(n.nacks))
+	}
+}
+
+// A stream that ends while the webhook is still wanted is reopened after
+// a pause, and the sender goes on with the new one.
+func TestEndedStreamIsReopened(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ok.Close()
+	n := newFake()
+	clk := wheel.NewFakeClock(time.UnixMilli(5000))
+	s := New(n, Config{Clock: clk})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 1}}
+	})
+	first := n.stream()
+	first.ended <- wheel.ErrUnavailable
+	deadline := time.Now().Add(20 * time.Second)
+	for n.stream() == first {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream was not reopened")
+		}
+		clk.Advance(100 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	n.stream().ch <- []wheel.Delivery{delivery(1)}
+	n.settled(t)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.acks) != 1 || len(n.opts) != 2 || n.opts[1] != n.opts[0] {
+		t.Fatalf("%d acks, stream options %+v; want 1 ack and a second stream like the first", len(n.acks), n.opts)
 	}
 }

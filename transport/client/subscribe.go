@@ -55,7 +55,8 @@ type Subscription struct {
 
 	out      chan api.Delivery
 	acks     chan string
-	pending  sync.WaitGroup // receipts given to Ack and not sent yet
+	ended    chan struct{} // closed by end: Ack drops, the ackers drain and stop
+	endOnce  sync.Once
 	readCtx  context.Context
 	stopRead context.CancelFunc
 	ackCtx   context.Context
@@ -71,7 +72,8 @@ type Subscription struct {
 // Subscribe starts reading topic's stream. It runs until Close or until
 // ctx ends, or until the server refuses the stream for good (a 4xx other
 // than 429: a bad topic or option, a wrong token); Deliveries is then
-// closed and Err says why.
+// closed and Err says why. The end of ctx also stops the background acks,
+// once the receipts queued so far are sent.
 func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *Subscription {
 	if opt.AckBatch <= 0 {
 		opt.AckBatch = 1000
@@ -104,8 +106,9 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptio
 	}
 	s := &Subscription{
 		c: cc, topic: topic, opt: opt, path: path,
-		out:  make(chan api.Delivery, opt.Buffer),
-		acks: make(chan string, max(opt.AckBatch*opt.Ackers, opt.MaxInflight)),
+		out:   make(chan api.Delivery, opt.Buffer),
+		acks:  make(chan string, max(opt.AckBatch*opt.Ackers, opt.MaxInflight)),
+		ended: make(chan struct{}),
 	}
 	s.readCtx, s.stopRead = context.WithCancel(ctx)
 	s.ackCtx, s.stopAcks = context.WithCancel(context.WithoutCancel(ctx))
@@ -115,6 +118,7 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptio
 		s.ackers.Add(1)
 		go s.ack()
 	}
+	context.AfterFunc(ctx, s.end)
 	return s
 }
 
@@ -123,11 +127,23 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptio
 func (s *Subscription) Deliveries() <-chan api.Delivery { return s.out }
 
 // Ack queues d's receipt to be acked in the background. It blocks only
-// while as many receipts as the window wait to be sent.
+// while as many receipts as the window wait to be sent. Once the
+// subscription ended (Close, or the end of its context) Ack drops the
+// receipt: its lease ends on its own and the message comes back.
 func (s *Subscription) Ack(d api.Delivery) {
-	s.pending.Add(1)
-	s.acks <- d.Receipt
+	select {
+	case <-s.ended:
+		return
+	default:
+	}
+	select {
+	case s.acks <- d.Receipt:
+	case <-s.ended:
+	}
 }
+
+// end stops taking acks: the ackers send what is queued and return.
+func (s *Subscription) end() { s.endOnce.Do(func() { close(s.ended) }) }
 
 // Nack returns d to delayed, due delayMs from now, at once.
 func (s *Subscription) Nack(ctx context.Context, d api.Delivery, delayMs int64) error {
@@ -145,13 +161,14 @@ func (s *Subscription) Err() error {
 
 // Close sends the acks queued so far (waiting up to ctx for them), then
 // ends the stream: the server releases the deliveries not acked for
-// redelivery. Ack must not be called after Close.
+// redelivery. An Ack after Close is dropped.
 func (s *Subscription) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.end()
 		flushed := make(chan struct{})
 		go func() {
-			s.pending.Wait()
+			s.ackers.Wait()
 			close(flushed)
 		}()
 		select {
@@ -162,8 +179,7 @@ func (s *Subscription) Close(ctx context.Context) error {
 		s.stopRead()
 		s.reader.Wait()
 		s.stopAcks()
-		close(s.acks)
-		s.ackers.Wait()
+		<-flushed
 	})
 	return err
 }
@@ -253,28 +269,31 @@ func (s *Subscription) readOnce() (got bool, err error) {
 	return true, fmt.Errorf("delaywheel: GET %s: the stream ended (leader change or restart); reconnecting", s.path)
 }
 
-// ack sends the queued receipts in batches until the queue is closed.
+// ack sends the queued receipts in batches until the subscription ended
+// and the queue is empty.
 func (s *Subscription) ack() {
 	defer s.ackers.Done()
 	batch := make([]string, 0, s.opt.AckBatch)
-	for r := range s.acks {
-		batch = append(batch[:0], r)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-s.acks:
+			batch = append(batch, r)
+		case <-s.ended:
+		}
 	fill:
 		for len(batch) < s.opt.AckBatch {
 			select {
-			case r, ok := <-s.acks:
-				if !ok {
-					break fill
-				}
+			case r := <-s.acks:
 				batch = append(batch, r)
 			default:
 				break fill
 			}
 		}
-		s.send(batch)
-		for range batch {
-			s.pending.Done()
+		if len(batch) == 0 {
+			return // ended, and every queued ack is sent
 		}
+		s.send(batch)
 	}
 }
 

@@ -1,0 +1,139 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// openStream opens a stream of topic "t" and waits until it queued k
+// deliveries that nobody read yet; it returns the stream and those.
+func openStream(t *testing.T, d *Dispatcher, k int) (*stream, []wheel.Delivery) {
+	t.Helper()
+	ws, err := d.Stream("t", wheel.StreamOptions{MaxInflight: k, TTR: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ws.Close)
+	s := ws.(*stream)
+	var queued []wheel.Delivery
+	waitFor(t, "the stream to queue its deliveries", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		queued = append([]wheel.Delivery(nil), s.queue...)
+		return len(queued) == k
+	})
+	return s, queued
+}
+
+// nextOrNone reads the stream, or nothing once a short wait passed.
+func nextOrNone(t *testing.T, s *stream) []wheel.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	ds, err := s.Next(ctx)
+	if err != nil && ctx.Err() == nil {
+		t.Fatalf("next: %v", err)
+	}
+	return ds
+}
+
+// A queued delivery settled before it was read is not handed out.
+func TestStreamDropsQueuedDeliverySettled(t *testing.T) {
+	d, n, clk := startFake(t)
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	s, queued := openStream(t, d, 2)
+	d.Settled([]wheel.Receipt{queued[0].Receipt})
+	ds := nextOrNone(t, s)
+	if len(ds) != 1 || ds[0].Receipt != queued[1].Receipt {
+		t.Fatalf("next got %+v, want only the unsettled %v", ds, queued[1].Receipt)
+	}
+}
+
+// A queued delivery whose lease ended before it was read is not handed
+// out: its message may be someone else's by then.
+func TestStreamDropsQueuedDeliveryLeaseEnded(t *testing.T) {
+	d, n, clk := startFake(t)
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	s, queued := openStream(t, d, 1)
+	clk.Set(time.UnixMilli(queued[0].LeaseExpiresMs + 1))
+	for _, dl := range nextOrNone(t, s) {
+		if dl.Receipt == queued[0].Receipt {
+			t.Fatalf("next handed out %v after its lease ended", dl.Receipt)
+		}
+	}
+}
+
+// Back-pressure on a stream's lease proposals does not end the stream: it
+// asks again after a pause on the dispatcher's clock.
+func TestStreamRetriesAfterOverload(t *testing.T) {
+	d, n, clk := startFake(t)
+	n.overload.Store(3)
+	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	ws, err := d.Stream("t", wheel.StreamOptions{MaxInflight: 1, TTR: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	s := ws.(*stream)
+	waitFor(t, "the stream to take the message", func() bool {
+		clk.Advance(10 * time.Millisecond)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.queue) == 1 || s.ended
+	})
+	ds, err := s.Next(t.Context())
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("next got %d deliveries, err %v; want the message", len(ds), err)
+	}
+}
+
+// Seal ends a topic's consumer streams with its error and answers its
+// waiting reserves with nothing; the sender's stream goes on.
+func TestSealEndsConsumersButNotTheSender(t *testing.T) {
+	d, _, _ := startFake(t)
+	consumer, err := d.Stream("t", wheel.StreamOptions{MaxInflight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	sender, err := d.SenderStream("t", wheel.StreamOptions{MaxInflight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	reserved := make(chan []wheel.Delivery, 1)
+	go func() {
+		ds, _ := d.Reserve(t.Context(), "t", 1, time.Hour, 0)
+		reserved <- ds
+	}()
+	waitFor(t, "both streams and the reserve to wait", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.waiters["t"]) == 3
+	})
+	sealed := errors.New("sealed")
+	d.Seal("t", sealed)
+	if _, err := consumer.Next(t.Context()); !errors.Is(err, sealed) {
+		t.Fatalf("consumer's next: %v, want the seal's error", err)
+	}
+	select {
+	case ds := <-reserved:
+		if len(ds) != 0 {
+			t.Fatalf("waiting reserve got %d deliveries, want none", len(ds))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting reserve was not answered")
+	}
+	s := sender.(*stream)
+	s.mu.Lock()
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		t.Fatal("the sender's stream ended")
+	}
+}

@@ -1,0 +1,76 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// A webhook stored while the leader's sender makes its first reconcile
+// (after that reconcile read the store) still gets its sender.
+func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	n.mu.Lock()
+	d, old := n.disp, n.hooks
+	n.hooks = nil
+	n.mu.Unlock()
+	old.Stop()
+	if open, _ := d.StreamStats(); open != 0 {
+		t.Fatalf("%d streams open before the webhook", open)
+	}
+	hook := wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}
+	reconciled := make(chan struct{})
+	first := true
+	n.startWebhooks(d, func() []wheel.Webhook {
+		if !first {
+			return n.storedWebhooks()
+		}
+		first = false
+		// The store is read (empty), then the webhook is stored and
+		// reconciled as SetWebhook does, while this reconcile runs.
+		if _, err := n.result(t.Context(), wheel.SetWebhook{Webhook: hook}); err != nil {
+			t.Error(err)
+		}
+		// SetWebhook's reconcile finds the sender now and waits for
+		// this one to end.
+		s := n.sender()
+		go func() {
+			if s != nil {
+				s.Reconcile(n.storedWebhooks)
+			}
+			close(reconciled)
+		}()
+		return nil
+	})
+	<-reconciled
+	if open, _ := d.StreamStats(); open != 1 {
+		t.Fatalf("%d streams open after the webhook was stored and reconciled, want its sender's", open)
+	}
+}
+
+// Setting a webhook ends the consumer streams open on its topic with a
+// conflict; a new stream of the topic is refused the same way.
+func TestSetWebhookEndsConsumerStreams(t *testing.T) {
+	c := NewTestCluster(t, 1, nil)
+	n := c.Leader().Node
+	st, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := n.SetWebhook(t.Context(), wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := st.Next(ctx); !errors.Is(err, wheel.ErrConflict) {
+		t.Fatalf("open stream's next: %v, want a conflict", err)
+	}
+	if _, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1}); !errors.Is(err, wheel.ErrConflict) {
+		t.Fatalf("new stream: %v, want a conflict", err)
+	}
+}
