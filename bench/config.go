@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // Workload names.
@@ -44,6 +46,12 @@ type Config struct {
 	Spawn     int
 	Binary    string
 	TokenFile string // bearer token for the delaywheel API
+	// Groups is the spawned cluster's --groups: Raft groups per node
+	// (default 1). Topics spreads the messages over that many topics, by
+	// sequence number, each consumer taking one of them, so that a cluster
+	// of many groups shares the load among its groups' leaders (default 1).
+	Groups int
+	Topics int
 	// Proto is the API the delaywheel target enqueues and streams through:
 	// ProtoHTTP (the Go client's protobuf over HTTP, the NDJSON stream),
 	// ProtoJSON (the same with JSON enqueues, as most non-Go clients send)
@@ -64,9 +72,22 @@ type Config struct {
 	// WebhookFailRate is the share of requests the webhook receiver
 	// answers 500, at random (ConsumeWebhook).
 	WebhookFailRate float64
-	Wait            time.Duration // long-poll wait of a reserve
-	Lead            time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
-	Grace           time.Duration // fire: how long after the last due time a delivery still counts
+	// WebhookHang makes the receiver take every request and answer none
+	// until the run ends (ConsumeWebhook; excludes WebhookFailRate).
+	WebhookHang bool
+	// MaxAttempts is the max_attempts of the delaywheel target's messages:
+	// 0 leaves the server's default, except with ConsumeWebhook, where it
+	// becomes DefaultMaxAttempts so that dead letters can be checked
+	// against a known value.
+	MaxAttempts int
+	// Drain bounds how long a ConsumeWebhook run with failures waits after
+	// the last due time for every message to be answered 2xx or dead; 0 =
+	// the whole backoff schedule of MaxAttempts (webhookDrain).
+	Drain time.Duration
+
+	Wait  time.Duration // long-poll wait of a reserve
+	Lead  time.Duration // fire: from the start of enqueueing to the first due time; 0 = estimate
+	Grace time.Duration // fire: how long after the last due time a delivery still counts
 
 	RedisPoll time.Duration // Redis: the poll interval of the Lua pop
 
@@ -111,6 +132,9 @@ const (
 	DefaultDuration        = 30 * time.Second
 	DefaultWait            = 2 * time.Second
 	DefaultRedisPoll       = 10 * time.Millisecond
+	// DefaultMaxAttempts is the server's max_attempts of a message that
+	// sets none (API.md).
+	DefaultMaxAttempts = 10
 )
 
 // withDefaults returns cfg with every zero field set to its default.
@@ -148,6 +172,8 @@ func (cfg Config) withDefaults() Config {
 	def(&cfg.BodySize, DefaultBodySize)
 	def(&cfg.Rate, DefaultRate)
 	def(&cfg.Consumers, DefaultConsumers)
+	def(&cfg.Groups, 1)
+	def(&cfg.Topics, 1)
 	def(&cfg.ReserveMax, DefaultReserveMax)
 	if cfg.Consume == "" {
 		cfg.Consume = ConsumeReserve
@@ -158,6 +184,10 @@ func (cfg Config) withDefaults() Config {
 	defd(&cfg.RedisPoll, DefaultRedisPoll)
 	defd(&cfg.Down, 3*time.Second)
 	defd(&cfg.Every, time.Second)
+	if cfg.Consume == ConsumeWebhook {
+		def(&cfg.MaxAttempts, DefaultMaxAttempts)
+		defd(&cfg.Drain, webhookDrain(cfg.MaxAttempts))
+	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
 		if cfg.Workload == WorkloadFailover {
@@ -223,11 +253,34 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
+	positive("--groups", cfg.Groups, wheel.MaxGroups)
+	positive("--topics", cfg.Topics, 10_000)
+	switch {
+	case cfg.Groups > 1 && cfg.Spawn == 0:
+		errs = append(errs, errors.New("--groups: only for a spawned cluster (a running one has its own)"))
+	case cfg.Groups > 1 && cfg.Proto == ProtoGRPC:
+		errs = append(errs, errors.New("--groups above 1 and --proto grpc exclude each other: the gRPC API serves clusters of one group only"))
+	}
+	if cfg.Topics > 1 && cfg.Consume != ConsumeWebhook && cfg.Consumers < cfg.Topics {
+		errs = append(errs, fmt.Errorf("--topics %d needs at least as many --consumers (%d): each consumer takes one topic", cfg.Topics, cfg.Consumers))
+	}
+	if cfg.Topics > 1 && cfg.Workload == WorkloadSchedules {
+		errs = append(errs, errors.New("--topics: the schedules workload fires into one topic"))
+	}
 	if !slices.Contains([]string{ConsumeReserve, ConsumeReserveInline, ConsumeStream, ConsumeWebhook}, cfg.Consume) {
 		errs = append(errs, fmt.Errorf("--consume %q: want %s, %s, %s or %s", cfg.Consume, ConsumeReserve, ConsumeReserveInline, ConsumeStream, ConsumeWebhook))
 	}
 	if cfg.WebhookFailRate < 0 || cfg.WebhookFailRate >= 1 {
 		errs = append(errs, fmt.Errorf("--webhook-fail-rate %g: must be at least 0 and below 1", cfg.WebhookFailRate))
+	}
+	if cfg.WebhookHang && cfg.WebhookFailRate > 0 {
+		errs = append(errs, errors.New("--webhook-hang and --webhook-fail-rate exclude each other: a receiver that never answers fails every request already"))
+	}
+	if (cfg.WebhookHang || cfg.WebhookFailRate > 0) && cfg.Consume != ConsumeWebhook {
+		errs = append(errs, fmt.Errorf("--webhook-hang and --webhook-fail-rate shape the webhook receiver: they need --consume %s", ConsumeWebhook))
+	}
+	if cfg.MaxAttempts < 0 || cfg.MaxAttempts > maxMaxAttempts {
+		errs = append(errs, fmt.Errorf("--max-attempts %d: must be between 1 and %d (0: the server's default)", cfg.MaxAttempts, maxMaxAttempts))
 	}
 	if cfg.Every < time.Second || cfg.Every%time.Millisecond != 0 {
 		errs = append(errs, fmt.Errorf("--every %s: must be at least 1s, in whole milliseconds", cfg.Every))
@@ -238,7 +291,7 @@ func (cfg Config) validate() error {
 	if n := cfg.fireMessages(); (cfg.Workload == WorkloadFire || cfg.Workload == WorkloadFailover) && n > 100_000_000 {
 		errs = append(errs, fmt.Errorf("--rate × --duration = %d messages: at most 100,000,000", n))
 	}
-	if cfg.Wait < 0 || cfg.Lead < 0 || cfg.Grace < 0 || cfg.RedisPoll <= 0 || cfg.Down < 0 || cfg.Delay < 0 || cfg.BeanstalkdFsync < 0 {
+	if cfg.Wait < 0 || cfg.Lead < 0 || cfg.Grace < 0 || cfg.RedisPoll <= 0 || cfg.Down < 0 || cfg.Delay < 0 || cfg.BeanstalkdFsync < 0 || cfg.Drain < 0 {
 		errs = append(errs, errors.New("durations must not be negative (and --redis-poll must be positive)"))
 	}
 	if cfg.Workload == WorkloadFailover && (cfg.KillAfter <= 0 || cfg.KillAfter >= cfg.Duration) {

@@ -8,8 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,167 +17,39 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
 )
-
-// dwNode is one delaywheel node the harness spawned.
-type dwNode struct {
-	id       string
-	httpAddr string
-	raftAddr string
-	grpcAddr string
-	dataDir  string
-	proc     *proc
-}
-
-// dwCluster is a delaywheel cluster the harness spawned from the real binary.
-type dwCluster struct {
-	nodes  []*dwNode
-	token  string
-	logger *slog.Logger
-}
-
-// readyTimeout bounds how long a spawned server may take to become ready.
-const readyTimeout = 5 * time.Minute
-
-// spawnDelaywheel starts n nodes (1 or 3) of the binary bin in subdirectories
-// of dir on free loopback ports and waits until the cluster is ready. The
-// nodes read the bearer token from tokenFile; the harness presents token.
-func spawnDelaywheel(ctx context.Context, logger *slog.Logger, dir, bin string, n int, tokenFile, token string, extra []string) (*dwCluster, error) {
-	ports, err := freePorts(3 * n)
-	if err != nil {
-		return nil, err
-	}
-	c := &dwCluster{logger: logger, token: token}
-	var members []string
-	for i := range n {
-		nd := &dwNode{
-			id:       "n" + strconv.Itoa(i+1),
-			httpAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i]),
-			raftAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+1]),
-			grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]),
-		}
-		nd.dataDir = filepath.Join(dir, nd.id)
-		if err := os.MkdirAll(nd.dataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("spawn delaywheel: %w", err)
-		}
-		members = append(members, nd.id+"="+nd.raftAddr)
-		c.nodes = append(c.nodes, nd)
-	}
-	for _, nd := range c.nodes {
-		args := []string{"server", "--node-id", nd.id, "--data-dir", filepath.Join(nd.dataDir, "data"),
-			"--http-addr", nd.httpAddr, "--raft-addr", nd.raftAddr, "--grpc-addr", nd.grpcAddr}
-		if n > 1 {
-			args = append(args, "--initial-cluster", strings.Join(members, ","))
-		}
-		if tokenFile != "" {
-			abs, err := filepath.Abs(tokenFile)
-			if err != nil {
-				return nil, fmt.Errorf("token file: %w", err)
-			}
-			args = append(args, "--auth-token-file", abs)
-		}
-		args = append(args, extra...)
-		nd.proc = newProc(logger, "delaywheel-"+nd.id, nd.dataDir, bin, args...)
-	}
-	if err := c.startAll(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// startAll starts every node and waits until the cluster is ready.
-func (c *dwCluster) startAll(ctx context.Context) error {
-	for _, nd := range c.nodes {
-		if err := nd.proc.Start(); err != nil {
-			return err
-		}
-	}
-	return c.waitReady(ctx)
-}
-
-// waitReady waits until every node answers /readyz and the cluster view
-// knows a leader and every node's HTTP address (needed for forwarding).
-func (c *dwCluster) waitReady(ctx context.Context) error {
-	for _, nd := range c.nodes {
-		cl := client.New(nd.httpAddr, client.WithToken(c.token))
-		if err := waitReady(ctx, nd.proc, readyTimeout, cl.Readyz); err != nil {
-			return err
-		}
-	}
-	cl := client.New(c.nodes[0].httpAddr, client.WithToken(c.token))
-	return waitReady(ctx, c.nodes[0].proc, readyTimeout, func(ctx context.Context) error {
-		info, err := cl.Cluster(ctx)
-		if err != nil {
-			return err
-		}
-		if info.Leader == "" {
-			return errors.New("no leader yet")
-		}
-		for _, ns := range info.Nodes {
-			if ns.HTTPAddr == "" {
-				return fmt.Errorf("node %s has not announced its HTTP address", ns.ID)
-			}
-		}
-		if len(info.Nodes) != len(c.nodes) {
-			return fmt.Errorf("%d of %d nodes in the configuration", len(info.Nodes), len(c.nodes))
-		}
-		return nil
-	})
-}
-
-// stopAll stops every node with SIGTERM at once and returns how long the
-// slowest took to exit.
-func (c *dwCluster) stopAll() (time.Duration, error) {
-	var wg sync.WaitGroup
-	took := make([]time.Duration, len(c.nodes))
-	errs := make([]error, len(c.nodes))
-	for i, nd := range c.nodes {
-		wg.Go(func() { took[i], errs[i] = nd.proc.Stop(time.Minute) })
-	}
-	wg.Wait()
-	var worst time.Duration
-	for _, d := range took {
-		worst = max(worst, d)
-	}
-	return worst, errors.Join(errs...)
-}
-
-// Close stops every node.
-func (c *dwCluster) Close() error {
-	_, err := c.stopAll()
-	return err
-}
-
-// addrs are the nodes' HTTP addresses.
-func (c *dwCluster) addrs() []string {
-	out := make([]string, len(c.nodes))
-	for i, nd := range c.nodes {
-		out[i] = nd.httpAddr
-	}
-	return out
-}
 
 // dwTarget is a delaywheel cluster: spawned, or reached at given addresses.
 type dwTarget struct {
 	name    string
-	topic   string
-	bases   []string // http://host:port
-	addrs   []string // host:port, as the cluster view names nodes
-	clients []*client.Client
-	grpc    *client.GRPC // enqueues over gRPC when set
-	hc      *http.Client
-	token   string
-	leader  atomic.Int32 // index of the node believed to lead
-	cluster *dwCluster   // nil when the harness did not spawn it
-	logger  *slog.Logger
+	topics  []string     // the run's topics; enqueue batch b goes to topics[b % len]
+	batches atomic.Int64 // enqueue batches sent, which picks each one's topic
+	// groupNodes, on a cluster of several Raft groups, is the index of the
+	// node leading each group as last learned; nil otherwise. An enqueue
+	// goes first to its topic's group leader, so no node forwards it.
+	groupNodes atomic.Pointer[[]int32]
+	// consumers counts the consumers made, each taking the next topic.
+	consumers atomic.Int32
+	bases     []string // http://host:port
+	addrs     []string // host:port, as the cluster view names nodes
+	clients   []*client.Client
+	grpc      *client.GRPC // enqueues over gRPC when set
+	hc        *http.Client
+	token     string
+	leader    atomic.Int32 // index of the node believed to lead
+	cluster   *dwCluster   // nil when the harness did not spawn it
+	logger    *slog.Logger
 
 	reserveMax int
 	waitMs     int64
 	ttrMs      *int64
-	consume    string // ConsumeReserve, ConsumeStream or ConsumeWebhook
+	// maxAttempts is the messages' max_attempts (nil: the server's default).
+	maxAttempts *int32
+	consume     string // ConsumeReserve, ConsumeStream or ConsumeWebhook
 	// The webhook receiver (ConsumeWebhook), started by the first consumer.
 	webhookFailRate float64
+	webhookHang     bool
 	hookOnce        sync.Once
 	hook            *receiver
 	hookErr         error
@@ -199,7 +70,7 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 	}
 	t := &dwTarget{
 		name:       TargetDelaywheel,
-		topic:      "bench." + cfg.runID,
+		topics:     []string{"bench." + cfg.runID},
 		hc:         &http.Client{Transport: tr},
 		token:      token,
 		cluster:    cluster,
@@ -209,6 +80,20 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		consume:    cfg.Consume,
 
 		webhookFailRate: cfg.WebhookFailRate,
+		webhookHang:     cfg.WebhookHang,
+	}
+	if cfg.MaxAttempts > 0 {
+		t.maxAttempts = api.Ptr(int32(cfg.MaxAttempts))
+	}
+	if cfg.Topics > 1 {
+		t.topics = t.topics[:0]
+		for k := range cfg.Topics {
+			t.topics = append(t.topics, fmt.Sprintf("bench.%s.%d", cfg.runID, k))
+		}
+		t.name += fmt.Sprintf(", %d topics", cfg.Topics)
+	}
+	if cfg.Groups > 1 {
+		t.name += fmt.Sprintf(", %d groups", cfg.Groups)
 	}
 	if len(addrs) > 1 {
 		t.name = fmt.Sprintf("%s (%d nodes)", TargetDelaywheel, len(addrs))
@@ -245,6 +130,7 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		}
 	}
 	t.refreshLeader(ctx)
+	t.refreshGroups(ctx)
 	return t
 }
 
@@ -284,6 +170,49 @@ func (t *dwTarget) refreshLeader(ctx context.Context) {
 	}
 }
 
+// refreshGroups learns which node leads each Raft group, when the run
+// spreads over topics and the cluster has several groups. The nodes are
+// matched to the target's addresses by HTTP address or, when the cluster
+// knows them by other names (containers), by position: the i-th address
+// for the i-th node in id order.
+func (t *dwTarget) refreshGroups(ctx context.Context) {
+	t.groupNodes.Store(nil)
+	if len(t.topics) < 2 || len(t.clients) < 2 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := t.clients[t.leader.Load()].Cluster(cctx)
+	if err != nil || len(info.Groups) < 2 {
+		return
+	}
+	index := map[string]int32{}
+	for _, ns := range info.Nodes {
+		if j := slices.Index(t.addrs, ns.HTTPAddr); j >= 0 {
+			index[ns.ID] = int32(j)
+		}
+	}
+	if len(index) < len(info.Nodes) && len(info.Nodes) == len(t.addrs) {
+		ids := make([]string, 0, len(info.Nodes))
+		for _, ns := range info.Nodes {
+			ids = append(ids, ns.ID)
+		}
+		slices.Sort(ids)
+		for j, id := range ids {
+			index[id] = int32(j)
+		}
+	}
+	leaders := make([]int32, len(info.Groups))
+	for _, g := range info.Groups {
+		i, ok := index[g.Leader]
+		if !ok || g.Group < 0 || g.Group >= len(leaders) {
+			return
+		}
+		leaders[g.Group] = i
+	}
+	t.groupNodes.Store(&leaders)
+}
+
 // failover moves the target off node i after a failed call.
 func (t *dwTarget) failover(ctx context.Context, i int32) {
 	if len(t.clients) == 1 {
@@ -291,6 +220,9 @@ func (t *dwTarget) failover(ctx context.Context, i int32) {
 	}
 	if t.leader.CompareAndSwap(i, (i+1)%int32(len(t.clients))) {
 		t.refreshLeader(ctx)
+	}
+	if t.groupNodes.Load() != nil {
+		t.refreshGroups(ctx)
 	}
 }
 
@@ -317,14 +249,34 @@ const retryFor = time.Minute
 // call runs fn against the believed leader, retrying on another node or
 // after back-pressure until it succeeds, fails for good or retryFor passes.
 func (t *dwTarget) call(ctx context.Context, fn func(*client.Client) error) error {
-	return t.retry(ctx, func(i int32) error { return fn(t.clients[i]) })
+	return t.callTopic(ctx, "", fn)
 }
 
-// retry runs fn with the index of the believed leader, retrying as call does.
-func (t *dwTarget) retry(ctx context.Context, fn func(leader int32) error) error {
+// callTopic is call for a request about topic: its first try goes to the
+// node leading the topic's group (nodeFor).
+func (t *dwTarget) callTopic(ctx context.Context, topic string, fn func(*client.Client) error) error {
+	return t.retry(ctx, topic, func(i int32) error { return fn(t.clients[i]) })
+}
+
+// nodeFor is the node believed to lead topic's group: on a cluster of
+// several groups the one refreshGroups learned, otherwise (or for no
+// topic) the node believed to lead.
+func (t *dwTarget) nodeFor(topic string) int32 {
+	if g := t.groupNodes.Load(); g != nil && topic != "" {
+		return (*g)[wheel.GroupOf(topic, len(*g))]
+	}
+	return t.leader.Load()
+}
+
+// retry runs fn with the index of the node believed to lead topic's group
+// first, then of the believed leader, retrying as call does.
+func (t *dwTarget) retry(ctx context.Context, topic string, fn func(leader int32) error) error {
 	deadline := time.Now().Add(retryFor)
 	for attempt := 0; ; attempt++ {
 		i := t.leader.Load()
+		if attempt == 0 {
+			i = t.nodeFor(topic)
+		}
 		err := fn(i)
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -346,12 +298,15 @@ func (t *dwTarget) retry(ctx context.Context, fn func(leader int32) error) error
 }
 
 func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
+	// One topic a batch: on a cluster of several groups the batch is then
+	// one group's, applied by that group's leader without a split.
+	topic := t.topics[int(t.batches.Add(1)-1)%len(t.topics)]
 	req := make([]api.Message, len(msgs))
 	for i, m := range msgs {
 		due := m.DeliverAtMs
-		req[i] = api.Message{Topic: t.topic, Payload: api.TextBody(m.Body), DeliverAtMs: &due}
+		req[i] = api.Message{Topic: topic, Payload: api.TextBody(m.Body), DeliverAtMs: &due, MaxAttempts: t.maxAttempts}
 	}
-	err := t.retry(ctx, func(i int32) error {
+	err := t.retry(ctx, topic, func(i int32) error {
 		enqueue := t.clients[i].Enqueue
 		if t.grpc != nil {
 			enqueue = t.grpc.Enqueue // it follows the leader itself
@@ -366,6 +321,12 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 		return fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
 	}
 	return nil
+}
+
+// nextTopic is the topic of the next consumer made: each topic in turn,
+// so that with at least as many consumers as topics every topic has one.
+func (t *dwTarget) nextTopic() string {
+	return t.topics[int(t.consumers.Add(1)-1)%len(t.topics)]
 }
 
 func (t *dwTarget) NewConsumer(ctx context.Context) (consumer, error) {
@@ -383,6 +344,16 @@ func (t *dwTarget) NewConsumer(ctx context.Context) (consumer, error) {
 }
 
 func (t *dwTarget) Pending(ctx context.Context) (int64, error) {
+	tc, err := t.counts(ctx)
+	if err != nil {
+		return -1, err
+	}
+	return tc.Delayed + tc.Ready + tc.Reserved, nil
+}
+
+// counts are the target topics' counts by state, summed, as the leader
+// has them.
+func (t *dwTarget) counts(ctx context.Context) (api.TopicCounts, error) {
 	var topics []api.TopicCounts
 	err := t.call(ctx, func(c *client.Client) error {
 		var err error
@@ -390,14 +361,18 @@ func (t *dwTarget) Pending(ctx context.Context) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return -1, fmt.Errorf("topics: %w", err)
+		return api.TopicCounts{}, fmt.Errorf("topics: %w", err)
 	}
+	sum := api.TopicCounts{Topic: t.topics[0]}
 	for _, tc := range topics {
-		if tc.Topic == t.topic {
-			return tc.Delayed + tc.Ready + tc.Reserved, nil
+		if slices.Contains(t.topics, tc.Topic) {
+			sum.Delayed += tc.Delayed
+			sum.Ready += tc.Ready
+			sum.Reserved += tc.Reserved
+			sum.Dead += tc.Dead
 		}
 	}
-	return 0, nil
+	return sum, nil
 }
 
 // leaderNode is the spawned node believed to lead.
@@ -423,6 +398,12 @@ func (t *dwTarget) Resources(ctx context.Context) (resources, error) {
 
 // scrapeRSS reads process_resident_memory_bytes from the leader's /metrics.
 func (t *dwTarget) scrapeRSS(ctx context.Context) (int64, error) {
+	v, err := t.scrapeMetric(ctx, "process_resident_memory_bytes")
+	return int64(v), err
+}
+
+// scrapeMetric reads an unlabelled metric from the leader's /metrics.
+func (t *dwTarget) scrapeMetric(ctx context.Context, name string) (float64, error) {
 	i := t.leader.Load()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.bases[i]+"/metrics", nil)
 	if err != nil {
@@ -436,18 +417,18 @@ func (t *dwTarget) scrapeRSS(ctx context.Context) (int64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				return -1, fmt.Errorf("metrics: process_resident_memory_bytes %q: %w", v, err)
+				return -1, fmt.Errorf("metrics: %s %q: %w", name, v, err)
 			}
-			return int64(f), nil
+			return f, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return -1, fmt.Errorf("metrics: %w", err)
 	}
-	return -1, errors.New("metrics: no process_resident_memory_bytes")
+	return -1, fmt.Errorf("metrics: no %s", name)
 }
 
 func (t *dwTarget) Restart(ctx context.Context) (restartTimes, error) {
@@ -490,6 +471,7 @@ func (t *dwTarget) Close() error {
 // before its next reserve, as the plain consumer loop does.
 type dwConsumer struct {
 	t      *dwTarget
+	topic  string // the one it reserves from
 	acks   chan []string
 	done   chan struct{}
 	ackErr atomic.Pointer[error] // the latest failed ack, reported by Next
@@ -499,7 +481,7 @@ type dwConsumer struct {
 }
 
 func newDWConsumer(ctx context.Context, t *dwTarget) *dwConsumer {
-	c := &dwConsumer{t: t, acks: make(chan []string, 1024), done: make(chan struct{})}
+	c := &dwConsumer{t: t, topic: t.nextTopic(), acks: make(chan []string, 1024), done: make(chan struct{})}
 	go c.ackLoop(context.WithoutCancel(ctx))
 	return c
 }
@@ -520,7 +502,7 @@ func (c *dwConsumer) ackLoop(ctx context.Context) {
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := c.t.call(actx, func(cl *client.Client) error {
+		err := c.t.callTopic(actx, c.topic, func(cl *client.Client) error {
 			_, err := cl.Ack(actx, receipts)
 			return err
 		})
@@ -534,10 +516,10 @@ func (c *dwConsumer) ackLoop(ctx context.Context) {
 
 func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 	t := c.t
-	i := t.leader.Load()
+	i := t.nodeFor(c.topic)
 	req := api.ReserveRequest{Max: &t.reserveMax, WaitMs: t.waitMs, TTRMs: t.ttrMs}
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.waitMs)*time.Millisecond+10*time.Second)
-	ds, err := t.clients[i].Reserve(rctx, t.topic, req)
+	ds, err := t.clients[i].Reserve(rctx, c.topic, req)
 	cancel()
 	at := time.Now()
 	if err != nil {
@@ -557,7 +539,7 @@ func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 		receipts[k] = d.Receipt
 	}
 	if len(receipts) > 0 && t.consume == ConsumeReserveInline {
-		err := t.call(ctx, func(cl *client.Client) error {
+		err := t.callTopic(ctx, c.topic, func(cl *client.Client) error {
 			_, err := cl.Ack(ctx, receipts)
 			return err
 		})

@@ -13,6 +13,12 @@
 //     not disturb the firing; C consumers long-poll and acknowledge. Lateness
 //     (receive time − due time) goes into an HDR histogram; lost, early and
 //     duplicated deliveries are counted against the record of what was sent.
+//     With --consume webhook a receiver in the harness takes the messages:
+//     answering 500 at random (--webhook-fail-rate), the run waits for the
+//     retries and accounts for each message as answered 2xx, dead after
+//     max_attempts (listed from the dead letters) or lost; holding every
+//     request (--webhook-hang), it samples the leader's requests in flight
+//     and the nodes' resident memory each second instead.
 //   - backlog: N messages pending far ahead (spread over 1–24 h); resident
 //     memory and disk bytes per pending message, and the time from restarting
 //     the server to its being ready again.
@@ -23,7 +29,9 @@
 // # Targets
 //
 // A delaywheel cluster is either given by address (--addr) or spawned from the
-// real binary (--spawn 1|3) in temporary directories on free loopback ports.
+// real binary (--spawn 1|3) in temporary directories on free loopback ports,
+// with --groups N Raft groups per node; --topics K spreads its messages over
+// K topics (each consumer takes one), so that the groups share the load.
 // The alternatives are always spawned, and only when their server binary is
 // installed: Redis (a sorted set scored by due time, popped by a Lua script
 // every poll interval, AOF with appendfsync always) and beanstalkd (delayed

@@ -28,6 +28,8 @@ type fireRun struct {
 	firstDue time.Time
 	lastDue  time.Time
 	prod     *producers
+	settled  bool      // the wait ended because every message was accounted for
+	waitEnd  time.Time // when the wait for deliveries ended
 }
 
 // fireSchedule returns the due times (ms) of n messages coming due evenly at
@@ -48,16 +50,34 @@ func autoLead(n int, hint float64) time.Duration {
 
 // runFire is the fire workload.
 func runFire(ctx context.Context, cfg Config, t target, res *Result) error {
-	fr, err := fire(ctx, cfg, t, res, nil)
+	if dw, ok := t.(*dwTarget); ok && dw.consume == ConsumeWebhook {
+		return runWebhookFire(ctx, cfg, dw, res)
+	}
+	fr, err := fire(ctx, cfg, t, res, fireOpts{settleEarly: true})
 	if fr != nil {
 		res.Throughput, res.ThroughputOf = fr.tl.Rates(120), "delivered"
 	}
 	return err
 }
 
-// fire runs the fire workload, calling during (when not nil) in its own
-// goroutine once the messages are scheduled; fire waits for it to return.
-func fire(ctx context.Context, cfg Config, t target, res *Result, during func(context.Context, *fireRun)) (*fireRun, error) {
+// fireOpts shape a fire run beyond its Config.
+type fireOpts struct {
+	// during, when set, runs in its own goroutine once the consumers are
+	// open; fire waits for it to return.
+	during func(context.Context, *fireRun)
+	// settleEarly ends the wait for deliveries, two seconds after the last
+	// due time at the earliest, once settled says so.
+	settleEarly bool
+	// settled says whether every acknowledged message is accounted for;
+	// nil: each was received.
+	settled func(context.Context, *fireRun) bool
+	// wait is how long after the last due time deliveries are awaited at
+	// most (0: cfg.Grace).
+	wait time.Duration
+}
+
+// fire runs the fire workload as opt says.
+func fire(ctx context.Context, cfg Config, t target, res *Result, opt fireOpts) (*fireRun, error) {
 	n := cfg.fireMessages()
 	if n == 0 {
 		return nil, errors.New("fire: --rate × --duration is no message")
@@ -112,8 +132,8 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, during func(co
 		})
 	}
 	var dwg sync.WaitGroup
-	if during != nil {
-		dwg.Go(func() { during(cctx, fr) })
+	if opt.during != nil {
+		dwg.Go(func() { opt.during(cctx, fr) })
 	}
 
 	stop := cfg.progress.Start(ctx, func() string {
@@ -133,14 +153,22 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, during func(co
 			"late_by", fr.prod.end.Sub(fr.firstDue).Round(time.Millisecond))
 	}
 
-	// Wait for the deliveries: until grace after the last due time, or
-	// (outside failover, where redeliveries come later) until every
-	// acknowledged message arrived and two seconds passed.
-	end := fr.lastDue.Add(cfg.Grace)
+	// Wait for the deliveries: until opt.wait (or grace) after the last
+	// due time, or (outside failover, where redeliveries come later) until
+	// every acknowledged message is accounted for and two seconds passed.
+	wait := opt.wait
+	if wait == 0 {
+		wait = cfg.Grace
+	}
+	settled := opt.settled
+	if settled == nil {
+		settled = func(context.Context, *fireRun) bool { return fr.led.ReceivedCount() >= int(fr.prod.done.Load()) }
+	}
+	end := fr.lastDue.Add(wait)
 	tick := time.NewTicker(50 * time.Millisecond)
 	for perr == nil && ctx.Err() == nil && time.Now().Before(end) {
-		if during == nil && time.Now().After(fr.lastDue.Add(2*time.Second)) &&
-			fr.led.ReceivedCount() >= int(fr.prod.done.Load()) {
+		if opt.settleEarly && time.Now().After(fr.lastDue.Add(2*time.Second)) && settled(ctx, fr) {
+			fr.settled = true
 			break
 		}
 		select {
@@ -149,6 +177,7 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, during func(co
 		}
 	}
 	tick.Stop()
+	fr.waitEnd = time.Now()
 	stopConsumers()
 	wg.Wait()
 	dwg.Wait()
@@ -201,14 +230,14 @@ func runFailover(ctx context.Context, cfg Config, t target, res *Result) error {
 	dw.ttrMs = &ttr // redeliveries of unacknowledged leases come back within the grace
 	fo := &FailoverResult{ExpectedGap: round3(1000 / float64(cfg.Rate))}
 	var killAt time.Time
-	fr, err := fire(ctx, cfg, t, res, func(ctx context.Context, fr *fireRun) {
+	fr, err := fire(ctx, cfg, t, res, fireOpts{during: func(ctx context.Context, fr *fireRun) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Until(fr.firstDue.Add(cfg.KillAfter))):
 		}
 		killAt = killLeader(ctx, cfg, dw, fo)
-	})
+	}})
 	res.Failover = fo
 	if fr != nil {
 		res.Throughput, res.ThroughputOf = fr.tl.Rates(240), "delivered"

@@ -117,3 +117,29 @@ func TestSpawnedDelaywheel(t *testing.T) {
 		t.Fatalf("temporary directories left behind: %v %v", left, err)
 	}
 }
+
+// TestSpawnedDelaywheelGroups runs fire against 3 nodes of 3 Raft groups
+// each, spawned from the real binary, the load spread over topics of every
+// group: nothing lost, nothing early.
+func TestSpawnedDelaywheelGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns the server binary")
+	}
+	if buildErr != nil {
+		t.Skipf("cannot build the delaywheel binary: %v", buildErr)
+	}
+	cfg := Config{Targets: []string{TargetDelaywheel}, Binary: testBinary, TempDir: t.TempDir(), Stderr: t.Output()}
+	cfg.Spawn, cfg.Groups, cfg.Topics, cfg.Consumers = 3, 3, 6, 6
+	cfg.Workload, cfg.Rate, cfg.Duration, cfg.Lead, cfg.Grace = WorkloadFire, 200, 2*time.Second, 2*time.Second, 5*time.Second
+	rep, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rep.Results[0]
+	if res.Error != "" || res.Fire == nil {
+		t.Fatalf("fire over 3 groups: %+v", res)
+	}
+	if f := res.Fire; f.Sent != 400 || f.Received != 400 || f.Lost != 0 || f.Early != 0 {
+		t.Fatalf("fire over 3 groups: sent %d received %d lost %d early %d, want 400 400 0 0", f.Sent, f.Received, f.Lost, f.Early)
+	}
+}

@@ -89,6 +89,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			f := res.Fire
 			l := f.Lateness
 			cells := []any{res.Target, f.Sent, f.Received, f.Lost, f.Early, f.Duplicates, f2(l.P50), f2(l.P90), f2(l.P99), f2(l.P999), f2(l.Max)}
+			if wh := res.Webhook; wh != nil && wh.Hang {
+				cells = []any{res.Target, f.Sent, f.Received, "n/a", f.Early, f.Duplicates, "n/a", "n/a", "n/a", "n/a", "n/a"}
+			}
 			if fo := res.Failover; fo != nil {
 				cells = append(cells, fo.KilledNode, f0(fo.ElectionMs), f0(fo.GapMs))
 			}
@@ -122,6 +125,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	tw.Flush()
+	for _, res := range ran {
+		if res.Webhook != nil {
+			writeWebhook(&b, res.Target, res.Webhook)
+		}
+	}
 	for _, res := range r.Results {
 		switch {
 		case res.Skipped != "":
@@ -141,6 +149,54 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// writeWebhook writes what a webhook run adds: the account of its
+// messages, or what a receiver that hangs did to the leader.
+func writeWebhook(b *strings.Builder, target string, wh *WebhookResult) {
+	fmt.Fprintf(b, "\n%s: max_concurrency %d, max_attempts %d; ", target, wh.MaxConcurrency, wh.MaxAttempts)
+	if wh.Hang {
+		fmt.Fprintf(b, "the receiver took %d requests and held each unanswered (--webhook-hang)\n", wh.Requests)
+	} else {
+		fmt.Fprintf(b, "the receiver took %d requests, answered %d 2xx and %d 500 (--webhook-fail-rate %g)\n",
+			wh.Requests, wh.Answered2xx, wh.Answered500, wh.FailRate)
+	}
+	if a := wh.Account; a != nil {
+		fmt.Fprintf(b, "  sent %d = answered 2xx %d + dead %d + lost %d; dead letters listed %d, attempts ≠ max_attempts %d",
+			a.Sent, a.Answered, a.Dead, a.Lost, a.DeadListed, a.AttemptViolations)
+		if a.AnsweredAndDead > 0 || a.ForeignDead > 0 {
+			fmt.Fprintf(b, ", dead yet answered 2xx %d, dead not sent by this run %d", a.AnsweredAndDead, a.ForeignDead)
+		}
+		b.WriteString("\n")
+	}
+	if !wh.Hang && wh.DrainLimitS > 0 {
+		if wh.DrainTimedOut {
+			fmt.Fprintf(b, "  drain timed out %.1f s after the last due time", wh.DrainS)
+			if a := wh.Account; a != nil {
+				fmt.Fprintf(b, ": still pending %d (delayed for a retry %d, ready %d, in flight %d)", a.Pending(), a.Delayed, a.Ready, a.Reserved)
+			}
+			b.WriteString("\n")
+		} else {
+			fmt.Fprintf(b, "  every message accounted for %.1f s after the last due time (drain limit %.0f s)\n", wh.DrainS, wh.DrainLimitS)
+		}
+	}
+	if h := wh.Hold; h != nil {
+		fmt.Fprintf(b, "  %s on the leader, %d samples 1 s apart from 1 s after the first due time: min %s, max %s (max_concurrency %d)\n",
+			h.InflightMetric, h.InflightSamples, f0(h.InflightMin), f0(h.InflightMax), wh.MaxConcurrency)
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  node\tRSS at the first due time\thalfway\tat the end\tmax\t")
+		for _, n := range h.RSS {
+			name := n.Node
+			if n.Leader {
+				name += " (leader)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t\n", name, bytesStr(n.StartBytes), bytesStr(n.MiddleBytes), bytesStr(n.EndBytes), bytesStr(n.MaxBytes))
+		}
+		tw.Flush()
+	}
+	if wh.NotApplicable != "" {
+		fmt.Fprintf(b, "  %s\n", wh.NotApplicable)
+	}
 }
 
 // ran are the results that carry the workload's numbers.
@@ -190,7 +246,7 @@ func (r *Report) Comparisons() []string {
 				out = append(out, fmt.Sprintf("enqueue rate: delaywheel = %s× %s", times(dw.Enqueue.PerSec/alt.Enqueue.PerSec, 2), alt.Target))
 			}
 		case WorkloadFire:
-			if alt.Fire.Lateness.P99 > 0 {
+			if alt.Fire.Lateness.P99 > 0 && (dw.Webhook == nil || !dw.Webhook.Hang) {
 				out = append(out, fmt.Sprintf("p99 lateness: delaywheel = %s× %s", times(dw.Fire.Lateness.P99/alt.Fire.Lateness.P99, 3), alt.Target))
 			}
 		case WorkloadBacklog:

@@ -34,16 +34,7 @@ func (p *progress) Start(ctx context.Context, status func() string) (stop func()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				p.show(status())
-			}
-		}
+		tickUntil(ctx, every, func() { p.show(status()) })
 	}()
 	return func() {
 		cancel()
@@ -102,5 +93,19 @@ func si(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	default:
 		return fmt.Sprintf("%.0f", v)
+	}
+}
+
+// tickUntil calls fn every d until ctx ends.
+func tickUntil(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fn()
+		}
 	}
 }

@@ -124,6 +124,18 @@ func (l *ledger) Outcome() Outcome {
 	return o
 }
 
+// sentAndReceived returns, by sequence number, whether each message's
+// enqueue was acknowledged and whether it was delivered.
+func (l *ledger) sentAndReceived() (sent, received []bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	received = make([]bool, len(l.recv))
+	for i, n := range l.recv {
+		received[i] = n > 0
+	}
+	return slices.Clone(l.acked), received
+}
+
 // ReceivedCount is how many distinct messages were delivered so far.
 func (l *ledger) ReceivedCount() int {
 	l.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -61,6 +62,7 @@ type Result struct {
 	Backlog   *BacklogResult   `json:"backlog,omitempty"`
 	Failover  *FailoverResult  `json:"failover,omitempty"`
 	Schedules *SchedulesResult `json:"schedules,omitempty"`
+	Webhook   *WebhookResult   `json:"webhook,omitempty"` // fire with --consume webhook
 
 	// Throughput over time: enqueue acknowledgements (enqueue, backlog) or
 	// first deliveries (fire, failover) per second.
@@ -210,6 +212,9 @@ func openTarget(ctx context.Context, cfg Config, dir, name string) (target, erro
 		var extra []string
 		if cfg.Workload == WorkloadFailover {
 			extra = []string{"--redelivery-backoff", "0"}
+		}
+		if cfg.Groups > 1 {
+			extra = append(extra, "--groups", strconv.Itoa(cfg.Groups))
 		}
 		cl, err := spawnDelaywheel(ctx, cfg.logger, dir, cfg.Binary, cfg.Spawn, cfg.TokenFile, token, extra)
 		if err != nil {

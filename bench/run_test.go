@@ -28,14 +28,34 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workload: WorkloadFire, Consume: ConsumeReserveInline}, ""},
 		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookFailRate: 1}, "--webhook-fail-rate"},
 		{Config{Workload: WorkloadFire, Consume: "poll"}, `--consume "poll"`},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookHang: true}, ""},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookHang: true, WebhookFailRate: 0.2}, "--webhook-hang and --webhook-fail-rate exclude each other"},
+		{Config{Workload: WorkloadFire, WebhookHang: true}, "need --consume webhook"},
+		{Config{Workload: WorkloadFire, WebhookFailRate: 0.2}, "need --consume webhook"},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, MaxAttempts: -1}, "--max-attempts -1"},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, MaxAttempts: 1001}, "--max-attempts 1001"},
+		{Config{Workload: WorkloadFire, Consume: ConsumeWebhook, Drain: -time.Second}, "durations must not be negative"},
 		{Config{Workload: WorkloadEnqueue, Proto: ProtoJSON}, ""},
 		{Config{Workload: WorkloadEnqueue, Proto: "thrift"}, `--proto "thrift"`},
 		{Config{Workload: WorkloadFailover, Duration: time.Second, KillAfter: 2 * time.Second}, "--kill-after"},
+		{Config{Workload: WorkloadFire, Spawn: 3, Groups: 3, Topics: 4, Consumers: 4}, ""},
+		{Config{Workload: WorkloadFire, Groups: 300}, "--groups 300"},
+		{Config{Workload: WorkloadFire, Addrs: []string{"x:1"}, Groups: 3}, "--groups: only for a spawned cluster"},
+		{Config{Workload: WorkloadFire, Groups: 3, Proto: ProtoGRPC}, "--proto grpc exclude each other"},
+		{Config{Workload: WorkloadFire, Topics: 8, Consumers: 4}, "--topics 8 needs at least as many --consumers"},
+		{Config{Workload: WorkloadSchedules, Topics: 2}, "--topics: the schedules workload"},
 	} {
 		err := tc.cfg.withDefaults().validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+	w := Config{Workload: WorkloadFire, Consume: ConsumeWebhook, WebhookFailRate: 0.2}.withDefaults()
+	if w.MaxAttempts != DefaultMaxAttempts || w.Drain != webhookDrain(DefaultMaxAttempts) {
+		t.Fatalf("webhook defaults: max attempts %d, drain %s", w.MaxAttempts, w.Drain)
+	}
+	if r := (Config{Workload: WorkloadFire}).withDefaults(); r.MaxAttempts != 0 || r.Drain != 0 {
+		t.Fatalf("reserve defaults: max attempts %d (want the server's), drain %s", r.MaxAttempts, r.Drain)
 	}
 	d := Config{Workload: WorkloadBacklog}.withDefaults()
 	if d.Messages != DefaultBacklogMessages || d.Spawn != 1 || len(d.Targets) != 3 {

@@ -59,7 +59,7 @@ func (s scheduleSetter) phase(i int) int64 { return int64(i) * s.everyMs / int64
 
 func (s scheduleSetter) Enqueue(ctx context.Context, msgs []msg) error {
 	for _, m := range msgs {
-		req := api.ScheduleRequest{Topic: s.topic, EveryMs: s.everyMs, StartAtMs: s.startMs + s.phase(m.Seq), Payload: api.TextBody(m.Body)}
+		req := api.ScheduleRequest{Topic: s.topics[0], EveryMs: s.everyMs, StartAtMs: s.startMs + s.phase(m.Seq), Payload: api.TextBody(m.Body)}
 		err := s.call(ctx, func(c *client.Client) error {
 			_, err := c.SetSchedule(ctx, s.name(m.Seq), req)
 			return err

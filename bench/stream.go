@@ -37,6 +37,7 @@ const streamMaxBatch = 1000
 // node keeps failing, it moves to another.
 type dwStreamConsumer struct {
 	t       *dwTarget
+	topic   string          // the one it streams
 	ctx     context.Context // the consumer's life
 	sub     subscription
 	node    int32
@@ -45,11 +46,11 @@ type dwStreamConsumer struct {
 }
 
 func newDWStreamConsumer(ctx context.Context, t *dwTarget) *dwStreamConsumer {
-	return &dwStreamConsumer{t: t, ctx: context.WithoutCancel(ctx)}
+	return &dwStreamConsumer{t: t, topic: t.nextTopic(), ctx: context.WithoutCancel(ctx)}
 }
 
 func (c *dwStreamConsumer) open() {
-	c.node = c.t.leader.Load()
+	c.node = c.t.nodeFor(c.topic)
 	c.errs.Store(0)
 	opt := client.SubscribeOptions{OnError: func(err error) {
 		c.errs.Add(1)
@@ -59,10 +60,10 @@ func (c *dwStreamConsumer) open() {
 		opt.TTRMs = *c.t.ttrMs
 	}
 	if c.t.grpc != nil {
-		c.sub = c.t.grpc.Subscribe(c.ctx, c.t.topic, opt) // it follows the leader itself
+		c.sub = c.t.grpc.Subscribe(c.ctx, c.topic, opt) // it follows the leader itself
 		return
 	}
-	c.sub = c.t.clients[c.node].Subscribe(c.ctx, c.t.topic, opt)
+	c.sub = c.t.clients[c.node].Subscribe(c.ctx, c.topic, opt)
 }
 
 // reopen closes the subscription; the next Next opens one on the node

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -29,39 +30,56 @@ type received struct {
 }
 
 // receiver is the harness's webhook endpoint. It answers 500 to a share
-// failRate of the requests, at random; the others count as delivered.
+// failRate of the requests, at random, and 204 to the others, which count
+// as delivered; with hang it holds every request unanswered until close.
 type receiver struct {
 	srv      *http.Server
 	url      string
 	ch       chan received
 	failRate float64
+	hang     bool
+	release  chan struct{} // closed by close: hung requests end
 	mu       sync.Mutex
 	rng      *rand.Rand
+
+	requests, ok, failed atomic.Int64
 }
 
-func startReceiver(failRate float64) (*receiver, error) {
+func startReceiver(failRate float64, hang bool) (*receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
 	r := &receiver{url: "http://" + ln.Addr().String() + "/hook", ch: make(chan received, 1<<16), failRate: failRate,
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+		hang: hang, release: make(chan struct{}), rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
 }
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	r.requests.Add(1)
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 	at := time.Now()
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
+	if r.hang {
+		select {
+		case <-r.release:
+		case <-req.Context().Done():
+		}
+		// A handler that returns without writing answers 200, which
+		// would ack the message.
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	r.mu.Lock()
 	fail := r.failRate > 0 && r.rng.Float64() < r.failRate
 	r.mu.Unlock()
 	if fail {
+		r.failed.Add(1)
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
@@ -70,27 +88,39 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	case <-req.Context().Done():
 		return
 	}
+	r.ok.Add(1)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (r *receiver) close() error {
+	r.mu.Lock()
+	select {
+	case <-r.release:
+	default:
+		close(r.release)
+	}
+	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return r.srv.Shutdown(ctx)
 }
 
-// hookReceiver starts the target's receiver and points the topic's
+// hookReceiver starts the target's receiver and points each topic's
 // webhook at it, once.
 func (t *dwTarget) hookReceiver(ctx context.Context) (*receiver, error) {
 	t.hookOnce.Do(func() {
-		r, err := startReceiver(t.webhookFailRate)
+		r, err := startReceiver(t.webhookFailRate, t.webhookHang)
 		if err != nil {
 			t.hookErr = err
 			return
 		}
 		t.hookErr = t.call(ctx, func(c *client.Client) error {
-			_, err := c.SetWebhook(ctx, t.topic, api.WebhookRequest{URL: r.url, MaxConcurrency: api.Ptr(int64(webhookConcurrency))})
-			return err
+			for _, topic := range t.topics {
+				if _, err := c.SetWebhook(ctx, topic, api.WebhookRequest{URL: r.url, MaxConcurrency: api.Ptr(int64(webhookConcurrency))}); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 		if t.hookErr != nil {
 			t.hookErr = errors.Join(fmt.Errorf("set the webhook: %w", t.hookErr), r.close())

@@ -68,6 +68,9 @@ func (n *Node) result(ctx context.Context, cmd wheel.Command) (any, error) {
 
 // Enqueue schedules messages as one log entry.
 func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+	if len(msgs) > wheel.MaxEntryMessages {
+		return nil, fmt.Errorf("%w: %d messages in one enqueue; one log entry holds at most %d", wheel.ErrInvalid, len(msgs), wheel.MaxEntryMessages)
+	}
 	st := n.store()
 	if have := st.NumTopics(); have >= n.cfg.MaxTopics {
 		for i, m := range msgs {
@@ -109,16 +112,17 @@ func (n *Node) resultAtCommit(ctx context.Context, cmd wheel.Schedule) (any, err
 	case res != nil:
 		return res[0].Value, res[0].Err
 	}
-	return wheel.Scheduled(index, cmd.Messages), nil
+	return wheel.Scheduled(n.cfg.Store.Group, index, cmd.Messages), nil
 }
 
 // caughtUp waits until this node has applied every entry it answered at
-// commit (commit.go) and every Lease its dispatcher answered before the
-// apply, so that what a client reads after its enqueue or reserve was
-// answered includes them.
+// commit (commit.go), every Lease its dispatcher answered before the
+// apply, and every entry the leader named in its answer to a write this
+// node forwarded (ReadAfter), so that what a client reads after its
+// enqueue or reserve was answered includes them.
 func (n *Node) caughtUp(ctx context.Context) error {
 	d := n.dispatcher()
-	h := n.commits.highest.Load()
+	h := max(n.commits.highest.Load(), n.readFloor.Load())
 	if d == nil && (h == 0 || n.store().AppliedIndex() >= h) {
 		return nil
 	}
@@ -136,6 +140,29 @@ func (n *Node) caughtUp(ctx context.Context) error {
 		return fmt.Errorf("%w: waiting for entry %d to be applied: %w", wheel.ErrUnavailable, h, err)
 	}
 	return nil
+}
+
+// Settled waits until this node has applied everything it answered ahead
+// of the apply (caughtUp) and returns its applied index: the leader sends
+// it with its answer to a write a follower forwarded, whose reads then
+// wait for it (ReadAfter).
+func (n *Node) Settled(ctx context.Context) (uint64, error) {
+	if err := n.caughtUp(ctx); err != nil {
+		return 0, err
+	}
+	return n.store().AppliedIndex(), nil
+}
+
+// ReadAfter makes this node's reads wait until it has applied index (see
+// caughtUp): a follower that forwarded a write learns its index from the
+// leader's answer.
+func (n *Node) ReadAfter(index uint64) {
+	for {
+		cur := n.readFloor.Load()
+		if index <= cur || n.readFloor.CompareAndSwap(cur, index) {
+			return
+		}
+	}
 }
 
 // Get returns a message from local state.

@@ -194,31 +194,50 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 	}
 }
 
-// wheel.Scheduled predicts what the apply answers for keyless messages.
+// wheel.Scheduled predicts what the apply answers for keyless messages, and
+// a node answers at commit with it, in group 0 and in another group.
 func TestScheduledMatchesApply(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
-	n := c.Leader().Node
-	now := time.Now().UnixMilli()
-	msgs := []wheel.NewMessage{
-		{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 1000},
-		{Topic: "t", Body: []byte("b"), DeliverAtMs: -1},
-		{Topic: "u", Body: []byte("c"), DeliverAtMs: wheel.MaxDueMs + 1},
-		{Topic: "t", Body: []byte("d"), DeliverAtMs: now + 10*3600_000},
-	}
-	p, err := n.submit(context.Background(), false, wheel.Schedule{NowMs: now, Messages: msgs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := p.wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	applied := res[0].Value.([]wheel.Enqueued)
-	predicted := wheel.Scheduled(applied[0].ID.Index, msgs)
-	for i := range msgs {
-		if applied[i] != predicted[i] {
-			t.Errorf("message %d: applied %+v, predicted %+v", i, applied[i], predicted[i])
-		}
+	for _, group := range []int{0, 3} {
+		t.Run(fmt.Sprintf("group=%d", group), func(t *testing.T) {
+			c := NewTestCluster(t, 1, func(cfg *Config) { cfg.Store.Group = group })
+			n := c.Leader().Node
+			now := time.Now().UnixMilli()
+			msgs := []wheel.NewMessage{
+				{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 1000},
+				{Topic: "t", Body: []byte("b"), DeliverAtMs: -1},
+				{Topic: "u", Body: []byte("c"), DeliverAtMs: wheel.MaxDueMs + 1},
+				{Topic: "t", Body: []byte("d"), DeliverAtMs: now + 10*3600_000},
+			}
+			p, err := n.submit(context.Background(), false, wheel.Schedule{NowMs: now, Messages: msgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied := res[0].Value.([]wheel.Enqueued)
+			predicted := wheel.Scheduled(group, applied[0].ID.Index, msgs)
+			for i := range msgs {
+				if applied[i] != predicted[i] {
+					t.Errorf("message %d: applied %+v, predicted %+v", i, applied[i], predicted[i])
+				}
+				if applied[i].ID.Group() != group {
+					t.Errorf("message %d: id %s names group %d", i, applied[i].ID, applied[i].ID.Group())
+				}
+			}
+			// Answered at commit, the ids name the group too, and read back.
+			enq, err := n.Enqueue(context.Background(), msgs[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if enq[0].ID.Group() != group {
+				t.Fatalf("enqueue answered %s, of group %d", enq[0].ID, enq[0].ID.Group())
+			}
+			if v, err := n.Get(context.Background(), enq[0].ID); err != nil || string(v.Body) != "a" {
+				t.Fatalf("get %s: %+v, %v", enq[0].ID, v, err)
+			}
+		})
 	}
 }
 

@@ -13,7 +13,10 @@
 //   - the state machine and its snapshots (fsm.go, snapshot.go,
 //     snapstore.go): committed entries applied to the wheel store,
 //     snapshots as checkpoints of the store's directory;
-//   - the test kit (testing.go): an in-process cluster of real nodes.
+//   - a node's many Raft groups (groups.go), their stream multiplexer
+//     (mux.go) and the balancer of their leaderships (balance.go);
+//   - the test kit (testing.go, testgroups.go): an in-process cluster of
+//     real nodes, of one group or many.
 //
 // Its sub-packages own the rest: dispatch the leader's dispatcher (the tick
 // that stamps time into the log, the precision heap, the hand-offs to
@@ -65,7 +68,7 @@
 // (configuration, heartbeats, commits); the dispatcher only asks whether
 // it is held (dispatch.Node.LeaseHeld) to decide whether a first hand-off
 // may be answered before its Lease entry commits. Handing leadership over
-// (StepDown) revokes it first.
+// (StepDown, the balancer's transfers) revokes it first.
 //
 // # Dispatcher
 //
@@ -73,4 +76,19 @@
 // state machine has applied everything earlier leaders committed (a Raft
 // barrier), and stops it when leadership ends. Only the leader hands out
 // messages; followers answer Reserve with wheel.ErrNotLeader.
+//
+// # Groups
+//
+// A node started with more than one group (OpenGroups) runs a Node per
+// group, each with its own store, log and snapshots in <data>/group-<g>,
+// the same id and members in every group. Groups owns what they share: the
+// data dir's lock and its groups file, which fixes the group count at
+// creation; the multiplexer, which carries every group's Raft traffic over
+// the one Raft address, each connection opened by a header naming its
+// group; and the balancer, which hands each group's leadership to its
+// preferred voter once that voter answers, so leaderships spread over the
+// nodes and come back to a node that returns. A group's store mints ids
+// naming the group (wheel.ID.Group), and a topic belongs to the group
+// wheel.GroupOf names. One group is the plain Node Open starts, in the
+// data dir itself, with no header on its connections.
 package replication

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/replication/view"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -20,6 +20,27 @@ import (
 type peerContacts struct {
 	mu      sync.Mutex
 	failing map[raft.ServerID]time.Time // last contact of each peer whose heartbeats fail
+	// since is when this node began to follow the observations of the
+	// current leadership (the node's clock), and resumed when each peer's
+	// heartbeats resumed within it: a peer not failing has answered every
+	// heartbeat since the later of the two.
+	since   time.Time
+	resumed map[raft.ServerID]time.Time
+}
+
+// answeringSince returns since when the leader's heartbeats have reached
+// peer without a failure, and false while they fail.
+func (p *peerContacts) answeringSince(peer raft.ServerID) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, failing := p.failing[peer]; failing {
+		return time.Time{}, false
+	}
+	t := p.since
+	if r, ok := p.resumed[peer]; ok && r.After(t) {
+		t = r
+	}
+	return t, true
 }
 
 // watchPeers keeps n.peers up to date from Raft's observations.
@@ -35,6 +56,9 @@ func (n *Node) watchPeers(ctx context.Context) {
 	})
 	n.raft.RegisterObserver(obs)
 	defer n.raft.DeregisterObserver(obs)
+	n.peers.mu.Lock()
+	n.peers.since = n.clock.Now()
+	n.peers.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,8 +76,11 @@ func (n *Node) watchPeers(ctx context.Context) {
 					n.log.Info("a member answers the leader's heartbeats again", "peer", d.PeerID)
 				}
 				delete(n.peers.failing, d.PeerID)
+				n.peers.resumed[d.PeerID] = n.clock.Now()
 			case raft.LeaderObservation:
 				clear(n.peers.failing)
+				clear(n.peers.resumed)
+				n.peers.since = n.clock.Now()
 			}
 			n.peers.mu.Unlock()
 		}
@@ -64,10 +91,10 @@ func (n *Node) watchPeers(ctx context.Context) {
 // and indexes, and, on the leader, which members its heartbeats reach.
 // What other members say of themselves is added by whoever asks them
 // (the HTTP server, on the leader).
-func (n *Node) Cluster(context.Context) (api.Cluster, error) {
+func (n *Node) Cluster(context.Context) (view.Cluster, error) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return api.Cluster{}, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		return view.Cluster{}, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
 	}
 	meta := map[string]wheel.Node{}
 	for _, m := range n.store().Nodes() {
@@ -75,12 +102,12 @@ func (n *Node) Cluster(context.Context) (api.Cluster, error) {
 	}
 	_, leader := n.raft.LeaderWithID()
 	isLeader := n.raft.State() == raft.Leader
-	info := api.Cluster{Leader: string(leader), Term: n.raft.CurrentTerm(), Self: n.cfg.ID, ViewOf: n.cfg.ID}
+	info := view.Cluster{Leader: string(leader), Term: n.raft.CurrentTerm(), Self: n.cfg.ID, ViewOf: n.cfg.ID}
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		m := meta[string(s.ID)]
-		ns := api.NodeStatus{Node: api.Node{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr}, Suffrage: "voter", State: "unknown"}
+		ns := view.NodeStatus{Node: view.Node{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr}, Suffrage: "voter", State: "unknown"}
 		if s.Suffrage != raft.Voter {
 			ns.Suffrage = "nonvoter"
 		}

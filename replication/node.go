@@ -77,6 +77,14 @@ type Config struct {
 	// Store options (Pebble cache sizes…); FS and Logger are set by the node.
 	Store wheel.Options
 
+	// stream, set by OpenGroups, is the group's layer on the node's Raft
+	// stream multiplexer (mux.go); nil: the node listens on RaftAddr
+	// itself. Closing the node closes the layer, not the shared listener.
+	stream raft.StreamLayer
+	// balance is the leadership balancer's timing (balance.go), set by
+	// OpenGroups from its defaults and by tests.
+	balance balanceTiming
+
 	// beforeApply, set only by tests, runs on Raft's FSM goroutine before
 	// each batch of committed entries is applied, after the commit
 	// notification: a test holds the state machine with it.
@@ -157,14 +165,15 @@ type Node struct {
 	lock  io.Closer    // the data dir's lock, held while open
 	ents  entries      // logs as Raft sees it
 
-	pending atomic.Int64 // proposals in flight
-	met     *metrics
-	ids     *proposalIDs   // names every proposal (commit.go)
-	commits *commitWaiters // proposals answered at commit (commit.go)
-	solo    *soloVoter     // whether this node is the only voter
-	peers   peerContacts   // which peers the leader's heartbeats reach (members.go)
-	removed atomic.Bool    // the latest configuration lacks this node (members.go)
-	reconf  chan struct{}  // a configuration entry was stored or dropped
+	pending   atomic.Int64 // proposals in flight
+	met       *metrics
+	ids       *proposalIDs   // names every proposal (commit.go)
+	commits   *commitWaiters // proposals answered at commit (commit.go)
+	solo      *soloVoter     // whether this node is the only voter
+	peers     peerContacts   // which peers the leader's heartbeats reach (members.go)
+	removed   atomic.Bool    // the latest configuration lacks this node (members.go)
+	readFloor atomic.Uint64  // reads wait until this is applied (ReadAfter)
+	reconf    chan struct{}  // a configuration entry was stored or dropped
 
 	mu        sync.Mutex
 	disp      *dispatch.Dispatcher            // non-nil while leader
@@ -176,6 +185,10 @@ type Node struct {
 	wg        sync.WaitGroup
 	observer  *raft.Observer
 }
+
+// rpcTimeout bounds each Raft RPC on a hung connection (and so a shutdown
+// with vanished peers); snapshot transfers scale it with their size.
+const rpcTimeout = 2 * time.Second
 
 // ErrDataDirLocked is returned by Open when another process (or another
 // open Node) holds the data dir.
@@ -189,7 +202,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
-	n.peers.failing = map[raft.ServerID]time.Time{}
+	n.peers.failing, n.peers.resumed = map[raft.ServerID]time.Time{}, map[raft.ServerID]time.Time{}
 	n.met = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -293,15 +306,17 @@ func Open(cfg Config) (*Node, error) {
 	rc.NoSnapshotRestoreOnStart = snapIndex > 0
 	rc.Logger = hl
 
-	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftServerTLS, cfg.RaftClientTLS)
-	if err != nil {
-		st.Close()
-		return fail(err)
+	stream := cfg.stream
+	if stream == nil {
+		sl, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftServerTLS, cfg.RaftClientTLS)
+		if err != nil {
+			st.Close()
+			return fail(err)
+		}
+		stream = sl
 	}
-	// 2 s bounds each RPC on a hung connection (and so a shutdown with
-	// vanished peers); snapshot transfers scale it with their size.
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 5, Timeout: 2 * time.Second, Logger: hl,
+		Stream: stream, MaxPool: 5, Timeout: rpcTimeout, Logger: hl,
 		// No pipelined replication: one AppendEntries in flight per
 		// follower. hashicorp/raft's pipeline can deadlock once a follower
 		// answers Success=false (a lagging or restarted follower does):

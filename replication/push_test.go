@@ -1,7 +1,9 @@
 package replication
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,10 +21,16 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// Due at once, in a topic the enqueue creates: the message goes
+	// straight to the topic's ready queue, and the dispatcher, woken by
+	// that, must find it there (wheel.TestObserverHearsOfPublishedState).
 	if _, err := l.Node.Enqueue(ctx, []wheel.NewMessage{{Topic: "s", Body: []byte("a"), TTRMs: 30000, MaxAttempts: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := st.Next(ctx)
+	// Bounded so that a lost wake-up fails here rather than hang the package.
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ds, err := st.Next(nctx)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("next: %v %v", ds, err)
 	}

@@ -76,7 +76,15 @@ const (
 // scheduler runs on the leader. Every scheduleEvery it reads the schedules
 // whose next occurrence is within ahead of its clock (a bounded scan of
 // the index, earliest first) and proposes AdvanceSchedules for them, in
-// entries of at most batch items, each stamped with the clock's time.
+// entries of at most batch items, each stamped with the clock's time and
+// with sinceMs.
+//
+// Invariant: a scheduler lives for one leadership and looks continuously
+// from its first look on, so every occurrence due from sinceMs on is this
+// leader's to enqueue, and an advance of one, however late (the leader
+// starved of CPU, its clock jumping), moves the schedule to the very next
+// occurrence: none is skipped. Only an occurrence due before sinceMs came
+// due while no leader advanced schedules, and it fires once, late.
 type scheduler struct {
 	clock   wheel.Clock
 	log     *slog.Logger
@@ -89,6 +97,13 @@ type scheduler struct {
 	// from is where a look starts (ms): nothing is due before it but what
 	// a look from the beginning, at fullAt plus scheduleFullEvery, finds.
 	from, fullAt int64
+	// sinceMs is the AdvanceSchedules.SinceMs of this leadership: the
+	// clock's time at the first look, less ahead. An occurrence within
+	// ahead before the first look counts as this leader's, because the
+	// leader before, had it run on, might not have enqueued it yet.
+	// started says whether the first look has set it.
+	sinceMs int64
+	started bool
 }
 
 // run looks for due schedules until ctx is done.
@@ -110,6 +125,9 @@ func (s *scheduler) run(ctx context.Context) {
 func (s *scheduler) step(ctx context.Context) error {
 	for range scheduleRounds {
 		now := s.clock.Now().UnixMilli()
+		if !s.started {
+			s.sinceMs, s.started = now-s.ahead.Milliseconds(), true
+		}
 		if now-s.fullAt >= scheduleFullEvery.Milliseconds() {
 			s.from, s.fullAt = 0, now
 		}
@@ -119,7 +137,7 @@ func (s *scheduler) step(ctx context.Context) error {
 		}
 		var moved bool
 		if len(due) > 0 {
-			res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, Items: due})
+			res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, SinceMs: s.sinceMs, Items: due})
 			if err != nil {
 				return err
 			}
@@ -129,8 +147,15 @@ func (s *scheduler) step(ctx context.Context) error {
 		}
 		if len(due) < s.batch {
 			// This look saw every schedule due from s.from on and advanced
-			// it: what is left is due later, or set after the look.
-			s.from = max(s.from, now-scheduleLookBack.Milliseconds())
+			// it: what is left is due later, or set after the look. An
+			// advanced schedule moved past its occurrence only, which, for
+			// a leader that fell further behind than scheduleLookBack, is
+			// before it: the next look starts there too.
+			from := now - scheduleLookBack.Milliseconds()
+			if len(due) > 0 {
+				from = min(from, due[0].FromMs)
+			}
+			s.from = max(s.from, from)
 		}
 		if !moved {
 			return nil // nothing moved: looking again now would find the same

@@ -26,8 +26,14 @@ import (
 // an occurrence of schedule, by their millisecond.
 func occurrenceKeys(t *testing.T, n *Node, schedule string) map[int64]bool {
 	t.Helper()
+	return storeOccurrenceKeys(t, n.store(), schedule)
+}
+
+// storeOccurrenceKeys is occurrenceKeys of a store.
+func storeOccurrenceKeys(t *testing.T, st *wheel.Store, schedule string) map[int64]bool {
+	t.Helper()
 	var b bytes.Buffer
-	if err := n.store().Dump(&b); err != nil {
+	if err := st.Dump(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := map[int64]bool{}
@@ -308,4 +314,74 @@ func testutilCounter(t *testing.T, m *scheduleMetrics) int {
 		t.Fatal(err)
 	}
 	return int(d.GetCounter().GetValue())
+}
+
+// A leader whose scheduler is held back (its clock jumps ahead between two
+// looks, as when it is starved of CPU) enqueues every occurrence late,
+// none skipped, and catches up; a leader that takes over after an outage
+// fires the occurrences missed meanwhile once, and goes on from its time.
+func TestSchedulerHeldBackSkipsNothing(t *testing.T) {
+	st, err := wheel.Open(t.TempDir(), wheel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clock := wheel.NewFakeClock(time.UnixMilli(1_700_000_000_000))
+	p := &storeProposer{st: st}
+	ctx := context.Background()
+	now := func() int64 { return clock.Now().UnixMilli() }
+	if _, err := p.propose(ctx, wheel.Expire{Before: now() / 1000}); err != nil {
+		t.Fatal(err)
+	}
+	start := now() + 500
+	spec := wheel.ScheduleSpec{Name: "s", Topic: "t", EveryMs: 1000, StartAtMs: start}
+	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	newScheduler := func() *scheduler {
+		return &scheduler{clock: clock, log: slog.New(slog.DiscardHandler), store: func() *wheel.Store { return st }, propose: p.propose,
+			met: newScheduleMetrics(func() *wheel.Store { return st }), ahead: 2 * time.Second, every: 250 * time.Millisecond, batch: 2}
+	}
+	s := newScheduler()
+	// The leader looks on time, then is held back by 5 s, and by more
+	// than a look goes back (scheduleLookBack).
+	for _, d := range []time.Duration{250 * time.Millisecond, 5 * time.Second, 250 * time.Millisecond, 5 * time.Second,
+		scheduleLookBack + 5*time.Second, 250 * time.Millisecond} {
+		clock.Advance(d)
+		if err := s.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Schedule("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NextMs <= now()+2000 {
+			t.Fatalf("after a look at %d, next %d: the leader has not caught up", now(), info.NextMs)
+		}
+		if want := (info.LastMs-start)/1000 + 1; info.Fired != want {
+			t.Fatalf("fired %d up to %d; want %d, one per second from %d", info.Fired, info.LastMs, want, start)
+		}
+	}
+	keys := storeOccurrenceKeys(t, st, "s")
+	info, _ := st.Schedule("s")
+	for ms := start; ms <= info.LastMs; ms += 1000 {
+		if !keys[ms] {
+			t.Errorf("occurrence %d skipped by a live leader", ms)
+		}
+	}
+	// No leader for a minute; the next one fires the first missed
+	// occurrence once, late, and goes on from its own time.
+	missed := info.NextMs
+	clock.Advance(time.Minute)
+	s = newScheduler()
+	if err := s.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := st.Schedule("s")
+	if want := info.Fired + 1 + 2; after.Fired != want || !storeOccurrenceKeys(t, st, "s")[missed] {
+		t.Fatalf("after the outage: fired %d (want %d: the missed %d once, then the next 2 s)", after.Fired, want, missed)
+	}
+	if after.NextMs <= now()+2000 || after.NextMs > now()+3000 {
+		t.Fatalf("after the outage at %d: next %d", now(), after.NextMs)
+	}
 }

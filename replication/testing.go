@@ -154,13 +154,20 @@ func (c *TestCluster) Start(i int) {
 
 // register asks the leader to record node's addresses until they are.
 func (c *TestCluster) register(ctx context.Context, node *Node, cfg Config) {
+	recordAddresses(ctx, node, cfg, func(id string) *Node {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.running[id]
+	})
+}
+
+// recordAddresses asks node's leader, found by leaderNode, to record node's
+// addresses until the replicated metadata holds them or ctx is done.
+func recordAddresses(ctx context.Context, node *Node, cfg Config, leaderNode func(id string) *Node) {
 	self := wheel.Node{ID: cfg.ID, RaftAddr: cfg.advertised(), HTTPAddr: cfg.HTTPAddr}
 	for !node.HasSelf() && ctx.Err() == nil {
 		if _, id := node.raft.LeaderWithID(); id != "" && string(id) != cfg.ID {
-			c.mu.Lock()
-			leader := c.running[string(id)]
-			c.mu.Unlock()
-			if leader != nil {
+			if leader := leaderNode(string(id)); leader != nil {
 				rctx, rc := context.WithTimeout(ctx, 2*time.Second)
 				leader.AddNode(rctx, self)
 				rc()

@@ -18,7 +18,7 @@ type KeyGetter interface {
 // getKey answers GET /v1/topics/{topic}/keys/{key} with the message, as
 // GET /v1/messages/{id} does.
 func (s *Server) getKey(r *http.Request) (any, error) {
-	g, ok := s.b.(KeyGetter)
+	g, ok := s.be(r).(KeyGetter)
 	if !ok {
 		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node cannot look messages up by key"}
 	}

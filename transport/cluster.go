@@ -28,44 +28,79 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
 		}
 	}
-	view, err := s.clusterView(r.Context(), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
+	view, err := s.clusterView(r.Context(), groupOf(r), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
 	view.GRPCAddr = s.cfg.GRPCAddr
 	return view, err
 }
 
-// clusterView answers the view of cluster: this node's own when local, the
-// leader's otherwise; forwarded says the question came from another node,
-// which must not be asked back.
-func (s *Server) clusterView(ctx context.Context, local, forwarded bool, auth string) (api.Cluster, error) {
-	view, err := s.b.Cluster(ctx)
-	if err != nil || local {
+// clusterView answers the view of the cluster in group g: this node's own
+// when local, the group leader's otherwise; forwarded says the question
+// came from another node, which must not be asked back.
+func (s *Server) clusterView(ctx context.Context, g int, local, forwarded bool, auth string) (api.Cluster, error) {
+	b := s.group(g)
+	view, err := b.Cluster(ctx)
+	if err != nil {
 		return view, err
 	}
-	addr, isLeader, known := s.b.LeaderHTTP()
+	own := selfOf(view)
+	if local {
+		return withGroups(view, own, g), nil
+	}
+	addr, isLeader, known := b.LeaderHTTP()
 	switch {
 	case isLeader:
-		s.askMembers(ctx, auth, &view)
-		return view, nil
+		s.askMembers(ctx, g, auth, &view)
+		return withGroups(view, own, g), nil
 	case forwarded || !known || addr == "":
-		return view, nil
+		return withGroups(view, own, g), nil
 	}
 	// The leader may itself wait out memberAskTimeout for a member.
 	actx, cancel := context.WithTimeout(ctx, 2*memberAskTimeout)
 	defer cancel()
 	var lv api.Cluster
-	if err := s.ask(actx, addr, "/v1/cluster", auth, &lv); err != nil {
+	if err := s.ask(actx, addr, "/v1/cluster"+s.groupQuery("?", g), auth, &lv); err != nil {
 		s.log.Debug("asking the leader for the cluster view", "leader", addr, "err", err)
-		return view, nil
+		return withGroups(view, own, g), nil
 	}
 	lv.Self = view.Self
-	return lv, nil
+	return withGroups(lv, own, g), nil
+}
+
+// selfOf is what view says of the node that answered it.
+func selfOf(view api.Cluster) api.NodeStatus {
+	for _, n := range view.Nodes {
+		if n.ID == view.Self {
+			return n
+		}
+	}
+	return api.NodeStatus{}
+}
+
+// withGroups sets view's groups to group alone: its leader and term
+// are the view's, its indexes what the view says of the leader, and its
+// lag the leader's commit index less own's applied index, own being this
+// node as it sees itself. Indexes the view does not know stay 0 and the
+// lag null.
+func withGroups(view api.Cluster, own api.NodeStatus, group int) api.Cluster {
+	g := api.Group{Group: group, Leader: view.Leader, Term: view.Term}
+	for _, n := range view.Nodes {
+		if n.ID == view.Leader && view.Leader != "" {
+			g.AppliedIndex, g.CommitIndex = n.AppliedIndex, n.CommitIndex
+		}
+	}
+	if g.CommitIndex > 0 && own.AppliedIndex > 0 {
+		lag := g.CommitIndex - min(g.CommitIndex, own.AppliedIndex)
+		g.Lag = &lag
+	}
+	view.Groups = []api.Group{g}
+	return view
 }
 
 // memberOwn asks member id at addr for its own view and returns what it
 // says of itself; ok is false when its answer does not speak for id.
-func (s *Server) memberOwn(ctx context.Context, id, addr, auth string) (own api.NodeStatus, ok bool, err error) {
+func (s *Server) memberOwn(ctx context.Context, g int, id, addr, auth string) (own api.NodeStatus, ok bool, err error) {
 	var lv api.Cluster
-	if err := s.ask(ctx, addr, "/v1/cluster?local=true", auth, &lv); err != nil {
+	if err := s.ask(ctx, addr, "/v1/cluster?local=true"+s.groupQuery("&", g), auth, &lv); err != nil {
 		return api.NodeStatus{}, false, err
 	}
 	if lv.Self != id {
@@ -81,7 +116,7 @@ func (s *Server) memberOwn(ctx context.Context, id, addr, auth string) (own api.
 
 // askMembers fills in, for every other member, what it says of itself,
 // and each member's lag behind the leader's commit index.
-func (s *Server) askMembers(ctx context.Context, auth string, view *api.Cluster) {
+func (s *Server) askMembers(ctx context.Context, g int, auth string, view *api.Cluster) {
 	ctx, cancel := context.WithTimeout(ctx, memberAskTimeout)
 	defer cancel()
 	var commit uint64
@@ -98,7 +133,7 @@ func (s *Server) askMembers(ctx context.Context, auth string, view *api.Cluster)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			own, ok, err := s.memberOwn(ctx, m.ID, m.HTTPAddr, auth)
+			own, ok, err := s.memberOwn(ctx, g, m.ID, m.HTTPAddr, auth)
 			if err != nil {
 				s.log.Debug("asking a member for its state", "member", m.ID, "addr", m.HTTPAddr, "err", err)
 				return
@@ -129,8 +164,8 @@ const memberConfirmTimeout = 3 * time.Second
 // its commit index has reached index, or refuses as a removed member: it
 // holds that entry. It gives up at
 // once when the member does not answer, and after memberConfirmTimeout.
-func (s *Server) memberHolds(ctx context.Context, id string, index uint64, auth string) error {
-	view, err := s.b.Cluster(ctx)
+func (s *Server) memberHolds(ctx context.Context, g int, id string, index uint64, auth string) error {
+	view, err := s.group(g).Cluster(ctx)
 	if err != nil {
 		return err
 	}
@@ -146,7 +181,7 @@ func (s *Server) memberHolds(ctx context.Context, id string, index uint64, auth 
 	ctx, cancel := context.WithTimeout(ctx, memberConfirmTimeout)
 	defer cancel()
 	for {
-		own, ok, err := s.memberOwn(ctx, id, addr, auth)
+		own, ok, err := s.memberOwn(ctx, g, id, addr, auth)
 		if err != nil {
 			if strings.Contains(err.Error(), "removed from the cluster") {
 				return nil // it refuses because it holds its demotion

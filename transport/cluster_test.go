@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"testing"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -93,4 +95,49 @@ func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
 	f.Eventually(t, "the member added back to be ready", func() bool { return f.Client.Readyz(ctx) == nil })
 	_, err = f.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("y")}})
 	check(t, "enqueue through the member added back", err)
+}
+
+// The cluster view names each Raft group (today group 0) with its leader,
+// term and the leader's indexes, and the answering node's lag behind the
+// leader, at the leader and at a follower alike; the field names are the
+// contract's.
+func TestClusterViewGroups(t *testing.T) {
+	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	leader := c.Leader()
+	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
+	check(t, "enqueue", err)
+	for _, n := range []*transporttest.Node{leader, c.Follower()} {
+		var v api.Cluster
+		n.Eventually(t, "group 0 to be reported caught up at "+n.ID, func() bool {
+			v, err = n.Client.Cluster(ctx)
+			return err == nil && len(v.Groups) == 1 && v.Groups[0].Lag != nil && *v.Groups[0].Lag == 0
+		})
+		g := v.Groups[0]
+		equal(t, "group", g.Group, 0)
+		equal(t, "group leader", g.Leader, leader.ID)
+		equal(t, "group leader is the view's", g.Leader, v.Leader)
+		equal(t, "group term", g.Term, v.Term)
+		if g.AppliedIndex == 0 || g.CommitIndex < g.AppliedIndex {
+			t.Fatalf("at %s: group 0 %+v: want the leader's non-zero applied index, at most its commit index", n.ID, g)
+		}
+		equal(t, "self", v.Self, n.ID)
+	}
+
+	a := doURL(t, http.MethodGet, c.Nodes[c.FollowerIndex()].URL+"/v1/cluster", "")
+	equal(t, "status", a.status, http.StatusOK)
+	var raw struct {
+		Leader string                       `json:"leader"`
+		Groups []map[string]json.RawMessage `json:"groups"`
+	}
+	check(t, "decode", json.Unmarshal(a.body, &raw))
+	if len(raw.Groups) != 1 {
+		t.Fatalf("groups in %s", a.body)
+	}
+	for _, f := range []string{"group", "leader", "term", "applied_index", "commit_index", "lag"} {
+		if _, ok := raw.Groups[0][f]; !ok {
+			t.Fatalf("group 0 has no %q: %s", f, a.body)
+		}
+	}
+	equal(t, "leader in the JSON", string(raw.Groups[0]["leader"]), `"`+raw.Leader+`"`)
 }

@@ -57,4 +57,20 @@
 // another leader. Webhook configs (webhook.go) are validated here, host
 // included (--webhook-allow, [Config].WebhookAllow), and stored through
 // the optional [Webhooker] capability of the backend.
+//
+// # Groups
+//
+// A backend that implements [Grouped] with more than one group (--groups
+// N) is served one group per request (groups.go): the group of the path's
+// topic, the group the path's message id names, or the one ?group= names
+// (the wheel's views and backups: default 0; out of range: 400 naming
+// group). That group's backend answers, its leader is the one forwarded
+// to, and the forwarded request keeps its path and query, so the leader
+// picks the same group. Requests that span the groups (groupspan.go) are
+// split and each part served as the same route with ?group=g: a batch
+// by topic, receipts by id, node additions and removals to every group;
+// reads (topics, schedules, the cluster view's groups) merge each group's
+// local answer, and /readyz is ready when every group is. A batch that
+// spans groups is atomic per group only. A backend of one group is served
+// exactly as before.
 package transport

@@ -103,7 +103,7 @@ func Overloaded(limit int) *Error {
 // view, or its own when no leader can be asked. auth is the Authorization
 // header to send to the other members.
 func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, error) {
-	return s.clusterView(ctx, false, false, auth)
+	return s.clusterView(ctx, 0, false, false, auth)
 }
 
 // LeaderGRPC asks the leader, at its HTTP address leaderHTTP, for its gRPC

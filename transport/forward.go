@@ -6,14 +6,43 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"time"
 )
 
+// AppliedIndexHeader is set by the leader on its answer to a write a
+// follower forwarded: the log index this node had applied once everything
+// it answered (the write included) was applied. The follower's reads then
+// wait until it has applied that index too, so that the client reads its
+// own write on the node it talks to.
+const AppliedIndexHeader = "X-Delaywheel-Applied-Index"
+
+// settleTimeout bounds how long the leader holds a forwarded write's
+// answer until it has applied what it answered. The write is done either
+// way; past it the answer carries no index.
+const settleTimeout = 2 * time.Second
+
+// AppliedWaiter is implemented by backends that let a follower read the
+// writes it forwarded.
+type AppliedWaiter interface {
+	// Settled waits until this node has applied every entry it answered
+	// ahead of its apply (enqueues answered at commit, leases handed out
+	// before their entry) and returns its applied index.
+	Settled(ctx context.Context) (uint64, error)
+	// ReadAfter makes this node's reads wait until it has applied index
+	// (never less than an index given before). The write's answer itself
+	// does not wait: only what the client reads next does.
+	ReadAfter(index uint64)
+}
+
 // forward answers r by reverse-proxying it, untouched (method, path, query,
 // body, Authorization), to the leader when this node is not the leader. It
-// reports whether it answered. Validation then happens on the leader.
+// reports whether it answered. Validation then happens on the leader. The
+// leader is that of the group that answers r; the path and query are kept,
+// so the leader picks the same group.
 func (s *Server) forward(w *recorder, r *http.Request) bool {
-	addr, isLeader, known := s.b.LeaderHTTP()
+	b := s.be(r)
+	addr, isLeader, known := b.LeaderHTTP()
 	switch {
 	case isLeader:
 		return false
@@ -39,6 +68,7 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 			e.Err = err
 			s.fail(w, e)
 		},
+		ModifyResponse: func(resp *http.Response) error { return readAfterLeaderIndex(b, resp) },
 	}
 	// A leader that stops answering (paused, cut off) is replaced by an
 	// election; the client should then retry at the new leader instead of
@@ -54,7 +84,7 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				if now, _, known := s.b.LeaderHTTP(); known && now != addr {
+				if now, _, known := b.LeaderHTTP(); known && now != addr {
 					cancel()
 					return
 				}
@@ -63,4 +93,56 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 	}()
 	proxy.ServeHTTP(w, r.WithContext(ctx))
 	return true
+}
+
+// readAfterLeaderIndex makes this node's reads wait for the index the
+// leader put in a forwarded write's successful answer (AppliedIndexHeader),
+// so that the client reads its write here; the answer goes on at once.
+func readAfterLeaderIndex(b Backend, resp *http.Response) error {
+	if resp.StatusCode >= 300 {
+		return nil
+	}
+	if index, err := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64); err == nil {
+		ReadAfter(b, index)
+	}
+	return nil
+}
+
+// ReadAfter makes b's reads wait until it has applied index, the one the
+// leader named in its answer to a write b forwarded, when b is an
+// AppliedWaiter and index is set.
+func ReadAfter(b Backend, index uint64) {
+	if aw, ok := b.(AppliedWaiter); ok && index > 0 {
+		aw.ReadAfter(index)
+	}
+}
+
+// SettledIndex is the index b puts in its answer to a write a follower
+// forwarded: its applied index once everything it answered (the write
+// included) is applied, waited for at most settleTimeout. ok is false
+// when b is no AppliedWaiter or the wait failed; the answer then carries
+// no index.
+func SettledIndex(ctx context.Context, b Backend) (index uint64, ok bool, err error) {
+	aw, ok := b.(AppliedWaiter)
+	if !ok {
+		return 0, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if index, err = aw.Settled(ctx); err != nil {
+		return 0, false, err
+	}
+	return index, true, nil
+}
+
+// settleForwarded sets AppliedIndexHeader on the leader's answer to a
+// write a follower forwarded, once this node has applied what it answered.
+func (s *Server) settleForwarded(w http.ResponseWriter, r *http.Request) {
+	index, ok, err := SettledIndex(r.Context(), s.be(r))
+	if err != nil {
+		s.log.Debug("answering a forwarded write without an applied index", "err", err)
+	}
+	if ok {
+		w.Header().Set(AppliedIndexHeader, strconv.FormatUint(index, 10))
+	}
 }

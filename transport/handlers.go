@@ -19,32 +19,41 @@ func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }
 func (s *Server) healthz(*http.Request) (any, error) { return api.Status{Status: "ok"}, nil }
 
 func (s *Server) enqueue(r *http.Request) (any, error) {
+	msgs, err := s.decodeEnqueueBody(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.be(r).Enqueue(r.Context(), msgs)
+	if err != nil {
+		return nil, err
+	}
+	return enqueued(r, res), nil
+}
+
+// decodeEnqueueBody reads and validates an enqueue's body, JSON or
+// protobuf, into messages whose due times are absolute.
+func (s *Server) decodeEnqueueBody(r *http.Request) ([]wheel.NewMessage, error) {
 	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	var msgs []wheel.NewMessage
 	if isMediaType(r.Header.Get("Content-Type"), api.ContentTypeProto) {
-		msgs, err = decodeEnqueueProto(data, s.cfg.Limits, s.nowMs())
-	} else {
-		msgs, err = decodeEnqueue(data, s.cfg.Limits, s.nowMs())
+		return decodeEnqueueProto(data, s.cfg.Limits, s.nowMs())
 	}
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.b.Enqueue(r.Context(), msgs)
-	if err != nil {
-		return nil, err
-	}
+	return decodeEnqueue(data, s.cfg.Limits, s.nowMs())
+}
+
+// enqueued is the answer to an enqueue, in the media type r accepts.
+func enqueued(r *http.Request, res []wheel.Enqueued) any {
 	if !acceptsMediaType(r.Header.Get("Accept"), api.ContentTypeProto) {
 		return stream(func(w http.ResponseWriter) error {
 			return writeBody(w, http.StatusOK, "application/json", appendResults(make([]byte, 0, 16+96*len(res)), res))
-		}), nil
+		})
 	}
 	resp := api.EnqueueResponse{Results: resultsOf(res)}
 	return stream(func(w http.ResponseWriter) error {
 		return writeBody(w, http.StatusOK, api.ContentTypeProto, api.AppendEnqueueResponse(nil, resp))
-	}), nil
+	})
 }
 
 func (s *Server) get(r *http.Request) (any, error) {
@@ -52,7 +61,7 @@ func (s *Server) get(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.b.Get(r.Context(), id)
+	v, err := s.be(r).Get(r.Context(), id)
 	return viewOf(v), err
 }
 
@@ -61,7 +70,7 @@ func (s *Server) cancel(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.b.Cancel(r.Context(), wheel.Cancel{ID: id}))
+	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{ID: id}))
 }
 
 func (s *Server) cancelKey(r *http.Request) (any, error) {
@@ -69,7 +78,7 @@ func (s *Server) cancelKey(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.b.Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
+	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
 }
 
 func cancelled(id wheel.ID, err error) (any, error) {
@@ -89,7 +98,7 @@ func (s *Server) reschedule(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	got, err := s.b.Reschedule(r.Context(), id, at)
+	got, err := s.be(r).Reschedule(r.Context(), id, at)
 	return api.Rescheduled{ID: id.String(), DeliverAtMs: got}, err
 }
 
@@ -113,7 +122,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := s.b.Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	ds, err := s.be(r).Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
 	// A long-poll the shutdown cut short (the backend may answer it empty
 	// or with the context's error) sends its client to another node.
 	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && r.Context().Err() == nil {
@@ -135,7 +144,7 @@ func (s *Server) acquireWaiter() (release func(), err error) {
 func (s *Server) ack(r *http.Request) (any, error) {
 	var req api.ReceiptsRequest
 	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
-		c, err := s.b.Ack(ctx, rs)
+		c, err := s.be(r).Ack(ctx, rs)
 		return api.AckResponse{Acked: c.Done, Stale: c.Stale}, err
 	})
 }
@@ -146,7 +155,7 @@ func (s *Server) nack(r *http.Request) (any, error) {
 		if err := ValidateNackDelay(req.DelayMs, s.cfg.Limits); err != nil {
 			return nil, err
 		}
-		c, err := s.b.Nack(ctx, rs, req.DelayMs)
+		c, err := s.be(r).Nack(ctx, rs, req.DelayMs)
 		return api.NackResponse{Nacked: c.Done, Stale: c.Stale}, err
 	})
 }
@@ -154,7 +163,7 @@ func (s *Server) nack(r *http.Request) (any, error) {
 func (s *Server) touch(r *http.Request) (any, error) {
 	var req api.ReceiptsRequest
 	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
-		c, err := s.b.Touch(ctx, rs)
+		c, err := s.be(r).Touch(ctx, rs)
 		return api.TouchResponse{Touched: c.Done, Stale: c.Stale}, err
 	})
 }
@@ -173,7 +182,7 @@ func (s *Server) settle(r *http.Request, req any, list *[]string, do func(contex
 }
 
 func (s *Server) topics(r *http.Request) (any, error) {
-	ts, err := s.b.Topics(r.Context())
+	ts, err := s.be(r).Topics(r.Context())
 	return api.TopicsResponse{Topics: topicsOf(ts)}, err
 }
 
@@ -187,7 +196,7 @@ func (s *Server) dead(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	vs, err := s.b.Dead(r.Context(), topic, limit)
+	vs, err := s.be(r).Dead(r.Context(), topic, limit)
 	return api.DeadResponse{Messages: viewsOf(vs)}, err
 }
 
@@ -201,12 +210,12 @@ func (s *Server) redrive(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.b.Redrive(r.Context(), topic, ids)
+	n, err := s.be(r).Redrive(r.Context(), topic, ids)
 	return api.RedriveResponse{Redriven: n}, err
 }
 
 func (s *Server) wheel(r *http.Request) (any, error) {
-	w, err := s.b.Wheel(r.Context())
+	w, err := s.be(r).Wheel(r.Context())
 	return WheelView(w), err
 }
 
@@ -222,26 +231,32 @@ func (s *Server) slot(r *http.Request) (any, error) {
 			return nil, invalid("records: must be true or false, got %s", quoteShort(q))
 		}
 	}
-	si, err := s.b.Slot(r.Context(), n, records)
+	si, err := s.be(r).Slot(r.Context(), n, records)
 	return SlotView(si, records), err
 }
 
 func (s *Server) addNode(r *http.Request) (any, error) {
+	n, err := s.nodeBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return n, s.be(r).AddNode(r.Context(), wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr})
+}
+
+// nodeBody decodes and validates the node of POST /v1/cluster/nodes.
+func (s *Server) nodeBody(r *http.Request) (api.Node, error) {
 	var n api.Node
 	if err := decodeBody(r, &n, false); err != nil {
-		return nil, err
+		return n, err
 	}
-	if err := validateNode(n, s.cfg.Limits); err != nil {
-		return nil, err
-	}
-	return n, s.b.AddNode(r.Context(), wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr})
+	return n, validateNode(n, s.cfg.Limits)
 }
 
 func (s *Server) removeNode(r *http.Request) (any, error) {
 	id := r.PathValue("id")
 	auth := r.Header.Get("Authorization")
-	confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, id, index, auth) }
-	return api.NodeRemoved{ID: id, Removed: true}, s.b.RemoveNode(r.Context(), id, confirm)
+	confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, groupOf(r), id, index, auth) }
+	return api.NodeRemoved{ID: id, Removed: true}, s.be(r).RemoveNode(r.Context(), id, confirm)
 }
 
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
@@ -281,7 +296,7 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 
 // backup streams a tar of the node's state: a checkpoint of its store.
 func (s *Server) backup(r *http.Request) (any, error) {
-	b, ok := s.b.(Backuper)
+	b, ok := s.be(r).(Backuper)
 	if !ok {
 		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node cannot take backups"}
 	}

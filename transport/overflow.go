@@ -27,7 +27,7 @@ const (
 
 // overflow answers GET /v1/wheel/overflow?bucket_ms=&limit=.
 func (s *Server) overflow(r *http.Request) (any, error) {
-	o, ok := s.b.(OverflowReader)
+	o, ok := s.be(r).(OverflowReader)
 	if !ok {
 		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node cannot count its overflow"}
 	}

@@ -20,35 +20,40 @@ const leaderAskTimeout = time.Second
 // once its dispatcher runs. A follower asks the leader for its commit
 // index (a /readyz marked forwarded, which the leader answers itself).
 func (s *Server) readyz(r *http.Request) (any, error) {
-	if err := s.b.Ready(); err != nil {
-		return nil, unavailable("not ready: %v", err)
+	return s.readyGroup(r, s.be(r), groupOf(r))
+}
+
+// readyGroup answers readyz for group g, of backend b.
+func (s *Server) readyGroup(r *http.Request, b Backend, g int) (api.Status, error) {
+	if err := b.Ready(); err != nil {
+		return api.Status{}, unavailable("not ready: %v", err)
 	}
-	applied, commit := s.b.Indexes()
-	addr, isLeader, known := s.b.LeaderHTTP()
+	applied, commit := b.Indexes()
+	addr, isLeader, known := b.LeaderHTTP()
 	switch {
 	case isLeader:
 		return api.Status{Status: "ready", AppliedIndex: applied, LeaderCommitIndex: commit}, nil
 	case r.Header.Get(ForwardedHeader) != "":
-		return nil, unavailable("not the leader: asked for the leader's commit index while leadership changes")
+		return api.Status{}, unavailable("not the leader: asked for the leader's commit index while leadership changes")
 	case !known || addr == "":
-		return nil, unavailable("not ready: the leader's HTTP address is not known yet")
+		return api.Status{}, unavailable("not ready: the leader's HTTP address is not known yet")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), leaderAskTimeout)
 	defer cancel()
-	lc, err := s.leaderCommit(ctx, addr)
+	lc, err := s.leaderCommit(ctx, addr, "/readyz"+s.groupQuery("?", g))
 	if err != nil {
-		return nil, unavailable("not ready: cannot learn the leader's commit index: %v", err)
+		return api.Status{}, unavailable("not ready: cannot learn the leader's commit index: %v", err)
 	}
 	if applied < lc {
-		return nil, unavailable("not ready: applied %d of the leader's commit %d", applied, lc)
+		return api.Status{}, unavailable("not ready: applied %d of the leader's commit %d", applied, lc)
 	}
 	return api.Status{Status: "ready", AppliedIndex: applied, LeaderCommitIndex: lc}, nil
 }
 
-// leaderCommit asks the leader at addr for its commit index.
-func (s *Server) leaderCommit(ctx context.Context, addr string) (uint64, error) {
+// leaderCommit asks the leader at addr for its commit index, at path.
+func (s *Server) leaderCommit(ctx context.Context, addr, path string) (uint64, error) {
 	var st api.Status
-	if err := s.ask(ctx, addr, "/readyz", "", &st); err != nil {
+	if err := s.ask(ctx, addr, path, "", &st); err != nil {
 		return 0, fmt.Errorf("the leader at %s: %w", addr, err)
 	}
 	if st.LeaderCommitIndex == 0 {

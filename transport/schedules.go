@@ -29,8 +29,9 @@ const (
 	maxScheduleLimit     = 1000
 )
 
-func (s *Server) scheduler() (Scheduler, error) {
-	sb, ok := s.b.(Scheduler)
+// schedulerOf returns b as a Scheduler, or a 501 when it keeps no schedules.
+func schedulerOf(b Backend) (Scheduler, error) {
+	sb, ok := b.(Scheduler)
 	if !ok {
 		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node keeps no schedules"}
 	}
@@ -38,7 +39,7 @@ func (s *Server) scheduler() (Scheduler, error) {
 }
 
 func (s *Server) putSchedule(r *http.Request) (any, error) {
-	sb, err := s.scheduler()
+	sb, err := schedulerOf(s.be(r))
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ func invalidFrom(err error) error {
 }
 
 func (s *Server) getSchedule(r *http.Request) (any, error) {
-	sb, err := s.scheduler()
+	sb, err := schedulerOf(s.be(r))
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ func (s *Server) getSchedule(r *http.Request) (any, error) {
 }
 
 func (s *Server) deleteSchedule(r *http.Request) (any, error) {
-	sb, err := s.scheduler()
+	sb, err := schedulerOf(s.be(r))
 	if err != nil {
 		return nil, err
 	}
@@ -99,28 +100,77 @@ func (s *Server) deleteSchedule(r *http.Request) (any, error) {
 	return api.ScheduleDeleted{Name: name, Deleted: true}, sb.DeleteSchedule(r.Context(), name)
 }
 
+// scheduleScan bounds the stored schedules one GET /v1/schedules?topic=
+// reads: the schedules are kept by name, not by topic, so a page of one
+// topic's schedules is found by reading them all, a bounded run at a time.
+const scheduleScan = 10_000
+
+// listSchedules answers GET /v1/schedules: up to limit schedules in name
+// order after ?after=, with next set when more may follow; with ?topic=,
+// only that topic's (see pageSchedules).
 func (s *Server) listSchedules(r *http.Request) (any, error) {
-	sb, err := s.scheduler()
+	sb, err := schedulerOf(s.be(r))
 	if err != nil {
 		return nil, err
 	}
+	return s.schedulesPage(r, func(after string, n int) ([]wheel.ScheduleInfo, error) {
+		return sb.Schedules(r.Context(), after, n)
+	})
+}
+
+// schedulesPage answers a GET /v1/schedules from read (up to n schedules
+// after a name, in name order): the page its limit, after and topic ask for.
+func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) ([]wheel.ScheduleInfo, error)) (any, error) {
 	limit, err := queryInt(r, "limit", defaultScheduleLimit, 1, maxScheduleLimit)
 	if err != nil {
 		return nil, err
 	}
-	infos, err := sb.Schedules(r.Context(), r.URL.Query().Get("after"), limit+1)
-	if err != nil {
-		return nil, err
-	}
-	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, min(len(infos), limit))}
-	for i, info := range infos {
-		if i == limit {
-			out.Next = infos[i-1].Name
-			break
+	q := r.URL.Query()
+	if q.Has("topic") {
+		if err := validateTopic("topic", q.Get("topic"), s.cfg.Limits); err != nil {
+			return nil, err
 		}
-		out.Schedules = append(out.Schedules, scheduleOf(info))
 	}
-	return out, nil
+	return pageSchedules(read, q.Get("after"), q.Get("topic"), limit, scheduleScan)
+}
+
+// pageSchedules reads through read (up to n schedules after a name, in
+// name order) one page of up to limit schedules after after, of topic
+// only unless it is "". Next is set when more may follow: the name of the
+// page's last schedule, or of the last one read. A page of one
+// topic reads at most scan schedules, so it may hold fewer than limit
+// (even none) while Next is set.
+func pageSchedules(read func(after string, n int) ([]wheel.ScheduleInfo, error), after, topic string, limit, scan int) (api.ScheduleList, error) {
+	out := api.ScheduleList{Schedules: []api.Schedule{}}
+	batch := limit + 1 // unfiltered, one read answers the page
+	if topic != "" {
+		batch = maxScheduleLimit
+	}
+	for scanned := 0; ; {
+		ask := min(batch, scan-scanned)
+		infos, err := read(after, ask)
+		if err != nil {
+			return api.ScheduleList{}, err
+		}
+		for _, info := range infos {
+			if topic == "" || info.Topic == topic {
+				if len(out.Schedules) == limit {
+					out.Next = out.Schedules[limit-1].Name
+					return out, nil
+				}
+				out.Schedules = append(out.Schedules, scheduleOf(info))
+			}
+			after = info.Name
+		}
+		scanned += len(infos)
+		switch {
+		case len(infos) < ask:
+			return out, nil // no more schedules
+		case scanned >= scan:
+			out.Next = after
+			return out, nil
+		}
+	}
 }
 
 // scheduleOf is the API view of a stored schedule.

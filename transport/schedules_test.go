@@ -122,3 +122,43 @@ func TestScheduleBadInput(t *testing.T) {
 		t.Fatalf("limit=0: %d %s", a.status, a.body)
 	}
 }
+
+// GET /v1/schedules?topic= lists only that topic's schedules, paged in
+// name order like the whole list; a malformed topic is refused.
+func TestSchedulesOfOneTopic(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	for name, topic := range map[string]string{"a": "orders", "b": "email", "c": "orders", "d": "email", "e": "orders"} {
+		_, err := e.c.SetSchedule(ctx, name, api.ScheduleRequest{Topic: topic, EveryMs: 60_000})
+		check(t, "set "+name, err)
+	}
+	names := func(l api.ScheduleList) string {
+		var out []string
+		for _, s := range l.Schedules {
+			out = append(out, s.Name+":"+s.Topic)
+		}
+		return strings.Join(out, ",")
+	}
+	page, err := e.c.TopicSchedules(ctx, "orders", "", 2)
+	check(t, "first page", err)
+	equal(t, "first page", names(page), "a:orders,c:orders")
+	equal(t, "first page's next", page.Next, "c")
+	page, err = e.c.TopicSchedules(ctx, "orders", page.Next, 2)
+	check(t, "second page", err)
+	equal(t, "second page", names(page), "e:orders")
+	equal(t, "second page's next", page.Next, "")
+	page, err = e.c.TopicSchedules(ctx, "email", "", 0)
+	check(t, "email", err)
+	equal(t, "email", names(page), "b:email,d:email")
+	page, err = e.c.TopicSchedules(ctx, "nobody", "", 0)
+	check(t, "a topic without schedules", err)
+	if page.Schedules == nil || len(page.Schedules) != 0 || page.Next != "" {
+		t.Fatalf("a topic without schedules: %+v", page)
+	}
+	if a := e.do(http.MethodGet, "/v1/schedules?topic=a%20b", ""); a.status != http.StatusBadRequest || !strings.Contains(a.errBody(t).Message, "topic") {
+		t.Fatalf("a malformed topic: %d %s", a.status, a.body)
+	}
+	if a := e.do(http.MethodGet, "/v1/schedules?topic=", ""); a.status != http.StatusBadRequest || !strings.Contains(a.errBody(t).Message, "topic") {
+		t.Fatalf("an empty topic: %d %s", a.status, a.body)
+	}
+}

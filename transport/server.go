@@ -30,6 +30,9 @@ const ForwardedHeader = "X-Delaywheel-Forwarded"
 type Server struct {
 	cfg      Config
 	b        Backend
+	grouped  Grouped               // nil unless b runs more than one group
+	scopes   map[string]groupRoute // by route pattern
+	routes   map[string]route      // by pattern, for requests spanning groups
 	log      *slog.Logger
 	handler  http.Handler
 	waiters  chan struct{} // one token per running long-poll
@@ -73,6 +76,10 @@ func NewServer(cfg Config, b Backend) *Server {
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
+	if g, ok := b.(Grouped); ok && g.GroupCount() > 1 {
+		s.grouped = g
+	}
+	s.scopes = s.groupScopes()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.handler = s.newMux()
 	return s
@@ -113,7 +120,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-func (s *Server) routes() []route {
+func (s *Server) routeList() []route {
 	return []route{
 		{"GET /healthz", open, s.healthz},
 		{"GET /readyz", open, s.readyz},
@@ -153,7 +160,9 @@ func (s *Server) routes() []route {
 func (s *Server) newMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	methods := map[string][]string{}
-	for _, rt := range s.routes() {
+	s.routes = map[string]route{}
+	for _, rt := range s.routeList() {
+		s.routes[rt.pattern] = rt
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		methods[path] = append(methods[path], method)
 		mux.Handle(rt.pattern, s.wrap(rt))
@@ -194,18 +203,33 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 			return
 		}
 	}
-	if err := s.b.Removed(); err != nil && rt.access != open {
-		s.fail(w, unavailable("%v", err))
-		return
-	}
-	if rt.access == leader && s.forward(w, r) {
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes)
-	v, err := rt.h(r)
+	b, g, span, err := s.pick(r, s.scopes[rt.pattern])
 	if err != nil {
 		s.fail(w, err)
 		return
+	}
+	r = withGroup(r, b, g)
+	if err := b.Removed(); err != nil && rt.access != open {
+		s.fail(w, unavailable("%v", err))
+		return
+	}
+	if rt.access == leader && !span && s.forward(w, r) {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes)
+	h := rt.h
+	if span {
+		h = s.scopes[rt.pattern].span
+	}
+	v, err := h(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	// A write a follower forwarded (a stream is a GET, and long-lived)
+	// tells the follower which index to apply before it answers.
+	if rt.access == leader && !span && r.Method != http.MethodGet && r.Header.Get(ForwardedHeader) != "" {
+		s.settleForwarded(w, r)
 	}
 	if st, ok := v.(stream); ok {
 		if err := st(w); err != nil {

@@ -42,7 +42,7 @@ func (s *Server) streamTopic(r *http.Request) (any, error) {
 		cancel()
 		release()
 	}
-	st, err := s.b.Stream(ctx, topic, wheel.StreamOptions{MaxInflight: maxIn, TTR: time.Duration(ttrMs) * time.Millisecond})
+	st, err := s.be(r).Stream(ctx, topic, wheel.StreamOptions{MaxInflight: maxIn, TTR: time.Duration(ttrMs) * time.Millisecond})
 	if err != nil {
 		done()
 		return nil, err

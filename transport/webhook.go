@@ -35,8 +35,8 @@ const (
 	maxWebhookSecretLen       = 1024
 )
 
-func (s *Server) webhooker() (Webhooker, error) {
-	w, ok := s.b.(Webhooker)
+func (s *Server) webhooker(r *http.Request) (Webhooker, error) {
+	w, ok := s.be(r).(Webhooker)
 	if !ok {
 		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node has no webhooks"}
 	}
@@ -49,7 +49,7 @@ func (s *Server) putWebhook(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	wh, err := s.webhooker()
+	wh, err := s.webhooker(r)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (s *Server) topicWebhooker(r *http.Request) (string, Webhooker, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	wh, err := s.webhooker()
+	wh, err := s.webhooker(r)
 	return topic, wh, err
 }
 

@@ -113,6 +113,10 @@ func clampDue(ms int64) int64 {
 }
 
 func (t *tx) schedule(c Schedule) Result {
+	if room := MaxEntryMessages - int(t.seq); len(c.Messages) > room {
+		return Result{Err: fmt.Errorf("%w: a log entry enqueues at most %d messages (MaxEntryMessages); this command brings it to %d",
+			ErrInvalid, MaxEntryMessages, int(t.seq)+len(c.Messages))}
+	}
 	out := make([]Enqueued, 0, len(c.Messages))
 	for i := range c.Messages {
 		nm := &c.Messages[i]
@@ -127,7 +131,7 @@ func (t *tx) schedule(c Schedule) Result {
 				}
 			}
 		}
-		id := ID{Index: t.index, Seq: t.seq}
+		id := ID{Index: t.index, Seq: seqOf(t.s.opts.Group, t.seq)}
 		t.seq++
 		m := Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 			DeliverAtMs: clampDue(nm.DeliverAtMs), TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}
@@ -151,15 +155,16 @@ func (t *tx) schedule(c Schedule) Result {
 	return Result{Value: out}
 }
 
-// Scheduled is what Apply answers for an entry at index whose only command
-// is a Schedule of msgs, none of which has a key: message i becomes
-// ID{index, i}, due at its time clamped to [0, MaxDueMs]. With no key there
-// is no duplicate to find, so the answer does not depend on the state, and
-// a leader can give it as soon as the entry commits.
-func Scheduled(index uint64, msgs []NewMessage) []Enqueued {
+// Scheduled is what the store of group answers for an entry at index whose
+// only command is a Schedule of msgs (at most MaxEntryMessages), none of
+// which has a key: message i becomes the id of position i in group, due at
+// its time clamped to [0, MaxDueMs]. With no key there is no duplicate to
+// find, so the answer does not depend on the state, and a leader can give
+// it as soon as the entry commits.
+func Scheduled(group int, index uint64, msgs []NewMessage) []Enqueued {
 	out := make([]Enqueued, len(msgs))
 	for i := range msgs {
-		out[i] = Enqueued{ID: ID{Index: index, Seq: uint32(i)}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
+		out[i] = Enqueued{ID: ID{Index: index, Seq: seqOf(group, uint32(i))}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
 	}
 	return out
 }

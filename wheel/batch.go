@@ -30,7 +30,7 @@ type tx struct {
 	b       *pebble.Batch // indexed: reads see the batch's own writes
 	err     error
 	index   uint64 // entry being applied
-	seq     uint32 // next message position in the entry
+	seq     uint32 // next message position in the entry (below MaxEntryMessages)
 	applied uint64
 	cursor  int64
 	nextTop uint32
@@ -354,7 +354,6 @@ func (t *tx) commit() error {
 		s.topics[name] = id
 		s.topicNames[id] = name
 	}
-	defer s.publishLocked(len(t.newTopic) > 0)
 	for tid, c := range newCounts {
 		s.counts[tid] = c
 	}
@@ -369,6 +368,11 @@ func (t *tx) commit() error {
 		}
 	}
 	s.commitWebhooks(t.newWebhooks)
+	// Published before the observer hears of the batch: the dispatcher it
+	// wakes reads the ready queues without mu, by the published topics, at
+	// once, and a topic the batch created must not look unknown (its
+	// queue empty) then, or that wake-up is spent on nothing.
+	s.publishLocked(len(t.newTopic) > 0)
 	if s.observer != nil && len(t.events) > 0 {
 		s.observer.applied(t.events)
 	}

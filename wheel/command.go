@@ -270,6 +270,7 @@ func EncodeCommands(cmds []Command) []byte {
 			e.str(c.Name)
 		case AdvanceSchedules:
 			e.varint(c.NowMs)
+			e.varint(c.SinceMs)
 			e.advanceItems(c.Items)
 		default:
 			panic(fmt.Sprintf("wheel: encode unknown command %T", c))
@@ -340,7 +341,7 @@ func DecodeCommands(b []byte) ([]Command, error) {
 		case KindDeleteSchedule:
 			cmds = append(cmds, DeleteSchedule{Name: d.str()})
 		case KindAdvanceSchedules:
-			cmds = append(cmds, AdvanceSchedules{NowMs: d.varint(), Items: d.advanceItems()})
+			cmds = append(cmds, AdvanceSchedules{NowMs: d.varint(), SinceMs: d.varint(), Items: d.advanceItems()})
 		default:
 			if d.err == nil {
 				d.err = fmt.Errorf("%w: unknown command kind %d", ErrCorruptCommand, k)

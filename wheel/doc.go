@@ -27,8 +27,13 @@
 // daylight saving, or a fixed interval from a start. AdvanceSchedules,
 // which the leader proposes ahead of the occurrences' times, enqueues
 // each occurrence as an ordinary message keyed by it and computes the
-// next one from the previous and the time the leader stamped, never
-// from a clock.
+// next one from the previous and the instants the leader stamped, never
+// from a clock. Invariant: a live leader skips no occurrence. One due
+// since the leader's SinceMs is its own, and however late the leader
+// advances it, the next is the one after it; only one due before SinceMs,
+// which passed while no leader advanced schedules, is followed by the
+// first occurrence after the leader's NowMs, so an outage costs one late
+// occurrence, not a burst.
 //
 // # Slot files and the index
 //
@@ -43,6 +48,14 @@
 // slot file has no meta of its own until it changes: its entry's
 // placements stand for it (placement.go). The index records its layout's
 // format; a store opens that format only.
+//
+// # Message ids
+//
+// A message's id is the Raft index of the entry that enqueued it and its
+// Seq: its position in the entry, below MaxEntryMessages, under the store's
+// group (Options.Group) in the top byte, so that an id names the Raft
+// group that holds it (ID.Group) and a topic's group is GroupOf. A store
+// of group 0 mints the ids a cluster without groups always did.
 //
 // # Applying
 //

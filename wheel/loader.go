@@ -14,7 +14,9 @@ import (
 )
 
 // observer follows what committed batches do to the wheel: the leader's
-// loader. The store calls it under its lock, after the batch committed;
+// loader. The store calls it under its lock, after the batch committed
+// and was published to the readers that skip the lock (Ready, Cursor,
+// AppliedIndex), so whatever it wakes reads the state it heard of;
 // nothing an observer does or answers changes what Apply writes, so a
 // store applies the same log to the same state with or without one.
 type observer interface {

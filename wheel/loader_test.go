@@ -470,3 +470,49 @@ func TestLoaderClaim(t *testing.T) {
 		t.Fatalf("after popping the rescheduled message again: %+v", due)
 	}
 }
+
+// readingObserver is a loader that, as each batch's events reach it, reads
+// what the leader's dispatcher reads without the store's lock once the
+// loader wakes it: the ready queue of each topic an event names, and the
+// applied index.
+type readingObserver struct {
+	*Loader
+	s     *Store
+	ready map[string][]View
+	index uint64 // the applied index, as read
+}
+
+func (o *readingObserver) applied(events []Event) {
+	for _, e := range events {
+		if e.Kind == EventReady {
+			vs, err := o.s.Ready(e.Topic, 10, nil)
+			if err != nil {
+				panic(err)
+			}
+			o.ready[e.Topic] = vs
+		}
+	}
+	o.index = o.s.AppliedIndex()
+	o.Loader.applied(events)
+}
+
+// A loader is woken once the batch it hears of is readable without the
+// store's lock: the dispatcher it wakes reads a new topic's ready queue
+// at once, and must not find the topic unknown and think the queue empty.
+func TestObserverHearsOfPublishedState(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	o := &readingObserver{Loader: NewLoader(), s: k.s, ready: map[string][]View{}}
+	k.s.AttachLoader(o.Loader)
+	k.s.mu.Lock()
+	k.s.observer = o
+	k.s.mu.Unlock()
+	// Due before the cursor: straight to the ready queue of a topic the
+	// same batch creates.
+	enq := k.schedule(t0, NewMessage{Topic: "new", Body: []byte("x")})
+	if vs := o.ready["new"]; len(vs) != 1 || vs[0].ID != enq[0].ID {
+		t.Fatalf("the observer's read of the ready queue found %v, want message %s", vs, enq[0].ID)
+	}
+	if o.index != k.idx {
+		t.Fatalf("the observer read applied index %d, want %d", o.index, k.idx)
+	}
+}

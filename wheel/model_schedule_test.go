@@ -52,7 +52,13 @@ func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
 		occ := info.NextMs
 		msgs = append(msgs, NewMessage{Topic: info.Topic, Key: OccurrenceKey(info.Name, occ), Body: info.Body, Headers: info.Headers,
 			Priority: info.Priority, DeliverAtMs: occ, TTRMs: info.TTRMs, MaxAttempts: info.MaxAttempts})
-		info.LastMs, info.Fired, info.NextMs = occ, info.Fired+1, r.after(max(occ, c.NowMs))
+		// The leader's own occurrence goes on from itself, however late;
+		// one that came due before the leader took over, from NowMs.
+		from := max(occ, c.NowMs)
+		if occ >= c.SinceMs {
+			from = occ
+		}
+		info.LastMs, info.Fired, info.NextMs = occ, info.Fired+1, r.after(from)
 	}
 	if len(msgs) > 0 {
 		for _, e := range md.schedule(Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued) {
@@ -68,7 +74,9 @@ func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
 
 // genRecurring sets (sometimes invalidly), deletes or advances schedules;
 // an advance names those due within two seconds, as the leader does, and
-// now and then one it has moved past.
+// now and then one it has moved past, and is stamped by a leader that took
+// over at one of several instants, so that a late occurrence is sometimes
+// the leader's (caught up) and sometimes not (fired once).
 func (h *modelHarness) genRecurring() Command {
 	name := modelSchedules[h.rng.Intn(len(modelSchedules))]
 	switch r := h.rng.Intn(100); {
@@ -108,7 +116,9 @@ func (h *modelHarness) genRecurring() Command {
 		if len(items) == 0 {
 			return nil
 		}
-		return AdvanceSchedules{NowMs: h.now, Items: items}
+		// The leader took over just now, a while ago, or long ago.
+		since := []int64{h.now - 2000, h.now - h.rng.Int63n(120_000), 0}[h.rng.Intn(3)]
+		return AdvanceSchedules{NowMs: h.now, SinceMs: since, Items: items}
 	}
 }
 

@@ -46,9 +46,16 @@ func TestModel(t *testing.T) {
 	for i := 0; i < *modelSeeds; i++ {
 		seed := *modelSeed + int64(i)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			runModel(t, seed, *modelSteps)
+			runModel(t, seed, *modelSteps, 0)
 		})
 	}
+}
+
+// TestModelGroup runs the model on the store of the last group, whose ids
+// hold the group in Seq's top byte: every read, placement and replay must
+// agree with the model as for group 0.
+func TestModelGroup(t *testing.T) {
+	runModel(t, *modelSeed, min(*modelSteps, 1500), MaxGroups-1)
 }
 
 // ---------------------------------------------------------------------------
@@ -88,13 +95,14 @@ type refModel struct {
 	nodes   map[string]Node
 	scheds  map[string]*ScheduleInfo // model_schedule_test.go
 	gen     int
+	group   int // the store's group: the top byte of every Seq it mints
 	index   uint64
 	seq     uint32
 	dirty   map[ID]bool // ids changed since the harness last looked
 }
 
-func newRefModel() *refModel {
-	return &refModel{msgs: map[ID]*mMsg{}, keys: map[mTopicKey]ID{}, topics: map[string]bool{},
+func newRefModel(group int) *refModel {
+	return &refModel{group: group, msgs: map[ID]*mMsg{}, keys: map[mTopicKey]ID{}, topics: map[string]bool{},
 		nodes: map[string]Node{}, dirty: map[ID]bool{}, scheds: map[string]*ScheduleInfo{}}
 }
 
@@ -237,7 +245,7 @@ func (md *refModel) schedule(c Schedule) Result {
 				continue
 			}
 		}
-		id := ID{Index: md.index, Seq: md.seq}
+		id := ID{Index: md.index, Seq: uint32(md.group)<<24 | md.seq}
 		md.seq++
 		m := &mMsg{Message: Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: append([]byte(nil), nm.Body...),
 			Headers: nm.Headers, Priority: nm.Priority, DeliverAtMs: mClamp(nm.DeliverAtMs), TTRMs: nm.TTRMs,
@@ -480,9 +488,11 @@ type modelHarness struct {
 	rng  *rand.Rand
 	fs   *vfs.MemFS
 	dir  string
-	s    *Store
-	opts Options
-	l    *Loader
+	// group is the store's group (Options.Group).
+	group int
+	s     *Store
+	opts  Options
+	l     *Loader
 	// rep is a replica that applies the same log one entry at a time,
 	// with no loader attached and no crash: its state must match s.
 	rep    *Store
@@ -506,12 +516,12 @@ var (
 	modelKeys   = []string{"k1", "k2", "k3", "k4"}
 )
 
-func runModel(t *testing.T, seed int64, steps int) {
+func runModel(t *testing.T, seed int64, steps, group int) {
 	h := &modelHarness{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), fs: vfs.NewStrictMem(),
-		dir: "/db", md: newRefModel(), popped: map[ID]int{}, stats: map[string]int{}}
+		dir: "/db", group: group, md: newRefModel(group), popped: map[ID]int{}, stats: map[string]int{}}
 	h.now = 1_700_000_000_000 + h.rng.Int63n(86_400_000)
 	h.open()
-	rep, err := Open("/replica", Options{FS: vfs.NewMem()})
+	rep, err := Open("/replica", Options{FS: vfs.NewMem(), Group: group})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +637,7 @@ func (h *modelHarness) open() {
 
 // tryOpen opens the store with randomized options and attaches a loader.
 func (h *modelHarness) tryOpen() error {
-	h.opts = Options{FS: h.fs}
+	h.opts = Options{FS: h.fs, Group: h.group}
 	switch h.rng.Intn(4) {
 	case 0:
 		h.opts.MaxOpenSegments = 1
@@ -930,7 +940,7 @@ func (h *modelHarness) anyID(live []ID) ID {
 	case r < 9 && len(h.md.created) > 0:
 		return h.pick(h.md.created)
 	default:
-		return ID{Index: uint64(len(h.log)) + 1000, Seq: uint32(h.rng.Intn(3))}
+		return ID{Index: uint64(len(h.log)) + 1000, Seq: seqOf(h.group, uint32(h.rng.Intn(3)))}
 	}
 }
 
@@ -1184,7 +1194,7 @@ func (h *modelHarness) crash() {
 
 // modelAt rebuilds the model from the first n log entries.
 func (h *modelHarness) modelAt(n uint64) *refModel {
-	md := newRefModel()
+	md := newRefModel(h.group)
 	for _, e := range h.log[:n] {
 		cmds, err := DecodeCommands(e.data)
 		if err != nil {
@@ -1304,7 +1314,7 @@ func (h *modelHarness) inconsistent() {
 		if err != nil {
 			h.fatalf("damage %s: %v", path, err)
 		}
-		s, err := Open(h.dir, Options{FS: h.fs})
+		s, err := Open(h.dir, Options{FS: h.fs, Group: h.group})
 		if err == nil {
 			s.Close()
 			h.fatalf("Open succeeded with segment %s cut from %d bytes", path, len(data))

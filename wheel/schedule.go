@@ -58,13 +58,34 @@ type AdvanceItem struct {
 // AdvanceSchedules enqueues, for each item whose schedule's next
 // occurrence is still FromMs, that occurrence (a message due at FromMs,
 // keyed OccurrenceKey), and moves the schedule to its following
-// occurrence: the first after FromMs, or, when FromMs is already past at
-// NowMs (no leader ran meanwhile), the first after NowMs, so missed
-// occurrences fire once. Other items are stale and change nothing, which
-// makes a retry after a leader change harmless. Its result is AdvanceResult.
+// occurrence. Other items are stale and change nothing, which makes a
+// retry after a leader change harmless. Its result is AdvanceResult.
+//
+// The following occurrence is chosen so that a live leader never skips
+// one, and an outage costs one late occurrence, not a burst:
+//
+//   - FromMs >= SinceMs (the occurrence is the stamping leader's, however
+//     late it advances it): the first after FromMs. A leader that falls
+//     behind catches up occurrence by occurrence.
+//   - FromMs < SinceMs (it came due before that leader took over, while
+//     no leader advanced schedules): the first after max(FromMs, NowMs),
+//     so the occurrences missed meanwhile fire once, late.
+//
+// Both instants are the leader's, stamped into the command: applying reads
+// no clock, so every replica moves the schedule alike.
 type AdvanceSchedules struct {
+	// NowMs is the leader's time when it proposed the advance.
 	NowMs int64
-	Items []AdvanceItem
+	// SinceMs is the earliest occurrence the proposing leader answers
+	// for: the leader's time at its scheduler's first look in its term,
+	// from which it has advanced schedules continuously, less the
+	// scheduler's look-ahead. The margin makes the few occurrences due
+	// just before the leader took over (no more than a look-ahead's worth,
+	// which the leader before would have enqueued by then had it run on)
+	// its own, caught up rather than collapsed into one. 0 counts every
+	// occurrence as the leader's.
+	SinceMs int64
+	Items   []AdvanceItem
 }
 
 // AdvanceResult counts what an AdvanceSchedules did: occurrences enqueued,
@@ -236,9 +257,12 @@ func (t *tx) deleteSchedule(c DeleteSchedule) Result {
 func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 	var res AdvanceResult
 	var msgs []NewMessage
+	// The occurrences are enqueued in this entry: those past what it may
+	// still enqueue stay where they are, as stale, for a later Advance.
+	room := MaxEntryMessages - int(t.seq)
 	for _, it := range c.Items {
 		info, ok := t.scheduleInfo(it.Name)
-		if !ok || info.NextMs == 0 || info.NextMs != it.FromMs {
+		if !ok || info.NextMs == 0 || info.NextMs != it.FromMs || len(msgs) >= room {
 			res.Stale++
 			continue
 		}
@@ -253,7 +277,7 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 		t.del(scheduleDueKey(occ, info.Name))
 		info.LastMs = occ
 		info.Fired++
-		info.NextMs = r.after(max(occ, c.NowMs))
+		info.NextMs = r.after(nextAfter(occ, c))
 		t.putSchedule(&info)
 	}
 	if len(msgs) > 0 {
@@ -267,6 +291,16 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 		}
 	}
 	return Result{Value: res}
+}
+
+// nextAfter returns the instant after which the schedule that fired occ
+// goes on, as AdvanceSchedules states: occ itself when occ is the
+// leader's (at or after SinceMs), else the later of occ and NowMs.
+func nextAfter(occ int64, c AdvanceSchedules) int64 {
+	if occ >= c.SinceMs {
+		return occ
+	}
+	return max(occ, c.NowMs)
 }
 
 // Schedule returns a stored schedule, or an error wrapping ErrNotFound.

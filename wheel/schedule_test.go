@@ -37,9 +37,11 @@ func (k *storeKit) keyed() map[string]ID {
 	return out
 }
 
+// advance applies an AdvanceSchedules stamped at now by a leader that took
+// over at now (its scheduler looks 2 s ahead).
 func (k *storeKit) advance(now int64, items ...AdvanceItem) AdvanceResult {
 	k.t.Helper()
-	return k.one(AdvanceSchedules{NowMs: now, Items: items}).(AdvanceResult)
+	return k.one(AdvanceSchedules{NowMs: now, SinceMs: now - 2000, Items: items}).(AdvanceResult)
 }
 
 func (k *storeKit) scheduleInfo(name string) ScheduleInfo {
@@ -166,6 +168,62 @@ func TestScheduleNoBurstAfterOutage(t *testing.T) {
 	}
 }
 
+// TestScheduleLateAdvanceOfTheLeader: an advance five intervals late skips
+// nothing when the occurrence came due while the stamping leader advanced
+// schedules (a slow leader catches up occurrence by occurrence), and fires
+// once and goes on after NowMs when it came due before that leader took
+// over.
+func TestScheduleLateAdvanceOfTheLeader(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		since    int64 // SinceMs relative to the occurrence
+		wantNext int64 // relative to the occurrence
+	}{
+		{"slow leader", -10_000, 1000},
+		{"slow leader, occurrence at since", 0, 1000},
+		{"leader took over after it", 1, 6000},
+		{"leader took over at now", 5500 - 2000, 6000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newStoreKit(t, Options{})
+			occ := t0 + 1000
+			k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: occ}})
+			now := occ + 5500 // five intervals late
+			r := k.one(AdvanceSchedules{NowMs: now, SinceMs: occ + tc.since, Items: []AdvanceItem{{"a", occ}}}).(AdvanceResult)
+			if r != (AdvanceResult{Fired: 1}) {
+				t.Fatalf("advance: %+v", r)
+			}
+			info := k.scheduleInfo("a")
+			if info.LastMs != occ || info.NextMs != occ+tc.wantNext || info.Fired != 1 {
+				t.Fatalf("last %d next %d fired %d; want last %d next %d fired 1", info.LastMs, info.NextMs, info.Fired, occ, occ+tc.wantNext)
+			}
+			if _, ok := k.keyed()[OccurrenceKey("a", occ)]; !ok {
+				t.Fatal("the late occurrence was not enqueued")
+			}
+			if tc.wantNext != 1000 {
+				return
+			}
+			// The leader catches up: each advance moves one occurrence,
+			// until the calendar is ahead of NowMs again.
+			for want := occ + 1000; want <= now; want += 1000 {
+				r := k.one(AdvanceSchedules{NowMs: now, SinceMs: occ + tc.since, Items: []AdvanceItem{{"a", want}}}).(AdvanceResult)
+				if r != (AdvanceResult{Fired: 1}) {
+					t.Fatalf("catching up %d: %+v", want, r)
+				}
+			}
+			keys := k.keyed()
+			for ms := occ; ms <= now; ms += 1000 {
+				if _, ok := keys[OccurrenceKey("a", ms)]; !ok {
+					t.Errorf("occurrence %d skipped", ms)
+				}
+			}
+			if info := k.scheduleInfo("a"); info.NextMs != occ+6000 || info.Fired != 6 {
+				t.Fatalf("after catching up: next %d fired %d; want %d, 6", info.NextMs, info.Fired, occ+6000)
+			}
+		})
+	}
+}
+
 // TestScheduleDeleteWhileDue: an occurrence already enqueued is an
 // ordinary message and stays when its schedule is deleted; nothing later
 // is enqueued, and the advance naming it is stale.
@@ -254,8 +312,16 @@ func scheduleReplicaRun(t *testing.T, seed int64) {
 		}
 		pending = nil
 	}
+	since := now - 2000 // the current leader's SinceMs
 	for step := 0; step < 600; step++ {
 		now += int64(rng.Intn(900))
+		switch rng.Intn(40) {
+		case 0: // a slow leader: its advances come late
+			now += int64(rng.Intn(8000))
+		case 1: // an outage, and a new leader
+			now += int64(rng.Intn(30_000))
+			since = now - 2000
+		}
 		var cmd Command
 		switch p := rng.Intn(10); {
 		case p < 2:
@@ -280,7 +346,7 @@ func scheduleReplicaRun(t *testing.T, seed int64) {
 			if rng.Intn(5) == 0 && len(due) > 0 {
 				due = append(due, due[0]) // a retry within the entry
 			}
-			cmd = AdvanceSchedules{NowMs: now, Items: due}
+			cmd = AdvanceSchedules{NowMs: now, SinceMs: since, Items: due}
 		case p < 9:
 			cmd = Expire{Before: now / TickMs}
 		default:

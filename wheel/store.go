@@ -53,6 +53,10 @@ type Options struct {
 	CompressIndex bool
 	// ReadOnly opens without recovery or writes, for inspecting a stopped node.
 	ReadOnly bool
+	// Group is the Raft group (0 to MaxGroups-1) the store belongs to: the
+	// ids of the messages it enqueues name it (ID.Group). Group 0's ids are
+	// what a store without groups mints.
+	Group int
 }
 
 // Entry is one log entry's commands and its Raft index.
@@ -138,6 +142,9 @@ const flushEveryExpires = 10
 // back to what the index covers; if they cannot cover it, Open returns an
 // error wrapping ErrInconsistent.
 func Open(dir string, opts Options) (*Store, error) {
+	if opts.Group < 0 || opts.Group >= MaxGroups {
+		return nil, fmt.Errorf("%w: store group %d is out of range [0, %d)", ErrInvalid, opts.Group, MaxGroups)
+	}
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}

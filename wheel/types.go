@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 )
 
@@ -34,10 +35,42 @@ var (
 )
 
 // ID identifies a message: the Raft index of the command that created it and
-// the message's position in that command. IDs therefore sort by creation.
+// its Seq: the group of the store that applied it in the top byte, the
+// message's position in its entry in the low 24 bits. IDs of one group
+// therefore sort by creation, and those of group 0 are the position alone.
 type ID struct {
 	Index uint64
 	Seq   uint32
+}
+
+// Group is the Raft group whose store created the message.
+func (id ID) Group() int { return int(id.Seq >> groupShift) }
+
+// groupShift places the group in an id's Seq, above its position.
+const groupShift = 24
+
+// Limits of the group and position an id's Seq holds.
+const (
+	// MaxGroups is how many groups a cluster may have: a group is a byte.
+	MaxGroups = 1 << (32 - groupShift)
+	// MaxEntryMessages is how many messages one log entry may enqueue:
+	// their positions fill the low 24 bits of Seq, below the group.
+	MaxEntryMessages = 1 << groupShift
+)
+
+// seqOf is the Seq of the message at position pos of an entry applied by
+// the store of group.
+func seqOf(group int, pos uint32) uint32 { return uint32(group)<<groupShift | pos }
+
+// GroupOf returns the group of n that topic belongs to: its FNV-1a 64-bit
+// hash modulo n. Every n below 2 puts every topic in group 0.
+func GroupOf(topic string, n int) int {
+	if n < 2 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(topic))
+	return int(h.Sum64() % uint64(n))
 }
 
 // IDLen is the length of an ID's binary form.

@@ -157,6 +157,8 @@ type session struct {
 	cl  *client.Client // the HTTP API, for the calls only it has
 	api nodeAPI        // cl, or the gRPC client for an --addr of grpc://
 	raw []byte         // the last JSON answer
+	// token is the bearer token of --token-file ("" without one).
+	token string
 }
 
 // nodeAPI is what most commands call: the HTTP client, or the gRPC one for
@@ -192,6 +194,7 @@ func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 			return nil, fmt.Errorf("reading the token file: %w", err)
 		}
 		token = strings.TrimSpace(string(tok))
+		s.token = token
 	}
 	if addr := c.String("addr"); client.IsGRPC(addr) {
 		g, err := client.NewGRPC(addr, client.WithGRPCToken(token), client.WithGRPCRawResponse(func(b []byte) { s.raw = b }))

@@ -31,6 +31,14 @@ func benchCommand() *cli.Command {
 			Action: func(c *cli.Context) error { return runBench(c, w) },
 		})
 	}
+	subs = append(subs, &cli.Command{
+		Name: "webhook",
+		Usage: "fire through a topic's webhook: a receiver in the harness takes the POSTs of a spawned 3-node " +
+			"cluster (default 5,000 msg/s): lateness at the receiver, lost, early, duplicated; with " +
+			"--webhook-fail-rate every message ends answered 2xx or dead; --webhook-hang measures in-flight and memory",
+		Flags:  benchFlags(),
+		Action: func(c *cli.Context) error { return runBench(c, webhookWorkload) },
+	})
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "load-test delaywheel side by side with Redis and beanstalkd",
@@ -61,8 +69,13 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "rate", Value: bench.DefaultRate, Usage: "fire, failover: messages coming due per second"},
 		&cli.DurationFlag{Name: "duration", Value: bench.DefaultDuration, Usage: "fire, failover: how long messages come due"},
 		&cli.IntFlag{Name: "consumers", Value: bench.DefaultConsumers, Usage: "fire, failover: concurrent consumers"},
+		&cli.IntFlag{Name: "groups", Value: 1, Usage: "delaywheel: the spawned cluster's --groups, Raft groups per node"},
+		&cli.IntFlag{Name: "topics", Value: 1, Usage: "delaywheel: spread the messages over `K` topics, each consumer taking one (needs --consumers of at least K)"},
 		&cli.StringFlag{Name: "consume", Value: bench.ConsumeReserve, Usage: "fire, failover: how delaywheel delivers: reserve (long-polls, acks in the background), reserve-inline (each batch acked before the next reserve), stream, or webhook (POSTs to a receiver in the harness)"},
-		&cli.Float64Flag{Name: "webhook-fail-rate", Usage: "--consume webhook: share of requests the receiver answers 500, at random (e.g. 0.2)"},
+		&cli.Float64Flag{Name: "webhook-fail-rate", Usage: "--consume webhook: share of requests the receiver answers 500, at random (e.g. 0.2); the run waits for the retries and accounts for every message: answered 2xx, dead after max_attempts, or lost"},
+		&cli.BoolFlag{Name: "webhook-hang", Usage: "--consume webhook: the receiver answers no request until the run ends; reports the leader's requests in flight and the nodes' resident memory instead of lateness and lost"},
+		&cli.IntFlag{Name: "max-attempts", Usage: "delaywheel: the messages' max_attempts (default: the server's; 10 with --consume webhook)"},
+		&cli.DurationFlag{Name: "drain", Usage: "--consume webhook: how long after the last due time the retries are awaited at most (default: their whole backoff schedule plus 30s)"},
 		&cli.IntFlag{Name: "reserve-max", Value: bench.DefaultReserveMax, Usage: "most messages per reserve (delaywheel) or pop (Redis)"},
 		&cli.DurationFlag{Name: "wait", Value: bench.DefaultWait, Usage: "long-poll wait of a reserve"},
 		&cli.DurationFlag{Name: "redis-poll", Value: bench.DefaultRedisPoll, Usage: "Redis: interval between polls of the Lua pop"},
@@ -132,9 +145,14 @@ func runBench(c *cli.Context, workload string) error {
 		Rate:            c.Int("rate"),
 		Duration:        c.Duration("duration"),
 		Consumers:       c.Int("consumers"),
+		Groups:          c.Int("groups"),
+		Topics:          c.Int("topics"),
 		ReserveMax:      c.Int("reserve-max"),
 		Consume:         c.String("consume"),
 		WebhookFailRate: c.Float64("webhook-fail-rate"),
+		WebhookHang:     c.Bool("webhook-hang"),
+		MaxAttempts:     c.Int("max-attempts"),
+		Drain:           c.Duration("drain"),
 		Wait:            c.Duration("wait"),
 		RedisPoll:       c.Duration("redis-poll"),
 		BeanstalkdFsync: c.Duration("beanstalkd-fsync"),
@@ -147,6 +165,11 @@ func runBench(c *cli.Context, workload string) error {
 		TTY:             isTerminal(stderr),
 		Verbose:         c.Bool("verbose"),
 		Keep:            c.Bool("keep"),
+	}
+	if workload == webhookWorkload {
+		if err := webhookDefaults(c, &cfg); err != nil {
+			return err
+		}
 	}
 	rep, runErr := bench.Run(ctx, cfg)
 	if rep == nil {
@@ -194,4 +217,28 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// webhookWorkload is `bench webhook`: the fire workload delivered through a
+// topic's webhook to a receiver in the harness.
+const webhookWorkload = "webhook"
+
+// webhookDefaults turns cfg into `bench fire --consume webhook` against
+// delaywheel alone (no other target has webhooks), on a spawned 3-node
+// cluster at 5,000 msg/s unless the flags say otherwise.
+func webhookDefaults(c *cli.Context, cfg *bench.Config) error {
+	if c.IsSet("consume") && cfg.Consume != bench.ConsumeWebhook {
+		return fmt.Errorf("bench webhook delivers through a webhook; --consume %s is for bench fire", cfg.Consume)
+	}
+	cfg.Workload, cfg.Consume = bench.WorkloadFire, bench.ConsumeWebhook
+	if !c.IsSet("targets") {
+		cfg.Targets = []string{bench.TargetDelaywheel}
+	}
+	if !c.IsSet("spawn") && len(cfg.Addrs) == 0 {
+		cfg.Spawn = 3
+	}
+	if !c.IsSet("rate") {
+		cfg.Rate = 5000
+	}
+	return nil
 }

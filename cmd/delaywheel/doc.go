@@ -8,7 +8,10 @@
 // Flags and their defaults, the --config file and DELAYWHEEL_* variables
 // (command line over environment over file over default), wiring a
 // replication.Node to a transport.Server and to the gRPC server of package
-// transport/grpcserver (--grpc-addr), signals and a clean shutdown, the
+// transport/grpcserver (--grpc-addr), or with --groups N > 1 a node's Raft
+// groups (replication.OpenGroups) through transport.Grouped (groups.go:
+// group 0's node and every group's, each group's metrics labelled
+// group="<g>", --join adding the node to every group), signals and a clean shutdown, the
 // process's memory settings, and the admin commands' tables and their
 // command line: flags before or after the arguments, and every error,
 // whether of usage or of the API, as one line. It holds no

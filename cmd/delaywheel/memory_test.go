@@ -83,7 +83,7 @@ func TestServerMemoryFlags(t *testing.T) {
 				t.Setenv(k, v) // for this case only
 			}
 			dir := filepath.Join(t.TempDir(), "data")
-			args := append([]string{"server", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0"}, c.args...)
+			args := append([]string{"server", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"}, c.args...)
 			_, err := run(t, args...)
 			if err == nil || !strings.Contains(err.Error(), c.flag) {
 				t.Errorf("error %v, want one naming %s", err, c.flag)

@@ -59,6 +59,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
 		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
 		&cli.StringFlag{Name: "join", Usage: "HTTP address of any member: join that cluster as a voter", EnvVars: envs("join")},
+		&cli.IntFlag{Name: "groups", Value: 1, Usage: "Raft groups every node runs over --raft-addr, topics spread over them (fixed when the cluster is created)", EnvVars: envs("groups")},
 		&cli.StringSliceFlag{Name: "webhook-allow", Usage: "hosts, IP addresses or CIDRs webhooks may point to, comma-separated (default: any)", EnvVars: envs("webhook-allow")},
 		&cli.StringFlag{Name: "auth-token-file", Usage: "file holding the bearer token every /v1 call must present", EnvVars: envs("auth-token-file")},
 		&cli.StringFlag{Name: "tls-cert-file", Usage: "serve the client API over HTTPS with this PEM certificate", EnvVars: envs("tls-cert-file")},
@@ -244,6 +245,9 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	if err := checkGroups(c.Int("groups")); err != nil {
+		return err
+	}
 	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
 		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
@@ -307,7 +311,7 @@ func runServer(c *cli.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	node, err := replication.Open(replication.Config{
+	gs, err := replication.OpenGroups(replication.Config{
 		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr,
 		InitialCluster: members, Join: c.String("join"), Logger: logger,
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
@@ -318,12 +322,13 @@ func runServer(c *cli.Context) error {
 		Store: wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes"),
 			CompressIndex: c.Bool("compress-index")},
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
-	})
+	}, c.Int("groups"))
 	if err != nil {
 		closeListeners()
 		return err
 	}
-	reg.MustRegister(node.Collector())
+	registerGroups(reg, gs)
+	node := backendOf(gs)
 	limits := transport.DefaultLimits()
 	limits.MaxBodyBytes = c.Int("max-body-bytes")
 	limits.MaxBatch = c.Int("max-batch")
@@ -337,11 +342,11 @@ func runServer(c *cli.Context) error {
 	if addr := c.String("debug-addr"); addr != "" {
 		if err := serveDebug(sigCtx, logger, addr); err != nil {
 			closeListeners()
-			node.Close(context.Background())
+			gs.Close(context.Background())
 			return err
 		}
 	}
-	mem.release(sigCtx, logger, node.Raft().AppliedIndex)
+	mem.release(sigCtx, logger, appliedSum(gs))
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
@@ -354,8 +359,8 @@ func runServer(c *cli.Context) error {
 	if serverTLS != nil {
 		scheme = "https"
 	}
-	go announce(sigCtx, logger, node, self, c.String("join"), token, scheme, tcfg.LeaderTransport)
-	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "grpc", grpcAddr, "raft", c.String("raft-addr"), "data", dataDir)
+	go announce(sigCtx, logger, gs, self, c.String("join"), token, scheme, tcfg.LeaderTransport)
+	logger.Info("delaywheel serving", "node", id, "http", httpAddr, "grpc", grpcAddr, "raft", c.String("raft-addr"), "data", dataDir, "groups", gs.Count())
 
 	select {
 	case <-sigCtx.Done():
@@ -365,7 +370,7 @@ func runServer(c *cli.Context) error {
 	}
 	// Hand leadership over first: the dispatcher stops and long-polls answer
 	// empty, so the HTTP server can drain quickly; then stop Raft and sync.
-	node.StepDown()
+	stepDown(gs)
 	stopHTTP()
 	if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
 		logger.Warn("http shutdown", "err", err)
@@ -375,8 +380,8 @@ func runServer(c *cli.Context) error {
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := node.Close(closeCtx); err != nil {
-		return fmt.Errorf("close node: %w", err)
+	if err := closeGroups(closeCtx, gs); err != nil {
+		return err
 	}
 	logger.Info("stopped cleanly")
 	return nil
@@ -393,29 +398,24 @@ func nonZero(d time.Duration) time.Duration {
 // announce makes sure the replicated metadata holds this node's addresses:
 // a joining node, or one restarted with --join after its removal, asks the
 // member it was given to add it; a member of an initial cluster asks the
-// leader to record its HTTP address.
-func announce(ctx context.Context, log *slog.Logger, node *replication.Node, self api.Node, join, token, scheme string, rt http.RoundTripper) {
+// leader to record its HTTP address. With many groups it asks until every
+// group holds it; one request adds it to every group.
+func announce(ctx context.Context, log *slog.Logger, gs *replication.Groups, self api.Node, join, token, scheme string, rt http.RoundTripper) {
 	opts := []client.Option{client.WithToken(token)}
 	if rt != nil {
 		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: rt}))
 	}
 	// A node removed from its cluster before it started asks to be added
 	// back only when given --join; one removed while running stays out.
-	rejoin := node.Removed() != nil
+	rejoin := removedAnywhere(gs)
 	if rejoin && join == "" {
 		return
 	}
 	for attempt := 0; ; attempt++ {
-		if node.HasSelf() && (!rejoin || node.Removed() == nil) {
+		if announced(gs, rejoin) {
 			return
 		}
-		target := ""
-		if addr, isLeader, known := node.LeaderHTTP(); known && !isLeader {
-			target = addr
-		} else if !known && join != "" {
-			target = join
-		}
-		if target != "" {
+		if target := announceTarget(gs, join); target != "" {
 			if !strings.Contains(target, "://") {
 				target = scheme + "://" + target
 			}

@@ -34,7 +34,11 @@ func (a *admin) tail(c *cli.Context) error {
 		return fmt.Errorf("--max-inflight %d: want at least 1", n)
 	}
 	topic := c.Args().Get(0)
-	sub := s.cl.Subscribe(c.Context, topic, client.SubscribeOptions{
+	// A subscription acks from several goroutines at once, and tail prints
+	// no raw answer: its client records none (the session's records each
+	// answer in the session, for commands that make one call at a time).
+	cl := client.New(c.String("addr"), client.WithToken(s.token))
+	sub := cl.Subscribe(c.Context, topic, client.SubscribeOptions{
 		MaxInflight: c.Int("max-inflight"), TTRMs: c.Duration("ttr").Milliseconds(),
 		OnError: func(err error) { fmt.Fprintln(c.App.ErrWriter, cleanError(err)) },
 	})

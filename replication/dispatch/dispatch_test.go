@@ -272,4 +272,44 @@ func TestLastLeaseExpiryBuriesAtOnce(t *testing.T) {
 	if tc := n.st.Topics(); len(tc) != 1 || tc[0].Dead != 1 {
 		t.Fatalf("topic counts %+v; want one dead letter", tc)
 	}
+	if dead, err := n.st.Dead("t", 10); err != nil || len(dead) != 1 || dead[0].ID != last {
+		t.Fatalf("dead letters %+v, %v; want the message whose last lease ended", dead, err)
+	}
+}
+
+// dueLen is how many popped messages the dispatcher holds for a topic.
+func (d *Dispatcher) dueLen(topic string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.due[topic])
+}
+
+// Messages that come due while nobody reserves from their topic are held
+// in memory only until their slot expires: then they are on the ready
+// queue, and the dispatcher lets go of them, so its memory does not grow
+// with a backlog nobody consumes.
+func TestDueMessagesDroppedWhenTheirSlotExpires(t *testing.T) {
+	d, n, clk := startFake(t)
+	due := clk.Now().Add(300 * time.Millisecond).UnixMilli()
+	const count = 50
+	ids := make([]wheel.ID, count)
+	for i := range ids {
+		ids[i] = enqueueAt(t, n, clk, "idle", due)
+	}
+	clk.Set(time.UnixMilli(due))
+	waitFor(t, "the fire loop to pop the due messages", func() bool { return d.dueLen("idle") == count })
+
+	clk.Set(time.UnixMilli(due).Truncate(time.Second).Add(time.Second + d.cfg.ExpireGrace + time.Millisecond))
+	waitFor(t, "the dispatcher to let go of the expired slot's messages", func() bool {
+		clk.Advance(time.Millisecond) // lets the tick loop run again
+		return d.dueLen("idle") == 0
+	})
+	for _, id := range ids {
+		if v, err := n.st.Get(id); err != nil || v.State != wheel.StateReady {
+			t.Fatalf("message %s: %+v, %v; want it on the ready queue", id, v, err)
+		}
+	}
+	if ds, err := d.Reserve(t.Context(), "idle", count, 0, 0); err != nil || len(ds) != count {
+		t.Fatalf("reserve after the expiry got %d messages, %v; want %d from the ready queue", len(ds), err, count)
+	}
 }

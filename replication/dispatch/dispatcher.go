@@ -69,10 +69,17 @@ type Dispatcher struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	waiters  map[string][]*waiter
-	due      map[string][]wheel.Message // popped from the heap, not handed out yet
-	inflight map[wheel.ID]struct{}      // handed out, Lease not yet applied
+	mu      sync.Mutex
+	waiters map[string][]*waiter
+	// due holds, by topic, the messages popped from the heap and not
+	// handed out yet, of slots that have not expired: an expiry moves a
+	// slot's messages to the ready queue, and the tick then drops them
+	// here (dropExpiredLocked), so that due holds at most the seconds
+	// between the cursor and the clock, however long nobody reserves.
+	due map[string][]wheel.Message
+	// dueCursor is the store's cursor when due was last pruned.
+	dueCursor int64
+	inflight  map[wheel.ID]struct{} // handed out, Lease not yet applied
 	// drained holds the topics whose ready queue held nothing to hand out
 	// when last read, and has not received a message since: taking from
 	// them skips reading the queue. A topic absent is read.
@@ -178,6 +185,11 @@ func (d *Dispatcher) tick() error {
 			return fmt.Errorf("expire up to second %d: %w", before, err)
 		}
 	}
+	d.mu.Lock()
+	if cursor := st.Cursor(); cursor > d.dueCursor {
+		d.dropExpiredLocked(cursor)
+	}
+	d.mu.Unlock()
 	if _, err := st.LoadThrough(wheel.SecondOf(now.Add(d.cfg.Preload).UnixMilli())); err != nil {
 		return fmt.Errorf("load slots: %w", err)
 	}
@@ -280,6 +292,21 @@ func (d *Dispatcher) serveWaitersLocked(topic string) {
 		delete(d.waiters, topic)
 	} else {
 		d.waiters[topic] = ws
+	}
+}
+
+// dropExpiredLocked forgets the due messages of slots before cursor: their
+// expiry moved them to the ready queue, which takeLocked reads (and where it
+// would skip them itself, but only for a topic someone reserves from).
+func (d *Dispatcher) dropExpiredLocked(cursor int64) {
+	d.dueCursor = cursor
+	for topic, list := range d.due {
+		list = slices.DeleteFunc(list, func(m wheel.Message) bool { return wheel.SecondOf(m.DeliverAtMs) < cursor })
+		if len(list) == 0 {
+			delete(d.due, topic)
+		} else {
+			d.due[topic] = list
+		}
 	}
 }
 

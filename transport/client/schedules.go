@@ -30,7 +30,21 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 // Schedules lists up to limit schedules (0: the server's default) whose
 // names sort after after; the answer's Next is the after of the next page.
 func (c *Client) Schedules(ctx context.Context, after string, limit int) (api.ScheduleList, error) {
+	return c.schedules(ctx, "", after, limit)
+}
+
+// TopicSchedules lists the schedules of topic as Schedules lists them
+// all. A page may hold fewer than limit schedules, even none, while Next
+// is set: the server reads a bounded run of schedules per page.
+func (c *Client) TopicSchedules(ctx context.Context, topic, after string, limit int) (api.ScheduleList, error) {
+	return c.schedules(ctx, topic, after, limit)
+}
+
+func (c *Client) schedules(ctx context.Context, topic, after string, limit int) (api.ScheduleList, error) {
 	q := url.Values{}
+	if topic != "" {
+		q.Set("topic", topic)
+	}
 	if after != "" {
 		q.Set("after", after)
 	}

@@ -17,14 +17,22 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// browser starts headless Chromium for one test, or skips the test when
-// the machine has none.
-func browser(t *testing.T) context.Context {
+// chromium returns the path of Chromium, or skips the test when the
+// machine has none.
+func chromium(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Skip("chromium not found: install Debian's chromium package to run the console's browser tests")
 	}
+	return path
+}
+
+// browser starts headless Chromium for one test, or skips the test when
+// the machine has none. Its actions must be done within 90 s.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1440, 1000))
@@ -150,8 +158,8 @@ func TestConsoleRedriveDeadLetters(t *testing.T) {
 	row := `tr[data-topic="orders.close"]`
 	run(t, ctx, "open the dead letters",
 		chromedp.Navigate(n.URL+"/ui/#topics"),
-		chromedp.WaitVisible(chromedp.CSS(row+" .dead-open")),
-		chromedp.Click(chromedp.CSS(row+" .dead-open")),
+		chromedp.WaitVisible(chromedp.CSS(row+" .topic-open")),
+		chromedp.Click(chromedp.CSS(row+" .topic-open")),
 		waitJS(`document.querySelectorAll('#dead-table .dead-pick').length === 3`),
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.dead-pick[data-id=%q]`, res[1].ID))),
 		chromedp.Click(chromedp.CSS("#redrive-selected")),
@@ -270,5 +278,102 @@ func TestConsoleTenThousandTopics(t *testing.T) {
 		chromedp.Navigate(n.URL+"/ui/#wheel"),
 		waitJS(textHas("#wheel-stats", fmt.Sprintf("%d,%03dslots holding files", len(w.NonEmpty)/1000, len(w.NonEmpty)%1000))),
 		waitJS(slotPainted(last.Slot)),
+	)
+}
+
+// The topic view shows the open topic's webhook (never its secret) and
+// the schedules that enqueue to it, not another topic's, as set through
+// the API while the panel is open; it deletes a schedule and removes the
+// webhook; a link to #topics/{topic} opens that topic's panel.
+func TestConsoleTopicWebhookAndSchedules(t *testing.T) {
+	ctx := browser(t)
+	n := transporttest.Start(t, transporttest.Options{})
+	tctx := t.Context()
+	// Due in an hour of the node's clock, which stays still: the webhook is
+	// never called.
+	if _, err := n.Client.Enqueue(tctx, []api.Message{
+		{Topic: "orders.close", Payload: api.TextBody("order 42"), DelayMs: api.Ptr(int64(3_600_000))},
+		{Topic: "email.send", Payload: api.TextBody("hi"), DelayMs: api.Ptr(int64(3_600_000))},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	row := `tr[data-topic="orders.close"]`
+	run(t, ctx, "open the topic without webhook or schedules",
+		chromedp.Navigate(n.URL+"/ui/#topics"),
+		chromedp.WaitVisible(chromedp.CSS(row+" .topic-open")),
+		chromedp.Click(chromedp.CSS(row+" .topic-open")),
+		waitJS(textHas("#topic-name", "orders.close")),
+		waitJS(textHas("#topic-webhook", "none")),
+		waitJS(textHas("#schedule-table", "no schedule")),
+	)
+
+	const url, secret = "http://127.0.0.1:9/hooks/orders", "do-not-show-me"
+	if _, err := n.Client.SetWebhook(tctx, "orders.close", api.WebhookRequest{URL: url, TimeoutMs: api.Ptr(int64(5_000)),
+		MaxConcurrency: api.Ptr(int64(7)), RatePerS: api.Ptr(int64(3)), Secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	for name, req := range map[string]api.ScheduleRequest{
+		"orders-nightly-close": {Topic: "orders.close", Cron: "0 2 * * *", Timezone: "Europe/Berlin"},
+		"orders-sweep":         {Topic: "orders.close", EveryMs: 60_000},
+		"email-digest":         {Topic: "email.send", Cron: "0 8 * * MON"},
+	} {
+		if _, err := n.Client.SetSchedule(tctx, name, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, ctx, "the panel shows them at its next poll",
+		waitJS(textHas("#topic-webhook", url)),
+		waitJS(textHas(`#webhook-fields [data-field="max concurrency"]`, "7")),
+		waitJS(textHas(`#webhook-fields [data-field="rate"]`, "3/s")),
+		waitJS(textHas(`#webhook-fields [data-field="timeout"]`, "5s")),
+		waitJS(textHas("#schedule-table", "orders-nightly-close")),
+		waitJS(textHas(`tr[data-schedule="orders-nightly-close"]`, "Europe/Berlin")),
+		waitJS(textHas(`tr[data-schedule="orders-sweep"]`, "every 1m")),
+		waitJS(textHas("#schedule-count", "(2)")),
+	)
+	page := value(t, ctx, "the page's text", chromedp.Evaluate[string](`document.body.textContent`))
+	if strings.Contains(page, "email-digest") || strings.Contains(page, secret) {
+		t.Fatal("the topic view shows another topic's schedule or the webhook's secret")
+	}
+
+	run(t, ctx, "delete a schedule",
+		chromedp.Click(chromedp.CSS(`.schedule-delete[data-name="orders-sweep"]`)),
+		waitJS(textHas("#schedule-result", "orders-sweep deleted")),
+		waitJS(`!document.querySelector('tr[data-schedule="orders-sweep"]')`),
+		waitJS(textHas("#schedule-count", "(1)")),
+	)
+	if _, err := n.Client.GetSchedule(tctx, "orders-sweep"); err == nil {
+		t.Fatal("the deleted schedule is still stored")
+	}
+	run(t, ctx, "remove the webhook",
+		chromedp.Click(chromedp.ID("webhook-remove")),
+		waitJS(textHas("#webhook-result", "webhook removed")),
+		waitJS(textHas("#topic-webhook", "none")),
+	)
+	if _, err := n.Client.Webhook(tctx, "orders.close"); err == nil {
+		t.Fatal("the removed webhook is still stored")
+	}
+
+	run(t, ctx, "a link opens another topic",
+		chromedp.Navigate(n.URL+"/ui/#topics/email.send"),
+		waitJS(textHas("#topic-name", "email.send")),
+		waitJS(textHas("#schedule-table", "email-digest")),
+		waitJS(`!document.querySelector('tr[data-schedule="orders-nightly-close"]')`),
+	)
+}
+
+// The cluster view lists each Raft group with its leader, indexes and the
+// lag of the node answering.
+func TestConsoleClusterGroups(t *testing.T) {
+	ctx := browser(t)
+	n := transporttest.Start(t, transporttest.Options{})
+	if _, err := n.Client.Enqueue(t.Context(), []api.Message{{Topic: "t", Payload: api.TextBody("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "open the cluster",
+		chromedp.Navigate(n.URL+"/ui/#cluster"),
+		waitJS(textHas(`#group-table tr[data-group="0"] [data-field="leader"]`, n.ID)),
+		waitJS(textHas(`#group-table tr[data-group="0"] [data-field="lag"]`, "0")),
+		waitJS(textHas("#groups", "node "+n.ID)),
 	)
 }

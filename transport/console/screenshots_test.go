@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
@@ -20,11 +25,41 @@ import (
 
 var screenshots = flag.String("screenshots", "", "write the console's screenshots (PNG) to this directory; default: a temporary one")
 
-// TestConsoleScreenshots takes a PNG of each view of the console on a
-// three-node cluster holding a backlog of a few thousand messages over
-// many slots and topics, a week of overflow and some dead letters.
+// screenshotMessagesEnv sizes the backlog of TestConsoleScreenshots,
+// defaultScreenshotMessages unless set.
+const (
+	screenshotMessagesEnv     = "DELAYWHEEL_SCREENSHOT_MESSAGES"
+	defaultScreenshotMessages = 4000
+)
+
+// TestConsoleScreenshots takes a PNG of each view of the console (wheel,
+// message, topics, topic, cluster) on a three-node cluster holding a
+// backlog over many slots and topics: 60% of it within the two-hour
+// wheel in bursts, 35% in the overflow over the week beyond it with a
+// daily rhythm, 5% up to a year ahead; plus dead letters, a webhook and
+// two schedules on one topic (payments.webhook), so that every view is
+// populated.
+//
+// The backlog is 4,000 messages unless DELAYWHEEL_SCREENSHOT_MESSAGES
+// says otherwise, so that the package's tests stay fast. The PNGs go to
+// the directory given by -screenshots (created if need be), or to a
+// temporary one removed after the test; the test logs which. With a
+// realistic backlog of a million messages:
+//
+//	DELAYWHEEL_SCREENSHOT_MESSAGES=1000000 go test ./transport/console \
+//		-run TestConsoleScreenshots -count=1 -timeout 30m -v -args -screenshots=$PWD/screenshots
+//
+// (-args must come last: what follows it goes to the test binary, and a
+// relative directory would be taken from the package's directory.)
 func TestConsoleScreenshots(t *testing.T) {
-	ctx := browser(t)
+	chromium(t)
+	total := defaultScreenshotMessages
+	if v := os.Getenv(screenshotMessagesEnv); v != "" {
+		var err error
+		if total, err = strconv.Atoi(v); err != nil || total < 100 {
+			t.Fatalf("%s=%q: want a number of messages of at least 100", screenshotMessagesEnv, v)
+		}
+	}
 	dir := *screenshots
 	if dir == "" {
 		dir = t.TempDir()
@@ -32,7 +67,13 @@ func TestConsoleScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	c := transporttest.StartCluster(t, 3, transporttest.Options{Server: func(cfg *transport.Config) { cfg.Gatherer = reg }})
+	// Writing the backlog on a busy machine may hold up heartbeats past
+	// the default timeouts, and the leader would step down meanwhile.
+	opts := transporttest.Options{Server: func(cfg *transport.Config) { cfg.Gatherer = reg },
+		Replication: func(cfg *replication.Config) {
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 2*time.Second, 2*time.Second
+		}}
+	c := transporttest.StartCluster(t, 3, opts)
 	n := c.Leader()
 	reg.MustRegister(n.Node.Collector())
 	tctx := t.Context()
@@ -46,7 +87,8 @@ func TestConsoleScreenshots(t *testing.T) {
 	}
 
 	// The backlog: 40 topics, most messages within the two-hour wheel in
-	// bursts, the rest spread over the next week with a daily rhythm.
+	// bursts, the rest beyond it: the next week with a daily rhythm, and a
+	// few up to a year ahead. Enqueued in batches of the API's largest.
 	rng := rand.New(rand.NewPCG(1, 2))
 	var topics []string
 	for _, a := range []string{"orders", "billing", "email", "reports", "search", "carts", "invoices", "sms"} {
@@ -54,23 +96,36 @@ func TestConsoleScreenshots(t *testing.T) {
 			topics = append(topics, a+"."+b)
 		}
 	}
-	var msgs []api.Message
-	for i := range 4000 {
-		var delay int64
-		switch {
-		case i%10 < 6: // the wheel: bursts around a few minutes of the two hours
-			burst := int64(rng.IntN(12)) * 600_000
-			delay = 5_000 + burst + int64(math.Abs(rng.NormFloat64())*120_000)
-		default: // the overflow: the week ahead, busier in the day
-			day := int64(rng.IntN(7)) * 86_400_000
-			delay = 2*3_600_000 + day + int64(rng.NormFloat64()*3*3_600_000+10*3_600_000)
+	const batch = 2000
+	var res []api.Result // of the first batch
+	start := time.Now()
+	for done := 0; done < total; {
+		var msgs []api.Message
+		for i := done; i < min(total, done+batch); i++ {
+			var delay int64
+			switch {
+			case i%20 < 12: // the wheel: bursts around a few minutes of the two hours
+				burst := int64(rng.IntN(12)) * 600_000
+				delay = 5_000 + burst + int64(math.Abs(rng.NormFloat64())*120_000)
+			case i%20 < 19: // the overflow: the week ahead, busier in the day
+				day := int64(rng.IntN(7)) * 86_400_000
+				delay = 2*3_600_000 + day + int64(rng.NormFloat64()*3*3_600_000+10*3_600_000)
+			default: // months ahead
+				delay = 8*86_400_000 + rng.Int64N(357*86_400_000)
+			}
+			delay = max(delay, 1000)
+			msgs = append(msgs, api.Message{Topic: topics[rng.IntN(len(topics))], Payload: api.TextBody(fmt.Sprintf(`{"order":%d}`, i)),
+				DelayMs: api.Ptr(delay), Key: fmt.Sprintf("k-%d", i)})
 		}
-		delay = max(delay, 1000)
-		msgs = append(msgs, api.Message{Topic: topics[rng.IntN(len(topics))], Payload: api.TextBody(fmt.Sprintf(`{"order":%d}`, i)),
-			DelayMs: api.Ptr(delay), Key: fmt.Sprintf("k-%d", i)})
+		r := enqueue(msgs)
+		if res == nil {
+			res = r
+		}
+		done += len(msgs)
 	}
-	res := enqueue(msgs[:2000])
-	enqueue(msgs[2000:])
+	t.Logf("backlog of %d messages enqueued in %v", total, time.Since(start).Round(time.Millisecond))
+	// The browser's time runs from here: a large backlog takes a while.
+	ctx := browser(t)
 
 	shot := func(name string) {
 		t.Helper()
@@ -106,7 +161,7 @@ func TestConsoleScreenshots(t *testing.T) {
 	)
 	shot("message")
 
-	// Dead letters: webhooks that never answered.
+	// Dead letters: payments whose consumer never acked them.
 	var dead []api.Message
 	for i := range 25 {
 		dead = append(dead, api.Message{Topic: "payments.webhook", Payload: api.TextBody(fmt.Sprintf(`{"payment":%d,"status":"captured"}`, i)),
@@ -119,6 +174,41 @@ func TestConsoleScreenshots(t *testing.T) {
 	n.AdvanceUntil(t, 100*time.Millisecond, "the payments to go dead", func() bool {
 		d, err := n.Client.Dead(tctx, "payments.webhook", 0)
 		return err == nil && len(d) == 25
+	})
+
+	// Then the topic gets a webhook, which answers, and two schedules: one
+	// that fires at once (its occurrence goes to the webhook) and one
+	// nightly.
+	var hooked atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hooked.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
+	if _, err := n.Client.SetWebhook(tctx, "payments.webhook", api.WebhookRequest{URL: hook.URL + "/hooks/payments",
+		TimeoutMs: api.Ptr(int64(5_000)), MaxConcurrency: api.Ptr(int64(32)), RatePerS: api.Ptr(int64(200)), Secret: "whsec"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, req := range map[string]api.ScheduleRequest{
+		"payments-settle-nightly": {Topic: "payments.webhook", Cron: "0 30 2 * * *", Timezone: "Europe/Berlin", Payload: api.TextBody(`{"settle":true}`)},
+		"payments-reconcile":      {Topic: "payments.webhook", EveryMs: 15 * 60_000, Payload: api.TextBody(`{"reconcile":true}`)},
+	} {
+		if _, err := n.Client.SetSchedule(tctx, name, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.AdvanceUntil(t, 100*time.Millisecond, "the first reconcile to reach the webhook", func() bool {
+		s, err := n.Client.GetSchedule(tctx, "payments-reconcile")
+		if err != nil || s.Fired == 0 || hooked.Load() == 0 {
+			return false
+		}
+		ts, err := n.Client.Topics(tctx)
+		for _, c := range ts {
+			if c.Topic == "payments.webhook" {
+				return err == nil && c.Ready == 0 && c.Reserved == 0
+			}
+		}
+		return false
 	})
 
 	// Topics: traffic on a few topics, one poll of the page per round, so
@@ -158,20 +248,24 @@ func TestConsoleScreenshots(t *testing.T) {
 	}
 	shot("topics")
 
-	run(t, ctx, "open the dead letters",
+	run(t, ctx, "open the topic",
 		chromedp.SetValue(chromedp.ID("topic-filter"), "payments"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('topic-filter').dispatchEvent(new Event('input'))`),
-		chromedp.Click(chromedp.CSS(`tr[data-topic="payments.webhook"] .dead-open`)),
+		chromedp.Click(chromedp.CSS(`tr[data-topic="payments.webhook"] .topic-open`)),
 		waitJS(`document.querySelectorAll('#dead-table .dead-pick').length === 25`),
+		waitJS(textHas("#topic-webhook", "/hooks/payments")),
+		waitJS(`document.querySelectorAll('#schedule-table tr[data-schedule]').length === 2`),
 		chromedp.Click(chromedp.CSS(`#dead-table tbody tr:nth-child(2) .dead-pick`)),
 		chromedp.Click(chromedp.CSS(`#dead-table tbody tr:nth-child(5) .dead-pick`)),
-		chromedp.Evaluate[chromedp.Void](`document.getElementById('dead-panel').scrollIntoView()`),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('topic-panel').scrollIntoView()`),
 	)
-	shot("dead-letters")
+	shot("topic")
 
 	run(t, ctx, "open the cluster",
 		chromedp.Navigate(n.URL+"/ui/#cluster"),
 		waitJS(`document.querySelectorAll('#cluster-table tbody tr').length === 3`),
+		// The leader may have changed under the load: any will do.
+		waitJS(`/^n\d$/.test(document.querySelector('#group-table tr[data-group="0"] [data-field="leader"]')?.textContent)`),
 		waitJS(textHas("#node", "node "+n.ID)),
 	)
 	shot("cluster")

@@ -35,6 +35,13 @@
 // DeadLetters, Wheel, Slot, Cluster) are answered by any node from its own
 // state, as over HTTP.
 //
+// # Groups
+//
+// Calls are not routed to a topic's or an id's Raft group: a backend of
+// more than one group (transport.Grouped, --groups N) has every call
+// refused FAILED_PRECONDITION naming --groups, rather than served from
+// group 0. Such a cluster is served over HTTP.
+//
 // # Limits
 //
 // The HTTP API's limits apply as they are, with one addition: a call's

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 )
 
@@ -53,6 +56,17 @@ func newForwarder(resolve func(ctx context.Context, leaderHTTP, auth string) (st
 	return f
 }
 
+// appliedIndexKey is the header metadata of the leader's answer to a
+// forwarded call: the index the follower's reads then wait for.
+var appliedIndexKey = strings.ToLower(transport.AppliedIndexHeader)
+
+// forwardedReply is the leader's answer to a forwarded call and the index
+// it had applied once the call was (0: none sent).
+type forwardedReply struct {
+	reply any
+	index uint64
+}
+
 // errNoForward says a call cannot be forwarded; the follower then answers
 // NOT_LEADER.
 var errNoForward = errors.New("not forwarded")
@@ -60,29 +74,34 @@ var errNoForward = errors.New("not forwarded")
 // forward makes the call method with req at the leader, whose HTTP address
 // is leaderHTTP, with the caller's authorization, and returns its answer
 // or its status error untouched.
-func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req any) (any, error) {
+func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req any) (forwardedReply, error) {
 	if f == nil || forwarded(ctx) {
-		return nil, errNoForward
+		return forwardedReply{}, errNoForward
 	}
 	replyType, ok := f.replies[method]
 	if !ok {
-		return nil, errNoForward
+		return forwardedReply{}, errNoForward
 	}
 	auth := authorization(ctx)
 	conn, err := f.conn(ctx, leaderHTTP, auth)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoForward, err)
+		return forwardedReply{}, fmt.Errorf("%w: %w", errNoForward, err)
 	}
 	out := metadata.Pairs(ForwardedKey, "1")
 	if auth != "" {
 		out.Set("authorization", auth)
 	}
 	reply := reflect.New(replyType).Interface()
-	err = conn.Invoke(metadata.NewOutgoingContext(ctx, out), method, req, reply)
+	var header metadata.MD
+	err = conn.Invoke(metadata.NewOutgoingContext(ctx, out), method, req, reply, grpc.Header(&header))
 	if status.Code(err) == codes.Unavailable {
 		f.forget(leaderHTTP) // the address may be stale; ask again next time
 	}
-	return reply, err
+	var index uint64
+	if v := header.Get(appliedIndexKey); len(v) > 0 {
+		index, _ = strconv.ParseUint(v[0], 10, 64)
+	}
+	return forwardedReply{reply: reply, index: index}, err
 }
 
 // conn returns the connection to the gRPC API of the leader at leaderHTTP.

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -57,6 +59,7 @@ type Server struct {
 
 	cfg      transport.Config
 	b        transport.Backend
+	groups   int // the backend's Raft groups; more than one: every call is refused
 	cluster  func(ctx context.Context, auth string) (api.Cluster, error)
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
@@ -88,6 +91,10 @@ func New(cfg Config, b transport.Backend) *Server {
 		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),
 		every:    cfg.ReadyInterval,
+	}
+	s.groups = 1
+	if g, ok := b.(transport.Grouped); ok {
+		s.groups = g.GroupCount()
 	}
 	if cfg.TLS != nil && cfg.LeaderTLS == nil && s.fwd != nil {
 		s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
@@ -206,6 +213,9 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			return nil, statusOf(err, "", nil)
 		}
 	}
+	if err := s.grouped(); err != nil {
+		return nil, err
+	}
 	if err := s.b.Removed(); err != nil {
 		return nil, statusOf(unavailable(err.Error()), "", nil)
 	}
@@ -222,14 +232,45 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			case err != nil:
 				return nil, err // the leader's answer, its status as it is
 			}
-			return resp, nil
+			transport.ReadAfter(s.b, resp.index) // the caller reads its own write here
+			return resp.reply, nil
 		}
 	}
 	resp, err := handler(ctx, req)
 	if err != nil {
 		return nil, statusOf(err, "", nil)
 	}
+	if leaderOnly[info.FullMethod] && forwarded(ctx) {
+		s.settleForwarded(ctx)
+	}
 	return resp, nil
+}
+
+// grouped refuses every call when the backend runs more than one Raft
+// group: the calls are not routed to a topic's or an id's group here, and
+// serving them all from group 0 would misroute them.
+func (s *Server) grouped() error {
+	if s.groups <= 1 {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"this cluster runs %d Raft groups (--groups %d); the gRPC API serves clusters of one group only: use the HTTP API", s.groups, s.groups)
+}
+
+// settleForwarded sends, on the leader's answer to a call a follower
+// forwarded, the index this node had applied once everything it answered
+// was (transport.AppliedIndexHeader, as metadata).
+func (s *Server) settleForwarded(ctx context.Context) {
+	index, ok, err := transport.SettledIndex(ctx, s.b)
+	if err != nil {
+		s.log.Debug("answering a forwarded call without an applied index", "err", err)
+	}
+	if !ok {
+		return
+	}
+	if err := grpc.SetHeader(ctx, metadata.Pairs(appliedIndexKey, strconv.FormatUint(index, 10))); err != nil {
+		s.log.Debug("setting the applied index of a forwarded call", "err", err)
+	}
 }
 
 // authorization is the caller's authorization metadata.

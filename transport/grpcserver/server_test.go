@@ -384,6 +384,17 @@ func TestFollower(t *testing.T) {
 		t.Fatalf("the leader was asked with %q", a)
 	}
 	get(lc.Get(ctx, &pb.GetRequest{Id: fres.Results[0].Id}))(t, "the forwarded message at the leader")
+	// The follower answers a forwarded write once it holds it: the caller
+	// reads its enqueue, then its lease, at the follower at once.
+	due := get(fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "own"}}}))(t, "enqueue due now, forwarded")
+	get(fc.Get(ctx, &pb.GetRequest{Id: due.Results[0].Id}))(t, "the forwarded enqueue at the follower")
+	rr := get(fwd.Reserve(ctx, &pb.ReserveRequest{Topic: "own", WaitMs: 5000}))(t, "reserve forwarded")
+	if len(rr.GetMessages()) != 1 || rr.GetMessages()[0].GetId() != due.Results[0].Id {
+		t.Fatalf("forwarded reserve %v", rr)
+	}
+	if v := get(fc.Get(ctx, &pb.GetRequest{Id: due.Results[0].Id}))(t, "the forwarded lease at the follower"); v.State != "reserved" || v.Attempts != 1 {
+		t.Fatalf("at the follower after its forwarded reserve: %v; want reserved, attempt 1", v)
+	}
 	_, err = fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "bad topic"}}})
 	wantCode(t, "bad topic forwarded", err, codes.InvalidArgument, "messages[0].topic")
 	if c := get(fwd.Cancel(ctx, &pb.CancelRequest{Topic: "t", Key: "k"}))(t, "cancel forwarded"); c.Id != fres.Results[0].Id {

@@ -35,6 +35,10 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if err != nil {
 		return err
 	}
+	firstSettle, err := s.checkSettlement(first)
+	if err != nil {
+		return err
+	}
 	select {
 	case s.streams <- struct{}{}:
 		defer func() { <-s.streams }()
@@ -48,26 +52,50 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	if err := s.settleStream(ctx, first); err != nil {
-		return err
-	}
-	// The client's requests are read on their own, so that acks settle
-	// while deliveries are being sent.
-	upErr := make(chan error, 1)
+	// The client's requests are read on their own, and settled by another
+	// goroutine that takes every request read meanwhile into one ack: a
+	// client sends its acks as they come, in requests far smaller than
+	// what one commit can carry, and settling them one commit each would
+	// fall behind the deliveries and fill the window.
+	pending := make(chan settlement, settleQueue)
+	pending <- firstSettle
+	settled := make(chan struct{}) // closed when the settling ends
+	var readErr error              // why reading ended; written before pending closes
 	go func() {
+		defer close(pending)
 		for {
 			req, err := ss.Recv()
+			var set settlement
 			if err == nil {
-				err = s.settleStream(ctx, req)
+				set, err = s.checkSettlement(req)
 			}
 			if err != nil {
-				upErr <- err
-				cancel()
+				readErr = err
+				return
+			}
+			select {
+			case pending <- set:
+			case <-settled:
 				return
 			}
 		}
 	}()
+	// upErr says why the requests ended: the first settlement that failed,
+	// or, once every request read is settled, why reading ended. What was
+	// read is settled even after the stream ended (the client may cancel
+	// it right after its last acks), and its deliveries are released
+	// (st.Close) only then, so that no ack comes after its release.
+	upErr := make(chan error, 1)
+	go func() {
+		err := s.settleAll(context.WithoutCancel(ctx), pending)
+		if err == nil {
+			err = readErr
+		}
+		upErr <- err
+		cancel()
+		close(settled)
+	}()
+	defer func() { go func() { <-settled; st.Close() }() }()
 	for {
 		ds, err := st.Next(ctx)
 		switch {
@@ -100,27 +128,77 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	}
 }
 
-// settleStream acks and nacks what req carries.
-func (s *Server) settleStream(ctx context.Context, req *pb.SubscribeRequest) error {
+// settleQueue bounds the client's requests read and not yet settled; past
+// it the stream stops reading them and HTTP/2 flow control holds the
+// client back.
+const settleQueue = 64
+
+// settlement is what one request of a Subscribe stream settles, checked.
+type settlement struct {
+	acks, nacks []wheel.Receipt
+	nackDelayMs int64
+}
+
+// checkSettlement checks and parses the acks and nacks req carries.
+func (s *Server) checkSettlement(req *pb.SubscribeRequest) (settlement, error) {
+	var set settlement
 	if len(req.GetAck()) > 0 {
 		rs, err := transport.ParseReceipts(req.GetAck(), s.cfg.Limits)
 		if err != nil {
-			return err
+			return settlement{}, err
 		}
-		if _, err := s.b.Ack(ctx, rs); err != nil {
-			return err
-		}
+		set.acks = rs
 	}
 	if len(req.GetNack()) > 0 {
 		if err := transport.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
-			return err
+			return settlement{}, err
 		}
 		rs, err := transport.ParseReceipts(req.GetNack(), s.cfg.Limits)
 		if err != nil {
-			return err
+			return settlement{}, err
 		}
-		if _, err := s.b.Nack(ctx, rs, req.GetNackDelayMs()); err != nil {
-			return err
+		set.nacks, set.nackDelayMs = rs, req.GetNackDelayMs()
+	}
+	return set, nil
+}
+
+// settleAll settles the settlements of pending until it is closed, each
+// time acking together every receipt queued (in calls of at most
+// Limits.MaxBatch receipts), then nacking what they nack in order.
+func (s *Server) settleAll(ctx context.Context, pending <-chan settlement) error {
+	limit := s.cfg.Limits.MaxBatch
+	for set := range pending {
+		acks := set.acks
+		var nacks []settlement
+		if len(set.nacks) > 0 {
+			nacks = append(nacks, set)
+		}
+	more:
+		for len(acks) < limit {
+			select {
+			case next, ok := <-pending:
+				if !ok {
+					break more
+				}
+				acks = append(acks, next.acks...)
+				if len(next.nacks) > 0 {
+					nacks = append(nacks, next)
+				}
+			default:
+				break more
+			}
+		}
+		for len(acks) > 0 {
+			n := min(len(acks), limit)
+			if _, err := s.b.Ack(ctx, acks[:n]); err != nil {
+				return err
+			}
+			acks = acks[n:]
+		}
+		for _, set := range nacks {
+			if _, err := s.b.Nack(ctx, set.nacks, set.nackDelayMs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -148,6 +226,9 @@ func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamH
 		if err := transport.CheckBearer(authorization(ctx), s.tokenSum); err != nil {
 			return err
 		}
+	}
+	if err := s.grouped(); err != nil {
+		return err
 	}
 	if err := s.b.Removed(); err != nil {
 		return unavailable(err.Error())

@@ -49,8 +49,10 @@ type Node struct {
 	Client   *client.Client // sends the server's token, if it has one
 	Clock    *wheel.FakeClock
 	// Node is the node itself, for a test that reads or drives it directly.
-	// Cluster.Restart replaces it.
+	// Cluster.Restart replaces it. In a GroupsCluster it is group 0's.
 	Node *replication.Node
+	// Groups is the node's Raft groups in a GroupsCluster, else nil.
+	Groups *replication.Groups
 
 	srv     *httptest.Server
 	handler atomic.Pointer[http.Handler] // what srv serves
@@ -92,12 +94,17 @@ type Cluster struct {
 // answers 503 until Restart.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
+	c.Nodes[i].serveDown()
+	c.tc.Stop(i)
+	c.Nodes[i].Node = nil
+}
+
+// serveDown makes n's server answer 503 to everything, for a stopped node.
+func (n *Node) serveDown() {
 	var down http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "node stopped", http.StatusServiceUnavailable)
 	})
-	c.Nodes[i].handler.Store(&down)
-	c.tc.Stop(i)
-	c.Nodes[i].Node = nil
+	n.handler.Store(&down)
 }
 
 // Restart starts node i again on its data dir, behind a new server at
@@ -125,13 +132,8 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
 	}
 	c := &Cluster{o: o, t: t}
-	byID := map[string]*Node{}
-	for i := range n {
-		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
-		kn.Addr = kn.srv.Listener.Addr().String()
-		c.Nodes = append(c.Nodes, kn)
-		byID[kn.ID] = kn
-	}
+	var byID map[string]*Node
+	c.Nodes, byID = listening(n, o.Clock)
 	c.tc = replication.NewTestCluster(t, n, func(cfg *replication.Config) {
 		cfg.Clock = o.Clock
 		cfg.HTTPAddr = byID[cfg.ID].Addr
@@ -160,6 +162,21 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 		return true
 	})
 	return c
+}
+
+// listening returns nodes n1…nN (the names the test clusters give their
+// nodes, in order), each with a server that listens but does not serve
+// yet, so that the nodes record addresses no other test can take; byID
+// finds them by name.
+func listening(n int, clock *wheel.FakeClock) (nodes []*Node, byID map[string]*Node) {
+	byID = map[string]*Node{}
+	for i := range n {
+		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: clock, srv: httptest.NewUnstartedServer(nil)}
+		kn.Addr = kn.srv.Listener.Addr().String()
+		nodes = append(nodes, kn)
+		byID[kn.ID] = kn
+	}
+	return nodes, byID
 }
 
 // StartJoiner starts a node that is to join a cluster (as `server --join`
@@ -194,7 +211,7 @@ func StartJoiner(t testing.TB, id string, o Options) *Node {
 }
 
 // serve starts kn's HTTP server in front of node.
-func serve(t testing.TB, kn *Node, node *replication.Node, o Options) {
+func serve(t testing.TB, kn *Node, node transport.Backend, o Options) {
 	cfg := transport.Config{Clock: o.Clock.Now, Logger: testLogger(t)}
 	if o.Server != nil {
 		o.Server(&cfg)

@@ -45,7 +45,7 @@ func dataDirInUse(t *testing.T, n *Node) {
 		return fmt.Sprintf("%s:%d", ip, p)
 	}
 	out, err := exec.CommandContext(ctx, n.bin, "server", "--node-id", "n1", "--data-dir", n.DataDir,
-		"--http-addr", port(), "--raft-addr", port()).CombinedOutput()
+		"--http-addr", port(), "--raft-addr", port(), "--grpc-addr", port()).CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the second server on %s did not exit: %v\n%s", n.DataDir, ctx.Err(), out)
 	}

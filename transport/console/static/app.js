@@ -266,7 +266,10 @@ function drawOverflow(info, over) {
 
 // ---- Topics ------------------------------------------------------------------
 
-const topicState = {topics: [], page: 0, prev: null, hist: new Map(), rates: new Map(), late: [], dead: null, deadList: [], picked: new Set()};
+// open is the topic whose panel is open (its webhook, schedules and dead
+// letters): only its details are read, never every topic's.
+const topicState = {topics: [], page: 0, prev: null, hist: new Map(), rates: new Map(), late: [], open: null, deadList: [], picked: new Set(),
+  shown: {webhook: '', schedules: ''}};
 
 // parseMetrics reads the lines of the Prometheus text format this page
 // uses: message counters by topic, and the delivery lateness histogram.
@@ -342,7 +345,7 @@ function recordMetrics(text) {
   const recent = window.length && window[window.length - 1][1] > 0;
   const use = recent ? window : late, n = use.length ? use[use.length - 1][1] : 0;
   $('lateness').replaceChildren(
-    stat(`delivery lateness p50 (${recent ? 'last minute' : 'since start'})`, fmtSec(quantile(0.5, use))),
+    stat(`delivery lateness p50 on this node (${recent ? "last minute" : "since start"})`, fmtSec(quantile(0.5, use))),
     stat('p90', fmtSec(quantile(0.9, use))), stat('p99', fmtSec(quantile(0.99, use))),
     stat('deliveries measured', num(n)));
 }
@@ -353,10 +356,12 @@ function recordMetrics(text) {
 let metricsTicks = 0;
 
 views.topics = {
+  enter(topic) { if (topic) openTopic(topic); else closeTopic(); },
   async refresh() {
     const many = topicState.topics.length > 1000, readMetrics = !many || metricsTicks++ % 4 === 0;
     const [t, m] = await Promise.all([call('/v1/topics'),
-      readMetrics ? call('/metrics', {raw: true}).catch((e) => (e.status === 401 ? Promise.reject(e) : '')) : '']);
+      readMetrics ? call('/metrics', {raw: true}).catch((e) => (e.status === 401 ? Promise.reject(e) : '')) : '',
+      topicState.open ? loadTopicDetails() : null]);
     topicState.topics = t.topics;
     if (m) recordMetrics(m);
     renderTopics();
@@ -383,7 +388,7 @@ function renderTopics() {
       el('td', {class: 'num'}, num(t.reserved)), el('td', {class: t.dead ? 'num bad' : 'num'}, num(t.dead)),
       el('td', {}, sparkline(h.enq, '#4fb3ff'), ' ', fmtRate(h.enq[h.enq.length - 1])),
       el('td', {}, sparkline(h.del, '#5fd38d'), ' ', fmtRate(h.del[h.del.length - 1])),
-      el('td', {}, el('button', {class: 'dead-open', onclick: () => openDead(t.topic)}, 'dead letters')));
+      el('td', {}, el('a', {class: 'button topic-open', href: '#topics/' + enc(t.topic), title: 'its webhook, schedules and dead letters'}, 'details')));
   }));
 }
 
@@ -392,24 +397,125 @@ $('topic-sort').addEventListener('change', renderTopics);
 $('topic-prev').addEventListener('click', () => { topicState.page--; renderTopics(); });
 $('topic-next').addEventListener('click', () => { topicState.page++; renderTopics(); });
 
-async function openDead(topic) {
-  topicState.dead = topic;
-  topicState.picked.clear();
-  $('dead-panel').hidden = false;
-  $('dead-topic').textContent = topic;
-  await loadDead();
+function openTopic(topic) {
+  if (topicState.open !== topic) {
+    topicState.open = topic;
+    topicState.picked.clear();
+    topicState.shown = {webhook: '', schedules: ''};
+    $('topic-name').textContent = topic;
+    $('topic-webhook').replaceChildren('reading…');
+    $('schedule-table').tBodies[0].replaceChildren();
+    $('schedule-count').textContent = '';
+    for (const id of ['webhook-result', 'schedule-result', 'dead-result']) $(id).textContent = '';
+    loadDead();
+    loadTopicDetails().catch(() => {}); // the poller shows the error
+  }
+  $('topic-panel').hidden = false;
+}
+
+function closeTopic() {
+  topicState.open = null;
+  $('topic-panel').hidden = true;
+}
+
+$('topic-close').addEventListener('click', () => { location.hash = '#topics'; });
+
+// loadTopicDetails reads the open topic's webhook and schedules; the
+// poller calls it while the panel is open.
+async function loadTopicDetails() {
+  const topic = topicState.open;
+  const [hook, sch] = await Promise.all([
+    call(`/v1/topics/${enc(topic)}/webhook`).catch((e) => (e.status === 404 ? null : Promise.reject(e))),
+    topicSchedules(topic)]);
+  if (topic !== topicState.open) return;
+  renderWebhook(topic, hook);
+  renderSchedules(sch);
+}
+
+// SCHEDULES_SHOWN bounds the schedules listed for one topic, and
+// SCHEDULE_PAGES the requests spent finding them: the server pages one
+// topic's schedules over bounded runs of all of them.
+const SCHEDULES_SHOWN = 100, SCHEDULE_PAGES = 10;
+
+async function topicSchedules(topic) {
+  const list = [];
+  let after = '', pages = 0;
+  do {
+    const r = await call(`/v1/schedules?topic=${enc(topic)}&limit=${SCHEDULES_SHOWN - list.length}` + (after ? `&after=${enc(after)}` : ''));
+    list.push(...r.schedules);
+    after = r.next || '';
+  } while (after && list.length < SCHEDULES_SHOWN && ++pages < SCHEDULE_PAGES);
+  return {list, more: after !== ''};
+}
+
+function renderWebhook(topic, w) {
+  const key = JSON.stringify(w);
+  if (topicState.shown.webhook === key) return;
+  topicState.shown.webhook = key;
+  if (!w) {
+    $('topic-webhook').replaceChildren(el('p', {class: 'muted', id: 'webhook-none'}, 'none: consumers reserve its messages'));
+    return;
+  }
+  const kv = [['url', w.url], ['timeout', span(w.timeout_ms)], ['max concurrency', num(w.max_concurrency)],
+    ['rate', w.rate_per_s ? `${num(w.rate_per_s)}/s` : 'no limit'], ['secret', w.has_secret ? 'set (never shown)' : 'none']];
+  $('topic-webhook').replaceChildren(
+    el('dl', {class: 'kv', id: 'webhook-fields'}, kv.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {'data-field': k}, v)])),
+    el('button', {class: 'danger', id: 'webhook-remove', onclick: async () => {
+      try {
+        await call(`/v1/topics/${enc(topic)}/webhook`, {method: 'DELETE'});
+        answer('webhook-result', 'ok', 'webhook removed');
+      } catch (e) {
+        answer('webhook-result', 'error', e.message);
+      }
+      if (topic === topicState.open) await loadTopicDetails().catch(() => {});
+    }}, 'Remove webhook'));
+}
+
+function renderSchedules({list, more}) {
+  const key = JSON.stringify(list);
+  $('schedule-count').textContent = `(${num(list.length)}${more ? '+' : ''})`;
+  if (topicState.shown.schedules === key) return;
+  topicState.shown.schedules = key;
+  const at = (ms) => (ms == null ? '–' : el('span', {title: `${ms} ms`}, utc(ms)));
+  const tbody = $('schedule-table').tBodies[0];
+  if (!list.length) {
+    tbody.replaceChildren(el('tr', {}, el('td', {colspan: 7, class: 'muted'}, 'no schedule enqueues to this topic')));
+    return;
+  }
+  tbody.replaceChildren(...list.map((sc) => el('tr', {'data-schedule': sc.name},
+    el('td', {}, sc.name), el('td', {}, sc.cron ? 'cron ' + sc.cron : 'every ' + span(sc.every_ms)),
+    el('td', {}, sc.cron ? sc.timezone || 'UTC' : '–'), el('td', {}, at(sc.last_at_ms)),
+    el('td', {}, sc.next_at_ms == null ? 'ended' : at(sc.next_at_ms)), el('td', {class: 'num'}, num(sc.fired)),
+    el('td', {}, el('button', {class: 'danger schedule-delete', 'data-name': sc.name, onclick: () => deleteSchedule(sc.name)}, 'Delete')))));
+}
+
+async function deleteSchedule(name) {
+  try {
+    await call(`/v1/schedules/${enc(name)}`, {method: 'DELETE'});
+    answer('schedule-result', 'ok', `schedule ${name} deleted`);
+  } catch (e) {
+    answer('schedule-result', 'error', e.message);
+  }
+  if (topicState.open) await loadTopicDetails().catch(() => {});
+}
+
+function answer(id, cls, text) {
+  $(id).className = cls;
+  $(id).textContent = text;
 }
 
 async function loadDead() {
-  const topic = topicState.dead;
+  const topic = topicState.open;
+  let d;
   try {
-    const d = await call(`/v1/topics/${enc(topic)}/dead?limit=1000`);
-    topicState.deadList = d.messages || [];
+    d = await call(`/v1/topics/${enc(topic)}/dead?limit=1000`);
   } catch (e) {
-    $('dead-result').textContent = e.message;
+    if (topic === topicState.open) answer('dead-result', 'error', e.message);
     return;
   }
-  const list = topicState.deadList;
+  if (topic !== topicState.open) return;
+  const list = topicState.deadList = d.messages || [];
+  topicState.picked.clear();
   $('dead-count').textContent = `(${num(list.length)}${list.length === 1000 ? '+' : ''})`;
   $('dead-all').checked = false;
   $('redrive-selected').disabled = true;
@@ -431,21 +537,18 @@ $('dead-all').addEventListener('change', (ev) => {
 });
 
 async function redrive(ids) {
-  const topic = topicState.dead;
+  const topic = topicState.open;
   try {
     const r = await call(`/v1/topics/${enc(topic)}/dead/redrive`, {method: 'POST', body: ids ? {ids} : {}});
-    $('dead-result').textContent = `redriven ${r.redriven}`;
-    $('dead-result').className = 'ok';
+    answer('dead-result', 'ok', `redriven ${r.redriven}`);
   } catch (e) {
-    $('dead-result').textContent = e.message;
-    $('dead-result').className = 'error';
+    answer('dead-result', 'error', e.message);
   }
   await loadDead();
 }
 
 $('redrive-selected').addEventListener('click', () => redrive([...topicState.picked]));
 $('redrive-all').addEventListener('click', () => redrive(null));
-$('dead-close').addEventListener('click', () => { $('dead-panel').hidden = true; topicState.dead = null; });
 
 // ---- Message -----------------------------------------------------------------
 
@@ -549,11 +652,16 @@ views.cluster = {
       el('td', {}, n.http_addr || ''), el('td', {}, n.raft_addr || ''), el('td', {class: n.reachable === false ? 'bad' : ''}, n.reachable == null ? '–' : n.reachable ? 'yes' : 'no'),
       el('td', {}, n.last_contact_ms == null ? '–' : span(n.last_contact_ms) + ' ago'),
       el('td', {class: 'num'}, num(n.applied_index || 0)), el('td', {class: n.lag ? 'num bad' : 'num'}, n.lag == null ? '–' : num(n.lag)))));
+    // Per Raft group: its leader and term, the leader's indexes, and how
+    // far this node (the one answering) has applied behind its commit.
     const groups = c.groups || [];
-    $('groups').replaceChildren(...(groups.length ? [el('h2', {}, 'Groups'), el('table', {class: 'grid'},
-      el('thead', {}, el('tr', {}, ['group', 'leader', 'term', 'applied'].map((h) => el('th', {}, h)))),
-      el('tbody', {}, groups.map((g) => el('tr', {}, el('td', {}, g.group), el('td', {}, g.leader), el('td', {class: 'num'}, g.term),
-        el('td', {class: 'num'}, num(g.applied_index))))))] : []));
+    $('groups').replaceChildren(...(groups.length ? [el('h2', {}, 'Groups ', el('span', {class: 'muted'}, `(lag: node ${c.self} behind the group leader's commit)`)),
+      el('table', {class: 'grid', id: 'group-table'},
+        el('thead', {}, el('tr', {}, [['group'], ['leader'], ['term', 'num'], ['applied', 'num'], ['commit', 'num'], ['lag', 'num']].map(([h, cls]) => el('th', {class: cls}, h)))),
+        el('tbody', {}, groups.map((g) => el('tr', {'data-group': g.group}, el('td', {}, g.group),
+          el('td', {class: g.leader ? 'state-leader' : 'bad', 'data-field': 'leader'}, g.leader || 'none'), el('td', {class: 'num'}, num(g.term)),
+          el('td', {class: 'num'}, g.applied_index ? num(g.applied_index) : '–'), el('td', {class: 'num'}, g.commit_index ? num(g.commit_index) : '–'),
+          el('td', {class: g.lag ? 'num bad' : 'num', 'data-field': 'lag'}, g.lag == null ? '–' : num(g.lag))))))] : []));
   },
 };
 

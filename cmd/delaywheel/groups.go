@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// groupsBackend serves a node of many Raft groups through one HTTP and
+// one gRPC server: it is group 0's node (embedded, with its optional
+// capabilities), and transport.Grouped over every group, so the server
+// picks each request's group. It lives here because replication must not
+// import transport.
+type groupsBackend struct {
+	*replication.Node
+	gs *replication.Groups
+}
+
+// GroupCount is the number of groups.
+func (b groupsBackend) GroupCount() int { return b.gs.Count() }
+
+// Group returns group g's node.
+func (b groupsBackend) Group(g int) transport.Backend { return b.gs.Node(g) }
+
+// checkGroups validates --groups.
+func checkGroups(n int) error {
+	if n < 1 || n > wheel.MaxGroups {
+		return fmt.Errorf("--groups %d: want 1 to %d Raft groups", n, wheel.MaxGroups)
+	}
+	return nil
+}
+
+// backendOf is what the servers serve: with one group its node, exactly
+// as a node of one group always was; else a groupsBackend.
+func backendOf(gs *replication.Groups) transport.Backend {
+	if gs.Count() == 1 {
+		return gs.Node(0)
+	}
+	return groupsBackend{Node: gs.Node(0), gs: gs}
+}
+
+// registerGroups registers each group's node collectors with reg: with
+// one group as they are, else under the label group="<g>", so that the
+// groups' series of one name do not collide.
+func registerGroups(reg prometheus.Registerer, gs *replication.Groups) {
+	if gs.Count() == 1 {
+		reg.MustRegister(gs.Node(0).Collector())
+		return
+	}
+	for g := range gs.Count() {
+		prometheus.WrapRegistererWith(prometheus.Labels{"group": strconv.Itoa(g)}, reg).MustRegister(gs.Node(g).Collector())
+	}
+}
+
+// appliedSum is the sum of the groups' applied indexes: it moves whenever
+// any group applies an entry, which is all the idle-heap releaser asks.
+func appliedSum(gs *replication.Groups) func() uint64 {
+	return func() uint64 {
+		var sum uint64
+		for g := range gs.Count() {
+			sum += gs.Node(g).Raft().AppliedIndex()
+		}
+		return sum
+	}
+}
+
+// stepDown hands the leadership of every group this node leads over.
+func stepDown(gs *replication.Groups) {
+	for g := range gs.Count() {
+		gs.Node(g).StepDown()
+	}
+}
+
+// announced reports whether every group's replicated metadata holds this
+// node, and, when rejoin, whether no group counts it removed.
+func announced(gs *replication.Groups, rejoin bool) bool {
+	for g := range gs.Count() {
+		n := gs.Node(g)
+		if !n.HasSelf() || (rejoin && n.Removed() != nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// removedAnywhere reports whether some group counts this node removed.
+func removedAnywhere(gs *replication.Groups) bool {
+	for g := range gs.Count() {
+		if gs.Node(g).Removed() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// announceTarget is the HTTP address to ask to add this node: the leader
+// of a group that knows another node as its leader (POST
+// /v1/cluster/nodes there adds it to every group, each through its own
+// leader), else join when no group knows a leader yet.
+func announceTarget(gs *replication.Groups, join string) string {
+	anyKnown := false
+	for g := range gs.Count() {
+		addr, isLeader, known := gs.Node(g).LeaderHTTP()
+		if known && !isLeader && addr != "" {
+			return addr
+		}
+		anyKnown = anyKnown || known
+	}
+	if !anyKnown {
+		return join
+	}
+	return ""
+}
+
+// closeGroups closes the node's groups within ctx.
+func closeGroups(ctx context.Context, gs *replication.Groups) error {
+	if err := gs.Close(ctx); err != nil {
+		return fmt.Errorf("close node: %w", err)
+	}
+	return nil
+}

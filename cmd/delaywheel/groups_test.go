@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// A --groups outside 1..wheel.MaxGroups, from the command line or the
+// environment, stops the server before it opens anything, naming the flag.
+func TestServerGroupsFlag(t *testing.T) {
+	for _, c := range []struct{ arg, env string }{
+		{arg: "0"},
+		{env: fmt.Sprint(wheel.MaxGroups + 1)},
+	} {
+		t.Run(c.arg+c.env, func(t *testing.T) {
+			args := []string{"server", "--data-dir", filepath.Join(t.TempDir(), "data"), "--http-addr", "127.0.0.1:0",
+				"--raft-addr", "127.0.0.1:0", "--grpc-addr", "off"}
+			if c.arg != "" {
+				args = append(args, "--groups", c.arg)
+			} else {
+				t.Setenv("DELAYWHEEL_GROUPS", c.env)
+			}
+			_, err := run(t, args...)
+			if err == nil || !strings.Contains(err.Error(), "--groups") {
+				t.Fatalf("error %v, want one naming --groups", err)
+			}
+			if _, statErr := os.Stat(args[2]); !errors.Is(statErr, os.ErrNotExist) {
+				t.Fatal("the data dir was created before --groups was checked")
+			}
+		})
+	}
+}
+
+// Three servers started with --groups 3 and the same --initial-cluster
+// form one cluster of three groups: a batch over many topics enqueued
+// through one lands in every group, each group's metrics carry its
+// label, and each shuts down cleanly.
+func TestServerGroupsCluster(t *testing.T) {
+	const n, groups = 3, 3
+	var raft, httpAddrs, members []string
+	for i := range n {
+		raft = append(raft, replication.FreeAddr(t))
+		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
+	}
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		args := []string{"delaywheel", "server", "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(),
+			"--http-addr", httpAddrs[i], "--raft-addr", raft[i], "--grpc-addr", "off", "--log-level", "warn",
+			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups)}
+		app := newApp()
+		app.Writer, app.ErrWriter = io.Discard, io.Discard
+		go func() { done <- runCLI(ctx, app, args) }()
+		stops = append(stops, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("server n%d: %v", i+1, err)
+			}
+		})
+		// urfave/cli applies its shared help flag while parsing: the next
+		// server parses its flags only once this one serves.
+		replication.WaitFor(t, 30*time.Second, httpAddrs[i]+" to serve", func() bool {
+			resp, err := http.Get("http://" + httpAddrs[i] + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
+	ctx := t.Context()
+	var cls []*client.Client
+	for _, addr := range httpAddrs {
+		cl := client.New("http://" + addr)
+		cls = append(cls, cl)
+		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
+			v, err := cl.Cluster(ctx)
+			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
+		})
+	}
+	var msgs []api.Message
+	for i := range 30 {
+		msgs = append(msgs, api.Message{Topic: fmt.Sprintf("t%d", i), Payload: api.TextBody("x")})
+	}
+	res, err := cls[1].Enqueue(ctx, msgs)
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	seen := map[int]bool{}
+	for i, r := range res {
+		id, err := wheel.ParseID(r.ID)
+		if err != nil || id.Group() != wheel.GroupOf(msgs[i].Topic, groups) {
+			t.Fatalf("result %d: id %s (%v); want one of group %d", i, r.ID, err, wheel.GroupOf(msgs[i].Topic, groups))
+		}
+		seen[id.Group()] = true
+	}
+	if len(seen) != groups {
+		t.Fatalf("the batch landed in groups %v; want all %d", seen, groups)
+	}
+	resp, err := http.Get("http://" + httpAddrs[0] + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for g := range groups {
+		if !strings.Contains(string(body), fmt.Sprintf(`group="%d"`, g)) {
+			t.Fatalf("no series of group %d in /metrics", g)
+		}
+	}
+}

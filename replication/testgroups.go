@@ -1,0 +1,178 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/replication/raftlog"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// This file extends the test kit to clusters of many Raft groups: every
+// node is an OpenGroups, its groups over one Raft address.
+
+// TestGroupsNode is one node of a TestGroupsCluster.
+type TestGroupsNode struct {
+	// Cfg is the node's configuration before TestGroupsCluster.Configure
+	// runs; OpenGroups derives each group's from it.
+	Cfg Config
+	// Groups is the running node's groups, nil while it is stopped.
+	Groups *Groups
+
+	cancel context.CancelFunc // stops the registration loops
+	done   sync.WaitGroup     // the registration loops
+}
+
+// TestGroupsCluster is a set of in-process nodes, each running Count groups.
+type TestGroupsCluster struct {
+	t testing.TB
+	// Count is the number of groups every node runs.
+	Count int
+	Nodes []*TestGroupsNode
+	// Configure, when set, adjusts each node's config before it starts.
+	Configure func(*Config)
+
+	mu      sync.Mutex
+	running map[string]*Groups // by node id, for the registration loops
+}
+
+// NewTestGroupsCluster starts n nodes of groups groups each as one new
+// cluster, with a leadership balancer quick enough for tests, and waits
+// for a leader of every group and for every member's addresses to be
+// recorded in every group.
+func NewTestGroupsCluster(t testing.TB, n, groups int, configure func(*Config)) *TestGroupsCluster {
+	t.Helper()
+	var members []wheel.Node
+	for i := range n {
+		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
+	}
+	base := t.TempDir()
+	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure, running: map[string]*Groups{}}
+	for _, m := range members {
+		cfg := Config{
+			ID: m.ID, DataDir: filepath.Join(base, m.ID), RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
+			RedeliveryBackoff: -1,
+			ExpireGrace:       200 * time.Millisecond,
+			LogSegmentBytes:   raftlog.MinSegmentBytes,
+			Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			balance:           balanceTiming{every: 100 * time.Millisecond, settle: 500 * time.Millisecond, retry: time.Second},
+		}
+		if n > 1 {
+			cfg.InitialCluster = members
+		}
+		c.Nodes = append(c.Nodes, &TestGroupsNode{Cfg: cfg})
+	}
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	t.Cleanup(c.Shutdown)
+	for g := range groups {
+		c.Leader(g)
+	}
+	WaitFor(t, 20*time.Second, "every member's addresses to be recorded in every group", func() bool {
+		for _, tn := range c.Nodes {
+			for g := range groups {
+				if !tn.Groups.Node(g).HasSelf() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// Start (re)starts node i with its data directory. Until each group's
+// replicated metadata holds the node's addresses, it asks that group's
+// leader to record them.
+func (c *TestGroupsCluster) Start(i int) {
+	c.t.Helper()
+	tn := c.Nodes[i]
+	cfg := tn.Cfg
+	if c.Configure != nil {
+		c.Configure(&cfg)
+	}
+	gs, err := OpenGroups(cfg, c.Count)
+	if err != nil {
+		c.t.Fatalf("open node %s with %d groups: %v", cfg.ID, c.Count, err)
+	}
+	tn.Groups = gs
+	c.mu.Lock()
+	c.running[cfg.ID] = gs
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	tn.cancel = cancel
+	for g := range gs.Count() {
+		tn.done.Go(func() {
+			recordAddresses(ctx, gs.Node(g), cfg, func(id string) *Node {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if o := c.running[id]; o != nil {
+					return o.Node(g)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// Stop closes node i: each group it leads hands its leadership over.
+func (c *TestGroupsCluster) Stop(i int) {
+	c.t.Helper()
+	tn := c.Nodes[i]
+	if tn.Groups == nil {
+		return
+	}
+	tn.cancel()
+	tn.done.Wait()
+	c.mu.Lock()
+	delete(c.running, tn.Cfg.ID)
+	c.mu.Unlock()
+	if err := tn.Groups.Close(context.Background()); err != nil {
+		c.t.Errorf("close %s: %v", tn.Cfg.ID, err)
+	}
+	tn.Groups = nil
+}
+
+// Shutdown stops every node.
+func (c *TestGroupsCluster) Shutdown() {
+	for i := range c.Nodes {
+		c.Stop(i)
+	}
+}
+
+// Leader waits for a leader of group g whose dispatcher runs and returns
+// its node.
+func (c *TestGroupsCluster) Leader(g int) *TestGroupsNode {
+	c.t.Helper()
+	var found *TestGroupsNode
+	WaitFor(c.t, 20*time.Second, fmt.Sprintf("a leader of group %d", g), func() bool {
+		for _, tn := range c.Nodes {
+			if tn.Groups != nil && tn.Groups.Node(g).IsLeader() && tn.Groups.Node(g).Ready() == nil {
+				found = tn
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// Leaders returns, for each group, the id of the running node that leads
+// it, "" where none does.
+func (c *TestGroupsCluster) Leaders() []string {
+	out := make([]string, c.Count)
+	for g := range out {
+		for _, tn := range c.Nodes {
+			if tn.Groups != nil && tn.Groups.Node(g).IsLeader() {
+				out[g] = tn.Cfg.ID
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,183 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// Grouped is implemented by a backend that runs many Raft groups
+// (--groups N). The backend's own methods are group 0's. The server picks
+// one group's backend for each request (see routeScope); requests that
+// span the groups (groupspan.go) are answered from every group. A backend
+// that does not implement it, or whose GroupCount is 1, is served exactly
+// as a backend of one group.
+type Grouped interface {
+	// GroupCount is the number of groups, fixed when the cluster was
+	// created.
+	GroupCount() int
+	// Group returns group g's backend, g in [0, GroupCount()).
+	Group(g int) Backend
+}
+
+// scope says how a route finds its group on a node of many groups.
+type scope int
+
+const (
+	// scopeNone: no group (/healthz, and any route not named in
+	// groupScopes); ?group= is ignored.
+	scopeNone scope = iota
+	// scopeQuery: the group ?group= names, default 0 (the wheel's views,
+	// backups).
+	scopeQuery
+	// scopeTopic: the group of the path's {topic}.
+	scopeTopic
+	// scopeID: the group the path's message {id} names.
+	scopeID
+	// scopeSpan: every group, through the route's span handler, unless
+	// ?group= names one.
+	scopeSpan
+)
+
+// groupRoute is how a route is served on a node of many groups.
+type groupRoute struct {
+	scope scope
+	span  handlerFunc // with scopeSpan: the answer from every group
+}
+
+// groupScopes maps the route patterns of routeList() to their groupRoute;
+// a pattern not listed is scopeNone.
+func (s *Server) groupScopes() map[string]groupRoute {
+	topic, id, query := groupRoute{scope: scopeTopic}, groupRoute{scope: scopeID}, groupRoute{scope: scopeQuery}
+	return map[string]groupRoute{
+		"GET /v1/wheel":                        query,
+		"GET /v1/wheel/slots/{slot}":           query,
+		"GET /v1/wheel/overflow":               query,
+		"GET /v1/backup":                       query,
+		"GET /readyz":                          {scopeSpan, s.readyzSpan},
+		"POST /v1/messages":                    {scopeSpan, s.enqueueSpan},
+		"GET /v1/messages/{id}":                id,
+		"DELETE /v1/messages/{id}":             id,
+		"POST /v1/messages/{id}/reschedule":    id,
+		"DELETE /v1/topics/{topic}/keys/{key}": topic,
+		"GET /v1/topics/{topic}/keys/{key}":    topic,
+		"POST /v1/topics/{topic}/reserve":      topic,
+		"GET /v1/topics/{topic}/stream":        topic,
+		"PUT /v1/topics/{topic}/webhook":       topic,
+		"GET /v1/topics/{topic}/webhook":       topic,
+		"DELETE /v1/topics/{topic}/webhook":    topic,
+		"POST /v1/ack":                         {scopeSpan, s.ackSpan},
+		"POST /v1/nack":                        {scopeSpan, s.nackSpan},
+		"POST /v1/touch":                       {scopeSpan, s.touchSpan},
+		"GET /v1/topics":                       {scopeSpan, s.topicsSpan},
+		"GET /v1/topics/{topic}/dead":          topic,
+		"POST /v1/topics/{topic}/dead/redrive": topic,
+		"GET /v1/cluster":                      {scopeSpan, s.clusterSpan},
+		"POST /v1/cluster/nodes":               {scopeSpan, s.addNodeSpan},
+		"DELETE /v1/cluster/nodes/{id}":        {scopeSpan, s.removeNodeSpan},
+		"PUT /v1/schedules/{name}":             {scopeSpan, s.putScheduleSpan},
+		"GET /v1/schedules/{name}":             {scopeSpan, s.getScheduleSpan},
+		"DELETE /v1/schedules/{name}":          {scopeSpan, s.deleteScheduleSpan},
+		"GET /v1/schedules":                    {scopeSpan, s.listSchedulesSpan},
+	}
+}
+
+// groupCount is the number of groups the backend runs.
+func (s *Server) groupCount() int {
+	if s.grouped == nil {
+		return 1
+	}
+	return s.grouped.GroupCount()
+}
+
+// group returns group g's backend; group 0's is the server's backend.
+func (s *Server) group(g int) Backend {
+	if g == 0 || s.grouped == nil {
+		return s.b
+	}
+	return s.grouped.Group(g)
+}
+
+// picked is the group pick chose for a request, in its context.
+type picked struct {
+	b Backend
+	g int
+}
+
+// pickedKey is the context key of a request's picked group.
+type pickedKey struct{}
+
+// be returns the backend that answers r: the group pick chose for it.
+// Requests to group 0, and every request to a backend of one group, carry
+// none and are the server's backend.
+func (s *Server) be(r *http.Request) Backend {
+	if p, ok := r.Context().Value(pickedKey{}).(picked); ok {
+		return p.b
+	}
+	return s.b
+}
+
+// groupOf returns the group that answers r.
+func groupOf(r *http.Request) int {
+	p, _ := r.Context().Value(pickedKey{}).(picked)
+	return p.g
+}
+
+// pick chooses the group that answers r: the one ?group= names, else the
+// one the route's scope finds. span says the route answers from every
+// group instead (its span handler). With one group, only a ?group= other
+// than 0 changes the answer: it is refused.
+func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bool, err error) {
+	n := s.groupCount()
+	if rt.scope == scopeNone {
+		return s.b, 0, false, nil
+	}
+	if r.URL.RawQuery != "" {
+		if q := r.URL.Query().Get("group"); q != "" {
+			g, err := strconv.Atoi(q)
+			if err != nil || g < 0 || g >= n {
+				return nil, 0, false, invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, quoteShort(q))
+			}
+			return s.group(g), g, false, nil
+		}
+	}
+	if n == 1 {
+		return s.b, 0, false, nil
+	}
+	switch rt.scope {
+	case scopeTopic:
+		g = wheel.GroupOf(r.PathValue("topic"), n)
+	case scopeID:
+		// A malformed id is the handler's to refuse (400 naming id).
+		if id, err := wheel.ParseID(r.PathValue("id")); err == nil {
+			if g = id.Group(); g >= n {
+				return nil, 0, false, invalid("id: message id %s names group %d; this cluster has groups 0 to %d", id, g, n-1)
+			}
+		}
+	case scopeSpan:
+		return s.b, 0, true, nil
+	}
+	return s.group(g), g, false, nil
+}
+
+// withGroup returns r carrying group g, of backend b, as the group that
+// answers it. Group 0 is carried by no value, so that a backend of one
+// group serves its requests as it always did.
+func withGroup(r *http.Request, b Backend, g int) *http.Request {
+	if g == 0 {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), pickedKey{}, picked{b, g}))
+}
+
+// groupQuery is the query that names group g in a question to another
+// node ("" with one group, so that a node of one group asks as it always
+// did), with sep its first character.
+func (s *Server) groupQuery(sep string, g int) string {
+	if s.grouped == nil {
+		return ""
+	}
+	return sep + "group=" + strconv.Itoa(g)
+}

@@ -1,0 +1,113 @@
+package transporttest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/wheel"
+)
+
+// GroupsBackend serves a node's many Raft groups through one server:
+// the Backend of group 0 (embedded), and transport.Grouped over the
+// rest. The server does the same in cmd/delaywheel.
+type GroupsBackend struct {
+	*replication.Node
+	Groups *replication.Groups
+}
+
+// GroupCount is the number of groups.
+func (b GroupsBackend) GroupCount() int { return b.Groups.Count() }
+
+// Group returns group g's node.
+func (b GroupsBackend) Group(g int) transport.Backend { return b.Groups.Node(g) }
+
+// GroupsCluster is a set of nodes that run the same Raft groups, each
+// node behind its own HTTP server at the HTTP address its groups record.
+type GroupsCluster struct {
+	Nodes []*Node
+	tc    *replication.TestGroupsCluster
+	o     Options
+	t     testing.TB
+}
+
+// StartGroups starts n nodes of groups Raft groups each as one new cluster
+// (replication.NewTestGroupsCluster) and returns once every group has a
+// ready leader and every node knows each group's leader's HTTP address.
+// Each Node's Node is its group 0, and Groups all of them.
+func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
+	t.Helper()
+	if o.Clock == nil {
+		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
+	}
+	// The servers listen before the nodes start, on the addresses the
+	// nodes record, as StartCluster's do.
+	c := &GroupsCluster{o: o, t: t}
+	var byID map[string]*Node
+	c.Nodes, byID = listening(n, o.Clock)
+	c.tc = replication.NewTestGroupsCluster(t, n, groups, func(cfg *replication.Config) {
+		cfg.Clock = o.Clock
+		cfg.HTTPAddr = byID[cfg.ID].Addr
+		byID[cfg.ID].RaftAddr = cfg.RaftAddr
+		if o.Replication != nil {
+			o.Replication(cfg)
+		}
+	})
+	for i, tn := range c.tc.Nodes {
+		c.serve(c.Nodes[i], tn.Groups)
+	}
+	replication.WaitFor(t, 20*time.Second, "every node to know each group's leader's address", func() bool {
+		for g := range groups {
+			leader := c.Leader(g)
+			for _, kn := range c.Nodes {
+				if addr, _, known := kn.Groups.Node(g).LeaderHTTP(); !known || addr != leader.Addr {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// serve puts kn's groups behind its server.
+func (c *GroupsCluster) serve(kn *Node, gs *replication.Groups) {
+	kn.Node, kn.Groups = gs.Node(0), gs
+	serve(c.t, kn, GroupsBackend{Node: gs.Node(0), Groups: gs}, c.o)
+}
+
+// Leader waits for a ready leader of group g and returns its node.
+func (c *GroupsCluster) Leader(g int) *Node {
+	c.t.Helper()
+	tn := c.tc.Leader(g)
+	for _, kn := range c.Nodes {
+		if kn.ID == tn.Cfg.ID {
+			return kn
+		}
+	}
+	panic(fmt.Sprintf("transporttest: a leader %s the kit did not start", tn.Cfg.ID))
+}
+
+// Leaders returns, for each group, the id of the running node that leads
+// it, "" where none does.
+func (c *GroupsCluster) Leaders() []string { return c.tc.Leaders() }
+
+// Stop shuts node i down cleanly (each group it leads hands its
+// leadership over); its HTTP address keeps listening and answers 503
+// until Restart.
+func (c *GroupsCluster) Stop(i int) {
+	c.t.Helper()
+	c.Nodes[i].serveDown()
+	c.tc.Stop(i)
+	c.Nodes[i].Node, c.Nodes[i].Groups = nil, nil
+}
+
+// Restart starts node i again on its data dir, behind a new server at the
+// same HTTP address.
+func (c *GroupsCluster) Restart(i int) {
+	c.t.Helper()
+	c.tc.Start(i)
+	c.serve(c.Nodes[i], c.tc.Nodes[i].Groups)
+}
