@@ -3,6 +3,7 @@ package transport_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,26 +25,36 @@ func topicsOver(k, n int) (topics []string, groups map[int]bool) {
 	return topics, groups
 }
 
-// spread waits until each of the groups has its own leader, moving the
-// kit's clock, on which the leadership balancer runs.
+// spread waits until each group is led by its preferred voter (group g by
+// the g-th node in id order, where the leadership balancer puts it) and
+// every node knows every group's leader, moving the kit's clock, on which
+// the balancer runs. Waiting for any spread would not do: a spread reached
+// by elections alone may still be moved by the balancer afterwards.
 func spread(t *testing.T, c *transporttest.GroupsCluster, groups int) {
 	t.Helper()
-	c.Nodes[0].AdvanceUntil(t, 100*time.Millisecond, "each node to lead one group", func() bool {
-		seen := map[string]bool{}
-		for _, id := range c.Leaders() {
-			seen[id] = true
-		}
-		return len(seen) == groups && !seen[""]
-	})
-	for g := range groups {
-		leader := c.Leader(g)
-		for _, n := range c.Nodes {
-			n.Eventually(t, fmt.Sprintf("%s to know group %d's leader", n.ID, g), func() bool {
-				addr, _, known := n.Groups.Node(g).LeaderHTTP()
-				return known && addr == leader.Addr
-			})
-		}
+	byID := map[string]*transporttest.Node{}
+	var ids []string
+	for _, n := range c.Nodes {
+		byID[n.ID] = n
+		ids = append(ids, n.ID)
 	}
+	slices.Sort(ids)
+	c.Nodes[0].AdvanceUntil(t, 100*time.Millisecond, "each group to be led by its preferred voter, known to every node", func() bool {
+		leaders := c.Leaders()
+		for g := range groups {
+			want := ids[g%len(ids)]
+			if leaders[g] != want {
+				return false
+			}
+			for _, n := range c.Nodes {
+				addr, _, known := n.Groups.Node(g).LeaderHTTP()
+				if !known || addr != byID[want].Addr {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 // A batch over many topics enqueued through one node lands each message
