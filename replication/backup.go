@@ -138,11 +138,11 @@ func restoreGroup(r io.Reader, dir, nodeID, raftAddr string) (index uint64, err 
 	err = ExtractCheckpoint(in, check)
 	in.Close()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: the backup is damaged: %w", wheel.ErrInvalid, err)
 	}
 	st, err := wheel.Open(check, wheel.Options{})
 	if err != nil {
-		return 0, fmt.Errorf("restore: the backup does not open as a store: %w", err)
+		return 0, fmt.Errorf("%w: the backup does not open as a store: %w", wheel.ErrInvalid, err)
 	}
 	index = st.AppliedIndex()
 	if err := st.Close(); err != nil {

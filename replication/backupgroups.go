@@ -223,8 +223,8 @@ func (a *groupsArchive) nextGroup() (int, io.Reader, error) {
 
 // missing is the error of an archive that lacks group a.next.
 func (a *groupsArchive) missing() error {
-	return fmt.Errorf("%w: group %d is missing from the backup archive (it holds groups 0 to %d of the manifest's %d)",
-		wheel.ErrInvalid, a.next, a.next-1, a.groups)
+	return fmt.Errorf("%w: group %d is missing from the backup archive (it holds only the first %d of the manifest's %d groups)",
+		wheel.ErrInvalid, a.next, a.next, a.groups)
 }
 
 // archiveReader reads an entry of the archive; an error other than the
@@ -269,7 +269,7 @@ func Restore(r io.Reader, dataDir, nodeID, raftAddr string) (res Restored, err e
 	}
 	a, err := openGroupsArchive(br)
 	if err != nil {
-		return Restored{}, err
+		return Restored{}, fmt.Errorf("restore: %w", err)
 	}
 	if err := checkRestoreTarget(dataDir, nodeID, raftAddr, a.groups); err != nil {
 		return Restored{}, err
@@ -306,7 +306,7 @@ func Restore(r io.Reader, dataDir, nodeID, raftAddr string) (res Restored, err e
 		}
 		index, err := restoreGroup(gr, dir, nodeID, raftAddr)
 		if err != nil {
-			return Restored{}, fmt.Errorf("group %d: %w", g, err)
+			return Restored{}, fmt.Errorf("group %d of %d: %w", g, a.groups, err)
 		}
 		res.Indexes = append(res.Indexes, index)
 	}
