@@ -63,38 +63,37 @@ type groupsManifest struct {
 func groupEntryName(g int) string { return "group-" + strconv.Itoa(g) + ".tar" }
 
 // WriteGroupsBackup writes the backup of a node's groups groups to w as
-// one groups archive (see above) and returns the bytes written.
-// backup(g, w) writes group g's ordinary backup stream (Node.Backup's, or
-// GET /v1/backup?group=g's); the groups are taken in order, each spooled to
-// a temporary file in tmpDir ("": the system's) first, since a tar entry's
-// header states its size. A node of one group is backed up with its
-// ordinary stream instead: RestoreBackup and Restore read that.
-func WriteGroupsBackup(w io.Writer, groups int, tmpDir string, backup func(g int, w io.Writer) error) (int64, error) {
+// one groups archive (see above). backup(g, w) writes group g's ordinary
+// backup stream (Node.Backup's, or GET /v1/backup?group=g's); the groups
+// are taken in order, each spooled to a temporary file in tmpDir ("": the
+// system's) first, since a tar entry's header states its size. A node of
+// one group is backed up with its ordinary stream instead: RestoreBackup
+// and Restore read that.
+func WriteGroupsBackup(w io.Writer, groups int, tmpDir string, backup func(g int, w io.Writer) error) error {
 	if groups < 1 || groups > wheel.MaxGroups {
-		return 0, fmt.Errorf("%w: backup of %d groups; a cluster runs 1 to %d", wheel.ErrInvalid, groups, wheel.MaxGroups)
+		return fmt.Errorf("%w: backup of %d groups; a cluster runs 1 to %d", wheel.ErrInvalid, groups, wheel.MaxGroups)
 	}
-	cw := &countingWriter{w: w}
-	tw := tar.NewWriter(cw)
+	tw := tar.NewWriter(w)
 	manifest, err := json.Marshal(groupsManifest{Format: groupsBackupFormat, Version: groupsBackupVersion, Groups: groups})
 	if err != nil {
-		return 0, fmt.Errorf("backup: %w", err)
+		return fmt.Errorf("backup: %w", err)
 	}
 	manifest = append(manifest, '\n')
 	if err := tw.WriteHeader(&tar.Header{Name: groupsManifestName, Mode: 0o644, Size: int64(len(manifest)), Typeflag: tar.TypeReg}); err != nil {
-		return cw.n, fmt.Errorf("backup: %w", err)
+		return fmt.Errorf("backup: %w", err)
 	}
 	if _, err := tw.Write(manifest); err != nil {
-		return cw.n, fmt.Errorf("backup: %w", err)
+		return fmt.Errorf("backup: %w", err)
 	}
 	for g := range groups {
 		if err := addGroupBackup(tw, g, tmpDir, backup); err != nil {
-			return cw.n, fmt.Errorf("backup of group %d: %w", g, err)
+			return fmt.Errorf("backup of group %d: %w", g, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return cw.n, fmt.Errorf("backup: %w", err)
+		return fmt.Errorf("backup: %w", err)
 	}
-	return cw.n, nil
+	return nil
 }
 
 // addGroupBackup takes group g's backup into a temporary file in tmpDir
@@ -121,18 +120,6 @@ func addGroupBackup(tw *tar.Writer, g int, tmpDir string, backup func(g int, w i
 	}
 	_, err = io.CopyN(tw, f, size)
 	return err
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // isGroupsArchive says whether the stream br reads starts with a groups

@@ -22,7 +22,7 @@ import (
 func groupsBackup(t *testing.T, gs *Groups) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	_, err := WriteGroupsBackup(&buf, gs.Count(), t.TempDir(), func(g int, w io.Writer) error {
+	err := WriteGroupsBackup(&buf, gs.Count(), t.TempDir(), func(g int, w io.Writer) error {
 		_, err := gs.Node(g).Backup(context.Background(), w)
 		return err
 	})
@@ -232,7 +232,7 @@ func TestGroupsRestoreErrors(t *testing.T) {
 // returns is an invalid-argument one.
 func FuzzGroupsArchive(f *testing.F) {
 	var buf bytes.Buffer
-	_, err := WriteGroupsBackup(&buf, 3, f.TempDir(), func(g int, w io.Writer) error {
+	err := WriteGroupsBackup(&buf, 3, f.TempDir(), func(g int, w io.Writer) error {
 		_, err := fmt.Fprintf(w, "the backup of group %d", g)
 		return err
 	})

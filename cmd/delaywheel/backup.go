@@ -57,9 +57,10 @@ func runBackup(c *cli.Context) error {
 	out := c.String("out")
 	// backup writes the node's backup into w: a single group's stream, or
 	// the archive of every group's, spooled next to the output file.
-	backup := func(w io.Writer) (int64, error) {
+	backup := func(w io.Writer) error {
 		if groups == 1 {
-			return cl.Backup(c.Context, w)
+			_, err := cl.Backup(c.Context, w)
+			return err
 		}
 		tmpDir := ""
 		if out != "-" {
@@ -75,11 +76,10 @@ func runBackup(c *cli.Context) error {
 		what = fmt.Sprintf("backup of %d groups", groups)
 	}
 	if out == "-" {
-		n, err := backup(c.App.Writer)
-		if err != nil {
+		if err := backup(c.App.Writer); err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(c.App.ErrWriter, "%s written to stdout (%d bytes)\n", what, n)
+		_, err = fmt.Fprintf(c.App.ErrWriter, "%s written to stdout\n", what)
 		return err
 	}
 	tmp := out + ".tmp"
@@ -87,7 +87,11 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	n, err := backup(f)
+	err = backup(f)
+	var n int64
+	if err == nil {
+		n, err = f.Seek(0, io.SeekCurrent)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
