@@ -533,8 +533,8 @@ func online[T any](s *session, first func(context.Context) (T, error), ofGroup f
 // groupDataDir is where group --group keeps its data in --data-dir.
 func groupDataDir(c *cli.Context) (string, error) {
 	dir, err := replication.GroupDataDir(c.String("data-dir"), c.Int("group"))
-	if err != nil {
-		return "", fmt.Errorf("--group: %w", err)
+	if errors.Is(err, wheel.ErrInvalid) {
+		err = fmt.Errorf("--group: %w", err)
 	}
-	return dir, nil
+	return dir, err
 }
