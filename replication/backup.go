@@ -1,10 +1,12 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -39,25 +41,77 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) (uint64, error) {
 	return index, nil
 }
 
-// RestoreBackup seeds dataDir, which must hold no node yet, from a backup:
-// it checks the backup, then installs it as a Raft snapshot whose
-// configuration is the single voter (nodeID, raftAddr). A node started on
-// dataDir with that id restores the snapshot and continues the log after
-// the backup's index, so message ids never collide with restored ones.
-// Other nodes then join it to form a cluster. It returns the backup's index.
-func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (uint64, error) {
-	if nodeID == "" || raftAddr == "" {
-		return 0, fmt.Errorf("%w: restore needs the node id and raft address the node will run with", wheel.ErrInvalid)
+// RestoreBackup seeds dataDir, which must hold no node yet, from a backup
+// of one group: it checks the backup, then installs it as a Raft snapshot
+// whose configuration is the single voter (nodeID, raftAddr). A node
+// started on dataDir with that id restores the snapshot and continues the
+// log after the backup's index, so message ids never collide with restored
+// ones. Other nodes then join it to form a cluster. It returns the
+// backup's index. A backup archive of many groups is refused: Restore
+// reads both kinds. On error, nothing it created is left behind.
+func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (index uint64, err error) {
+	br := bufio.NewReaderSize(r, tarBlock)
+	if isGroupsArchive(br) {
+		return 0, fmt.Errorf("%w: the backup is an archive of many groups; restore it with `delaywheel restore` (replication.Restore)", wheel.ErrInvalid)
 	}
-	for _, sub := range []string{"fsm", "raft"} {
-		if _, err := os.Stat(filepath.Join(dataDir, sub)); err == nil {
-			return 0, fmt.Errorf("%w: %s already holds a node (%s exists); restore into an empty data dir", wheel.ErrInvalid, dataDir, sub)
+	if err := checkRestoreTarget(dataDir, nodeID, raftAddr, 1); err != nil {
+		return 0, err
+	}
+	undo, err := makeDataDir(dataDir)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			undo()
+		}
+	}()
+	return restoreGroup(br, dataDir, nodeID, raftAddr)
+}
+
+// checkRestoreTarget checks a restore's node id and raft address, and that
+// dataDir holds no node: none of one group (fsm, raft), none of many (the
+// groups file, the directory of any of groups groups).
+func checkRestoreTarget(dataDir, nodeID, raftAddr string, groups int) error {
+	if nodeID == "" || raftAddr == "" {
+		return fmt.Errorf("%w: restore needs the node id and raft address the node will run with", wheel.ErrInvalid)
+	}
+	paths := []string{"fsm", "raft", groupsFile}
+	if groups > 1 {
+		for g := range groups {
+			paths = append(paths, filepath.Base(GroupDir(dataDir, g)))
 		}
 	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return 0, fmt.Errorf("restore: %w", err)
+	for _, sub := range paths {
+		_, err := os.Stat(filepath.Join(dataDir, sub))
+		if err == nil {
+			return fmt.Errorf("%w: %s already holds a node (%s exists); restore into an empty data dir", wheel.ErrInvalid, dataDir, sub)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restore: %w", err)
+		}
 	}
-	tmp, err := os.MkdirTemp(dataDir, "restore-")
+	return nil
+}
+
+// makeDataDir creates dataDir when it does not exist; undo removes it
+// again if it did not.
+func makeDataDir(dataDir string) (undo func(), err error) {
+	_, statErr := os.Stat(dataDir)
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		return func() { os.RemoveAll(dataDir) }, nil
+	}
+	return func() {}, nil
+}
+
+// restoreGroup installs one group's backup stream r in dir, an existing
+// directory that holds no node (checkRestoreTarget), as RestoreBackup
+// describes. On error it removes what it created in dir.
+func restoreGroup(r io.Reader, dir, nodeID, raftAddr string) (index uint64, err error) {
+	tmp, err := os.MkdirTemp(dir, "restore-")
 	if err != nil {
 		return 0, fmt.Errorf("restore: %w", err)
 	}
@@ -84,13 +138,13 @@ func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (uint64, error
 	err = ExtractCheckpoint(in, check)
 	in.Close()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: the backup is damaged: %w", wheel.ErrInvalid, err)
 	}
 	st, err := wheel.Open(check, wheel.Options{})
 	if err != nil {
-		return 0, fmt.Errorf("restore: the backup does not open as a store: %w", err)
+		return 0, fmt.Errorf("%w: the backup does not open as a store: %w", wheel.ErrInvalid, err)
 	}
-	index := st.AppliedIndex()
+	index = st.AppliedIndex()
 	if err := st.Close(); err != nil {
 		return 0, fmt.Errorf("restore: %w", err)
 	}
@@ -98,10 +152,15 @@ func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (uint64, error
 		return 0, fmt.Errorf("%w: the backup covers no log entries", wheel.ErrInvalid)
 	}
 
-	raftDir := filepath.Join(dataDir, "raft")
+	raftDir := filepath.Join(dir, "raft")
 	if err := os.MkdirAll(raftDir, 0o755); err != nil {
 		return 0, fmt.Errorf("restore: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(raftDir)
+		}
+	}()
 	snaps, err := raft.NewFileSnapshotStore(raftDir, 2, io.Discard)
 	if err != nil {
 		return 0, fmt.Errorf("restore: %w", err)
@@ -123,7 +182,7 @@ func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (uint64, error
 		return 0, fmt.Errorf("restore: write snapshot: %w", err)
 	}
 	if err := sink.Close(); err != nil {
-		return 0, fmt.Errorf("restore: %w", errors.Join(err))
+		return 0, fmt.Errorf("restore: %w", err)
 	}
 	return index, nil
 }

@@ -51,6 +51,26 @@ func GroupDir(dataDir string, g int) string {
 	return filepath.Join(dataDir, fmt.Sprintf("group-%d", g))
 }
 
+// GroupDataDir returns where group g of the node whose data dir is dataDir
+// keeps its data: dataDir itself for a node of one group (or a data dir
+// that holds no node yet), else GroupDir(dataDir, g). A g outside the data
+// dir's groups is an error wrapping wheel.ErrInvalid that names the range.
+// It reads a stopped node's dir, for the offline tools.
+func GroupDataDir(dataDir string, g int) (string, error) {
+	n, err := storedGroupCount(dataDir)
+	if err != nil {
+		return "", err
+	}
+	n = max(n, 1)
+	if g < 0 || g >= n {
+		return "", fmt.Errorf("%w: data dir %s holds groups 0 to %d, not group %d", wheel.ErrInvalid, dataDir, n-1, g)
+	}
+	if n == 1 {
+		return dataDir, nil
+	}
+	return GroupDir(dataDir, g), nil
+}
+
 // OpenGroups starts a node's n groups with cfg: with n == 1, the node Open
 // starts; otherwise group g's node in GroupDir(cfg.DataDir, g), its store of
 // group g, its Raft traffic on a multiplexer over cfg.RaftAddr. A data dir

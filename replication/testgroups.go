@@ -52,7 +52,7 @@ func NewTestGroupsCluster(t testing.TB, n, groups int, configure func(*Config)) 
 		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
 	}
 	base := t.TempDir()
-	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure, running: map[string]*Groups{}}
+	var cfgs []Config
 	for _, m := range members {
 		cfg := Config{
 			ID: m.ID, DataDir: filepath.Join(base, m.ID), RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
@@ -65,6 +65,28 @@ func NewTestGroupsCluster(t testing.TB, n, groups int, configure func(*Config)) 
 		if n > 1 {
 			cfg.InitialCluster = members
 		}
+		cfgs = append(cfgs, cfg)
+	}
+	return startGroupsCluster(t, groups, configure, cfgs)
+}
+
+// StartTestGroupsCluster starts nodes of groups groups each with the given
+// configs (data dirs and addresses set by the caller, e.g. a restored
+// directory) and waits as NewTestGroupsCluster does.
+func StartTestGroupsCluster(t testing.TB, groups int, cfgs ...Config) *TestGroupsCluster {
+	t.Helper()
+	for i := range cfgs {
+		if cfgs[i].Logger == nil {
+			cfgs[i].Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+	}
+	return startGroupsCluster(t, groups, nil, cfgs)
+}
+
+func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs []Config) *TestGroupsCluster {
+	t.Helper()
+	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure, running: map[string]*Groups{}}
+	for _, cfg := range cfgs {
 		c.Nodes = append(c.Nodes, &TestGroupsNode{Cfg: cfg})
 	}
 	for i := range c.Nodes {

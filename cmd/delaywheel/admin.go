@@ -17,6 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
@@ -50,6 +51,7 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 	dataDir := func() cli.Flag {
 		return &cli.StringFlag{Name: "data-dir", Usage: "read this stopped node's data directory instead of calling --addr"}
 	}
+	group := func() cli.Flag { return groupFlag("read") }
 	return []*cli.Command{
 		withCommonFlags(&cli.Command{
 			Name: "push", Usage: "enqueue one message", ArgsUsage: "TOPIC BODY (BODY - reads stdin)",
@@ -79,10 +81,13 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 			},
 			Action: a.cancel,
 		}),
-		withCommonFlags(&cli.Command{Name: "wheel", Usage: "describe the timing wheel", Flags: []cli.Flag{dataDir()}, Action: a.wheel}),
 		withCommonFlags(&cli.Command{
-			Name: "slot", Usage: "describe one slot of the wheel", ArgsUsage: "N (0-7199)",
-			Flags:  []cli.Flag{dataDir(), &cli.BoolFlag{Name: "records", Usage: "list the slot file's records"}},
+			Name: "wheel", Usage: "describe the timing wheel (of one group, --group, on a node of --groups N)",
+			Flags: []cli.Flag{dataDir(), group()}, Action: a.wheel,
+		}),
+		withCommonFlags(&cli.Command{
+			Name: "slot", Usage: "describe one slot of the wheel (of one group, --group, on a node of --groups N)", ArgsUsage: "N (0-7199)",
+			Flags:  []cli.Flag{dataDir(), group(), &cli.BoolFlag{Name: "records", Usage: "list the slot file's records"}},
 			Action: a.slot,
 		}),
 		withCommonFlags(&cli.Command{Name: "cluster", Usage: "show the cluster's members", Action: a.cluster}),
@@ -401,7 +406,11 @@ func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error
 	if a.openOffline == nil {
 		return zero, errNoOffline
 	}
-	r, err := a.openOffline(s.c.String("data-dir"))
+	dir, err := groupDataDir(s.c)
+	if err != nil {
+		return zero, err
+	}
+	r, err := a.openOffline(dir)
 	if err != nil {
 		return zero, fmt.Errorf("opening %s: %w", s.c.String("data-dir"), err)
 	}
@@ -419,7 +428,7 @@ func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error
 func (a *admin) wheel(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Wheel, error) {
 		if !c.IsSet("data-dir") {
-			return s.api.Wheel(c.Context)
+			return online(s, s.api.Wheel, s.cl.GroupWheel)
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Wheel, error) {
 			info, err := r.Wheel()
@@ -447,7 +456,8 @@ func (a *admin) slot(c *cli.Context) error {
 			return api.Slot{}, fmt.Errorf("slot %q: want a number from 0 to %d", c.Args().Get(0), wheel.Slots-1)
 		}
 		if !c.IsSet("data-dir") {
-			return s.api.Slot(c.Context, n, records)
+			return online(s, func(ctx context.Context) (api.Slot, error) { return s.api.Slot(ctx, n, records) },
+				func(ctx context.Context, g int) (api.Slot, error) { return s.cl.GroupSlot(ctx, g, n, records) })
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Slot, error) {
 			info, err := r.Slot(n, records)
@@ -491,4 +501,40 @@ func orDash[T any](p *T) any {
 		return "-"
 	}
 	return *p
+}
+
+// groupFlag is --group, the group whose data a command reads (what: the
+// verb of its usage).
+func groupFlag(what string) cli.Flag {
+	return &cli.IntFlag{Name: "group", Usage: what + " Raft group `G` of a node of --groups N (0 to N-1)", DefaultText: "0"}
+}
+
+// online asks the node for group --group's answer: group 0's through
+// first (the HTTP or gRPC API), another's through the HTTP API's ofGroup.
+func online[T any](s *session, first func(context.Context) (T, error), ofGroup func(context.Context, int) (T, error)) (T, error) {
+	g := s.c.Int("group")
+	if g == 0 {
+		return first(s.c.Context)
+	}
+	var zero T
+	if g < 0 {
+		return zero, fmt.Errorf("--group %d: want a group from 0 to N-1 of a node of --groups N", g)
+	}
+	if client.IsGRPC(s.c.String("addr")) {
+		return zero, fmt.Errorf("--group %d: the gRPC API shows group 0's wheel only; use an HTTP --addr", g)
+	}
+	v, err := ofGroup(s.c.Context, g)
+	if client.HasCode(err, api.CodeInvalidArgument) {
+		err = fmt.Errorf("--group %d: %w", g, err)
+	}
+	return v, err
+}
+
+// groupDataDir is where group --group keeps its data in --data-dir.
+func groupDataDir(c *cli.Context) (string, error) {
+	dir, err := replication.GroupDataDir(c.String("data-dir"), c.Int("group"))
+	if errors.Is(err, wheel.ErrInvalid) {
+		err = fmt.Errorf("--group: %w", err)
+	}
+	return dir, err
 }

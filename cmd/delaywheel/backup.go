@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -15,7 +16,7 @@ func backupCommands() []*cli.Command {
 	return []*cli.Command{
 		{
 			Name:      "backup",
-			Usage:     "take a consistent backup of a running node into a file",
+			Usage:     "take a consistent backup of a running node into a file (of every group, with --groups N)",
 			ArgsUsage: " ",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", Usage: "HTTP address of the node to back up", EnvVars: []string{"DELAYWHEEL_ADDR"}},
@@ -29,6 +30,7 @@ func backupCommands() []*cli.Command {
 			Usage:     "seed an empty data directory from a backup; then start the server on it",
 			ArgsUsage: "FILE",
 			Description: "Installs the backup as the node's Raft snapshot, with this node as the only voter.\n" +
+				"A backup of a node of many groups seeds every group; start the server with the same --groups.\n" +
 				"Start `delaywheel server` with the same --data-dir, --node-id and --raft-addr;\n" +
 				"other nodes then --join it to form a cluster.",
 			Flags: []cli.Flag{
@@ -47,13 +49,37 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	cl := client.New(baseURL(c.String("addr")), client.WithToken(token))
+	v, err := cl.Cluster(c.Context)
+	if err != nil {
+		return fmt.Errorf("learning the node's groups: %w", err)
+	}
+	groups := max(len(v.Groups), 1)
 	out := c.String("out")
-	if out == "-" {
-		n, err := cl.Backup(c.Context, c.App.Writer)
-		if err != nil {
+	// backup writes the node's backup into w: a single group's stream, or
+	// the archive of every group's, spooled next to the output file.
+	backup := func(w io.Writer) error {
+		if groups == 1 {
+			_, err := cl.Backup(c.Context, w)
 			return err
 		}
-		_, err = fmt.Fprintf(c.App.ErrWriter, "backup written to stdout (%d bytes)\n", n)
+		tmpDir := ""
+		if out != "-" {
+			tmpDir = filepath.Dir(out)
+		}
+		return replication.WriteGroupsBackup(w, groups, tmpDir, func(g int, w io.Writer) error {
+			_, err := cl.GroupBackup(c.Context, g, w)
+			return err
+		})
+	}
+	what := "backup"
+	if groups > 1 {
+		what = fmt.Sprintf("backup of %d groups", groups)
+	}
+	if out == "-" {
+		if err := backup(c.App.Writer); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.App.ErrWriter, "%s written to stdout\n", what)
 		return err
 	}
 	tmp := out + ".tmp"
@@ -61,7 +87,11 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	n, err := cl.Backup(c.Context, f)
+	err = backup(f)
+	var n int64
+	if err == nil {
+		n, err = f.Seek(0, io.SeekCurrent)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -75,7 +105,7 @@ func runBackup(c *cli.Context) error {
 	if err := os.Rename(tmp, out); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	fmt.Fprintf(c.App.Writer, "backup written to %s (%d bytes)\n", out, n)
+	fmt.Fprintf(c.App.Writer, "%s written to %s (%d bytes)\n", what, out, n)
 	return nil
 }
 
@@ -92,11 +122,16 @@ func runRestore(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	index, err := replication.RestoreBackup(f, dir, c.String("node-id"), c.String("raft-addr"))
+	res, err := replication.Restore(f, dir, c.String("node-id"), c.String("raft-addr"))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "restored %s into %s at log index %d; start: delaywheel server --data-dir %s --node-id %s --raft-addr %s\n",
-		c.Args().First(), dir, index, dir, c.String("node-id"), c.String("raft-addr"))
+	start := fmt.Sprintf("delaywheel server --data-dir %s --node-id %s --raft-addr %s", dir, c.String("node-id"), c.String("raft-addr"))
+	if res.Groups == 1 {
+		fmt.Fprintf(c.App.Writer, "restored %s into %s at log index %d; start: %s\n", c.Args().First(), dir, res.Indexes[0], start)
+		return nil
+	}
+	fmt.Fprintf(c.App.Writer, "restored %s into %s: %d groups at log indexes %v; start: %s --groups %d\n",
+		c.Args().First(), dir, res.Groups, res.Indexes, start, res.Groups)
 	return nil
 }

@@ -19,11 +19,19 @@
 // the admin commands use the public client (package transport/client), so
 // they see exactly what any user of the API sees. `wheel` and `slot` with
 // --data-dir open a stopped node's store read-only instead, to look at a
-// node that cannot start.
+// node that cannot start. With --group G they read group G's wheel (?group=G
+// from a node, GroupDir under --data-dir; `dump` too); a G outside the
+// node's groups is an error naming --group and the range.
 //
 // `restore` installs a backup as the node's Raft snapshot with that node as
 // the only voter, so a backup seeds a new cluster through the same path a
-// follower uses to catch up, and the other nodes then --join it.
+// follower uses to catch up, and the other nodes then --join it. `backup`
+// asks the node's group count (GET /v1/cluster): of a node of one group it
+// writes the node's backup stream as it is; of many, one archive of every
+// group's stream (replication.WriteGroupsBackup), which `restore` unpacks
+// into every group's directory (replication.Restore). The groups are taken
+// one after another, each consistent in itself; a message lives in exactly
+// one group, so no message is torn between them.
 //
 // # Memory
 //

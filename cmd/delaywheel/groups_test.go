@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,37 +57,9 @@ func TestServerGroupsCluster(t *testing.T) {
 		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
 	}
-	var stops []func()
-	defer func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}()
 	for i := range n {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		args := []string{"delaywheel", "server", "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(),
-			"--http-addr", httpAddrs[i], "--raft-addr", raft[i], "--grpc-addr", "off", "--log-level", "warn",
-			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups)}
-		app := newApp()
-		app.Writer, app.ErrWriter = io.Discard, io.Discard
-		go func() { done <- runCLI(ctx, app, args) }()
-		stops = append(stops, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("server n%d: %v", i+1, err)
-			}
-		})
-		// urfave/cli applies its shared help flag while parsing: the next
-		// server parses its flags only once this one serves.
-		replication.WaitFor(t, 30*time.Second, httpAddrs[i]+" to serve", func() bool {
-			resp, err := http.Get("http://" + httpAddrs[i] + "/healthz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
+			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups))
 	}
 	ctx := t.Context()
 	var cls []*client.Client
@@ -128,4 +101,39 @@ func TestServerGroupsCluster(t *testing.T) {
 			t.Fatalf("no series of group %d in /metrics", g)
 		}
 	}
+}
+
+// startServer runs `delaywheel server` in the background with its HTTP API
+// on httpAddr, no gRPC API and args, and waits for it to serve. The
+// returned stop (also run when the test ends) shuts it down and checks
+// that it ended cleanly.
+func startServer(t *testing.T, httpAddr string, args ...string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	app := newApp()
+	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	args = append([]string{"delaywheel", "server", "--http-addr", httpAddr, "--grpc-addr", "off", "--log-level", "warn"}, args...)
+	go func() { done <- runCLI(ctx, app, args) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("server on %s: %v", httpAddr, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	// urfave/cli applies its shared help flag while parsing: the next
+	// server parses its flags only once this one serves.
+	replication.WaitFor(t, 30*time.Second, httpAddr+" to serve", func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return stop
 }

@@ -33,16 +33,21 @@ func openOfflineStore(dataDir string) (*wheel.Store, error) {
 func dumpCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "dump",
-		Usage:     "write the replicated state of a stopped node, to compare replicas (same applied index, same dump)",
+		Usage:     "write the replicated state of a stopped node (of one group, --group), to compare replicas (same applied index, same dump)",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data-dir", Required: true, Usage: "the stopped node's data directory"},
+			groupFlag("dump"),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("dump takes no arguments, got %q", c.Args().Slice())
 			}
-			st, err := openOfflineStore(c.String("data-dir"))
+			dir, err := groupDataDir(c)
+			if err != nil {
+				return err
+			}
+			st, err := openOfflineStore(dir)
 			if err != nil {
 				return err
 			}

@@ -201,18 +201,38 @@ func (c *Client) Redrive(ctx context.Context, topic string, ids []string) (int, 
 	return out.Redriven, err
 }
 
-// Wheel describes the timing wheel of the node.
+// Wheel describes the timing wheel of the node (of group 0 on a node of
+// many groups).
 func (c *Client) Wheel(ctx context.Context) (api.Wheel, error) {
 	return call[api.Wheel](ctx, c, http.MethodGet, "/v1/wheel", nil)
 }
 
+// GroupWheel describes the timing wheel of group g (GET /v1/wheel?group=g).
+func (c *Client) GroupWheel(ctx context.Context, g int) (api.Wheel, error) {
+	return call[api.Wheel](ctx, c, http.MethodGet, "/v1/wheel?group="+strconv.Itoa(g), nil)
+}
+
 // Slot describes one slot of the wheel and, when records is set, its records.
 func (c *Client) Slot(ctx context.Context, slot int, records bool) (api.Slot, error) {
-	path := "/v1/wheel/slots/" + strconv.Itoa(slot)
+	return call[api.Slot](ctx, c, http.MethodGet, slotPath(slot, records, ""), nil)
+}
+
+// GroupSlot is Slot of group g's wheel.
+func (c *Client) GroupSlot(ctx context.Context, g, slot int, records bool) (api.Slot, error) {
+	return call[api.Slot](ctx, c, http.MethodGet, slotPath(slot, records, "group="+strconv.Itoa(g)), nil)
+}
+
+// slotPath is the path of a slot's view, with query (when not empty) and
+// records=true when records is set.
+func slotPath(slot int, records bool, query string) string {
 	if records {
-		path += "?records=true"
+		query = strings.TrimPrefix(query+"&records=true", "&")
 	}
-	return call[api.Slot](ctx, c, http.MethodGet, path, nil)
+	path := "/v1/wheel/slots/" + strconv.Itoa(slot)
+	if query != "" {
+		path += "?" + query
+	}
+	return path
 }
 
 // Cluster returns the cluster view of the node.
@@ -253,9 +273,20 @@ func (c *Client) Readyz(ctx context.Context) error {
 }
 
 // Backup streams a consistent backup of the node's state (a tar) into w and
-// checks that the stream is a whole tar, so a cut transfer is an error.
+// checks that the stream is a whole tar, so a cut transfer is an error. On
+// a node of many groups it is group 0's.
 func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/backup", nil)
+	return c.backup(ctx, "/v1/backup", w)
+}
+
+// GroupBackup is Backup of group g (GET /v1/backup?group=g).
+func (c *Client) GroupBackup(ctx context.Context, g int, w io.Writer) (int64, error) {
+	return c.backup(ctx, "/v1/backup?group="+strconv.Itoa(g), w)
+}
+
+// backup streams the backup at path into w.
+func (c *Client) backup(ctx context.Context, path string, w io.Writer) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return 0, fmt.Errorf("delaywheel: backup: %w", err)
 	}
