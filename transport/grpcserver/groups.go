@@ -128,15 +128,16 @@ func (s *Server) idGroup(raw string) (int, error) {
 func (s *Server) enqueueSpan(ctx context.Context, method string, req *pb.EnqueueRequest, handler grpc.UnaryHandler) (any, error) {
 	n := s.groups
 	msgs := req.GetMessages()
-	one := true
-	for _, m := range msgs {
-		one = one && wheel.GroupOf(m.GetTopic(), n) == wheel.GroupOf(msgs[0].GetTopic(), n)
+	g, one := 0, true
+	for i, m := range msgs {
+		if mg := wheel.GroupOf(m.GetTopic(), n); i == 0 {
+			g = mg
+		} else if mg != g {
+			one = false
+			break
+		}
 	}
 	if one {
-		g := 0
-		if len(msgs) > 0 {
-			g = wheel.GroupOf(msgs[0].GetTopic(), n)
-		}
 		return s.within(ctx, g, method, req, handler)
 	}
 	valid, err := transport.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())

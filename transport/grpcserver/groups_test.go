@@ -317,4 +317,20 @@ func TestGroupsOutOfRange(t *testing.T) {
 	if w0 := get(c.Wheel(ctx, &pb.WheelRequest{}))(t, "wheel of group 0"); len(w0.Nonempty) != 0 {
 		t.Fatalf("group 0's wheel holds %v", w0.Nonempty)
 	}
+
+	// A node that cannot forward answers the part of a group it does not
+	// lead NOT_LEADER, naming the group and its leader; the part of the
+	// group it leads is done.
+	leaders := gg.c.Leaders()
+	at := gg.index(t, leaders[0])
+	kn := gg.c.Nodes[at]
+	lone := pb.NewDelaywheelClient(serveGRPC(t, kn, transporttest.GroupsBackend{Node: kn.Node, Groups: kn.Groups}, nil))
+	_, err = lone.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(0, groups), Key: "done"}, {Topic: topicOf(1, groups)}}})
+	st := wantCode(t, "a part this node cannot forward", err, codes.Unavailable, "group 1: this node is not the leader")
+	if info := errorInfo(st); info == nil || info.Metadata[grpcserver.MetaLeaderHTTP] != gg.c.Nodes[gg.index(t, leaders[1])].Addr {
+		t.Fatalf("error info %v, want group 1's leader", info)
+	}
+	if cn := get(lone.Cancel(ctx, &pb.CancelRequest{Topic: topicOf(0, groups), Key: "done"}))(t, "cancel the part that was done"); cn.Id == "" {
+		t.Fatalf("cancelled %v", cn)
+	}
 }
