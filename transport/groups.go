@@ -138,7 +138,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 		if q := r.URL.Query().Get("group"); q != "" {
 			g, err := strconv.Atoi(q)
 			if err != nil || g < 0 || g >= n {
-				return nil, 0, false, invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, quoteShort(q))
+				return nil, 0, false, groupOutOfRange(n, quoteShort(q))
 			}
 			return s.group(g), g, false, nil
 		}
@@ -152,14 +152,29 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	case scopeID:
 		// A malformed id is the handler's to refuse (400 naming id).
 		if id, err := wheel.ParseID(r.PathValue("id")); err == nil {
-			if g = id.Group(); g >= n {
-				return nil, 0, false, invalid("id: message id %s names group %d; this cluster has groups 0 to %d", id, g, n-1)
+			if g, err = groupOfID("id", id, n); err != nil {
+				return nil, 0, false, err
 			}
 		}
 	case scopeSpan:
 		return s.b, 0, true, nil
 	}
 	return s.group(g), g, false, nil
+}
+
+// groupOutOfRange refuses a group outside [0, n), given as got.
+func groupOutOfRange(n int, got string) *Error {
+	return invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, got)
+}
+
+// groupOfID returns the group id names, refusing, as field, one that a
+// cluster of n groups does not have.
+func groupOfID(field string, id wheel.ID, n int) (int, error) {
+	g := id.Group()
+	if g >= n {
+		return 0, invalid("%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
+	}
+	return g, nil
 }
 
 // withGroup returns r carrying group g, of backend b, as the group that

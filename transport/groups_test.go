@@ -3,7 +3,6 @@ package transport_test
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,38 +22,6 @@ func topicsOver(k, n int) (topics []string, groups map[int]bool) {
 		groups[wheel.GroupOf(topic, n)] = true
 	}
 	return topics, groups
-}
-
-// spread waits until each group is led by its preferred voter (group g by
-// the g-th node in id order, where the leadership balancer puts it) and
-// every node knows every group's leader, moving the kit's clock, on which
-// the balancer runs. Waiting for any spread would not do: a spread reached
-// by elections alone may still be moved by the balancer afterwards.
-func spread(t *testing.T, c *transporttest.GroupsCluster, groups int) {
-	t.Helper()
-	byID := map[string]*transporttest.Node{}
-	var ids []string
-	for _, n := range c.Nodes {
-		byID[n.ID] = n
-		ids = append(ids, n.ID)
-	}
-	slices.Sort(ids)
-	c.Nodes[0].AdvanceUntil(t, 100*time.Millisecond, "each group to be led by its preferred voter, known to every node", func() bool {
-		leaders := c.Leaders()
-		for g := range groups {
-			want := ids[g%len(ids)]
-			if leaders[g] != want {
-				return false
-			}
-			for _, n := range c.Nodes {
-				addr, _, known := n.Groups.Node(g).LeaderHTTP()
-				if !known || addr != byID[want].Addr {
-					return false
-				}
-			}
-		}
-		return true
-	})
 }
 
 // A batch over many topics enqueued through one node lands each message
@@ -125,7 +92,7 @@ func TestGroupsClusterReadyAndRange(t *testing.T) {
 	const groups = 3
 	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
 	ctx := t.Context()
-	spread(t, c, groups)
+	c.Spread(t)
 	for _, n := range c.Nodes {
 		var v api.Cluster
 		n.Eventually(t, "the cluster view at "+n.ID+" to show every group's leader", func() bool {
@@ -188,7 +155,7 @@ func TestGroupsOneLeaderDown(t *testing.T) {
 	for _, topic := range topics {
 		byGroup[wheel.GroupOf(topic, groups)] = topic
 	}
-	spread(t, c, groups)
+	c.Spread(t)
 	leader := c.Leader(0)
 	stopped := -1
 	for i, n := range c.Nodes {
@@ -223,7 +190,7 @@ func TestGroupsSettleAndSchedules(t *testing.T) {
 	// With a token, which each group's part carries on to its leader.
 	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{Server: func(cfg *transport.Config) { cfg.AuthToken = "tok" }})
 	ctx := t.Context()
-	spread(t, c, groups)
+	c.Spread(t)
 	topics, _ := topicsOver(12, groups)
 	var msgs []api.Message
 	for _, topic := range topics {

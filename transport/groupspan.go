@@ -151,7 +151,7 @@ func all(n int) []int {
 // split sorts the indexes 0..len-1 of a list by the group of each
 // element: groupAt(i) is element i's. It returns the groups that have
 // elements, in order, and each one's indexes.
-func split(n, count int, groupAt func(i int) int) (groups []int, parts map[int][]int) {
+func split(count int, groupAt func(i int) int) (groups []int, parts map[int][]int) {
 	parts = map[int][]int{}
 	for i := range count {
 		g := groupAt(i)
@@ -172,8 +172,7 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := s.groupCount()
-	groups, parts := split(n, len(msgs), func(i int) int { return wheel.GroupOf(msgs[i].Topic, n) })
+	groups, parts := splitMessages(msgs, s.groupCount())
 	res := make([]wheel.Enqueued, len(msgs))
 	err = eachGroup(groups, func(g int) error {
 		idx := parts[g]
@@ -201,6 +200,25 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return enqueued(r, res), nil
+}
+
+// splitMessages splits a batch by the group of each message's topic, of
+// n groups (split).
+func splitMessages(msgs []wheel.NewMessage, n int) (groups []int, parts map[int][]int) {
+	return split(len(msgs), func(i int) int { return wheel.GroupOf(msgs[i].Topic, n) })
+}
+
+// splitReceipts splits receipts, given as field, by the group their ids
+// name (split), refusing a receipt of a group a cluster of n groups does
+// not have.
+func splitReceipts(field string, rs []wheel.Receipt, n int) (groups []int, parts map[int][]int, err error) {
+	for i, rc := range rs {
+		if g := rc.ID.Group(); g >= n {
+			return nil, nil, invalid("%s: receipt names group %d; this cluster has groups 0 to %d", index(field, i), g, n-1)
+		}
+	}
+	groups, parts = split(len(rs), func(i int) int { return rs[i].ID.Group() })
+	return groups, parts, nil
 }
 
 // messageOf is the JSON form of a validated message, due at its absolute
@@ -231,13 +249,10 @@ func (s *Server) settleSpan(r *http.Request, path string, req any, list *[]strin
 	if err != nil {
 		return nil, err
 	}
-	n := s.groupCount()
-	for i, rc := range rs {
-		if g := rc.ID.Group(); g >= n {
-			return nil, invalid("%s: receipt names group %d; this cluster has groups 0 to %d", index("receipts", i), g, n-1)
-		}
+	groups, parts, err := splitReceipts("receipts", rs, s.groupCount())
+	if err != nil {
+		return nil, err
 	}
-	groups, parts := split(n, len(rs), func(i int) int { return rs[i].ID.Group() })
 	var mu sync.Mutex
 	done, stale := 0, 0
 	err = eachGroup(groups, func(g int) error {
@@ -281,15 +296,21 @@ func (s *Server) touchSpan(r *http.Request) (any, error) {
 
 // topicsSpan merges every group's topics (a topic lives in one group).
 func (s *Server) topicsSpan(r *http.Request) (any, error) {
-	n := s.groupCount()
+	ts, err := mergedTopics(r.Context(), s.groupCount(), s.group)
+	return api.TopicsResponse{Topics: topicsOf(ts)}, err
+}
+
+// mergedTopics is the topics of n groups (group returns each one's
+// backend) in one list, by name.
+func mergedTopics(ctx context.Context, n int, group func(g int) Backend) ([]wheel.TopicCounts, error) {
 	per := make([][]wheel.TopicCounts, n)
 	err := eachGroup(all(n), func(g int) (err error) {
-		per[g], err = s.group(g).Topics(r.Context())
+		per[g], err = group(g).Topics(ctx)
 		return err
 	})
 	ts := slices.Concat(per...)
 	slices.SortFunc(ts, func(a, b wheel.TopicCounts) int { return strings.Compare(a.Topic, b.Topic) })
-	return api.TopicsResponse{Topics: topicsOf(ts)}, err
+	return ts, err
 }
 
 // readyzSpan is ready when every group is, each as readyz defines it.
@@ -370,13 +391,19 @@ func (s *Server) clusterSpan(r *http.Request) (any, error) {
 		return nil, err
 	}
 	view := v.(api.Cluster)
+	s.allGroups(r.Context(), r.Header.Get("Authorization"), &view)
+	return view, nil
+}
+
+// allGroups sets view's groups to every group as this node sees it
+// (groupStatus); auth is the Authorization to send.
+func (s *Server) allGroups(ctx context.Context, auth string, view *api.Cluster) {
 	n := s.groupCount()
 	view.Groups = make([]api.Group, n)
 	_ = eachGroup(all(n), func(g int) error {
-		view.Groups[g] = s.groupStatus(r.Context(), g, r.Header.Get("Authorization"))
+		view.Groups[g] = s.groupStatus(ctx, g, auth)
 		return nil
 	})
-	return view, nil
 }
 
 // groupStatus is group g as this node sees it, with its leader's indexes:

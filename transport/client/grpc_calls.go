@@ -154,6 +154,10 @@ func (g *GRPC) Cluster(ctx context.Context) (api.Cluster, error) {
 				Suffrage: n.GetSuffrage(), State: n.GetState(), Reachable: n.Reachable, LastContactMs: n.LastContactMs,
 				AppliedIndex: n.GetAppliedIndex(), CommitIndex: n.GetCommitIndex(), Lag: n.Lag}
 		}
+		for _, gs := range r.GetGroups() {
+			c.Groups = append(c.Groups, api.Group{Group: int(gs.GetGroup()), Leader: gs.GetLeader(), Term: gs.GetTerm(),
+				AppliedIndex: gs.GetAppliedIndex(), CommitIndex: gs.GetCommitIndex(), Lag: gs.Lag})
+		}
 		return c
 	}, nil)
 }

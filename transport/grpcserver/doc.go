@@ -37,10 +37,25 @@
 //
 // # Groups
 //
-// Calls are not routed to a topic's or an id's Raft group: a backend of
-// more than one group (transport.Grouped, --groups N) has every call
-// refused FAILED_PRECONDITION naming --groups, rather than served from
-// group 0. Such a cluster is served over HTTP.
+// A backend of many Raft groups (transport.Grouped, --groups N) is served
+// as the HTTP API serves it (groups.go). A call about a topic (Reserve,
+// Subscribe, Cancel by key, DeadLetters, Redrive) is answered in the
+// topic's group, a call about a message id (Get, Cancel, Reschedule) in
+// the group the id names (an id of a group the cluster does not have is
+// INVALID_ARGUMENT naming id and the range), Wheel and Slot in the group
+// their request names (default 0). "The leader" above is that group's: a
+// follower of the group forwards to the group's leader, whose gRPC
+// address it learns from that leader's HTTP API. An Enqueue whose topics
+// are of many groups is validated whole, then split by group; likewise
+// Ack, Nack and Touch by the groups of their receipts; each part is
+// answered in its group (forwarded when this node does not lead it), and
+// the results come back in the request's order. A split call is atomic
+// per group only: when a part fails, the parts that succeeded stay done
+// and the answer is the failed part's error, naming its group. Topics
+// lists every group's topics, Cluster every group (with Config.Cluster
+// set, as the node sets it), and the health service serves while every
+// group is ready. A Subscribe stream is its topic's group's: only that
+// group's leader serves it, and it settles receipts of that group only.
 //
 // # Limits
 //

@@ -1,30 +1,336 @@
 package grpcserver_test
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/grpcserver"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// The gRPC API does not route calls to a topic's or an id's group: on a
-// node of many groups it refuses every call, naming --groups, rather than
-// serve them all from group 0.
-func TestGroupsRefused(t *testing.T) {
-	c := transporttest.StartGroups(t, 1, 3, transporttest.Options{})
-	kn := c.Nodes[0]
-	conn := serveGRPC(t, kn, transporttest.GroupsBackend{Node: kn.Node, Groups: kn.Groups}, nil)
-	cl := pb.NewDelaywheelClient(conn)
-	ctx := authed(t.Context(), token)
-	_, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", Body: []byte("x")}}})
-	wantCode(t, "enqueue", err, codes.FailedPrecondition, "--groups 3")
-	_, err = cl.Topics(ctx, &pb.TopicsRequest{})
-	wantCode(t, "topics", err, codes.FailedPrecondition, "--groups 3")
-	sub, err := cl.Subscribe(ctx)
-	if err == nil {
-		_, err = sub.Recv()
+// groupsGRPC is a cluster of many Raft groups, each node behind a gRPC
+// server that forwards a group's calls to that group's leader.
+type groupsGRPC struct {
+	c       *transporttest.GroupsCluster
+	clients []pb.DelaywheelClient
+	conns   []string // each node's gRPC address
+
+	mu    sync.Mutex
+	grpc  map[string]string // HTTP address → gRPC address
+	asked map[string]bool   // the HTTP addresses forwarding resolved
+}
+
+// startGroupsGRPC starts 3 nodes of groups Raft groups, each led by its
+// preferred node (GroupsCluster.Spread), with a gRPC server a node.
+func startGroupsGRPC(t *testing.T, groups int) *groupsGRPC {
+	t.Helper()
+	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
+	c.Spread(t)
+	gg := &groupsGRPC{c: c, grpc: map[string]string{}, asked: map[string]bool{}}
+	for _, kn := range c.Nodes {
+		b := transporttest.GroupsBackend{Node: kn.Node, Groups: kn.Groups}
+		view := transport.NewServer(transport.Config{Clock: kn.Clock.Now}, b)
+		conn := serveGRPC(t, kn, b, func(cfg *grpcserver.Config) {
+			cfg.Cluster = view.ClusterView
+			cfg.LeaderGRPC = gg.leaderGRPC
+		})
+		gg.mu.Lock()
+		gg.grpc[kn.Addr] = conn.Target()
+		gg.mu.Unlock()
+		gg.clients = append(gg.clients, pb.NewDelaywheelClient(conn))
+		gg.conns = append(gg.conns, conn.Target())
 	}
-	wantCode(t, "subscribe", err, codes.FailedPrecondition, "--groups 3")
+	return gg
+}
+
+func (gg *groupsGRPC) leaderGRPC(_ context.Context, leaderHTTP, _ string) (string, error) {
+	gg.mu.Lock()
+	defer gg.mu.Unlock()
+	addr, ok := gg.grpc[leaderHTTP]
+	if !ok {
+		return "", fmt.Errorf("no node at %s", leaderHTTP)
+	}
+	gg.asked[leaderHTTP] = true
+	return addr, nil
+}
+
+// index returns the index in the cluster's nodes of the node with id.
+func (gg *groupsGRPC) index(t *testing.T, id string) int {
+	t.Helper()
+	for i, kn := range gg.c.Nodes {
+		if kn.ID == id {
+			return i
+		}
+	}
+	t.Fatalf("no node %s", id)
+	return -1
+}
+
+// topicOf returns a topic of group g, of groups.
+func topicOf(g, groups int) string {
+	for i := 0; ; i++ {
+		if topic := fmt.Sprintf("orders.%d", i); wheel.GroupOf(topic, groups) == g {
+			return topic
+		}
+	}
+}
+
+// A batch over every group enqueued through a node that leads one of
+// them is split by group, each part taken by its group's leader, the
+// results in the batch's order with ids naming their topic's group; the
+// node reads them at once, and any node gets and cancels them by id. The
+// topics of every group are listed together.
+func TestGroupsEnqueueSpansGroups(t *testing.T) {
+	const groups = 3
+	gg := startGroupsGRPC(t, groups)
+	ctx := authed(t.Context(), token)
+	leaders := gg.c.Leaders()
+	now := gg.c.Nodes[0].Clock.Now().UnixMilli()
+	via := gg.index(t, leaders[0]) // leads group 0, follows 1 and 2
+	var msgs []*pb.Message
+	for i := range 12 {
+		msgs = append(msgs, &pb.Message{Topic: topicOf(i%groups, groups), Body: fmt.Appendf(nil, "m%d", i), DelayMs: proto64(60000)})
+	}
+	res := get(gg.clients[via].Enqueue(ctx, &pb.EnqueueRequest{Messages: msgs}))(t, "enqueue over every group")
+	if len(res.Results) != len(msgs) {
+		t.Fatalf("%d results for %d messages", len(res.Results), len(msgs))
+	}
+	for i, r := range res.Results {
+		id, err := wheel.ParseID(r.Id)
+		if err != nil {
+			t.Fatalf("result %d: %v", i, err)
+		}
+		if g := wheel.GroupOf(msgs[i].Topic, groups); id.Group() != g {
+			t.Fatalf("result %d: id %s names group %d; its topic %s is group %d's", i, r.Id, id.Group(), msgs[i].Topic, g)
+		}
+		if r.DeliverAtMs != now+60000 {
+			t.Fatalf("result %d due at %d", i, r.DeliverAtMs)
+		}
+		// The node the batch went through reads it at once.
+		v := get(gg.clients[via].Get(ctx, &pb.GetRequest{Id: r.Id}))(t, "get "+r.Id+" where it was enqueued")
+		if v.Topic != msgs[i].Topic || string(v.Body) != string(msgs[i].Body) {
+			t.Fatalf("get %s: %v", r.Id, v)
+		}
+		// Held by its group's leader, where the part was forwarded.
+		leader := gg.c.Nodes[gg.index(t, leaders[id.Group()])]
+		leader.Eventually(t, "message "+r.Id+" at its group's leader", func() bool {
+			_, err := leader.Groups.Node(id.Group()).Store().Get(id)
+			return err == nil
+		})
+	}
+	gg.mu.Lock()
+	for g := 1; g < groups; g++ {
+		if addr := gg.c.Nodes[gg.index(t, leaders[g])].Addr; !gg.asked[addr] {
+			t.Errorf("group %d's part was not forwarded to its leader at %s (asked %v)", g, addr, gg.asked)
+		}
+	}
+	gg.mu.Unlock()
+
+	// One message of another group alone, through the same node.
+	one := get(gg.clients[via].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(2, groups)}}}))(t, "enqueue to group 2")
+	if id, _ := wheel.ParseID(one.Results[0].Id); id.Group() != 2 {
+		t.Fatalf("id %s of a group 2 topic", one.Results[0].Id)
+	}
+
+	// Cancel by id and by key, and reschedule, through another node.
+	other := gg.clients[(via+1)%3]
+	for i := range groups {
+		id := res.Results[i].Id
+		rs := get(other.Reschedule(ctx, &pb.RescheduleRequest{Id: id, DelayMs: proto64(5000)}))(t, "reschedule "+id)
+		if rs.DeliverAtMs != now+5000 {
+			t.Fatalf("rescheduled %s to %d", id, rs.DeliverAtMs)
+		}
+		if cn := get(other.Cancel(ctx, &pb.CancelRequest{Id: id}))(t, "cancel "+id); cn.Id != id || cn.State != "cancelled" {
+			t.Fatalf("cancelled %v", cn)
+		}
+		_, err := other.Get(ctx, &pb.GetRequest{Id: id})
+		wantCode(t, "get a cancelled message", err, codes.NotFound, "")
+	}
+	keyed := get(gg.clients[via].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{
+		{Topic: topicOf(1, groups), Key: "k", DelayMs: proto64(1000)}, {Topic: topicOf(2, groups), Key: "k", DelayMs: proto64(1000)},
+	}}))(t, "enqueue with keys")
+	for i, g := range []int{1, 2} {
+		cn := get(other.Cancel(ctx, &pb.CancelRequest{Topic: topicOf(g, groups), Key: "k"}))(t, "cancel by key")
+		if cn.Id != keyed.Results[i].Id {
+			t.Fatalf("cancel by key in group %d: %v, want %s", g, cn, keyed.Results[i].Id)
+		}
+	}
+
+	// Every node lists the topics of every group, by name.
+	for i, cl := range gg.clients {
+		gg.c.Nodes[i].Eventually(t, "node "+gg.c.Nodes[i].ID+" to list every group's topics", func() bool {
+			tp, err := cl.Topics(ctx, &pb.TopicsRequest{})
+			if err != nil || len(tp.Topics) != groups {
+				return false
+			}
+			return slices.IsSortedFunc(tp.Topics, func(a, b *pb.TopicCounts) int { return strings.Compare(a.Topic, b.Topic) })
+		})
+	}
+}
+
+// Messages of every group are reserved through a node that leads one
+// group, and acked, touched and nacked through another in one call each,
+// the receipts split by group.
+func TestGroupsReserveAndSettleSpanGroups(t *testing.T) {
+	const groups = 3
+	gg := startGroupsGRPC(t, groups)
+	ctx := authed(t.Context(), token)
+	var msgs []*pb.Message
+	for i := range 6 {
+		msgs = append(msgs, &pb.Message{Topic: topicOf(i%groups, groups), Body: []byte("x")})
+	}
+	res := get(gg.clients[0].Enqueue(ctx, &pb.EnqueueRequest{Messages: msgs}))(t, "enqueue")
+	var receipts []string
+	for g := range groups {
+		for got := 0; got < 2; {
+			d := get(gg.clients[1].Reserve(ctx, &pb.ReserveRequest{Topic: topicOf(g, groups), Max: proto32(int32(2 - got)), WaitMs: 5000}))(t, "reserve")
+			for _, m := range d.Messages {
+				if !slices.ContainsFunc(res.Results, func(r *pb.Result) bool { return r.Id == m.Id }) {
+					t.Fatalf("reserved %s, not enqueued", m.Id)
+				}
+				receipts = append(receipts, m.Receipt)
+				got++
+			}
+		}
+	}
+	if s := get(gg.clients[2].Touch(ctx, &pb.ReceiptsRequest{Receipts: receipts}))(t, "touch"); s.Done != 6 || s.Stale != 0 {
+		t.Fatalf("touched %v", s)
+	}
+	if s := get(gg.clients[2].Ack(ctx, &pb.ReceiptsRequest{Receipts: receipts[:3]}))(t, "ack"); s.Done != 3 || s.Stale != 0 {
+		t.Fatalf("acked %v", s)
+	}
+	if s := get(gg.clients[0].Nack(ctx, &pb.NackRequest{Receipts: receipts, DelayMs: 1000}))(t, "nack"); s.Done != 3 || s.Stale != 3 {
+		t.Fatalf("nacked %v, want 3 done and the 3 acked stale", s)
+	}
+	if s := get(gg.clients[1].Ack(ctx, &pb.ReceiptsRequest{Receipts: receipts}))(t, "ack again"); s.Done != 0 || s.Stale != 6 {
+		t.Fatalf("acked again %v", s)
+	}
+	// The cluster view names every group and its leader; every node serves
+	// once each of its groups is ready.
+	cl := get(gg.clients[1].Cluster(ctx, &pb.ClusterRequest{}))(t, "cluster")
+	leaders := gg.c.Leaders()
+	if len(cl.Groups) != groups {
+		t.Fatalf("cluster groups %v", cl.Groups)
+	}
+	for g, gs := range cl.Groups {
+		if int(gs.Group) != g || gs.Leader != leaders[g] {
+			t.Fatalf("cluster group %d: %v, want leader %s", g, gs, leaders[g])
+		}
+	}
+	for i, kn := range gg.c.Nodes {
+		h := healthpb.NewHealthClient(dial(t, gg.conns[i]))
+		kn.AdvanceUntil(t, 100*time.Millisecond, kn.ID+" to serve health in every group", func() bool {
+			st, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: grpcserver.ServiceName})
+			return err == nil && st.Status == healthpb.HealthCheckResponse_SERVING
+		})
+	}
+}
+
+// A topic's stream is served by its group's leader only: another node,
+// though it leads another group, refuses it NOT_LEADER naming the topic's
+// group's leader. The stream takes acks of its group only.
+func TestGroupsSubscribe(t *testing.T) {
+	const groups = 3
+	gg := startGroupsGRPC(t, groups)
+	ctx := authed(t.Context(), token)
+	leaders := gg.c.Leaders()
+	topic := topicOf(1, groups)
+	at, other := gg.index(t, leaders[1]), gg.index(t, leaders[0])
+	err := subscribeErr(ctx, gg.clients[other], topic)
+	st := wantCode(t, "subscribe at another group's leader", err, codes.Unavailable, "not the leader")
+	if info := errorInfo(st); info == nil || info.Reason != grpcserver.ReasonNotLeader || info.Metadata[grpcserver.MetaLeaderHTTP] != gg.c.Nodes[at].Addr {
+		t.Fatalf("error info %v, want group 1's leader at %s", info, gg.c.Nodes[at].Addr)
+	}
+
+	sub := get(gg.clients[at].Subscribe(ctx))(t, "subscribe at the topic's group's leader")
+	get(0, sub.Send(&pb.SubscribeRequest{Topic: topic}))(t, "open the stream")
+	res := get(gg.clients[other].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topic, Body: []byte("hi")}}}))(t, "enqueue")
+	d := get(sub.Recv())(t, "a delivery")
+	if len(d.Messages) != 1 || d.Messages[0].Id != res.Results[0].Id {
+		t.Fatalf("delivered %v, want %s", d.Messages, res.Results[0].Id)
+	}
+	get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{d.Messages[0].Receipt}}))(t, "ack up the stream")
+	gg.c.Nodes[at].Eventually(t, "the acked message gone", func() bool {
+		_, err := gg.clients[at].Get(ctx, &pb.GetRequest{Id: res.Results[0].Id})
+		return err != nil
+	})
+	// A receipt of another group ends the stream INVALID_ARGUMENT.
+	foreign := "000000000000000100000000.dff9db1391163e6f" // group 0
+	get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{foreign}}))(t, "ack of another group")
+	for {
+		if _, err := sub.Recv(); err != nil {
+			wantCode(t, "ack of another group", err, codes.InvalidArgument, "ack[0]: receipt names group 0; this stream's topic is in group 1")
+			break
+		}
+	}
+}
+
+// An id, a receipt or a group this cluster does not have is refused,
+// naming the field and the range.
+func TestGroupsOutOfRange(t *testing.T) {
+	const groups = 3
+	gg := startGroupsGRPC(t, groups)
+	ctx := authed(t.Context(), token)
+	c := gg.clients[0]
+	const id = "000000000000000a05000000" // group 5
+	want := "id: message id " + id + " names group 5; this cluster has groups 0 to 2"
+	_, err := c.Get(ctx, &pb.GetRequest{Id: id})
+	wantCode(t, "get", err, codes.InvalidArgument, want)
+	_, err = c.Cancel(ctx, &pb.CancelRequest{Id: id})
+	wantCode(t, "cancel", err, codes.InvalidArgument, want)
+	_, err = c.Reschedule(ctx, &pb.RescheduleRequest{Id: id, DelayMs: proto64(5)})
+	wantCode(t, "reschedule", err, codes.InvalidArgument, want)
+	_, err = c.Get(ctx, &pb.GetRequest{Id: "zz"})
+	wantCode(t, "malformed id", err, codes.InvalidArgument, "id: must be a message id")
+	_, err = c.Ack(ctx, &pb.ReceiptsRequest{Receipts: []string{"000000000000000100000000.dff9db1391163e6f", id + ".dff9db1391163e6f"}})
+	wantCode(t, "ack", err, codes.InvalidArgument, "receipts[1]: receipt names group 5; this cluster has groups 0 to 2")
+	_, err = c.Wheel(ctx, &pb.WheelRequest{Group: 9})
+	wantCode(t, "wheel", err, codes.InvalidArgument, "group: must be between 0 and 2 (this cluster has 3 groups), got 9")
+	_, err = c.Slot(ctx, &pb.SlotRequest{Group: -1})
+	wantCode(t, "slot", err, codes.InvalidArgument, "group: must be between 0 and 2 (this cluster has 3 groups), got -1")
+	// A batch over many groups is validated whole before any part is sent.
+	_, err = c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(1, groups)}, {Topic: topicOf(2, groups)}, {Topic: "bad topic"}}})
+	wantCode(t, "a bad message in a batch over many groups", err, codes.InvalidArgument, "messages[2].topic")
+
+	// Each group's wheel is its own.
+	res := get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(2, groups), DelayMs: proto64(5000)}}}))(t, "enqueue")
+	gg.c.Nodes[0].Eventually(t, "the message in group 2's wheel at node 0", func() bool {
+		w, err := c.Wheel(ctx, &pb.WheelRequest{Group: 2})
+		return err == nil && len(w.Nonempty) == 1
+	})
+	w := get(c.Wheel(ctx, &pb.WheelRequest{Group: 2}))(t, "wheel of group 2")
+	sl := get(c.Slot(ctx, &pb.SlotRequest{Group: 2, Slot: w.Nonempty[0].Slot, Records: true}))(t, "slot of group 2")
+	if !slices.ContainsFunc(sl.Records, func(r *pb.SlotRecord) bool { return r.Id == res.Results[0].Id }) {
+		t.Fatalf("slot of group 2: %v", sl.Records)
+	}
+	if w0 := get(c.Wheel(ctx, &pb.WheelRequest{}))(t, "wheel of group 0"); len(w0.Nonempty) != 0 {
+		t.Fatalf("group 0's wheel holds %v", w0.Nonempty)
+	}
+
+	// A node that cannot forward answers the part of a group it does not
+	// lead NOT_LEADER, naming the group and its leader; the part of the
+	// group it leads is done.
+	leaders := gg.c.Leaders()
+	at := gg.index(t, leaders[0])
+	kn := gg.c.Nodes[at]
+	lone := pb.NewDelaywheelClient(serveGRPC(t, kn, transporttest.GroupsBackend{Node: kn.Node, Groups: kn.Groups}, nil))
+	_, err = lone.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(0, groups), Key: "done"}, {Topic: topicOf(1, groups)}}})
+	st := wantCode(t, "a part this node cannot forward", err, codes.Unavailable, "group 1: this node is not the leader")
+	if info := errorInfo(st); info == nil || info.Metadata[grpcserver.MetaLeaderHTTP] != gg.c.Nodes[gg.index(t, leaders[1])].Addr {
+		t.Fatalf("error info %v, want group 1's leader", info)
+	}
+	if cn := get(lone.Cancel(ctx, &pb.CancelRequest{Topic: topicOf(0, groups), Key: "done"}))(t, "cancel the part that was done"); cn.Id == "" {
+		t.Fatalf("cancelled %v", cn)
+	}
 }

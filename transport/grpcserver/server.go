@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -59,7 +58,8 @@ type Server struct {
 
 	cfg      transport.Config
 	b        transport.Backend
-	groups   int // the backend's Raft groups; more than one: every call is refused
+	grouped  transport.Grouped // nil unless b runs more than one Raft group
+	groups   int               // the number of groups
 	cluster  func(ctx context.Context, auth string) (api.Cluster, error)
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
@@ -93,8 +93,8 @@ func New(cfg Config, b transport.Backend) *Server {
 		every:    cfg.ReadyInterval,
 	}
 	s.groups = 1
-	if g, ok := b.(transport.Grouped); ok {
-		s.groups = g.GroupCount()
+	if g, ok := b.(transport.Grouped); ok && g.GroupCount() > 1 {
+		s.grouped, s.groups = g, g.GroupCount()
 	}
 	if cfg.TLS != nil && cfg.LeaderTLS == nil && s.fwd != nil {
 		s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
@@ -166,7 +166,7 @@ func (s *Server) watchReady(ctx context.Context) {
 	defer t.Stop()
 	for {
 		st := healthpb.HealthCheckResponse_SERVING
-		if s.b.Ready() != nil || s.b.Removed() != nil {
+		if !s.ready() {
 			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
 		s.health.SetServingStatus("", st)
@@ -192,8 +192,9 @@ var leaderOnly = map[string]bool{
 }
 
 // intercept guards every call of the Delaywheel service as the HTTP
-// server guards /v1: the token, a removed node, the leader; and maps the
-// error of the call to its status. Health and reflection stay open.
+// server guards /v1: the token, a removed node, the leader (of the call's
+// group, on a node of many); and maps the error of the call to its
+// status. Health and reflection stay open.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
 		return handler(ctx, req)
@@ -213,55 +214,57 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			return nil, statusOf(err, "", nil)
 		}
 	}
-	if err := s.grouped(); err != nil {
-		return nil, err
+	var resp any
+	var err error
+	if s.grouped == nil {
+		resp, err = s.within(ctx, 0, info.FullMethod, req, handler)
+	} else {
+		resp, err = s.route(ctx, info.FullMethod, req, handler)
 	}
-	if err := s.b.Removed(); err != nil {
-		return nil, statusOf(unavailable(err.Error()), "", nil)
+	return resp, asStatus(err)
+}
+
+// within answers req, a call of method, in group g: refused when the
+// group counts this node removed; a call only the leader answers is
+// forwarded to the group's leader when this node is not it; else handler
+// answers it here, with the group in its context (be).
+func (s *Server) within(ctx context.Context, g int, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	b := s.group(g)
+	if err := b.Removed(); err != nil {
+		return nil, unavailable(err.Error())
 	}
-	if leaderOnly[info.FullMethod] {
-		if addr, isLeader, known := s.b.LeaderHTTP(); !isLeader {
+	if leaderOnly[method] {
+		if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
 			if !known || addr == "" {
 				return nil, notLeader(addr, known)
 			}
-			resp, err := s.fwd.forward(ctx, addr, info.FullMethod, req)
+			resp, err := s.fwd.forward(ctx, addr, method, req)
 			switch {
 			case errors.Is(err, errNoForward):
-				s.log.Debug("not forwarding to the leader", "leader", addr, "err", err)
+				s.log.Debug("not forwarding to the leader", "group", g, "leader", addr, "err", err)
 				return nil, notLeader(addr, known)
 			case err != nil:
 				return nil, err // the leader's answer, its status as it is
 			}
-			transport.ReadAfter(s.b, resp.index) // the caller reads its own write here
+			transport.ReadAfter(b, resp.index) // the caller reads its own write here
 			return resp.reply, nil
 		}
 	}
-	resp, err := handler(ctx, req)
+	resp, err := handler(withGroup(ctx, b, g), req)
 	if err != nil {
-		return nil, statusOf(err, "", nil)
+		return nil, err
 	}
-	if leaderOnly[info.FullMethod] && forwarded(ctx) {
-		s.settleForwarded(ctx)
+	if leaderOnly[method] && forwarded(ctx) {
+		s.settleForwarded(ctx, b)
 	}
 	return resp, nil
 }
 
-// grouped refuses every call when the backend runs more than one Raft
-// group: the calls are not routed to a topic's or an id's group here, and
-// serving them all from group 0 would misroute them.
-func (s *Server) grouped() error {
-	if s.groups <= 1 {
-		return nil
-	}
-	return status.Errorf(codes.FailedPrecondition,
-		"this cluster runs %d Raft groups (--groups %d); the gRPC API serves clusters of one group only: use the HTTP API", s.groups, s.groups)
-}
-
 // settleForwarded sends, on the leader's answer to a call a follower
-// forwarded, the index this node had applied once everything it answered
-// was (transport.AppliedIndexHeader, as metadata).
-func (s *Server) settleForwarded(ctx context.Context) {
-	index, ok, err := transport.SettledIndex(ctx, s.b)
+// forwarded, the index this node had applied, in b's group, once
+// everything it answered was (transport.AppliedIndexHeader, as metadata).
+func (s *Server) settleForwarded(ctx context.Context, b transport.Backend) {
+	index, ok, err := transport.SettledIndex(ctx, b)
 	if err != nil {
 		s.log.Debug("answering a forwarded call without an applied index", "err", err)
 	}

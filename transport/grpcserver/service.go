@@ -20,7 +20,7 @@ func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.Enque
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.b.Enqueue(ctx, msgs)
+	res, err := s.be(ctx).Enqueue(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, 
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.b.Get(ctx, id)
+	v, err := s.be(ctx).Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.b.Cancel(ctx, c)
+	id, err := s.be(ctx).Cancel(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	got, err := s.b.Reschedule(ctx, id, at)
+	got, err := s.be(ctx).Reschedule(ctx, id, at)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := s.b.Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	ds, err := s.be(ctx).Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
 	// A long-poll the shutdown cut short sends its client to another node.
 	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && caller.Err() == nil {
 		return nil, unavailable("this node is shutting down; retry on another node")
@@ -124,7 +124,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 
 // Ack finishes reserved messages.
 func (s *Server) Ack(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
-	return s.settle(ctx, req.GetReceipts(), s.b.Ack)
+	return s.settle(ctx, req.GetReceipts(), s.be(ctx).Ack)
 }
 
 // Nack returns reserved messages to delayed.
@@ -133,13 +133,13 @@ func (s *Server) Nack(ctx context.Context, req *pb.NackRequest) (*pb.SettleRespo
 		return nil, err
 	}
 	return s.settle(ctx, req.GetReceipts(), func(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-		return s.b.Nack(ctx, rs, req.GetDelayMs())
+		return s.be(ctx).Nack(ctx, rs, req.GetDelayMs())
 	})
 }
 
 // Touch extends leases.
 func (s *Server) Touch(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
-	return s.settle(ctx, req.GetReceipts(), s.b.Touch)
+	return s.settle(ctx, req.GetReceipts(), s.be(ctx).Touch)
 }
 
 func (s *Server) settle(ctx context.Context, list []string, do func(context.Context, []wheel.Receipt) (wheel.Counted, error)) (*pb.SettleResponse, error) {
@@ -154,9 +154,15 @@ func (s *Server) settle(ctx context.Context, list []string, do func(context.Cont
 	return &pb.SettleResponse{Done: int64(c.Done), Stale: int64(c.Stale)}, nil
 }
 
-// Topics lists every topic's counts.
+// Topics lists every topic's counts, of every group.
 func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsResponse, error) {
-	ts, err := s.b.Topics(ctx)
+	var ts []wheel.TopicCounts
+	var err error
+	if s.grouped == nil {
+		ts, err = s.b.Topics(ctx)
+	} else {
+		ts, err = transport.MergedTopics(ctx, s.grouped)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +182,7 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	vs, err := s.b.Dead(ctx, req.GetTopic(), limit)
+	vs, err := s.be(ctx).Dead(ctx, req.GetTopic(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -196,16 +202,19 @@ func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.Redri
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.b.Redrive(ctx, req.GetTopic(), ids)
+	n, err := s.be(ctx).Redrive(ctx, req.GetTopic(), ids)
 	if err != nil {
 		return nil, err
 	}
 	return &pb.RedriveResponse{Redriven: int64(n)}, nil
 }
 
-// Wheel describes the timing wheel.
-func (s *Server) Wheel(ctx context.Context, _ *pb.WheelRequest) (*pb.WheelResponse, error) {
-	w, err := s.b.Wheel(ctx)
+// Wheel describes the timing wheel of a group.
+func (s *Server) Wheel(ctx context.Context, req *pb.WheelRequest) (*pb.WheelResponse, error) {
+	if err := transport.ValidateGroup(int(req.GetGroup()), s.groups); err != nil {
+		return nil, err
+	}
+	w, err := s.be(ctx).Wheel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -218,12 +227,15 @@ func (s *Server) Wheel(ctx context.Context, _ *pb.WheelRequest) (*pb.WheelRespon
 	return out, nil
 }
 
-// Slot describes one slot of the wheel.
+// Slot describes one slot of the wheel of a group.
 func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotResponse, error) {
+	if err := transport.ValidateGroup(int(req.GetGroup()), s.groups); err != nil {
+		return nil, err
+	}
 	if err := transport.ValidateSlot(int(req.GetSlot())); err != nil {
 		return nil, err
 	}
-	si, err := s.b.Slot(ctx, int(req.GetSlot()), req.GetRecords())
+	si, err := s.be(ctx).Slot(ctx, int(req.GetSlot()), req.GetRecords())
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +248,7 @@ func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotRespons
 	return out, nil
 }
 
-// Cluster returns the leader's view of the members.
+// Cluster returns the leader's view of the members, and every group.
 func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.ClusterResponse, error) {
 	c, err := s.cluster(ctx, authorization(ctx))
 	if err != nil {
@@ -246,6 +258,10 @@ func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.Cluster
 	for i, n := range c.Nodes {
 		out.Nodes[i] = &pb.NodeStatus{Id: n.ID, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr, Suffrage: n.Suffrage, State: n.State,
 			Reachable: n.Reachable, LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex, CommitIndex: n.CommitIndex, Lag: n.Lag}
+	}
+	for _, g := range c.Groups {
+		out.Groups = append(out.Groups, &pb.GroupStatus{Group: int32(g.Group), Leader: g.Leader, Term: g.Term,
+			AppliedIndex: g.AppliedIndex, CommitIndex: g.CommitIndex, Lag: g.Lag})
 	}
 	return out, nil
 }

@@ -35,7 +35,17 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if err != nil {
 		return err
 	}
-	firstSettle, err := s.checkSettlement(first)
+	// On a node of many groups, the stream is its topic's group's, and
+	// only that group's leader streams it (one group: guardStream checked).
+	g, b := 0, s.b
+	if s.grouped != nil {
+		g = wheel.GroupOf(first.GetTopic(), s.groups)
+		b = s.group(g)
+		if err := streamable(b); err != nil {
+			return err
+		}
+	}
+	firstSettle, err := s.checkSettlement(first, g)
 	if err != nil {
 		return err
 	}
@@ -48,7 +58,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	ctx, cancel := context.WithCancel(caller)
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
-	st, err := s.b.Stream(ctx, first.GetTopic(), opt)
+	st, err := b.Stream(ctx, first.GetTopic(), opt)
 	if err != nil {
 		return err
 	}
@@ -67,7 +77,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 			req, err := ss.Recv()
 			var set settlement
 			if err == nil {
-				set, err = s.checkSettlement(req)
+				set, err = s.checkSettlement(req, g)
 			}
 			if err != nil {
 				readErr = err
@@ -87,7 +97,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	// (st.Close) only then, so that no ack comes after its release.
 	upErr := make(chan error, 1)
 	go func() {
-		err := s.settleAll(context.WithoutCancel(ctx), pending)
+		err := s.settleAll(context.WithoutCancel(ctx), b, pending)
 		if err == nil {
 			err = readErr
 		}
@@ -113,7 +123,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 				return nil
 			}
 		case errors.Is(err, wheel.ErrNotLeader):
-			addr, _, known := s.b.LeaderHTTP()
+			addr, _, known := b.LeaderHTTP()
 			return notLeader(addr, known)
 		default:
 			return err
@@ -139,11 +149,13 @@ type settlement struct {
 	nackDelayMs int64
 }
 
-// checkSettlement checks and parses the acks and nacks req carries.
-func (s *Server) checkSettlement(req *pb.SubscribeRequest) (settlement, error) {
+// checkSettlement checks and parses the acks and nacks req carries, on a
+// stream of group g: on a node of many groups, receipts of another group
+// are refused.
+func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, error) {
 	var set settlement
 	if len(req.GetAck()) > 0 {
-		rs, err := transport.ParseReceipts(req.GetAck(), s.cfg.Limits)
+		rs, err := s.streamReceipts("ack", req.GetAck(), g)
 		if err != nil {
 			return settlement{}, err
 		}
@@ -153,7 +165,7 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest) (settlement, error) {
 		if err := transport.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
 			return settlement{}, err
 		}
-		rs, err := transport.ParseReceipts(req.GetNack(), s.cfg.Limits)
+		rs, err := s.streamReceipts("nack", req.GetNack(), g)
 		if err != nil {
 			return settlement{}, err
 		}
@@ -162,10 +174,26 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest) (settlement, error) {
 	return set, nil
 }
 
-// settleAll settles the settlements of pending until it is closed, each
-// time acking together every receipt queued (in calls of at most
+// streamReceipts parses the receipts list, given as field, that a stream
+// of group g settles.
+func (s *Server) streamReceipts(field string, list []string, g int) ([]wheel.Receipt, error) {
+	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
+	if err != nil || s.grouped == nil {
+		return rs, err
+	}
+	for i, rc := range rs {
+		if rc.ID.Group() != g {
+			return nil, transport.Invalid("%s[%d]: receipt names group %d; this stream's topic is in group %d (settle it with Ack or Nack)",
+				field, i, rc.ID.Group(), g)
+		}
+	}
+	return rs, nil
+}
+
+// settleAll settles the settlements of pending on b until it is closed,
+// each time acking together every receipt queued (in calls of at most
 // Limits.MaxBatch receipts), then nacking what they nack in order.
-func (s *Server) settleAll(ctx context.Context, pending <-chan settlement) error {
+func (s *Server) settleAll(ctx context.Context, b transport.Backend, pending <-chan settlement) error {
 	limit := s.cfg.Limits.MaxBatch
 	for set := range pending {
 		acks := set.acks
@@ -190,13 +218,13 @@ func (s *Server) settleAll(ctx context.Context, pending <-chan settlement) error
 		}
 		for len(acks) > 0 {
 			n := min(len(acks), limit)
-			if _, err := s.b.Ack(ctx, acks[:n]); err != nil {
+			if _, err := b.Ack(ctx, acks[:n]); err != nil {
 				return err
 			}
 			acks = acks[n:]
 		}
 		for _, set := range nacks {
-			if _, err := s.b.Nack(ctx, set.nacks, set.nackDelayMs); err != nil {
+			if _, err := b.Nack(ctx, set.nacks, set.nackDelayMs); err != nil {
 				return err
 			}
 		}
@@ -206,16 +234,15 @@ func (s *Server) settleAll(ctx context.Context, pending <-chan settlement) error
 
 // interceptStream guards a stream of the Delaywheel service as intercept
 // guards a call; a follower does not forward streams but refuses them
-// NOT_LEADER.
+// NOT_LEADER (on a node of many groups, once the stream names its topic:
+// Subscribe checks its group).
 func (s *Server) interceptStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
 		return handler(srv, ss)
 	}
 	start := time.Now()
 	err := s.guardStream(srv, ss, handler)
-	if _, isStatus := status.FromError(err); err != nil && !isStatus {
-		err = statusOf(err, "", nil) // a status (NOT_LEADER, the stream's own) stays as it is
-	}
+	err = asStatus(err) // a status (NOT_LEADER, the stream's own) stays as it is
 	s.metrics.Observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
 	return err
 }
@@ -227,16 +254,24 @@ func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamH
 			return err
 		}
 	}
-	if err := s.grouped(); err != nil {
-		return err
-	}
-	if err := s.b.Removed(); err != nil {
-		return unavailable(err.Error())
-	}
-	if addr, isLeader, known := s.b.LeaderHTTP(); !isLeader {
-		return notLeader(addr, known)
+	if s.grouped == nil {
+		if err := streamable(s.b); err != nil {
+			return err
+		}
 	}
 	return handler(srv, ss)
+}
+
+// streamable refuses a stream of b's group when this node is removed from
+// it or does not lead it.
+func streamable(b transport.Backend) error {
+	if err := b.Removed(); err != nil {
+		return unavailable(err.Error())
+	}
+	if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
+		return notLeader(addr, known)
+	}
+	return nil
 }
 
 func deliveryOf(d wheel.Delivery) *pb.Delivery {

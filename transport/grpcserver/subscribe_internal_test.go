@@ -54,7 +54,7 @@ func queued(sets ...settlement) <-chan settlement {
 func TestSettleAllAcksQueuedRequestsTogether(t *testing.T) {
 	b := &settleRecorder{}
 	s := &Server{cfg: transport.Config{}.WithDefaults(), b: b}
-	err := s.settleAll(t.Context(), queued(
+	err := s.settleAll(t.Context(), s.b, queued(
 		settlement{acks: receipts(1)},
 		settlement{acks: receipts(2, 3), nacks: receipts(4), nackDelayMs: 5},
 		settlement{nacks: receipts(6), nackDelayMs: 7},
@@ -76,7 +76,7 @@ func TestSettleAllAcksQueuedRequestsTogether(t *testing.T) {
 func TestSettleAllKeepsAcksWithinTheBatchLimit(t *testing.T) {
 	b := &settleRecorder{}
 	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 2}}.WithDefaults(), b: b}
-	err := s.settleAll(t.Context(), queued(
+	err := s.settleAll(t.Context(), s.b, queued(
 		settlement{acks: receipts(1)},
 		settlement{acks: receipts(2, 3)},
 		settlement{acks: receipts(4)},
@@ -101,7 +101,7 @@ func TestSettleAllKeepsAcksWithinTheBatchLimit(t *testing.T) {
 func TestSettleAllStopsAtAFailedAck(t *testing.T) {
 	b := &settleRecorder{ackErr: wheel.ErrNotLeader}
 	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 1}}.WithDefaults(), b: b}
-	err := s.settleAll(t.Context(), queued(settlement{acks: receipts(1, 2), nacks: receipts(3)}))
+	err := s.settleAll(t.Context(), s.b, queued(settlement{acks: receipts(1, 2), nacks: receipts(3)}))
 	if !errors.Is(err, wheel.ErrNotLeader) {
 		t.Fatalf("err %v, want %v", err, wheel.ErrNotLeader)
 	}

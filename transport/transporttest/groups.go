@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,4 +111,37 @@ func (c *GroupsCluster) Restart(i int) {
 	c.t.Helper()
 	c.tc.Start(i)
 	c.serve(c.Nodes[i], c.tc.Nodes[i].Groups)
+}
+
+// Spread waits until each group is led by its preferred voter (group g by
+// the g-th node in id order, where the leadership balancer puts it) and
+// every node knows every group's leader, moving the kit's clock, on which
+// the balancer runs. Waiting for any spread would not do: a spread reached
+// by elections alone may still be moved by the balancer afterwards.
+func (c *GroupsCluster) Spread(t testing.TB) {
+	t.Helper()
+	byID := map[string]*Node{}
+	var ids []string
+	for _, n := range c.Nodes {
+		byID[n.ID] = n
+		ids = append(ids, n.ID)
+	}
+	slices.Sort(ids)
+	groups := c.Nodes[0].Groups.Count()
+	c.Nodes[0].AdvanceUntil(t, 100*time.Millisecond, "each group to be led by its preferred voter, known to every node", func() bool {
+		leaders := c.Leaders()
+		for g := range groups {
+			want := ids[g%len(ids)]
+			if leaders[g] != want {
+				return false
+			}
+			for _, n := range c.Nodes {
+				addr, _, known := n.Groups.Node(g).LeaderHTTP()
+				if !known || addr != byID[want].Addr {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }

@@ -1412,8 +1412,10 @@ func (x *RedriveResponse) GetRedriven() int64 {
 	return 0
 }
 
+// WheelRequest names the group whose wheel is described (default 0).
 type WheelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         int32                  `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1446,6 +1448,13 @@ func (x *WheelRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use WheelRequest.ProtoReflect.Descriptor instead.
 func (*WheelRequest) Descriptor() ([]byte, []int) {
 	return file_delaywheel_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WheelRequest) GetGroup() int32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
 }
 
 type SlotSummary struct {
@@ -1608,10 +1617,12 @@ func (x *WheelResponse) GetNonempty() []*SlotSummary {
 	return nil
 }
 
+// SlotRequest names a slot of the wheel of group (default 0).
 type SlotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Slot          int32                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
 	Records       bool                   `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	Group         int32                  `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1658,6 +1669,13 @@ func (x *SlotRequest) GetRecords() bool {
 		return x.Records
 	}
 	return false
+}
+
+func (x *SlotRequest) GetGroup() int32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
 }
 
 type SlotRecord struct {
@@ -2135,6 +2153,8 @@ func (x *NodeStatus) GetLag() uint64 {
 	return 0
 }
 
+// ClusterResponse is the view of the members as group 0's leader sees
+// them (leader and term are group 0's), and every group.
 type ClusterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Leader        string                 `protobuf:"bytes,1,opt,name=leader,proto3" json:"leader,omitempty"`
@@ -2142,6 +2162,7 @@ type ClusterResponse struct {
 	Self          string                 `protobuf:"bytes,3,opt,name=self,proto3" json:"self,omitempty"`
 	ViewOf        string                 `protobuf:"bytes,4,opt,name=view_of,json=viewOf,proto3" json:"view_of,omitempty"`
 	Nodes         []*NodeStatus          `protobuf:"bytes,5,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Groups        []*GroupStatus         `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2209,6 +2230,100 @@ func (x *ClusterResponse) GetNodes() []*NodeStatus {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ClusterResponse) GetGroups() []*GroupStatus {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// GroupStatus is one Raft group: its leader and term, the leader's
+// indexes, and the leader's commit index less the applied index of the
+// node that answered (lag).
+type GroupStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         int32                  `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommitIndex   uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Lag           *uint64                `protobuf:"varint,6,opt,name=lag,proto3,oneof" json:"lag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupStatus) Reset() {
+	*x = GroupStatus{}
+	mi := &file_delaywheel_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupStatus) ProtoMessage() {}
+
+func (x *GroupStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_delaywheel_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
+func (*GroupStatus) Descriptor() ([]byte, []int) {
+	return file_delaywheel_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GroupStatus) GetGroup() int32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *GroupStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetLag() uint64 {
+	if x != nil && x.Lag != nil {
+		return *x.Lag
+	}
+	return 0
 }
 
 var File_delaywheel_proto protoreflect.FileDescriptor
@@ -2327,8 +2442,9 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\"-\n" +
 	"\x0fRedriveResponse\x12\x1a\n" +
-	"\bredriven\x18\x01 \x01(\x03R\bredriven\"\x0e\n" +
-	"\fWheelRequest\"k\n" +
+	"\bredriven\x18\x01 \x01(\x03R\bredriven\"$\n" +
+	"\fWheelRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\x05R\x05group\"k\n" +
 	"\vSlotSummary\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x16\n" +
 	"\x06second\x18\x02 \x01(\x03R\x06second\x12\x1a\n" +
@@ -2342,10 +2458,11 @@ const file_delaywheel_proto_rawDesc = "" +
 	"horizon_ms\x18\x04 \x01(\x03R\thorizonMs\x12#\n" +
 	"\ropen_segments\x18\x05 \x01(\x03R\fopenSegments\x12+\n" +
 	"\x11overflow_messages\x18\x06 \x01(\x03R\x10overflowMessages\x126\n" +
-	"\bnonempty\x18\a \x03(\v2\x1a.delaywheel.v1.SlotSummaryR\bnonempty\";\n" +
+	"\bnonempty\x18\a \x03(\v2\x1a.delaywheel.v1.SlotSummaryR\bnonempty\"Q\n" +
 	"\vSlotRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x18\n" +
-	"\arecords\x18\x02 \x01(\bR\arecords\"\xd1\x01\n" +
+	"\arecords\x18\x02 \x01(\bR\arecords\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\x05R\x05group\"\xd1\x01\n" +
 	"\n" +
 	"SlotRecord\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
@@ -2392,13 +2509,22 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\n" +
 	"_reachableB\x12\n" +
 	"\x10_last_contact_msB\x06\n" +
-	"\x04_lag\"\x9b\x01\n" +
+	"\x04_lag\"\xcf\x01\n" +
 	"\x0fClusterResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x12\n" +
 	"\x04self\x18\x03 \x01(\tR\x04self\x12\x17\n" +
 	"\aview_of\x18\x04 \x01(\tR\x06viewOf\x12/\n" +
-	"\x05nodes\x18\x05 \x03(\v2\x19.delaywheel.v1.NodeStatusR\x05nodes2\xd3\b\n" +
+	"\x05nodes\x18\x05 \x03(\v2\x19.delaywheel.v1.NodeStatusR\x05nodes\x122\n" +
+	"\x06groups\x18\x06 \x03(\v2\x1a.delaywheel.v1.GroupStatusR\x06groups\"\xb6\x01\n" +
+	"\vGroupStatus\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\x05R\x05group\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12!\n" +
+	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12\x15\n" +
+	"\x03lag\x18\x06 \x01(\x04H\x00R\x03lag\x88\x01\x01B\x06\n" +
+	"\x04_lag2\xd3\b\n" +
 	"\n" +
 	"Delaywheel\x12H\n" +
 	"\aEnqueue\x12\x1d.delaywheel.v1.EnqueueRequest\x1a\x1e.delaywheel.v1.EnqueueResponse\x12<\n" +
@@ -2430,7 +2556,7 @@ func file_delaywheel_proto_rawDescGZIP() []byte {
 	return file_delaywheel_proto_rawDescData
 }
 
-var file_delaywheel_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_delaywheel_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_delaywheel_proto_goTypes = []any{
 	(*EnqueueRequest)(nil),      // 0: delaywheel.v1.EnqueueRequest
 	(*Message)(nil),             // 1: delaywheel.v1.Message
@@ -2466,16 +2592,17 @@ var file_delaywheel_proto_goTypes = []any{
 	(*ClusterRequest)(nil),      // 31: delaywheel.v1.ClusterRequest
 	(*NodeStatus)(nil),          // 32: delaywheel.v1.NodeStatus
 	(*ClusterResponse)(nil),     // 33: delaywheel.v1.ClusterResponse
-	nil,                         // 34: delaywheel.v1.Message.HeadersEntry
-	nil,                         // 35: delaywheel.v1.MessageView.HeadersEntry
-	nil,                         // 36: delaywheel.v1.Delivery.HeadersEntry
+	(*GroupStatus)(nil),         // 34: delaywheel.v1.GroupStatus
+	nil,                         // 35: delaywheel.v1.Message.HeadersEntry
+	nil,                         // 36: delaywheel.v1.MessageView.HeadersEntry
+	nil,                         // 37: delaywheel.v1.Delivery.HeadersEntry
 }
 var file_delaywheel_proto_depIdxs = []int32{
 	1,  // 0: delaywheel.v1.EnqueueRequest.messages:type_name -> delaywheel.v1.Message
-	34, // 1: delaywheel.v1.Message.headers:type_name -> delaywheel.v1.Message.HeadersEntry
+	35, // 1: delaywheel.v1.Message.headers:type_name -> delaywheel.v1.Message.HeadersEntry
 	3,  // 2: delaywheel.v1.EnqueueResponse.results:type_name -> delaywheel.v1.Result
-	35, // 3: delaywheel.v1.MessageView.headers:type_name -> delaywheel.v1.MessageView.HeadersEntry
-	36, // 4: delaywheel.v1.Delivery.headers:type_name -> delaywheel.v1.Delivery.HeadersEntry
+	36, // 3: delaywheel.v1.MessageView.headers:type_name -> delaywheel.v1.MessageView.HeadersEntry
+	37, // 4: delaywheel.v1.Delivery.headers:type_name -> delaywheel.v1.Delivery.HeadersEntry
 	11, // 5: delaywheel.v1.ReserveResponse.messages:type_name -> delaywheel.v1.Delivery
 	17, // 6: delaywheel.v1.TopicsResponse.topics:type_name -> delaywheel.v1.TopicCounts
 	5,  // 7: delaywheel.v1.DeadLettersResponse.messages:type_name -> delaywheel.v1.MessageView
@@ -2483,41 +2610,42 @@ var file_delaywheel_proto_depIdxs = []int32{
 	27, // 9: delaywheel.v1.SlotResponse.records:type_name -> delaywheel.v1.SlotRecord
 	11, // 10: delaywheel.v1.SubscribeResponse.messages:type_name -> delaywheel.v1.Delivery
 	32, // 11: delaywheel.v1.ClusterResponse.nodes:type_name -> delaywheel.v1.NodeStatus
-	0,  // 12: delaywheel.v1.Delaywheel.Enqueue:input_type -> delaywheel.v1.EnqueueRequest
-	4,  // 13: delaywheel.v1.Delaywheel.Get:input_type -> delaywheel.v1.GetRequest
-	6,  // 14: delaywheel.v1.Delaywheel.Cancel:input_type -> delaywheel.v1.CancelRequest
-	8,  // 15: delaywheel.v1.Delaywheel.Reschedule:input_type -> delaywheel.v1.RescheduleRequest
-	10, // 16: delaywheel.v1.Delaywheel.Reserve:input_type -> delaywheel.v1.ReserveRequest
-	13, // 17: delaywheel.v1.Delaywheel.Ack:input_type -> delaywheel.v1.ReceiptsRequest
-	14, // 18: delaywheel.v1.Delaywheel.Nack:input_type -> delaywheel.v1.NackRequest
-	13, // 19: delaywheel.v1.Delaywheel.Touch:input_type -> delaywheel.v1.ReceiptsRequest
-	16, // 20: delaywheel.v1.Delaywheel.Topics:input_type -> delaywheel.v1.TopicsRequest
-	19, // 21: delaywheel.v1.Delaywheel.DeadLetters:input_type -> delaywheel.v1.DeadLettersRequest
-	21, // 22: delaywheel.v1.Delaywheel.Redrive:input_type -> delaywheel.v1.RedriveRequest
-	23, // 23: delaywheel.v1.Delaywheel.Wheel:input_type -> delaywheel.v1.WheelRequest
-	26, // 24: delaywheel.v1.Delaywheel.Slot:input_type -> delaywheel.v1.SlotRequest
-	31, // 25: delaywheel.v1.Delaywheel.Cluster:input_type -> delaywheel.v1.ClusterRequest
-	29, // 26: delaywheel.v1.Delaywheel.Subscribe:input_type -> delaywheel.v1.SubscribeRequest
-	2,  // 27: delaywheel.v1.Delaywheel.Enqueue:output_type -> delaywheel.v1.EnqueueResponse
-	5,  // 28: delaywheel.v1.Delaywheel.Get:output_type -> delaywheel.v1.MessageView
-	7,  // 29: delaywheel.v1.Delaywheel.Cancel:output_type -> delaywheel.v1.CancelResponse
-	9,  // 30: delaywheel.v1.Delaywheel.Reschedule:output_type -> delaywheel.v1.RescheduleResponse
-	12, // 31: delaywheel.v1.Delaywheel.Reserve:output_type -> delaywheel.v1.ReserveResponse
-	15, // 32: delaywheel.v1.Delaywheel.Ack:output_type -> delaywheel.v1.SettleResponse
-	15, // 33: delaywheel.v1.Delaywheel.Nack:output_type -> delaywheel.v1.SettleResponse
-	15, // 34: delaywheel.v1.Delaywheel.Touch:output_type -> delaywheel.v1.SettleResponse
-	18, // 35: delaywheel.v1.Delaywheel.Topics:output_type -> delaywheel.v1.TopicsResponse
-	20, // 36: delaywheel.v1.Delaywheel.DeadLetters:output_type -> delaywheel.v1.DeadLettersResponse
-	22, // 37: delaywheel.v1.Delaywheel.Redrive:output_type -> delaywheel.v1.RedriveResponse
-	25, // 38: delaywheel.v1.Delaywheel.Wheel:output_type -> delaywheel.v1.WheelResponse
-	28, // 39: delaywheel.v1.Delaywheel.Slot:output_type -> delaywheel.v1.SlotResponse
-	33, // 40: delaywheel.v1.Delaywheel.Cluster:output_type -> delaywheel.v1.ClusterResponse
-	30, // 41: delaywheel.v1.Delaywheel.Subscribe:output_type -> delaywheel.v1.SubscribeResponse
-	27, // [27:42] is the sub-list for method output_type
-	12, // [12:27] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	34, // 12: delaywheel.v1.ClusterResponse.groups:type_name -> delaywheel.v1.GroupStatus
+	0,  // 13: delaywheel.v1.Delaywheel.Enqueue:input_type -> delaywheel.v1.EnqueueRequest
+	4,  // 14: delaywheel.v1.Delaywheel.Get:input_type -> delaywheel.v1.GetRequest
+	6,  // 15: delaywheel.v1.Delaywheel.Cancel:input_type -> delaywheel.v1.CancelRequest
+	8,  // 16: delaywheel.v1.Delaywheel.Reschedule:input_type -> delaywheel.v1.RescheduleRequest
+	10, // 17: delaywheel.v1.Delaywheel.Reserve:input_type -> delaywheel.v1.ReserveRequest
+	13, // 18: delaywheel.v1.Delaywheel.Ack:input_type -> delaywheel.v1.ReceiptsRequest
+	14, // 19: delaywheel.v1.Delaywheel.Nack:input_type -> delaywheel.v1.NackRequest
+	13, // 20: delaywheel.v1.Delaywheel.Touch:input_type -> delaywheel.v1.ReceiptsRequest
+	16, // 21: delaywheel.v1.Delaywheel.Topics:input_type -> delaywheel.v1.TopicsRequest
+	19, // 22: delaywheel.v1.Delaywheel.DeadLetters:input_type -> delaywheel.v1.DeadLettersRequest
+	21, // 23: delaywheel.v1.Delaywheel.Redrive:input_type -> delaywheel.v1.RedriveRequest
+	23, // 24: delaywheel.v1.Delaywheel.Wheel:input_type -> delaywheel.v1.WheelRequest
+	26, // 25: delaywheel.v1.Delaywheel.Slot:input_type -> delaywheel.v1.SlotRequest
+	31, // 26: delaywheel.v1.Delaywheel.Cluster:input_type -> delaywheel.v1.ClusterRequest
+	29, // 27: delaywheel.v1.Delaywheel.Subscribe:input_type -> delaywheel.v1.SubscribeRequest
+	2,  // 28: delaywheel.v1.Delaywheel.Enqueue:output_type -> delaywheel.v1.EnqueueResponse
+	5,  // 29: delaywheel.v1.Delaywheel.Get:output_type -> delaywheel.v1.MessageView
+	7,  // 30: delaywheel.v1.Delaywheel.Cancel:output_type -> delaywheel.v1.CancelResponse
+	9,  // 31: delaywheel.v1.Delaywheel.Reschedule:output_type -> delaywheel.v1.RescheduleResponse
+	12, // 32: delaywheel.v1.Delaywheel.Reserve:output_type -> delaywheel.v1.ReserveResponse
+	15, // 33: delaywheel.v1.Delaywheel.Ack:output_type -> delaywheel.v1.SettleResponse
+	15, // 34: delaywheel.v1.Delaywheel.Nack:output_type -> delaywheel.v1.SettleResponse
+	15, // 35: delaywheel.v1.Delaywheel.Touch:output_type -> delaywheel.v1.SettleResponse
+	18, // 36: delaywheel.v1.Delaywheel.Topics:output_type -> delaywheel.v1.TopicsResponse
+	20, // 37: delaywheel.v1.Delaywheel.DeadLetters:output_type -> delaywheel.v1.DeadLettersResponse
+	22, // 38: delaywheel.v1.Delaywheel.Redrive:output_type -> delaywheel.v1.RedriveResponse
+	25, // 39: delaywheel.v1.Delaywheel.Wheel:output_type -> delaywheel.v1.WheelResponse
+	28, // 40: delaywheel.v1.Delaywheel.Slot:output_type -> delaywheel.v1.SlotResponse
+	33, // 41: delaywheel.v1.Delaywheel.Cluster:output_type -> delaywheel.v1.ClusterResponse
+	30, // 42: delaywheel.v1.Delaywheel.Subscribe:output_type -> delaywheel.v1.SubscribeResponse
+	28, // [28:43] is the sub-list for method output_type
+	13, // [13:28] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_delaywheel_proto_init() }
@@ -2531,13 +2659,14 @@ func file_delaywheel_proto_init() {
 	file_delaywheel_proto_msgTypes[19].OneofWrappers = []any{}
 	file_delaywheel_proto_msgTypes[29].OneofWrappers = []any{}
 	file_delaywheel_proto_msgTypes[32].OneofWrappers = []any{}
+	file_delaywheel_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_delaywheel_proto_rawDesc), len(file_delaywheel_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

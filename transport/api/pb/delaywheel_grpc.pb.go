@@ -64,7 +64,10 @@ const (
 // Delaywheel is the delay queue. Calls that change state, and Reserve, are
 // answered by the leader: a follower forwards them to it, or, when it
 // cannot, answers UNAVAILABLE with an ErrorInfo of reason NOT_LEADER. Reads
-// are answered by any node from its own state.
+// are answered by any node from its own state. On a cluster of many Raft
+// groups (--groups N) "the leader" is that of the group a call concerns:
+// its topic's, or the one its message id names; a batch (Enqueue, Ack,
+// Nack, Touch) over many groups is split by group, each part atomic.
 type DelaywheelClient interface {
 	// Enqueue schedules a batch of messages (POST /v1/messages).
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
@@ -90,18 +93,19 @@ type DelaywheelClient interface {
 	// Redrive moves dead messages back to ready (all of the topic's when
 	// ids is empty).
 	Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error)
-	// Wheel describes the timing wheel.
+	// Wheel describes the timing wheel (of one group).
 	Wheel(ctx context.Context, in *WheelRequest, opts ...grpc.CallOption) (*WheelResponse, error)
 	// Slot describes one slot of the wheel and, if asked, its records.
 	Slot(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error)
-	// Cluster returns the leader's view of the members.
+	// Cluster returns the leader's view of the members, and every group.
 	Cluster(ctx context.Context, in *ClusterRequest, opts ...grpc.CallOption) (*ClusterResponse, error)
 	// Subscribe streams a topic's deliveries the moment they are handed out
 	// (as GET /v1/topics/{topic}/stream does), each leased and acked as a
 	// reserved message is. The first request names the topic and the window
 	// (max_inflight: deliveries handed out and not yet settled); every request
 	// may carry acks and nacks, which settle deliveries and so open the
-	// window again. Only the leader streams: a follower refuses, and a
+	// window again. Only the leader (of the topic's group) streams, and only
+	// acks and nacks of that group are taken: a follower refuses, and a
 	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
 	// its unsettled deliveries; the client then subscribes again.
 	Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeRequest, SubscribeResponse], error)
@@ -275,7 +279,10 @@ type Delaywheel_SubscribeClient = grpc.BidiStreamingClient[SubscribeRequest, Sub
 // Delaywheel is the delay queue. Calls that change state, and Reserve, are
 // answered by the leader: a follower forwards them to it, or, when it
 // cannot, answers UNAVAILABLE with an ErrorInfo of reason NOT_LEADER. Reads
-// are answered by any node from its own state.
+// are answered by any node from its own state. On a cluster of many Raft
+// groups (--groups N) "the leader" is that of the group a call concerns:
+// its topic's, or the one its message id names; a batch (Enqueue, Ack,
+// Nack, Touch) over many groups is split by group, each part atomic.
 type DelaywheelServer interface {
 	// Enqueue schedules a batch of messages (POST /v1/messages).
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
@@ -301,18 +308,19 @@ type DelaywheelServer interface {
 	// Redrive moves dead messages back to ready (all of the topic's when
 	// ids is empty).
 	Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error)
-	// Wheel describes the timing wheel.
+	// Wheel describes the timing wheel (of one group).
 	Wheel(context.Context, *WheelRequest) (*WheelResponse, error)
 	// Slot describes one slot of the wheel and, if asked, its records.
 	Slot(context.Context, *SlotRequest) (*SlotResponse, error)
-	// Cluster returns the leader's view of the members.
+	// Cluster returns the leader's view of the members, and every group.
 	Cluster(context.Context, *ClusterRequest) (*ClusterResponse, error)
 	// Subscribe streams a topic's deliveries the moment they are handed out
 	// (as GET /v1/topics/{topic}/stream does), each leased and acked as a
 	// reserved message is. The first request names the topic and the window
 	// (max_inflight: deliveries handed out and not yet settled); every request
 	// may carry acks and nacks, which settle deliveries and so open the
-	// window again. Only the leader streams: a follower refuses, and a
+	// window again. Only the leader (of the topic's group) streams, and only
+	// acks and nacks of that group are taken: a follower refuses, and a
 	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
 	// its unsettled deliveries; the client then subscribes again.
 	Subscribe(grpc.BidiStreamingServer[SubscribeRequest, SubscribeResponse]) error
