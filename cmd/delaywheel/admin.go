@@ -181,8 +181,8 @@ type nodeAPI interface {
 	Topics(ctx context.Context) ([]api.TopicCounts, error)
 	Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error)
 	Redrive(ctx context.Context, topic string, ids []string) (int, error)
-	Wheel(ctx context.Context) (api.Wheel, error)
-	Slot(ctx context.Context, slot int, records bool) (api.Slot, error)
+	GroupWheel(ctx context.Context, g int) (api.Wheel, error)
+	GroupSlot(ctx context.Context, g, slot int, records bool) (api.Slot, error)
 	Cluster(ctx context.Context) (api.Cluster, error)
 }
 
@@ -428,7 +428,7 @@ func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error
 func (a *admin) wheel(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Wheel, error) {
 		if !c.IsSet("data-dir") {
-			return online(s, s.api.Wheel, s.cl.GroupWheel)
+			return online(s, s.api.GroupWheel)
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Wheel, error) {
 			info, err := r.Wheel()
@@ -456,8 +456,7 @@ func (a *admin) slot(c *cli.Context) error {
 			return api.Slot{}, fmt.Errorf("slot %q: want a number from 0 to %d", c.Args().Get(0), wheel.Slots-1)
 		}
 		if !c.IsSet("data-dir") {
-			return online(s, func(ctx context.Context) (api.Slot, error) { return s.api.Slot(ctx, n, records) },
-				func(ctx context.Context, g int) (api.Slot, error) { return s.cl.GroupSlot(ctx, g, n, records) })
+			return online(s, func(ctx context.Context, g int) (api.Slot, error) { return s.api.GroupSlot(ctx, g, n, records) })
 		}
 		return readOffline(a, s, func(r offlineReader) (api.Slot, error) {
 			info, err := r.Slot(n, records)
@@ -509,22 +508,15 @@ func groupFlag(what string) cli.Flag {
 	return &cli.IntFlag{Name: "group", Usage: what + " Raft group `G` of a node of --groups N (0 to N-1)", DefaultText: "0"}
 }
 
-// online asks the node for group --group's answer: group 0's through
-// first (the HTTP or gRPC API), another's through the HTTP API's ofGroup.
-func online[T any](s *session, first func(context.Context) (T, error), ofGroup func(context.Context, int) (T, error)) (T, error) {
+// online asks the node for group --group's answer.
+func online[T any](s *session, ofGroup func(context.Context, int) (T, error)) (T, error) {
 	g := s.c.Int("group")
-	if g == 0 {
-		return first(s.c.Context)
-	}
-	var zero T
 	if g < 0 {
+		var zero T
 		return zero, fmt.Errorf("--group %d: want a group from 0 to N-1 of a node of --groups N", g)
 	}
-	if client.IsGRPC(s.c.String("addr")) {
-		return zero, fmt.Errorf("--group %d: the gRPC API shows group 0's wheel only; use an HTTP --addr", g)
-	}
 	v, err := ofGroup(s.c.Context, g)
-	if client.HasCode(err, api.CodeInvalidArgument) {
+	if g != 0 && client.HasCode(err, api.CodeInvalidArgument) {
 		err = fmt.Errorf("--group %d: %w", g, err)
 	}
 	return v, err

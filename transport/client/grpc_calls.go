@@ -117,9 +117,12 @@ func (g *GRPC) Redrive(ctx context.Context, topic string, ids []string) (int, er
 	return invoke(ctx, g, "Redrive", bind(pb.DelaywheelClient.Redrive, in), func(r *pb.RedriveResponse) int { return int(r.GetRedriven()) }, func(n int) any { return api.RedriveResponse{Redriven: n} })
 }
 
-// Wheel describes the timing wheel.
-func (g *GRPC) Wheel(ctx context.Context) (api.Wheel, error) {
-	return invoke(ctx, g, "Wheel", bind(pb.DelaywheelClient.Wheel, &pb.WheelRequest{}), func(r *pb.WheelResponse) api.Wheel {
+// Wheel describes the timing wheel (of group 0 on a node of many groups).
+func (g *GRPC) Wheel(ctx context.Context) (api.Wheel, error) { return g.GroupWheel(ctx, 0) }
+
+// GroupWheel describes the timing wheel of group grp.
+func (g *GRPC) GroupWheel(ctx context.Context, grp int) (api.Wheel, error) {
+	return invoke(ctx, g, "Wheel", bind(pb.DelaywheelClient.Wheel, &pb.WheelRequest{Group: int32(grp)}), func(r *pb.WheelResponse) api.Wheel {
 		w := api.Wheel{Slots: int(r.GetSlots()), TickMs: r.GetTickMs(), CursorMs: r.GetCursorMs(), HorizonMs: r.GetHorizonMs(),
 			OpenSegments: int(r.GetOpenSegments()), OverflowMessages: r.GetOverflowMessages(), NonEmpty: make([]api.SlotSummary, len(r.GetNonempty()))}
 		for i, s := range r.GetNonempty() {
@@ -131,7 +134,12 @@ func (g *GRPC) Wheel(ctx context.Context) (api.Wheel, error) {
 
 // Slot describes one slot and, when records is set, its records.
 func (g *GRPC) Slot(ctx context.Context, slot int, records bool) (api.Slot, error) {
-	in := &pb.SlotRequest{Slot: int32(slot), Records: records}
+	return g.GroupSlot(ctx, 0, slot, records)
+}
+
+// GroupSlot is Slot of group grp's wheel.
+func (g *GRPC) GroupSlot(ctx context.Context, grp, slot int, records bool) (api.Slot, error) {
+	in := &pb.SlotRequest{Group: int32(grp), Slot: int32(slot), Records: records}
 	return invoke(ctx, g, "Slot", bind(pb.DelaywheelClient.Slot, in), func(r *pb.SlotResponse) api.Slot {
 		s := api.Slot{Slot: int(r.GetSlot()), Second: r.GetSecond(), File: r.GetFile(), Messages: int(r.GetMessages()), Bytes: r.GetBytes()}
 		if records {
