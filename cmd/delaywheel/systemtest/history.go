@@ -429,7 +429,8 @@ type receiptInfo struct {
 //   - no receipt is handed out twice, and a redelivery never follows an ack
 //     that answered success; every redelivery has a reason:
 //     the previous receipt was nacked, its lease had expired by the time the
-//     redelivery arrived, or a leader change happened in between;
+//     redelivery arrived, or a leader change of the message's group
+//     happened in between;
 //   - no attempt of a message is handed out twice, unless a leader change
 //     happened in between (a leader answers a hand-off before its lease
 //     commits, and the next leader hands that attempt out again if it never
