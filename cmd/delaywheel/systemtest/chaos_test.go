@@ -64,8 +64,8 @@ func newChaosGroups(t *testing.T, groups int) *chaosEnv {
 	e := &chaosEnv{t: t, ctx: ctx, c: c, h: NewHistory(), parked: map[string][]api.Result{}}
 	go WatchLeaders(ctx, c, e.h)
 
-	// Park messages that must outlive every fault: 60 in one slot file 90
-	// minutes out, 20 in the overflow 3 hours out.
+	// Park messages that must outlive every fault, in each parked topic:
+	// 60 in one slot file 90 minutes out, 20 in the overflow 3 hours out.
 	l, err := c.WaitLeader(ctxFor(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
