@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // The chaos tests run a three-node cluster of real binaries under a steady
@@ -40,52 +42,78 @@ type chaosEnv struct {
 	c      *Cluster
 	h      *History
 	w      *Workload
-	parked []api.Result
-	topic  string // of the parked messages
+	parked map[string][]api.Result // by topic
 }
 
 const chaosTopic = "chaos"
 
-func newChaos(t *testing.T) *chaosEnv {
+func newChaos(t *testing.T) *chaosEnv { return newChaosGroups(t, 1) }
+
+// newChaosGroups starts a chaos test on a cluster of the given number of
+// Raft groups: the load and the parked messages then have a topic in
+// each group (groupTopics).
+func newChaosGroups(t *testing.T, groups int) *chaosEnv {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("chaos tests are not run with -short")
 	}
 	t.Parallel()
-	c := NewCluster(t, binary(t), Options{Nodes: 3, Flags: SnapshotFlags})
+	c := NewCluster(t, binary(t), Options{Nodes: 3, Flags: SnapshotFlags, Groups: groups})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &chaosEnv{t: t, ctx: ctx, c: c, h: NewHistory(), topic: "parked"}
+	e := &chaosEnv{t: t, ctx: ctx, c: c, h: NewHistory(), parked: map[string][]api.Result{}}
 	go WatchLeaders(ctx, c, e.h)
 
-	// Park messages that must outlive every fault: 60 in one slot file 90
-	// minutes out, 20 in the overflow 3 hours out.
+	// Park messages that must outlive every fault, in each parked topic:
+	// 60 in one slot file 90 minutes out, 20 in the overflow 3 hours out.
 	l, err := c.WaitLeader(ctxFor(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, delay := range []int64{90 * 60_000, 3 * 3600_000} {
-		n := 60
-		if delay > 7200_000 {
-			n = 20
+	for _, topic := range groupTopics("parked", groups) {
+		for _, delay := range []int64{90 * 60_000, 3 * 3600_000} {
+			n := 60
+			if delay > 7200_000 {
+				n = 20
+			}
+			var msgs []api.Message
+			for i := 0; i < n; i++ {
+				msgs = append(msgs, api.Message{Topic: topic, Payload: api.TextBody(fmt.Sprintf("%s-%d-%d", topic, delay, i)), DelayMs: api.Ptr(delay)})
+			}
+			res, err := l.Client.Enqueue(ctxFor(t, 10*time.Second), msgs)
+			if err != nil {
+				t.Fatalf("park: %v", err)
+			}
+			e.parked[topic] = append(e.parked[topic], res...)
 		}
-		var msgs []api.Message
-		for i := 0; i < n; i++ {
-			msgs = append(msgs, api.Message{Topic: e.topic, Payload: api.TextBody(fmt.Sprintf("parked-%d-%d", delay, i)), DelayMs: api.Ptr(delay)})
-		}
-		res, err := l.Client.Enqueue(ctxFor(t, 10*time.Second), msgs)
-		if err != nil {
-			t.Fatalf("park: %v", err)
-		}
-		e.parked = append(e.parked, res...)
 	}
 
-	e.w = &Workload{Topic: chaosTopic, Rate: 300, MaxDelay: 2 * time.Second, TTR: 3 * time.Second, NackPercent: 2,
+	e.w = &Workload{Topics: groupTopics(chaosTopic, groups), Rate: 300, MaxDelay: 2 * time.Second, TTR: 3 * time.Second, NackPercent: 2,
 		Targets: c.Live, History: e.h}
 	e.w.Start(ctx)
 	t.Cleanup(e.w.Stop)
 	e.sleep(1500 * time.Millisecond)
 	return e
+}
+
+// groupTopics returns, for a cluster of n groups, n topics named after
+// prefix, the g-th in group g (wheel.GroupOf); for one group, prefix alone.
+func groupTopics(prefix string, n int) []string {
+	if n <= 1 {
+		return []string{prefix}
+	}
+	topics := make([]string, n)
+	for i, left := 0, n; left > 0; i++ {
+		name := prefix
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		if g := wheel.GroupOf(name, n); topics[g] == "" {
+			topics[g] = name
+			left--
+		}
+	}
+	return topics
 }
 
 func (e *chaosEnv) sleep(d time.Duration) {
@@ -141,13 +169,16 @@ func (e *chaosEnv) repeat(def int, fault func(i int)) {
 // resumed waits for the first delivery received more than 100 ms after
 // atMs (an answer already on its way when a leader died takes less) and
 // returns how long after atMs it came.
-func (e *chaosEnv) resumed(atMs int64) time.Duration {
+func (e *chaosEnv) resumed(atMs int64) time.Duration { return e.resumedGroup(atMs, -1) }
+
+// resumedGroup is resumed for the messages of group g (-1: any).
+func (e *chaosEnv) resumedGroup(atMs int64, g int) time.Duration {
 	e.t.Helper()
 	var first int64
 	err := Eventually(e.within(60*time.Second), 10*time.Millisecond, func() error {
 		var ok bool
-		if first, ok = e.h.FirstDeliveryAfter(atMs + 100); !ok {
-			return fmt.Errorf("no delivery since the fault at %d", atMs)
+		if first, ok = e.h.FirstGroupDeliveryAfter(atMs+100, g); !ok {
+			return fmt.Errorf("no delivery of group %d since the fault at %d", g, atMs)
 		}
 		return nil
 	})
@@ -178,12 +209,14 @@ func (e *chaosEnv) finish() Report {
 		if err != nil {
 			return err
 		}
-		tc, err := topicCounts(drain, l.Client, chaosTopic)
-		if err != nil {
-			return err
-		}
-		if tc != (api.TopicCounts{Topic: chaosTopic}) {
-			return fmt.Errorf("leader %s still has %+v", l.ID, tc)
+		for _, topic := range e.w.Topics {
+			tc, err := topicCounts(drain, l.Client, topic)
+			if err != nil {
+				return err
+			}
+			if tc != (api.TopicCounts{Topic: topic}) {
+				return fmt.Errorf("leader %s still has %+v", l.ID, tc)
+			}
 		}
 		return nil
 	})
@@ -211,7 +244,8 @@ func (e *chaosEnv) finish() Report {
 // index must hold the same state, message by message. The leader's ticks
 // keep the log growing, so the nodes may stop a few entries apart; at
 // least two of the three must stop at the same index for the check to say
-// something, and everything they hold must match.
+// something, and everything they hold must match. With many groups, each
+// group's stores are compared so.
 func (e *chaosEnv) replicasAgree() {
 	t := e.t
 	t.Helper()
@@ -227,12 +261,26 @@ func (e *chaosEnv) replicasAgree() {
 		}()
 	}
 	wg.Wait()
+	for g := range e.c.Groups() {
+		e.groupReplicasAgree(live, g)
+	}
+}
+
+// groupReplicasAgree compares the dumps of group g's stores of the
+// stopped nodes live.
+func (e *chaosEnv) groupReplicasAgree(live []*Node, g int) {
+	t := e.t
+	t.Helper()
 	byIndex := map[string][]string{} // applied line → node ids
 	dumps := map[string]string{}
 	for _, n := range live {
-		out, err := exec.CommandContext(e.within(60*time.Second), n.bin, "dump", "--data-dir", n.DataDir).Output()
+		dir := n.DataDir
+		if e.c.Groups() > 1 {
+			dir = replication.GroupDir(dir, g)
+		}
+		out, err := exec.CommandContext(e.within(60*time.Second), n.bin, "dump", "--data-dir", dir).Output()
 		if err != nil {
-			t.Fatalf("dump %s: %v", n.ID, err)
+			t.Fatalf("dump %s of group %d: %v", n.ID, g, err)
 		}
 		dump := string(out)
 		applied, _, _ := strings.Cut(dump, "\n")
@@ -247,13 +295,13 @@ func (e *chaosEnv) replicasAgree() {
 		for _, id := range ids[1:] {
 			compared++
 			if dumps[id] != dumps[ids[0]] {
-				t.Errorf("at %s, %s and %s hold different states:\n%s", applied, ids[0], id, firstDifference(dumps[ids[0]], dumps[id]))
+				t.Errorf("group %d: at %s, %s and %s hold different states:\n%s", g, applied, ids[0], id, firstDifference(dumps[ids[0]], dumps[id]))
 			}
 		}
 	}
-	t.Logf("replicas stopped at %v; %d pairs compared", byIndex, compared)
+	t.Logf("group %d: replicas stopped at %v; %d pairs compared", g, byIndex, compared)
 	if compared == 0 && len(live) > 2 {
-		t.Errorf("no two of the %d nodes stopped at the same applied index (%v): nothing compared", len(live), byIndex)
+		t.Errorf("group %d: no two of the %d nodes stopped at the same applied index (%v): nothing compared", g, len(live), byIndex)
 	}
 }
 
@@ -279,9 +327,11 @@ func (e *chaosEnv) converged() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(want, func(tc api.TopicCounts) bool { return tc.Topic == e.topic })
-	if i < 0 || want[i] != (api.TopicCounts{Topic: e.topic, Delayed: int64(len(e.parked))}) {
-		t.Errorf("leader %s counts %+v, want %d parked messages delayed", l.ID, want, len(e.parked))
+	for topic, parked := range e.parked {
+		i := slices.IndexFunc(want, func(tc api.TopicCounts) bool { return tc.Topic == topic })
+		if i < 0 || want[i] != (api.TopicCounts{Topic: topic, Delayed: int64(len(parked))}) {
+			t.Errorf("leader %s counts %+v, want %d parked messages of %s delayed", l.ID, want, len(parked), topic)
+		}
 	}
 	for _, n := range e.c.Live() {
 		err := Eventually(ctx, 100*time.Millisecond, func() error {
@@ -298,11 +348,14 @@ func (e *chaosEnv) converged() {
 			t.Error(err)
 			continue
 		}
-		for _, p := range e.parked {
-			v, err := n.Client.Get(ctx, p.ID)
-			if err != nil || v.State != api.StateDelayed || v.DeliverAtMs != p.DeliverAtMs {
-				t.Errorf("%s: parked message %s: %+v, %v", n.ID, p.ID, v, err)
-				break
+	parked:
+		for _, ps := range e.parked {
+			for _, p := range ps {
+				v, err := n.Client.Get(ctx, p.ID)
+				if err != nil || v.State != api.StateDelayed || v.DeliverAtMs != p.DeliverAtMs {
+					t.Errorf("%s: parked message %s: %+v, %v", n.ID, p.ID, v, err)
+					break parked
+				}
 			}
 		}
 	}
@@ -316,15 +369,20 @@ const leadershipLeaseMs = 500
 // noStaleAnswers fails if node ("": any) answered a delivery, or (with
 // settles) an ack or nack that settled something, to a call sent in
 // [sentFrom, sentTo] and answered in [doneFrom, doneTo]: while it cannot
-// commit it must answer neither.
-func (e *chaosEnv) noStaleAnswers(node string, settles bool, only map[string]bool, sentFrom, sentTo, doneFrom, doneTo int64) {
+// commit it must answer neither. only, when not nil, restricts the check
+// to the messages whose ids it keeps (an ack or nack, to those with a
+// receipt of such a message).
+func (e *chaosEnv) noStaleAnswers(node string, settles bool, only func(id string) bool, sentFrom, sentTo, doneFrom, doneTo int64) {
 	e.t.Helper()
 	ds, ss, calls := e.h.AnsweredVia(node, sentFrom, sentTo, doneFrom, doneTo)
 	if !settles {
 		ss = nil
 	}
 	if only != nil {
-		ds = slices.DeleteFunc(ds, func(d Delivery) bool { return !only[d.ID] })
+		ds = slices.DeleteFunc(ds, func(d Delivery) bool { return !only(d.ID) })
+		ss = slices.DeleteFunc(ss, func(s Settle) bool {
+			return !slices.ContainsFunc(s.Receipts, func(r string) bool { id, _, _ := strings.Cut(r, "."); return only(id) })
+		})
 	}
 	for i, d := range ds {
 		if i == 5 {
@@ -492,7 +550,7 @@ func TestChaosPauseLeader(t *testing.T) {
 		// history check finds its message delivered again.
 		probes.wait()
 		e.sleep(e.w.TTR) // let the held-up calls finish
-		e.noStaleAnswers("", false, probes.ids, 0, at, resumedAt, NowMs())
+		e.noStaleAnswers("", false, probes.has, 0, at, resumedAt, NowMs())
 		probes.drain()
 	})
 	e.finish()
@@ -554,6 +612,9 @@ func (e *chaosEnv) parkProbes(l *Node, topic string) *probes {
 }
 
 func (p *probes) wait() { p.wg.Wait() }
+
+// has reports whether id is one of the probe messages.
+func (p *probes) has(id string) bool { return p.ids[id] }
 
 // drain consumes the probe topic to the end and acks it.
 func (p *probes) drain() {

@@ -6,9 +6,10 @@
 // The exported kit is usable from any test:
 //
 //   - Build compiles the binary.
-//   - NewCluster starts one or more nodes, each in its own data directory
-//     under t.TempDir(), with its output captured to a log file whose tail is
-//     printed when the test fails. A Node can be killed (SIGKILL), stopped
+//   - NewCluster starts one or more nodes (each running Options.Groups Raft
+//     groups), each in its own data directory under t.TempDir(), with its
+//     output captured to a log file whose tail is printed when the test
+//     fails. A Node can be killed (SIGKILL), stopped
 //     (SIGTERM, exit code 0 asserted by the caller), paused and resumed
 //     (SIGSTOP/SIGCONT) and restarted on the same data directory.
 //   - Every node's advertised Raft address is a fault-injecting TCP Proxy on
@@ -19,7 +20,8 @@
 //   - History records what a test client saw (acknowledged enqueues,
 //     deliveries, acks, nacks, leader changes) and Check proves nothing
 //     acknowledged was lost, nothing came early, and every duplicate has a
-//     reason (an expired lease, a nack, or a leader change).
+//     reason (an expired lease, a nack, or a leader change of the
+//     message's group).
 //   - Workload produces and consumes at a steady rate against a cluster and
 //     records everything into a History.
 //
@@ -28,8 +30,9 @@
 // validation, never delivering early, a clean restart, and faults: kills
 // of leaders, followers and whole clusters, pauses (SIGSTOP), partitions,
 // torn writes, damaged files refused with an error naming them, replacement
-// of a node by one that catches up from a snapshot, and the compose file's
-// cluster when Docker is available. Each chaos test checks its History,
+// of a node by one that catches up from a snapshot, kills of each group's
+// leader and a partition of one group's leader in a cluster of three Raft
+// groups, and the compose file's cluster when Docker is available. Each chaos test checks its History,
 // that long-delay messages parked before the faults are still pending
 // unchanged, and that every node's counts agree with the leader's.
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // NowMs is the harness clock: milliseconds since the Unix epoch, the same
@@ -79,9 +80,10 @@ type Settle struct {
 	Err      string
 }
 
-// LeaderChange is a new Raft term seen by polling /v1/cluster.
+// LeaderChange is a new Raft term of a group seen by polling /v1/cluster.
 type LeaderChange struct {
 	AtMs   int64
+	Group  int
 	Leader string
 	Term   uint64
 }
@@ -105,7 +107,7 @@ type History struct {
 	settles    []Settle
 	leaders    []LeaderChange
 	faults     []Fault
-	maxTerm    uint64
+	maxTerm    map[int]uint64 // by group
 	failedEnq  int
 	calls      []call // every reserve, answered or not
 }
@@ -118,7 +120,8 @@ type call struct {
 
 // NewHistory returns an empty history.
 func NewHistory() *History {
-	return &History{sent: map[string]int64{}, enqueued: map[string]Enqueue{}, byID: map[string]string{}, delivered: map[string]bool{}}
+	return &History{sent: map[string]int64{}, enqueued: map[string]Enqueue{}, byID: map[string]string{}, delivered: map[string]bool{},
+		maxTerm: map[int]uint64{}}
 }
 
 // EnqueueSent records that messages with these bodies (tokens) were sent.
@@ -207,21 +210,27 @@ func (h *History) settle(via string, nack bool, receipts []string, sentMs, doneM
 	h.settles = append(h.settles, s)
 }
 
-// ObserveLeader records a cluster view: a term higher than any seen before
-// is a leader change (the first view only sets the baseline). It reports
-// whether it recorded a change.
+// ObserveLeader records a cluster view of group 0 (ObserveGroupLeader).
 func (h *History) ObserveLeader(atMs int64, leader string, term uint64) bool {
+	return h.ObserveGroupLeader(atMs, 0, leader, term)
+}
+
+// ObserveGroupLeader records a view of Raft group g: a term higher than
+// any seen before in g is a leader change of g (the first view only sets
+// the baseline). It reports whether it recorded a change. A leader change
+// explains duplicates of the messages of its group only.
+func (h *History) ObserveGroupLeader(atMs int64, g int, leader string, term uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if term <= h.maxTerm {
+	if term <= h.maxTerm[g] {
 		return false
 	}
-	first := h.maxTerm == 0
-	h.maxTerm = term
+	first := h.maxTerm[g] == 0
+	h.maxTerm[g] = term
 	if first {
 		return false
 	}
-	h.leaders = append(h.leaders, LeaderChange{AtMs: atMs, Leader: leader, Term: term})
+	h.leaders = append(h.leaders, LeaderChange{AtMs: atMs, Group: g, Leader: leader, Term: term})
 	return true
 }
 
@@ -262,11 +271,17 @@ func (h *History) DeliveryCount() int {
 // FirstDeliveryAfter returns the earliest receive time of a delivery
 // received after ms.
 func (h *History) FirstDeliveryAfter(ms int64) (int64, bool) {
+	return h.FirstGroupDeliveryAfter(ms, -1)
+}
+
+// FirstGroupDeliveryAfter is FirstDeliveryAfter of the messages of group g
+// only (-1: any group).
+func (h *History) FirstGroupDeliveryAfter(ms int64, g int) (int64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	best, ok := int64(0), false
 	for _, d := range h.deliveries {
-		if d.RecvMs > ms && (!ok || d.RecvMs < best) {
+		if d.RecvMs > ms && (!ok || d.RecvMs < best) && (g < 0 || GroupOfID(d.ID) == g) {
 			best, ok = d.RecvMs, true
 		}
 	}
@@ -414,7 +429,8 @@ type receiptInfo struct {
 //   - no receipt is handed out twice, and a redelivery never follows an ack
 //     that answered success; every redelivery has a reason:
 //     the previous receipt was nacked, its lease had expired by the time the
-//     redelivery arrived, or a leader change happened in between;
+//     redelivery arrived, or a leader change of the message's group
+//     happened in between;
 //   - no attempt of a message is handed out twice, unless a leader change
 //     happened in between (a leader answers a hand-off before its lease
 //     commits, and the next leader hands that attempt out again if it never
@@ -459,7 +475,7 @@ func (h *History) Check() Report {
 				r.Violations = append(r.Violations, fmt.Sprintf("settled receipt %s was never delivered", rc))
 			}
 			if ri.prevSettle || s.Retry || (ri.d != nil && (ri.d.LeaseExpiresMs <= s.DoneMs ||
-				h.leaderChangedLocked(ri.d.RecvMs-leaderSlack, s.DoneMs+leaderSlack))) {
+				h.leaderChangedLocked(GroupOfID(ri.d.ID), ri.d.RecvMs-leaderSlack, s.DoneMs+leaderSlack))) {
 				explainable++
 			}
 			ri.prevSettle = true
@@ -540,6 +556,7 @@ func (h *History) Check() Report {
 	ids := slices.Sorted(maps.Keys(byMsg))
 	for _, id := range ids {
 		ds := byMsg[id]
+		g := GroupOfID(id)
 		// Leases are granted in log order, and each grants the next
 		// attempt: order by attempt, not by arrival (an answer can be
 		// held up past its lease by a paused process).
@@ -555,7 +572,7 @@ func (h *History) Check() Report {
 				continue // reported above
 			}
 			if next.Attempt == prev.Attempt {
-				if pi := rcpt[prev.Receipt]; !pi.acked && h.leaderChangedLocked(prev.RecvMs-leaderSlack, next.RecvMs+leaderSlack) {
+				if pi := rcpt[prev.Receipt]; !pi.acked && h.leaderChangedLocked(g, prev.RecvMs-leaderSlack, next.RecvMs+leaderSlack) {
 					r.Duplicates[ReasonLeaderChange]++
 					continue
 				}
@@ -574,7 +591,7 @@ func (h *History) Check() Report {
 				r.Duplicates[ReasonNack]++
 			case next.RecvMs >= prev.LeaseExpiresMs:
 				r.Duplicates[ReasonLeaseExpired]++
-			case h.leaderChangedLocked(prev.RecvMs-leaderSlack, next.RecvMs+leaderSlack):
+			case h.leaderChangedLocked(g, prev.RecvMs-leaderSlack, next.RecvMs+leaderSlack):
 				r.Duplicates[ReasonLeaderChange]++
 			default:
 				r.Unexplained = append(r.Unexplained, fmt.Sprintf("unexplained duplicate: message %s attempt %d (to %s via %s at %d, lease until %d) and attempt %d (to %s via %s at %d): no nack, lease still valid, no leader change",
@@ -587,11 +604,23 @@ func (h *History) Check() Report {
 	return r
 }
 
-func (h *History) leaderChangedLocked(fromMs, toMs int64) bool {
+// leaderChangedLocked reports whether group g's leader changed between
+// fromMs and toMs.
+func (h *History) leaderChangedLocked(g int, fromMs, toMs int64) bool {
 	for _, l := range h.leaders {
-		if l.AtMs >= fromMs && l.AtMs <= toMs {
+		if l.Group == g && l.AtMs >= fromMs && l.AtMs <= toMs {
 			return true
 		}
 	}
 	return false
+}
+
+// GroupOfID is the Raft group a message id names (0 for an id that does
+// not parse: a history of one group).
+func GroupOfID(id string) int {
+	mid, err := wheel.ParseID(id)
+	if err != nil {
+		return 0
+	}
+	return mid.Group()
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // synth builds synthetic histories for the checker's own tests.
@@ -133,6 +134,31 @@ func TestCheckerExplainsDuplicates(t *testing.T) {
 	if r.Duplicates[ReasonNack] != 1 || r.Duplicates[ReasonLeaderChange] != 1 || r.LeaderChanges != 1 {
 		t.Fatalf("report: %v", r)
 	}
+}
+
+// A leader change explains the duplicates of its own group's messages
+// only: with many groups, another group's election says nothing of a
+// message's leases.
+func TestCheckerExplainsDuplicatesByTheirGroup(t *testing.T) {
+	g0 := wheel.ID{Index: 7, Seq: 1}.String()
+	g1 := wheel.ID{Index: 7, Seq: 1<<24 | 1}.String()
+	dup := func(id string) *synth {
+		s := newSynth()
+		s.enq("a", id, 1000)
+		s.h.ObserveGroupLeader(900, 0, "n1", 2) // baselines
+		s.h.ObserveGroupLeader(900, 1, "n2", 2)
+		s.h.ObserveGroupLeader(1100, 1, "n3", 3)
+		s.del("c0", "a", id, 1, 1000, 1000, 31000, id+".1")
+		s.del("c1", "a", id, 2, 1000, 1200, 31200, id+".2")
+		return s
+	}
+	if GroupOfID(g1) != 1 || GroupOfID(g0) != 0 {
+		t.Fatalf("groups of %s and %s: %d and %d", g0, g1, GroupOfID(g0), GroupOfID(g1))
+	}
+	if r := dup(g1).h.Check(); r.Err() != nil || r.Duplicates[ReasonLeaderChange] != 1 {
+		t.Fatalf("duplicate of group 1 around its leader change: %v, %v", r, r.Err())
+	}
+	wantFailure(t, dup(g0).h.Check(), "unexplained duplicate: message "+g0)
 }
 
 func TestCheckerCatchesRedeliveryAfterAck(t *testing.T) {

@@ -19,13 +19,16 @@ import (
 // message's body is a unique token, so the history can tell which send a
 // delivery came from even when the enqueue's answer was lost.
 type Workload struct {
-	Topic       string
+	Topic string
+	// Topics, when set, replace Topic: each batch of a producer goes to
+	// the next of them in turn, and each has its own Consumers.
+	Topics      []string
 	Rate        int           // messages per second (default 300)
 	MaxDelay    time.Duration // delays are uniform in [0, MaxDelay] (default 2 s)
 	TTR         time.Duration // lease of every message (default 3 s)
 	MaxAttempts int32         // default 1000: nothing goes dead
 	Producers   int           // default 4
-	Consumers   int           // default 4
+	Consumers   int           // per topic, default 4
 	ReserveMax  int           // per reserve (default 50)
 	WaitMs      int64         // long-poll wait (default 1000)
 	// NackPercent of first deliveries are nacked (delay 0) instead of
@@ -47,6 +50,9 @@ type Workload struct {
 }
 
 func (w *Workload) defaults() {
+	if len(w.Topics) == 0 {
+		w.Topics = []string{w.Topic}
+	}
 	if w.Rate == 0 {
 		w.Rate = 300
 	}
@@ -89,19 +95,19 @@ func (w *Workload) Start(ctx context.Context) {
 			rate++
 		}
 		w.prodWG.Add(1)
-		go w.produce(pctx, rate)
+		go w.produce(pctx, rate, i)
 	}
-	for i := 0; i < w.Consumers; i++ {
-		// Even consumers wait long enough to outlast a paused node, so
-		// answers held up by a pause are seen too; odd ones give up on a
-		// call after 2 s and try another node, so they see deliveries
-		// resume as soon as a new leader serves.
+	for i := 0; i < w.Consumers*len(w.Topics); i++ {
+		// Even consumers of a topic wait long enough to outlast a paused
+		// node, so answers held up by a pause are seen too; odd ones give
+		// up on a call after 2 s and try another node, so they see
+		// deliveries resume as soon as a new leader serves.
 		patience := 10 * time.Second
-		if i%2 == 1 {
+		if i/len(w.Topics)%2 == 1 {
 			patience = 2 * time.Second
 		}
 		w.consWG.Add(1)
-		go w.consume(cctx, "c"+strconv.Itoa(i), patience)
+		go w.consume(cctx, "c"+strconv.Itoa(i), w.Topics[i%len(w.Topics)], patience)
 	}
 }
 
@@ -144,8 +150,9 @@ func (w *Workload) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// produce sends rate messages a second, in batches every 100 ms.
-func (w *Workload) produce(ctx context.Context, rate int) {
+// produce sends rate messages a second, in batches every 100 ms, each
+// batch to the next topic, starting at topic first.
+func (w *Workload) produce(ctx context.Context, rate, first int) {
 	defer w.prodWG.Done()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -166,11 +173,13 @@ func (w *Workload) produce(ctx context.Context, rate int) {
 		if node == nil {
 			continue
 		}
+		topic := w.Topics[first%len(w.Topics)]
+		first++
 		msgs := make([]api.Message, n)
 		tokens := make([]string, n)
 		for i := range msgs {
-			tokens[i] = w.Topic + "#" + strconv.FormatInt(w.seq.Add(1), 10)
-			msgs[i] = api.Message{Topic: w.Topic, Payload: api.TextBody(tokens[i]),
+			tokens[i] = topic + "#" + strconv.FormatInt(w.seq.Add(1), 10)
+			msgs[i] = api.Message{Topic: topic, Payload: api.TextBody(tokens[i]),
 				DelayMs:     api.Ptr(rand.Int64N(w.MaxDelay.Milliseconds() + 1)),
 				TTRMs:       api.Ptr(w.TTR.Milliseconds()),
 				MaxAttempts: api.Ptr(w.MaxAttempts)}
@@ -192,8 +201,8 @@ func (w *Workload) produce(ctx context.Context, rate int) {
 	}
 }
 
-// consume long-polls, then acks (or nacks) what it got.
-func (w *Workload) consume(ctx context.Context, name string, patience time.Duration) {
+// consume long-polls topic, then acks (or nacks) what it got.
+func (w *Workload) consume(ctx context.Context, name, topic string, patience time.Duration) {
 	defer w.consWG.Done()
 	for ctx.Err() == nil {
 		node := w.pick()
@@ -203,7 +212,7 @@ func (w *Workload) consume(ctx context.Context, name string, patience time.Durat
 		}
 		rctx, cancel := context.WithTimeout(ctx, time.Duration(w.WaitMs)*time.Millisecond+patience)
 		sent := NowMs()
-		ds, err := node.Client.Reserve(rctx, w.Topic, api.ReserveRequest{Max: api.Ptr(w.ReserveMax), WaitMs: w.WaitMs})
+		ds, err := node.Client.Reserve(rctx, topic, api.ReserveRequest{Max: api.Ptr(w.ReserveMax), WaitMs: w.WaitMs})
 		recv := NowMs()
 		cancel()
 		if err != nil {
@@ -275,17 +284,19 @@ func (w *Workload) settle(ctx context.Context, nack bool, receipts []string, lea
 	}
 }
 
-// WatchLeaders polls each live node's own view (/v1/cluster?local=true,
-// which answers at once while a peer is down) every 100 ms and records
-// every new term into h until ctx ends.
+// WatchLeaders polls each live node's own view of every Raft group
+// (/v1/cluster?local=true, which answers at once while a peer is down)
+// every 100 ms and records every new term into h until ctx ends.
 func WatchLeaders(ctx context.Context, c *Cluster, h *History) {
 	for ctx.Err() == nil {
 		for _, n := range c.Live() {
-			rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			v, err := n.Client.ClusterLocal(rctx)
-			cancel()
-			if err == nil && v.Term > 0 {
-				h.ObserveLeader(NowMs(), v.Leader, v.Term)
+			for g := range c.Groups() {
+				rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				v, err := n.ClusterOf(rctx, g, true)
+				cancel()
+				if err == nil && v.Term > 0 {
+					h.ObserveGroupLeader(NowMs(), g, v.Leader, v.Term)
+				}
 			}
 		}
 		select {
