@@ -255,11 +255,8 @@ func (cfg Config) validate() error {
 	positive("--reserve-max", cfg.ReserveMax, 1000)
 	positive("--groups", cfg.Groups, wheel.MaxGroups)
 	positive("--topics", cfg.Topics, 10_000)
-	switch {
-	case cfg.Groups > 1 && cfg.Spawn == 0:
+	if cfg.Groups > 1 && cfg.Spawn == 0 {
 		errs = append(errs, errors.New("--groups: only for a spawned cluster (a running one has its own)"))
-	case cfg.Groups > 1 && cfg.Proto == ProtoGRPC:
-		errs = append(errs, errors.New("--groups above 1 and --proto grpc exclude each other: the gRPC API serves clusters of one group only"))
 	}
 	if cfg.Topics > 1 && cfg.Consume != ConsumeWebhook && cfg.Consumers < cfg.Topics {
 		errs = append(errs, fmt.Errorf("--topics %d needs at least as many --consumers (%d): each consumer takes one topic", cfg.Topics, cfg.Consumers))

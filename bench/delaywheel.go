@@ -34,7 +34,7 @@ type dwTarget struct {
 	bases     []string // http://host:port
 	addrs     []string // host:port, as the cluster view names nodes
 	clients   []*client.Client
-	grpc      *client.GRPC // enqueues over gRPC when set
+	grpcs     []*client.GRPC // over gRPC when set: one a node, trying it first
 	hc        *http.Client
 	token     string
 	leader    atomic.Int32 // index of the node believed to lead
@@ -121,11 +121,20 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		for _, nd := range cluster.nodes {
 			gaddrs = append(gaddrs, nd.grpcAddr)
 		}
-		g, err := client.NewGRPC("grpc://"+strings.Join(gaddrs, ","), client.WithGRPCToken(token))
-		if err != nil {
-			t.logger.Error("gRPC client; enqueueing over HTTP", "err", err)
-		} else {
-			t.grpc = g
+		// Client i tries node i first, then the others in turn: a call
+		// sent to the node leading its topic's group (nodeFor) is answered
+		// there, and a NOT_LEADER moves the client on by itself.
+		for i := range gaddrs {
+			rotated := append(slices.Clone(gaddrs[i:]), gaddrs[:i]...)
+			g, err := client.NewGRPC("grpc://"+strings.Join(rotated, ","), client.WithGRPCToken(token))
+			if err != nil {
+				t.logger.Error("gRPC client; over HTTP instead", "err", err)
+				t.closeGRPC()
+				break
+			}
+			t.grpcs = append(t.grpcs, g)
+		}
+		if t.grpcs != nil {
 			t.name += " gRPC"
 		}
 	}
@@ -308,8 +317,8 @@ func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 	}
 	err := t.retry(ctx, topic, func(i int32) error {
 		enqueue := t.clients[i].Enqueue
-		if t.grpc != nil {
-			enqueue = t.grpc.Enqueue // it follows the leader itself
+		if t.grpcs != nil {
+			enqueue = t.grpcs[i].Enqueue
 		}
 		res, err := enqueue(ctx, req)
 		if err == nil && len(res) != len(req) {
@@ -449,14 +458,20 @@ func (t *dwTarget) Restart(ctx context.Context) (restartTimes, error) {
 	return rt, nil
 }
 
+// closeGRPC closes the gRPC clients, if any.
+func (t *dwTarget) closeGRPC() {
+	for _, g := range t.grpcs {
+		g.Close()
+	}
+	t.grpcs = nil
+}
+
 func (t *dwTarget) Close() error {
 	if t.hook != nil {
 		_ = t.hook.close()
 	}
 	t.hc.CloseIdleConnections()
-	if t.grpc != nil {
-		t.grpc.Close()
-	}
+	t.closeGRPC()
 	if t.cluster != nil {
 		return t.cluster.Close()
 	}

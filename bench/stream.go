@@ -59,8 +59,8 @@ func (c *dwStreamConsumer) open() {
 	if c.t.ttrMs != nil {
 		opt.TTRMs = *c.t.ttrMs
 	}
-	if c.t.grpc != nil {
-		c.sub = c.t.grpc.Subscribe(c.ctx, c.topic, opt) // it follows the leader itself
+	if c.t.grpcs != nil {
+		c.sub = c.t.grpcs[c.node].Subscribe(c.ctx, c.topic, opt)
 		return
 	}
 	c.sub = c.t.clients[c.node].Subscribe(c.ctx, c.topic, opt)
