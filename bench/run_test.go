@@ -41,7 +41,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workload: WorkloadFire, Spawn: 3, Groups: 3, Topics: 4, Consumers: 4}, ""},
 		{Config{Workload: WorkloadFire, Groups: 300}, "--groups 300"},
 		{Config{Workload: WorkloadFire, Addrs: []string{"x:1"}, Groups: 3}, "--groups: only for a spawned cluster"},
-		{Config{Workload: WorkloadFire, Groups: 3, Proto: ProtoGRPC}, "--proto grpc exclude each other"},
+		{Config{Workload: WorkloadFire, Spawn: 3, Groups: 3, Topics: 3, Consumers: 3, Proto: ProtoGRPC}, ""},
 		{Config{Workload: WorkloadFire, Topics: 8, Consumers: 4}, "--topics 8 needs at least as many --consumers"},
 		{Config{Workload: WorkloadSchedules, Topics: 2}, "--topics: the schedules workload"},
 	} {
