@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,15 +47,44 @@ type TestCluster struct {
 	running map[string]*Node // by node id, for the registration loops
 }
 
-// FreeAddr returns a loopback address with a port free at the time of the call.
+// FreeAddr returns a loopback address with a port free at the time of the
+// call. The port is taken below the system's ephemeral range where there
+// is one: a port of that range may be handed to an outgoing connection of
+// the test itself (the nodes dial each other all the time) between this
+// call and the node binding it.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	const lowest = 10000
+	if hi := ephemeralLow(); hi > lowest {
+		for range 100 {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(hi-lowest))))
+			if err == nil {
+				defer ln.Close()
+				return ln.Addr().String()
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// ephemeralLow is the lowest port the system hands to outgoing
+// connections, 0 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }
 
 // NewTestCluster starts n nodes as one new cluster and waits for a leader

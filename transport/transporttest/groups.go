@@ -115,7 +115,8 @@ func (c *GroupsCluster) Restart(i int) {
 
 // Spread waits until each group is led by its preferred voter (group g by
 // the g-th node in id order, where the leadership balancer puts it) and
-// every node knows every group's leader, moving the kit's clock, on which
+// every node knows every group's leader, each leader ready to serve, moving
+// the kit's clock, on which
 // the balancer runs. Waiting for any spread would not do: a spread reached
 // by elections alone may still be moved by the balancer afterwards.
 func (c *GroupsCluster) Spread(t testing.TB) {
@@ -128,11 +129,14 @@ func (c *GroupsCluster) Spread(t testing.TB) {
 	}
 	slices.Sort(ids)
 	groups := c.Nodes[0].Groups.Count()
-	c.Nodes[0].AdvanceUntil(t, 100*time.Millisecond, "each group to be led by its preferred voter, known to every node", func() bool {
+	c.Nodes[0].AdvanceUntil(t, 100*time.Millisecond, "each group to be led by its preferred voter, ready and known to every node", func() bool {
 		leaders := c.Leaders()
 		for g := range groups {
 			want := ids[g%len(ids)]
-			if leaders[g] != want {
+			// Ready: the new leader's dispatcher runs, so what the test
+			// asks of it next (a reserve, a stream) is served, not
+			// refused as by a leader still taking office.
+			if leaders[g] != want || byID[want].Groups.Node(g).Ready() != nil {
 				return false
 			}
 			for _, n := range c.Nodes {
