@@ -59,7 +59,11 @@ const (
 	// it then sits in the wheel, and fires with a message's precision.
 	scheduleAhead = 2 * time.Second
 	// scheduleEvery is how often the scheduler looks for due schedules.
-	scheduleEvery = 250 * time.Millisecond
+	// Each look enqueues what came within ahead since the last one, in
+	// one entry: the shorter the interval, the smaller each entry, and the
+	// less a busy calendar's entry holds up the apply of the hand-offs and
+	// acks queued behind it.
+	scheduleEvery = 50 * time.Millisecond
 	// scheduleBatch bounds the items of one AdvanceSchedules entry.
 	scheduleBatch = 5000
 	// scheduleRounds bounds the entries of one look, so that a backlog
