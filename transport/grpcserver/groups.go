@@ -25,13 +25,8 @@ import (
 // for every group, and the health service serves while every group is
 // ready.
 
-// picked is the group that answers a call, in its context.
-type picked struct {
-	b transport.Backend
-	g int
-}
-
-// pickedKey is the context key of a call's picked group.
+// pickedKey is the context key of the backend of the group that answers
+// a call.
 type pickedKey struct{}
 
 // be returns the backend that answers the call of ctx: its group's.
@@ -39,8 +34,8 @@ type pickedKey struct{}
 // group and are the server's backend.
 func (s *Server) be(ctx context.Context) transport.Backend {
 	if s.grouped != nil {
-		if p, ok := ctx.Value(pickedKey{}).(picked); ok {
-			return p.b
+		if b, ok := ctx.Value(pickedKey{}).(transport.Backend); ok {
+			return b
 		}
 	}
 	return s.b
@@ -54,13 +49,13 @@ func (s *Server) group(g int) transport.Backend {
 	return s.grouped.Group(g)
 }
 
-// withGroup returns ctx carrying group g, of backend b, as the group that
+// withGroup returns ctx carrying backend b, group g's, as the one that
 // answers its call. Group 0 is carried by no value.
 func withGroup(ctx context.Context, b transport.Backend, g int) context.Context {
 	if g == 0 {
 		return ctx
 	}
-	return context.WithValue(ctx, pickedKey{}, picked{b, g})
+	return context.WithValue(ctx, pickedKey{}, b)
 }
 
 // route answers req, a call of method, on a node of many groups: in the
