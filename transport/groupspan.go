@@ -173,6 +173,20 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 		return nil, err
 	}
 	groups, parts := splitMessages(msgs, s.groupCount())
+	// A batch of one group that this node leads (a client that knows the
+	// groups sends each topic's batches to its leader) is enqueued here
+	// at once, as that group's route would: decoded once, not encoded
+	// again and decoded again as a part.
+	if len(groups) == 1 {
+		b := s.group(groups[0])
+		if _, isLeader, _ := b.LeaderHTTP(); isLeader && b.Removed() == nil {
+			res, err := b.Enqueue(r.Context(), msgs)
+			if err != nil {
+				return nil, err
+			}
+			return enqueued(r, res), nil
+		}
+	}
 	res := make([]wheel.Enqueued, len(msgs))
 	err = eachGroup(groups, func(g int) error {
 		idx := parts[g]
