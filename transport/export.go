@@ -200,9 +200,6 @@ func SplitReceipts(field string, rs []wheel.Receipt, n int) (groups []int, parts
 // the first group, in gs's order, that failed.
 func EachGroup(gs []int, do func(g int) error) error { return eachGroup(gs, do) }
 
-// AllGroups lists the groups 0 to n-1.
-func AllGroups(n int) []int { return all(n) }
-
 // MergedTopics lists the topics of every group of gr, by name.
 func MergedTopics(ctx context.Context, gr Grouped) ([]wheel.TopicCounts, error) {
 	return mergedTopics(ctx, gr.GroupCount(), gr.Group)
