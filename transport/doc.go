@@ -69,8 +69,10 @@
 // picks the same group. Requests that span the groups (groupspan.go) are
 // split and each part served as the same route with ?group=g: a batch
 // by topic, receipts by id, node additions and removals to every group;
-// reads (topics, schedules, the cluster view's groups) merge each group's
-// local answer, and /readyz is ready when every group is. A batch that
-// spans groups is atomic per group only. A backend of one group is served
-// exactly as before.
+// a batch or receipts all of one group that this node leads go to that
+// group's backend at once, answered as the part would be. Reads (topics,
+// schedules, the cluster view's groups) merge each group's local answer,
+// and /readyz is ready when every group is. A batch that spans groups is
+// atomic per group only. A backend of one group is served exactly as
+// before.
 package transport

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
@@ -291,5 +292,100 @@ func TestGroupsMembership(t *testing.T) {
 		gone.Eventually(t, fmt.Sprintf("n3 to be a member of group %d again", g), func() bool {
 			return gone.Groups.Node(g).Removed() == nil
 		})
+	}
+}
+
+// A request all of one group is answered at once by that group's leader,
+// and through a follower as a part sent on to the leader: both answer it
+// alike, to the byte (status, body, error message, headers), whether it
+// settles, finds its receipts stale, or is refused.
+func TestGroupsOneGroupAtItsLeader(t *testing.T) {
+	const groups, g = 3, 1
+	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{
+		Replication: func(cfg *replication.Config) { cfg.MaxTopics = 1 },
+	})
+	ctx := t.Context()
+	c.Spread(t)
+	leader := c.Leader(g)
+	var follower *transporttest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	var inG []string // topics of group g
+	for i := 0; len(inG) < 2; i++ {
+		if topic := fmt.Sprintf("orders.%d", i); wheel.GroupOf(topic, groups) == g {
+			inG = append(inG, topic)
+		}
+	}
+	topic := inG[0]
+	receipts := func(n int) []string {
+		t.Helper()
+		var msgs []api.Message
+		for range n {
+			msgs = append(msgs, api.Message{Topic: topic, Payload: api.TextBody("x")})
+		}
+		_, err := leader.Client.Enqueue(ctx, msgs)
+		check(t, "enqueue", err)
+		ds, err := leader.Client.Reserve(ctx, topic, api.ReserveRequest{Max: api.Ptr(n), WaitMs: 5000})
+		check(t, "reserve", err)
+		equal(t, "deliveries", len(ds), n)
+		var rs []string
+		for _, d := range ds {
+			rs = append(rs, d.Receipt)
+		}
+		return rs
+	}
+	// alike sends path with atLeader's body to the leader and
+	// viaFollower's to the follower, and wants the same answer.
+	alike := func(path, atLeader, viaFollower string) answer {
+		t.Helper()
+		a := doURL(t, http.MethodPost, leader.URL+path, atLeader, "Content-Type", "application/json")
+		b := doURL(t, http.MethodPost, follower.URL+path, viaFollower, "Content-Type", "application/json")
+		if a.status != b.status || string(a.body) != string(b.body) {
+			t.Fatalf("%s %s: at the leader %d %s; through a follower %d %s", path, atLeader, a.status, a.body, b.status, b.body)
+		}
+		for _, h := range []string{"Content-Type", "Content-Length", "Retry-After", transport.AppliedIndexHeader} {
+			if a.header.Get(h) != b.header.Get(h) {
+				t.Fatalf("%s %s: %s %q at the leader, %q through a follower", path, atLeader, h, a.header.Get(h), b.header.Get(h))
+			}
+		}
+		return a
+	}
+	body := func(rs ...string) string {
+		return fmt.Sprintf(`{"receipts":["%s"]}`, strings.Join(rs, `","`))
+	}
+	wantBody := func(what string, a answer, want string) {
+		t.Helper()
+		if got := strings.TrimSpace(string(a.body)); got != want {
+			t.Fatalf("%s: %d %s; want %s", what, a.status, got, want)
+		}
+	}
+
+	rs := receipts(2)
+	wantBody("touch", alike("/v1/touch", body(rs[0]), body(rs[1])), `{"touched":1,"stale":0}`)
+	wantBody("nack", alike("/v1/nack", `{"receipts":["`+rs[0]+`"],"delay_ms":0}`, `{"receipts":["`+rs[1]+`"],"delay_ms":0}`), `{"nacked":1,"stale":0}`)
+	rs = receipts(2)
+	wantBody("ack", alike("/v1/ack", body(rs[0]), body(rs[1])), `{"acked":1,"stale":0}`)
+	// The receipts of acked messages settle nothing more.
+	wantBody("ack again", alike("/v1/ack", body(rs...), body(rs...)), `{"acked":0,"stale":2}`)
+	wantBody("touch after the ack", alike("/v1/touch", body(rs[0]), body(rs[0])), `{"touched":0,"stale":1}`)
+	wantBody("nack after the ack", alike("/v1/nack", body(rs[1]), body(rs[1])), `{"nacked":0,"stale":1}`)
+
+	// Refused by the group's route: the message names the group.
+	nack := `{"receipts":["` + rs[0] + `"],"delay_ms":-1}`
+	a := alike("/v1/nack", nack, nack)
+	equal(t, "nack of a negative delay", a.status, http.StatusBadRequest)
+	if e := a.errBody(t); !strings.HasPrefix(e.Message, fmt.Sprintf("group %d: delay_ms: ", g)) {
+		t.Fatalf("nack of a negative delay: %q; want it to name group %d and delay_ms", e.Message, g)
+	}
+	// Refused by the group's backend: a topic past --max-topics.
+	enqueue := fmt.Sprintf(`{"messages":[{"topic":%q,"body":"x"}]}`, inG[1])
+	a = alike("/v1/messages", enqueue, enqueue)
+	equal(t, "enqueue past the topic limit", a.status, http.StatusBadRequest)
+	if e := a.errBody(t); !strings.HasPrefix(e.Message, fmt.Sprintf("group %d: ", g)) || !strings.Contains(e.Message, "messages[0].topic") {
+		t.Fatalf("enqueue past the topic limit: %q; want it to name group %d and the topic", e.Message, g)
 	}
 }

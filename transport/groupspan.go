@@ -22,9 +22,11 @@ import (
 // by group and each part served on this node as the same route with
 // ?group=g (within): applied here when this node leads g, else forwarded
 // to g's leader like any request, so the parts' answers read their own
-// writes here too. A batch spanning groups is therefore atomic per group
-// only: when one part fails, the parts that succeeded stay done, and the
-// answer is the failed part's error. Reads merge each group's local read.
+// writes here too. A write all of one group that this node leads goes to
+// that group's backend at once, answered as its one part would be
+// (ledHere). A batch spanning groups is therefore atomic per group only:
+// when one part fails, the parts that succeeded stay done, and the answer
+// is the failed part's error. Reads merge each group's local read.
 
 // subRequest is a request served within one group (within).
 type subRequest struct {
@@ -68,7 +70,7 @@ func (s *Server) within(r *http.Request, g int, sr subRequest, out any) error {
 			e.Error = api.ErrorDetail{Code: api.CodeInternal, Message: strings.TrimSpace(buf.body.String())}
 		}
 		retry, _ := strconv.Atoi(buf.header.Get("Retry-After"))
-		return &Error{Status: buf.status, Code: e.Error.Code, Message: fmt.Sprintf("group %d: %s", g, e.Error.Message), RetryAfter: retry}
+		return groupError(g, &Error{Status: buf.status, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry})
 	}
 	if out == nil {
 		return nil
@@ -77,6 +79,34 @@ func (s *Server) within(r *http.Request, g int, sr subRequest, out any) error {
 		return fmt.Errorf("transport: decoding group %d's answer: %w", g, err)
 	}
 	return nil
+}
+
+// groupError is e, group g's answer to a part, as the answer of the
+// request the part is of: its status, code and Retry-After, and its
+// message naming the group.
+func groupError(g int, e *Error) *Error {
+	return &Error{Status: e.Status, Code: e.Code, Message: fmt.Sprintf("group %d: %s", g, e.Message), RetryAfter: e.RetryAfter, Err: e.Err}
+}
+
+// ledHere answers at once a request whose parts all fall in one group
+// that this node leads (and is a member of): call calls that group's
+// backend with the request as decoded, where within would encode the
+// part again for the group's route to decode it again. The answer, and an
+// error's status, code and message, are those within gives. ok is false,
+// and call is not made, when the request spans groups or this node does
+// not lead its group; its parts then go through within.
+func ledHere[T any](s *Server, groups []int, call func(b Backend) (T, error)) (v T, ok bool, err error) {
+	if len(groups) != 1 {
+		return v, false, nil
+	}
+	g, b := groups[0], s.group(groups[0])
+	if _, isLeader, _ := b.LeaderHTTP(); !isLeader || b.Removed() != nil {
+		return v, false, nil
+	}
+	if v, err = call(b); err != nil {
+		return v, true, groupError(g, toError(err))
+	}
+	return v, true, nil
 }
 
 // serveSub serves req into buf and reports whether it was answered. A
@@ -173,19 +203,13 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 		return nil, err
 	}
 	groups, parts := splitMessages(msgs, s.groupCount())
-	// A batch of one group that this node leads (a client that knows the
-	// groups sends each topic's batches to its leader) is enqueued here
-	// at once, as that group's route would: decoded once, not encoded
-	// again and decoded again as a part.
-	if len(groups) == 1 {
-		b := s.group(groups[0])
-		if _, isLeader, _ := b.LeaderHTTP(); isLeader && b.Removed() == nil {
-			res, err := b.Enqueue(r.Context(), msgs)
-			if err != nil {
-				return nil, err
-			}
-			return enqueued(r, res), nil
+	// A client that knows the groups sends each topic's batches to its
+	// leader, which enqueues them at once.
+	if res, ok, err := ledHere(s, groups, func(b Backend) ([]wheel.Enqueued, error) { return b.Enqueue(r.Context(), msgs) }); ok {
+		if err != nil {
+			return nil, err
 		}
+		return enqueued(r, res), nil
 	}
 	res := make([]wheel.Enqueued, len(msgs))
 	err = eachGroup(groups, func(g int) error {
@@ -250,16 +274,11 @@ func messageOf(m wheel.NewMessage) api.Message {
 	return out
 }
 
-// settleSpan splits the receipts of an ack, nack or touch (decoded into
-// req, which holds them in *list) by the group their ids name, sends each
-// group its part as the same route (body builds a part's request), and
-// sums the counts its answers give under doneKey and "stale".
-func (s *Server) settleSpan(r *http.Request, path string, req any, list *[]string, body func(part []string) any,
-	doneKey string, answer func(done, stale int) any) (any, error) {
-	if err := decodeBody(r, req, false); err != nil {
-		return nil, err
-	}
-	rs, err := parseReceipts(*list, s.cfg.Limits)
+// settleSpan splits the receipts of an ack, nack or touch by the group
+// their ids name, sends each group its part as the same route, and sums
+// the counts of their answers.
+func (s *Server) settleSpan(r *http.Request, st settlement) (any, error) {
+	rs, err := s.receiptsOf(r, st)
 	if err != nil {
 		return nil, err
 	}
@@ -267,46 +286,34 @@ func (s *Server) settleSpan(r *http.Request, path string, req any, list *[]strin
 	if err != nil {
 		return nil, err
 	}
+	if c, ok, err := ledHere(s, groups, func(b Backend) (wheel.Counted, error) { return st.do(b, r.Context(), rs) }); ok {
+		return st.answer(c), err
+	}
 	var mu sync.Mutex
-	done, stale := 0, 0
+	var sum wheel.Counted
 	err = eachGroup(groups, func(g int) error {
 		part := make([]string, len(parts[g]))
 		for j, i := range parts[g] {
-			part[j] = (*list)[i]
+			part[j] = (*st.receipts)[i]
 		}
 		var out map[string]int
-		if err := s.within(r, g, subRequest{pattern: "POST " + path, path: path, body: body(part)}, &out); err != nil {
+		if err := s.within(r, g, subRequest{pattern: "POST " + st.path, path: st.path, body: st.part(part)}, &out); err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		done += out[doneKey]
-		stale += out["stale"]
+		sum.Done += out[st.doneKey]
+		sum.Stale += out["stale"]
 		return nil
 	})
-	return answer(done, stale), err
+	return st.answer(sum), err
 }
 
-func (s *Server) ackSpan(r *http.Request) (any, error) {
-	var req api.ReceiptsRequest
-	return s.settleSpan(r, "/v1/ack", &req, &req.Receipts,
-		func(part []string) any { return api.ReceiptsRequest{Receipts: part} },
-		"acked", func(done, stale int) any { return api.AckResponse{Acked: done, Stale: stale} })
-}
+func (s *Server) ackSpan(r *http.Request) (any, error) { return s.settleSpan(r, acking()) }
 
-func (s *Server) nackSpan(r *http.Request) (any, error) {
-	var req api.NackRequest
-	return s.settleSpan(r, "/v1/nack", &req, &req.Receipts,
-		func(part []string) any { return api.NackRequest{Receipts: part, DelayMs: req.DelayMs} },
-		"nacked", func(done, stale int) any { return api.NackResponse{Nacked: done, Stale: stale} })
-}
+func (s *Server) nackSpan(r *http.Request) (any, error) { return s.settleSpan(r, s.nacking()) }
 
-func (s *Server) touchSpan(r *http.Request) (any, error) {
-	var req api.ReceiptsRequest
-	return s.settleSpan(r, "/v1/touch", &req, &req.Receipts,
-		func(part []string) any { return api.ReceiptsRequest{Receipts: part} },
-		"touched", func(done, stale int) any { return api.TouchResponse{Touched: done, Stale: stale} })
-}
+func (s *Server) touchSpan(r *http.Request) (any, error) { return s.settleSpan(r, touching()) }
 
 // topicsSpan merges every group's topics (a topic lives in one group).
 func (s *Server) topicsSpan(r *http.Request) (any, error) {

@@ -141,44 +141,76 @@ func (s *Server) acquireWaiter() (release func(), err error) {
 	}
 }
 
-func (s *Server) ack(r *http.Request) (any, error) {
-	var req api.ReceiptsRequest
-	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
-		c, err := s.be(r).Ack(ctx, rs)
-		return api.AckResponse{Acked: c.Done, Stale: c.Stale}, err
-	})
+func (s *Server) ack(r *http.Request) (any, error) { return s.settle(r, acking()) }
+
+func (s *Server) nack(r *http.Request) (any, error) { return s.settle(r, s.nacking()) }
+
+func (s *Server) touch(r *http.Request) (any, error) { return s.settle(r, touching()) }
+
+// settlement is one ack, nack or touch: the request its body is decoded
+// into, and how its receipts are settled on a backend and answered.
+type settlement struct {
+	path     string    // the route's path
+	body     any       // the request, decoded into
+	receipts *[]string // the request's receipts, in body
+	// part is the request of the same settlement with only receipts, for
+	// one group's part of it.
+	part func(receipts []string) any
+	// do settles rs on b, as body asks.
+	do func(b Backend, ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	// answer is the answer that gives c; its count of settled receipts
+	// is the JSON field doneKey.
+	answer  func(c wheel.Counted) any
+	doneKey string
 }
 
-func (s *Server) nack(r *http.Request) (any, error) {
+func acking() settlement {
+	return receiptsOnly("/v1/ack", "acked", Backend.Ack, func(c wheel.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} })
+}
+
+func touching() settlement {
+	return receiptsOnly("/v1/touch", "touched", Backend.Touch, func(c wheel.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} })
+}
+
+// receiptsOnly is the settlement of an ack or touch, whose request holds
+// receipts alone.
+func receiptsOnly(path, doneKey string, do func(Backend, context.Context, []wheel.Receipt) (wheel.Counted, error), answer func(wheel.Counted) any) settlement {
+	var req api.ReceiptsRequest
+	return settlement{path: path, body: &req, receipts: &req.Receipts, do: do, answer: answer, doneKey: doneKey,
+		part: func(rs []string) any { return api.ReceiptsRequest{Receipts: rs} }}
+}
+
+func (s *Server) nacking() settlement {
 	var req api.NackRequest
-	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
-		if err := ValidateNackDelay(req.DelayMs, s.cfg.Limits); err != nil {
-			return nil, err
-		}
-		c, err := s.be(r).Nack(ctx, rs, req.DelayMs)
-		return api.NackResponse{Nacked: c.Done, Stale: c.Stale}, err
-	})
+	return settlement{path: "/v1/nack", body: &req, receipts: &req.Receipts, doneKey: "nacked",
+		part: func(rs []string) any { return api.NackRequest{Receipts: rs, DelayMs: req.DelayMs} },
+		do: func(b Backend, ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+			if err := ValidateNackDelay(req.DelayMs, s.cfg.Limits); err != nil {
+				return wheel.Counted{}, err
+			}
+			return b.Nack(ctx, rs, req.DelayMs)
+		},
+		answer: func(c wheel.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }}
 }
 
-func (s *Server) touch(r *http.Request) (any, error) {
-	var req api.ReceiptsRequest
-	return s.settle(r, &req, &req.Receipts, func(ctx context.Context, rs []wheel.Receipt) (any, error) {
-		c, err := s.be(r).Touch(ctx, rs)
-		return api.TouchResponse{Touched: c.Done, Stale: c.Stale}, err
-	})
-}
-
-// settle decodes an ack, nack or touch body into req, parses the receipts
-// it holds in *list and calls do with them.
-func (s *Server) settle(r *http.Request, req any, list *[]string, do func(context.Context, []wheel.Receipt) (any, error)) (any, error) {
-	if err := decodeBody(r, req, false); err != nil {
-		return nil, err
-	}
-	rs, err := parseReceipts(*list, s.cfg.Limits)
+// settle settles the receipts of st's request on the backend that answers
+// r.
+func (s *Server) settle(r *http.Request, st settlement) (any, error) {
+	rs, err := s.receiptsOf(r, st)
 	if err != nil {
 		return nil, err
 	}
-	return do(r.Context(), rs)
+	c, err := st.do(s.be(r), r.Context(), rs)
+	return st.answer(c), err
+}
+
+// receiptsOf decodes st's request from r's body and parses the receipts
+// it holds.
+func (s *Server) receiptsOf(r *http.Request, st settlement) ([]wheel.Receipt, error) {
+	if err := decodeBody(r, st.body, false); err != nil {
+		return nil, err
+	}
+	return parseReceipts(*st.receipts, s.cfg.Limits)
 }
 
 func (s *Server) topics(r *http.Request) (any, error) {
