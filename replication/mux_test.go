@@ -1,43 +1,23 @@
 package replication
 
 import (
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// syncBuffer is a log sink tests read while the mux writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newTestMux starts a mux on a free loopback port; headerTimeout 0 keeps
 // the default.
-func newTestMux(t *testing.T, groups int, srv, cli *tls.Config, headerTimeout time.Duration) (*mux, *syncBuffer) {
+func newTestMux(t *testing.T, groups int, srv, cli *tls.Config, headerTimeout time.Duration) (*mux, *SyncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &SyncBuffer{}
 	m, err := newMux(FreeAddr(t), "", srv, cli, groups, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,11 @@
 package transport_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -257,7 +255,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	check(t, "readyz", e.c.Readyz(ctx))
 	// A node that waits to be added to a cluster knows no leader.
 	// Its 503s are answers to a probe, not failures: no warning each.
-	var logs safeBuffer
+	var logs replication.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Server: func(c *transport.Config) { c.Logger = logger }})
 	err := j.Client.Readyz(ctx)
@@ -308,22 +306,4 @@ func (r reserveSignal) Reserve(ctx context.Context, topic string, max int, wait,
 		}
 	}
 	return r.Backend.Reserve(ctx, topic, max, wait, ttr)
-}
-
-// safeBuffer is a bytes.Buffer a logger may write from any goroutine.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,33 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport/api"
 )
-
-// syncBuffer is a buffer a running command writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestTailAcks(t *testing.T) {
 	n := newNode(t, "")
@@ -40,7 +21,7 @@ func TestTailAcks(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	app := newApp()
-	out := &syncBuffer{}
+	out := &replication.SyncBuffer{}
 	app.Writer, app.ErrWriter = out, io.Discard
 	done := make(chan error, 1)
 	go func() { done <- runCLI(ctx, app, []string{"delaywheel", "tail", "tt", "--ack", "--addr", n.addr}) }()
