@@ -1,11 +1,9 @@
 package replication
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +22,7 @@ type TestGroupsNode struct {
 	// Groups is the running node's groups, nil while it is stopped.
 	Groups *Groups
 
-	cancel context.CancelFunc // stops the registration loops
-	done   sync.WaitGroup     // the registration loops
+	loops testLoops // its registration loops, a group each
 }
 
 // TestGroupsCluster is a set of in-process nodes, each running Count groups.
@@ -37,8 +34,7 @@ type TestGroupsCluster struct {
 	// Configure, when set, adjusts each node's config before it starts.
 	Configure func(*Config)
 
-	mu      sync.Mutex
-	running map[string]*Groups // by node id, for the registration loops
+	running running[*Groups]
 }
 
 // NewTestGroupsCluster starts n nodes of groups groups each as one new
@@ -85,7 +81,7 @@ func StartTestGroupsCluster(t testing.TB, groups int, cfgs ...Config) *TestGroup
 
 func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs []Config) *TestGroupsCluster {
 	t.Helper()
-	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure, running: map[string]*Groups{}}
+	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure}
 	for _, cfg := range cfgs {
 		c.Nodes = append(c.Nodes, &TestGroupsNode{Cfg: cfg})
 	}
@@ -124,17 +120,12 @@ func (c *TestGroupsCluster) Start(i int) {
 		c.t.Fatalf("open node %s with %d groups: %v", cfg.ID, c.Count, err)
 	}
 	tn.Groups = gs
-	c.mu.Lock()
-	c.running[cfg.ID] = gs
-	c.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	tn.cancel = cancel
+	c.running.set(cfg.ID, gs)
+	ctx := tn.loops.start()
 	for g := range gs.Count() {
-		tn.done.Go(func() {
+		tn.loops.done.Go(func() {
 			recordAddresses(ctx, gs.Node(g), cfg, func(id string) *Node {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if o := c.running[id]; o != nil {
+				if o := c.running.get(id); o != nil {
 					return o.Node(g)
 				}
 				return nil
@@ -150,14 +141,7 @@ func (c *TestGroupsCluster) Stop(i int) {
 	if tn.Groups == nil {
 		return
 	}
-	tn.cancel()
-	tn.done.Wait()
-	c.mu.Lock()
-	delete(c.running, tn.Cfg.ID)
-	c.mu.Unlock()
-	if err := tn.Groups.Close(context.Background()); err != nil {
-		c.t.Errorf("close %s: %v", tn.Cfg.ID, err)
-	}
+	c.running.stop(c.t, tn.Cfg.ID, &tn.loops)
 	tn.Groups = nil
 }
 
@@ -172,17 +156,9 @@ func (c *TestGroupsCluster) Shutdown() {
 // its node.
 func (c *TestGroupsCluster) Leader(g int) *TestGroupsNode {
 	c.t.Helper()
-	var found *TestGroupsNode
-	WaitFor(c.t, 20*time.Second, fmt.Sprintf("a leader of group %d", g), func() bool {
-		for _, tn := range c.Nodes {
-			if tn.Groups != nil && tn.Groups.Node(g).IsLeader() && tn.Groups.Node(g).Ready() == nil {
-				found = tn
-				return true
-			}
-		}
-		return false
+	return waitFirst(c.t, fmt.Sprintf("a leader of group %d", g), c.Nodes, func(tn *TestGroupsNode) bool {
+		return tn.Groups != nil && readyLeader(tn.Groups.Node(g))
 	})
-	return found
 }
 
 // Leaders returns, for each group, the id of the running node that leads

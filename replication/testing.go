@@ -33,8 +33,7 @@ type TestNode struct {
 	// Node is the running node, nil while it is stopped.
 	Node *Node
 
-	cancel context.CancelFunc // stops the registration loop
-	done   chan struct{}      // closed when the registration loop ends
+	loops testLoops // its registration loop
 }
 
 // TestCluster is a set of in-process nodes.
@@ -44,8 +43,7 @@ type TestCluster struct {
 	// Configure, when set, adjusts each node's config before it starts.
 	Configure func(*Config)
 
-	mu      sync.Mutex
-	running map[string]*Node // by node id, for the registration loops
+	running running[*Node]
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
@@ -126,7 +124,7 @@ func StartTestCluster(t testing.TB, cfgs ...Config) *TestCluster {
 
 func startCluster(t testing.TB, configure func(*Config), cfgs []Config) *TestCluster {
 	t.Helper()
-	c := &TestCluster{t: t, Configure: configure, running: map[string]*Node{}}
+	c := &TestCluster{t: t, Configure: configure}
 	for _, cfg := range cfgs {
 		if cfg.Logger == nil {
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -174,24 +172,14 @@ func (c *TestCluster) Start(i int) {
 		c.t.Fatalf("open node %s: %v", cfg.ID, err)
 	}
 	tn.Node = node
-	c.mu.Lock()
-	c.running[cfg.ID] = node
-	c.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	tn.cancel, tn.done = cancel, make(chan struct{})
-	go func() {
-		defer close(tn.done)
-		c.register(ctx, node, cfg)
-	}()
+	c.running.set(cfg.ID, node)
+	ctx := tn.loops.start()
+	tn.loops.done.Go(func() { c.register(ctx, node, cfg) })
 }
 
 // register asks the leader to record node's addresses until they are.
 func (c *TestCluster) register(ctx context.Context, node *Node, cfg Config) {
-	recordAddresses(ctx, node, cfg, func(id string) *Node {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.running[id]
-	})
+	recordAddresses(ctx, node, cfg, c.running.get)
 }
 
 // recordAddresses asks node's leader, found by leaderNode, to record node's
@@ -221,14 +209,7 @@ func (c *TestCluster) Stop(i int) {
 		return
 	}
 	tn.Node.StepDown()
-	tn.cancel()
-	<-tn.done
-	c.mu.Lock()
-	delete(c.running, tn.Cfg.ID)
-	c.mu.Unlock()
-	if err := tn.Node.Close(context.Background()); err != nil {
-		c.t.Errorf("close %s: %v", tn.Cfg.ID, err)
-	}
+	c.running.stop(c.t, tn.Cfg.ID, &tn.loops)
 	tn.Node = nil
 }
 
@@ -242,17 +223,82 @@ func (c *TestCluster) Shutdown() {
 // Leader waits for a leader whose dispatcher runs and returns it.
 func (c *TestCluster) Leader() *TestNode {
 	c.t.Helper()
-	var found *TestNode
-	WaitFor(c.t, 20*time.Second, "a leader", func() bool {
-		for _, tn := range c.Nodes {
-			if tn.Node != nil && tn.Node.IsLeader() && tn.Node.Ready() == nil {
-				found = tn
+	return waitFirst(c.t, "a leader", c.Nodes, func(tn *TestNode) bool { return tn.Node != nil && readyLeader(tn.Node) })
+}
+
+// readyLeader reports whether n leads and its dispatcher runs.
+func readyLeader(n *Node) bool { return n.IsLeader() && n.Ready() == nil }
+
+// waitFirst waits, as what, until one of nodes is ok and returns the
+// first that is.
+func waitFirst[T any](t testing.TB, what string, nodes []T, ok func(T) bool) T {
+	t.Helper()
+	var found T
+	WaitFor(t, 20*time.Second, what, func() bool {
+		for _, n := range nodes {
+			if ok(n) {
+				found = n
 				return true
 			}
 		}
 		return false
 	})
 	return found
+}
+
+// running is a test cluster's running nodes (a *Node each, or a node's
+// *Groups) by id, which the registration loops ask for their leader.
+type running[N interface{ Close(context.Context) error }] struct {
+	mu   sync.Mutex
+	byID map[string]N
+}
+
+// set records n as node id.
+func (r *running[N]) set(id string, n N) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID == nil {
+		r.byID = map[string]N{}
+	}
+	r.byID[id] = n
+}
+
+// get returns node id, the zero N when it is not running.
+func (r *running[N]) get(id string) N {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
+// stop ends node id's registration loops, forgets it and closes it.
+func (r *running[N]) stop(t testing.TB, id string, loops *testLoops) {
+	loops.stop()
+	r.mu.Lock()
+	n := r.byID[id]
+	delete(r.byID, id)
+	r.mu.Unlock()
+	if err := n.Close(context.Background()); err != nil {
+		t.Errorf("close %s: %v", id, err)
+	}
+}
+
+// testLoops are a running test node's registration loops.
+type testLoops struct {
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// start returns the context of the loops, which run on done, until stop.
+func (l *testLoops) start() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	return ctx
+}
+
+// stop ends the loops and waits for them.
+func (l *testLoops) stop() {
+	l.cancel()
+	l.done.Wait()
 }
 
 // Follower returns a running node that is not the leader.
