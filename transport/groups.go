@@ -22,6 +22,24 @@ type Grouped interface {
 	Group(g int) Backend
 }
 
+// GroupsOf is the Grouped half of a backend of many groups, over the
+// node's groups as a list of B (replication's Groups: Count, and Node for
+// each). Embedded beside group 0's backend, which keeps that backend's
+// optional capabilities (Backuper, AppliedWaiter…), it makes the backend
+// a server of many groups serves.
+type GroupsOf[B Backend] struct {
+	Groups interface {
+		Count() int
+		Node(g int) B
+	}
+}
+
+// GroupCount is the number of groups.
+func (o GroupsOf[B]) GroupCount() int { return o.Groups.Count() }
+
+// Group returns group g's backend.
+func (o GroupsOf[B]) Group(g int) Backend { return o.Groups.Node(g) }
+
 // scope says how a route finds its group on a node of many groups.
 type scope int
 

@@ -19,14 +19,8 @@ import (
 // import transport.
 type groupsBackend struct {
 	*replication.Node
-	gs *replication.Groups
+	transport.GroupsOf[*replication.Node]
 }
-
-// GroupCount is the number of groups.
-func (b groupsBackend) GroupCount() int { return b.gs.Count() }
-
-// Group returns group g's node.
-func (b groupsBackend) Group(g int) transport.Backend { return b.gs.Node(g) }
 
 // checkGroups validates --groups.
 func checkGroups(n int) error {
@@ -42,7 +36,7 @@ func backendOf(gs *replication.Groups) transport.Backend {
 	if gs.Count() == 1 {
 		return gs.Node(0)
 	}
-	return groupsBackend{Node: gs.Node(0), gs: gs}
+	return groupsBackend{gs.Node(0), transport.GroupsOf[*replication.Node]{Groups: gs}}
 }
 
 // registerGroups registers each group's node collectors with reg: with

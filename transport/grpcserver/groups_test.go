@@ -39,7 +39,7 @@ func startGroupsGRPC(t *testing.T, groups int) *groupsGRPC {
 	c.Spread(t)
 	gg := &groupsGRPC{c: c, grpc: map[string]string{}, asked: map[string]bool{}}
 	for _, kn := range c.Nodes {
-		b := transporttest.GroupsBackend{Node: kn.Node, Groups: kn.Groups}
+		b := transporttest.GroupsBackend(kn.Groups)
 		view := transport.NewServer(transport.Config{Clock: kn.Clock.Now}, b)
 		conn := serveGRPC(t, kn, b, func(cfg *grpcserver.Config) {
 			cfg.Cluster = view.ClusterView
@@ -324,7 +324,7 @@ func TestGroupsOutOfRange(t *testing.T) {
 	leaders := gg.c.Leaders()
 	at := gg.index(t, leaders[0])
 	kn := gg.c.Nodes[at]
-	lone := pb.NewDelaywheelClient(serveGRPC(t, kn, transporttest.GroupsBackend{Node: kn.Node, Groups: kn.Groups}, nil))
+	lone := pb.NewDelaywheelClient(serveGRPC(t, kn, transporttest.GroupsBackend(kn.Groups), nil))
 	_, err = lone.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(0, groups), Key: "done"}, {Topic: topicOf(1, groups)}}})
 	st := wantCode(t, "a part this node cannot forward", err, codes.Unavailable, "group 1: this node is not the leader")
 	if info := errorInfo(st); info == nil || info.Metadata[grpcserver.MetaLeaderHTTP] != gg.c.Nodes[gg.index(t, leaders[1])].Addr {

@@ -11,19 +11,15 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// GroupsBackend serves a node's many Raft groups through one server:
-// the Backend of group 0 (embedded), and transport.Grouped over the
-// rest. The server does the same in cmd/delaywheel.
-type GroupsBackend struct {
-	*replication.Node
-	Groups *replication.Groups
+// GroupsBackend serves a node's many Raft groups through one server, as
+// the delaywheel server does: group 0's node (embedded, with its optional
+// capabilities), and transport.Grouped over every group.
+func GroupsBackend(gs *replication.Groups) transport.Backend {
+	return struct {
+		*replication.Node
+		transport.GroupsOf[*replication.Node]
+	}{gs.Node(0), transport.GroupsOf[*replication.Node]{Groups: gs}}
 }
-
-// GroupCount is the number of groups.
-func (b GroupsBackend) GroupCount() int { return b.Groups.Count() }
-
-// Group returns group g's node.
-func (b GroupsBackend) Group(g int) transport.Backend { return b.Groups.Node(g) }
 
 // GroupsCluster is a set of nodes that run the same Raft groups, each
 // node behind its own HTTP server at the HTTP address its groups record.
@@ -76,7 +72,7 @@ func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 // serve puts kn's groups behind its server.
 func (c *GroupsCluster) serve(kn *Node, gs *replication.Groups) {
 	kn.Node, kn.Groups = gs.Node(0), gs
-	serve(c.t, kn, GroupsBackend{Node: gs.Node(0), Groups: gs}, c.o)
+	serve(c.t, kn, GroupsBackend(gs), c.o)
 }
 
 // Leader waits for a ready leader of group g and returns its node.
