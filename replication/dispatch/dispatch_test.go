@@ -217,7 +217,10 @@ func TestWakerFollowsInjectedClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	c := w.at(clk.Now().Add(5 * time.Millisecond))
+	c, alarm := w.at(clk.Now().Add(5 * time.Millisecond))
+	if alarm != nil {
+		t.Fatal("an alarm on the system clock armed for an injected clock")
+	}
 	select {
 	case <-c:
 		t.Fatal("woke before the clock moved")

@@ -218,15 +218,16 @@ func (d *Dispatcher) fireLoop() {
 		changed := d.loader.Changed()
 		next := d.offerLocked()
 		d.mu.Unlock()
-		var timer <-chan time.Time
+		var timer, alarm <-chan time.Time
 		if next >= 0 {
-			timer = d.wake.at(time.UnixMilli(next))
+			timer, alarm = d.wake.at(time.UnixMilli(next))
 		}
 		select {
 		case <-d.ctx.Done():
 			return
 		case <-changed:
 		case <-timer:
+		case <-alarm:
 		}
 	}
 }

@@ -54,7 +54,8 @@
 //
 // The path from a due millisecond to the answer is kept short, because
 // every step of it is lateness: the fire loop wakes on a precise alarm
-// (waker: a timerfd on Linux with the system clock), an arriving reserve
+// (waker: a timerfd on Linux with the system clock) or on a timer for the
+// same instant, whichever the runtime gets to first, an arriving reserve
 // pops what came due itself rather than wait for the fire loop, the
 // consumer's goroutine submits its Lease entry itself (Raft batches
 // concurrent entries into one write), and a goroutine per Lease waits for
