@@ -314,7 +314,7 @@ func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 	if n.raft.State() != raft.Leader {
 		return wheel.ErrNotLeader
 	}
-	if err := n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := waitFuture(ctx, n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 		return fmt.Errorf("%w: add voter %s: %w", wheel.ErrUnavailable, m.ID, err)
 	}
 	_, err := n.result(ctx, wheel.SetNode{Node: m})
@@ -332,7 +332,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 		return wheel.ErrNotLeader
 	}
 	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	if err := waitFuture(ctx, f); err != nil {
 		return fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
 	}
 	found := false
@@ -348,7 +348,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 	// demoting itself would step down before it could remove itself.)
 	if id != n.cfg.ID {
 		f := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
-		if err := f.Error(); err != nil {
+		if err := waitFuture(ctx, f); err != nil {
 			return fmt.Errorf("%w: demote %s: %w", wheel.ErrUnavailable, id, err)
 		}
 		// A member that does not hold its demotion when it is removed
@@ -359,7 +359,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 			}
 		}
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 		return fmt.Errorf("%w: remove %s: %w", wheel.ErrUnavailable, id, err)
 	}
 	_, err := n.result(ctx, wheel.RemoveNode{ID: id})

@@ -178,15 +178,8 @@ func (n *Node) configChanged() {
 // node waiting to join knows no configuration yet.
 func (n *Node) isRemoved(ctx context.Context) (removed, ok bool) {
 	f := n.raft.GetConfiguration()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case <-ctx.Done():
+	if waitFuture(ctx, f) != nil {
 		return false, false
-	case err := <-done:
-		if err != nil {
-			return false, false
-		}
 	}
 	servers := f.Configuration().Servers
 	for _, s := range servers {
@@ -236,5 +229,20 @@ func (n *Node) watchMembership(ctx context.Context) {
 		} else {
 			n.log.Info("this node is a member of the cluster again")
 		}
+	}
+}
+
+// waitFuture waits for a Raft future until ctx is done. A membership
+// change's future ends only when its entry commits or Raft shuts down, so
+// without a quorum it would hold its caller, an HTTP handler, for as long
+// as the quorum stays lost; the future still completes on its own.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case err := <-done:
+		return err
 	}
 }
