@@ -3,12 +3,8 @@ package replication
 import (
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/delaywheel/delaywheel/replication/raftlog"
-	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // This file extends the test kit to clusters of many Raft groups: every
@@ -43,25 +39,9 @@ type TestGroupsCluster struct {
 // recorded in every group.
 func NewTestGroupsCluster(t testing.TB, n, groups int, configure func(*Config)) *TestGroupsCluster {
 	t.Helper()
-	var members []wheel.Node
-	for i := range n {
-		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
-	}
-	base := t.TempDir()
-	var cfgs []Config
-	for _, m := range members {
-		cfg := Config{
-			ID: m.ID, DataDir: filepath.Join(base, m.ID), RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
-			RedeliveryBackoff: -1,
-			ExpireGrace:       200 * time.Millisecond,
-			LogSegmentBytes:   raftlog.MinSegmentBytes,
-			Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-			balance:           balanceTiming{every: 100 * time.Millisecond, settle: 500 * time.Millisecond, retry: time.Second},
-		}
-		if n > 1 {
-			cfg.InitialCluster = members
-		}
-		cfgs = append(cfgs, cfg)
+	cfgs := newTestConfigs(t, n)
+	for i := range cfgs {
+		cfgs[i].balance = balanceTiming{every: 100 * time.Millisecond, settle: 500 * time.Millisecond, retry: time.Second}
 	}
 	return startGroupsCluster(t, groups, configure, cfgs)
 }
@@ -71,11 +51,6 @@ func NewTestGroupsCluster(t testing.TB, n, groups int, configure func(*Config)) 
 // directory) and waits as NewTestGroupsCluster does.
 func StartTestGroupsCluster(t testing.TB, groups int, cfgs ...Config) *TestGroupsCluster {
 	t.Helper()
-	for i := range cfgs {
-		if cfgs[i].Logger == nil {
-			cfgs[i].Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		}
-	}
 	return startGroupsCluster(t, groups, nil, cfgs)
 }
 
@@ -83,6 +58,9 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs 
 	t.Helper()
 	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure}
 	for _, cfg := range cfgs {
+		if cfg.Logger == nil {
+			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
 		c.Nodes = append(c.Nodes, &TestGroupsNode{Cfg: cfg})
 	}
 	for i := range c.Nodes {

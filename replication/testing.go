@@ -92,8 +92,17 @@ func ephemeralLow() int {
 // replicated metadata; nothing listens on it unless the caller serves it.
 func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 	t.Helper()
+	return startCluster(t, configure, newTestConfigs(t, n))
+}
+
+// newTestConfigs returns the configs of n new members of one new cluster:
+// free loopback addresses, data dirs under a test directory, quick expiry,
+// no redelivery backoff and small log segments, so that each node writes
+// less ahead and the log moves to a new segment, made from a spare, more
+// often.
+func newTestConfigs(t testing.TB, n int) []Config {
 	var members []wheel.Node
-	for i := 0; i < n; i++ {
+	for i := range n {
 		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
 	}
 	base := t.TempDir()
@@ -103,16 +112,14 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 			ID: m.ID, DataDir: filepath.Join(base, m.ID), RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
 			RedeliveryBackoff: -1,
 			ExpireGrace:       200 * time.Millisecond,
-			// Small segments: each node writes less ahead, and the log
-			// moves to a new segment, made from a spare, more often.
-			LogSegmentBytes: raftlog.MinSegmentBytes,
+			LogSegmentBytes:   raftlog.MinSegmentBytes,
 		}
 		if n > 1 {
 			cfg.InitialCluster = members
 		}
 		cfgs = append(cfgs, cfg)
 	}
-	return startCluster(t, configure, cfgs)
+	return cfgs
 }
 
 // StartTestCluster starts nodes with the given configs (data dirs and
