@@ -2,7 +2,6 @@ package replication
 
 import (
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 )
@@ -59,7 +58,7 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs 
 	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure}
 	for _, cfg := range cfgs {
 		if cfg.Logger == nil {
-			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			cfg.Logger = testLogger(t)
 		}
 		c.Nodes = append(c.Nodes, &TestGroupsNode{Cfg: cfg})
 	}

@@ -134,7 +134,7 @@ func startCluster(t testing.TB, configure func(*Config), cfgs []Config) *TestClu
 	c := &TestCluster{t: t, Configure: configure}
 	for _, cfg := range cfgs {
 		if cfg.Logger == nil {
-			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			cfg.Logger = testLogger(t)
 		}
 		c.Nodes = append(c.Nodes, &TestNode{Cfg: cfg})
 	}
@@ -155,6 +155,12 @@ func startCluster(t testing.TB, configure func(*Config), cfgs []Config) *TestClu
 		return true
 	})
 	return c
+}
+
+// testLogger is a test node's logger: its warnings and errors, in the
+// test's log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 type testWriter struct{ t testing.TB }
