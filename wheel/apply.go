@@ -261,22 +261,28 @@ func (t *tx) lease(c Lease) Result {
 	return Result{Value: ok}
 }
 
-// held returns the meta and message of a receipt that is still valid at now.
-func (t *tx) held(r Receipt, now int64) (meta, Message, bool) {
+// held returns the meta and message of a receipt that is still valid at
+// now. Unless full, the message is read only if it holds a key, and is
+// otherwise its id alone: what ending it needs (finish).
+func (t *tx) held(r Receipt, now int64, full bool) (meta, Message, bool) {
 	mt, ok := t.meta(r.ID)
 	if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || now > mt.LeaseExpMs {
 		return meta{}, Message{}, false
+	}
+	if !full && !mt.Keyed {
+		return mt, Message{ID: r.ID}, true
 	}
 	m, ok := t.full(r.ID, mt)
 	return mt, m, ok
 }
 
 // eachHeld calls fn for every receipt still valid at now and counts the
-// others as stale.
-func (t *tx) eachHeld(rs []Receipt, now int64, fn func(mt meta, m *Message)) Result {
+// others as stale. Unless full, fn gets only what finish needs of the
+// message (see held).
+func (t *tx) eachHeld(rs []Receipt, now int64, full bool, fn func(mt meta, m *Message)) Result {
 	var n Counted
 	for _, r := range rs {
-		mt, m, ok := t.held(r, now)
+		mt, m, ok := t.held(r, now, full)
 		if !ok {
 			n.Stale++
 			continue
@@ -288,14 +294,14 @@ func (t *tx) eachHeld(rs []Receipt, now int64, fn func(mt meta, m *Message)) Res
 }
 
 func (t *tx) ack(c Ack) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, func(mt meta, m *Message) {
+	return t.eachHeld(c.Receipts, c.NowMs, false, func(mt meta, m *Message) {
 		t.finish(m, mt)
 		t.stat(mt.TopicID).Acked++
 	})
 }
 
 func (t *tx) nack(c Nack) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, func(mt meta, m *Message) {
+	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
 		t.unplace(m.ID, mt)
 		clearLease(m)
 		t.stat(mt.TopicID).Nacked++
@@ -309,7 +315,7 @@ func (t *tx) nack(c Nack) Result {
 }
 
 func (t *tx) touch(c Touch) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, func(mt meta, m *Message) {
+	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
 		t.unplace(m.ID, mt)
 		backoff := max(m.DeliverAtMs-m.LeaseExpiresMs, 0)
 		m.LeaseExpiresMs = c.NowMs + m.LeaseMs

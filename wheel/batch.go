@@ -150,17 +150,18 @@ func (t *tx) setMeta(id ID, m *meta) {
 	t.set(t.keyBuf, t.metaBuf)
 }
 
-// delMeta deletes a message's meta, and marks it gone if its entry's
+// delMeta deletes a message's meta, or marks it gone if its entry's
 // placements would otherwise imply one.
 func (t *tx) delMeta(id ID) {
-	t.del(metaKey(id))
 	_, _, placed, err := t.placement(id)
 	if err != nil {
 		t.fail(err)
 	}
 	if placed {
-		t.set(goneKey(id), []byte{present})
+		t.set(metaKey(id), []byte{goneMark})
+		return
 	}
+	t.del(metaKey(id))
 }
 
 // meta reads a message's meta from the batch's view of the index: its

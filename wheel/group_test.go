@@ -120,10 +120,13 @@ func TestPlacementsInGroup(t *testing.T) {
 	k.wantGone(enq[0].ID)
 	k.apply(Expire{Before: t0s + 5})
 	k.wantState(enq[3].ID, StateReady, t0+4500, 0)
-	for _, p := range []byte{pPlaced, pPlacedBy, pGone} {
+	for _, p := range []byte{pPlaced, pPlacedBy} {
 		if got := k.keysWith(p); len(got) != 0 {
 			t.Fatalf("prefix %q holds %x after the entry's last slot expired", p, got)
 		}
+	}
+	if got := k.goneMarks(); len(got) != 0 {
+		t.Fatalf("gone marks %x after the entry's last slot expired", got)
 	}
 }
 

@@ -11,10 +11,9 @@ import (
 //	'd' topicID id                     → message: a topic's dead letters
 //	'e' index                          → where an entry put its new messages (placement.go)
 //	'f' maxSecond index                → marker: an entry's placements, by their last slot
-//	'g' id                             → marker: a placed message that is gone
 //	'h' topic                          → the topic's webhook (webhook.go)
 //	'k' topicID key                    → id: the pending message holding a key
-//	'm' id                             → meta (state and location of a message)
+//	'm' id                             → meta (state and location of a message), or a gone mark (placement.go)
 //	'n' node id                        → node metadata
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
@@ -52,7 +51,7 @@ const (
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 4
+const indexFormat = 5
 
 var (
 	keyApplied   = []byte("sapplied")
@@ -155,21 +154,30 @@ type meta struct {
 	Offset     int64 // locSegment: the record's offset in the file
 	Receipt    uint64
 	LeaseExpMs int64
+	// Keyed says the message holds a key (of the key index), so that
+	// ending it, which frees the key, needs its record, and ending one
+	// without does not.
+	Keyed bool
 }
 
-// The meta encoding: metaTag, state, location, then varints. A meta is
+// The meta encoding: metaTag, state (its top bit: Keyed), location, then varints. A meta is
 // written to the index at least once and rewritten by every compaction
 // that carries it, so it is kept small: a delayed message in a slot file
 // takes about 17 bytes. The slot second is stored as its difference from
 // the second of DueMs, which for a record in a slot file is 0.
 const (
 	metaTag    = 0xC2
+	keyedBit   = 0x80
 	metaMaxLen = 3 + binary.MaxVarintLen32 + 6*binary.MaxVarintLen64
 )
 
 // appendTo appends the encoding of m to b.
 func (m *meta) appendTo(b []byte) []byte {
-	e := &encoder{b: append(b, metaTag, byte(m.State), byte(m.Loc))}
+	st := byte(m.State)
+	if m.Keyed {
+		st |= keyedBit
+	}
+	e := &encoder{b: append(b, metaTag, st, byte(m.Loc))}
 	e.uvarint(uint64(m.TopicID))
 	e.varint(m.DueMs)
 	e.varint(m.Priority)
@@ -197,7 +205,8 @@ func decodeMeta(b []byte) (meta, error) {
 	if d.byte() != metaTag {
 		return meta{}, fmt.Errorf("%w: meta of %d bytes", ErrCorruptCommand, len(b))
 	}
-	m := meta{State: State(d.byte()), Loc: location(d.byte())}
+	st := d.byte()
+	m := meta{State: State(st &^ keyedBit), Keyed: st&keyedBit != 0, Loc: location(d.byte())}
 	tid := d.uvarint()
 	m.DueMs = d.varint()
 	m.Priority = d.varint()

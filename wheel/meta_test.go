@@ -10,10 +10,10 @@ import (
 var metaCases = []meta{
 	{State: StateDelayed, Loc: locSegment, TopicID: 1, DueMs: t0 + 1800_000, Second: SecondOf(t0 + 1800_000), Offset: 123_456},
 	{State: StateReserved, Loc: locSegment, TopicID: 7, DueMs: t0 + 31_000, Priority: -5, Second: SecondOf(t0 + 31_000),
-		Offset: 1 << 40, Receipt: math.MaxUint64, LeaseExpMs: t0 + 30_000},
+		Offset: 1 << 40, Receipt: math.MaxUint64, LeaseExpMs: t0 + 30_000, Keyed: true},
 	{State: StateDelayed, Loc: locOverflow, TopicID: math.MaxUint32, DueMs: t0 + 24*3600_000, Priority: math.MinInt64},
 	{State: StateReady, Loc: locReady, TopicID: 2, DueMs: 0, Priority: math.MaxInt64},
-	{State: StateDead, Loc: locDead, TopicID: 3, DueMs: math.MaxInt64},
+	{State: StateDead, Loc: locDead, TopicID: 3, DueMs: math.MaxInt64, Keyed: true},
 	// Not written by the store, but a meta must survive whatever it holds.
 	{State: StateDelayed, Loc: locSegment, DueMs: -1, Second: math.MinInt64, Offset: -1, LeaseExpMs: math.MinInt64},
 }
@@ -40,6 +40,7 @@ func TestMetaDecodeRejects(t *testing.T) {
 	good := metaCases[1].encode()
 	for name, b := range map[string][]byte{
 		"empty":         nil,
+		"gone mark":     {goneMark},
 		"tag only":      {metaTag},
 		"truncated":     good[:len(good)-1],
 		"trailing byte": append(append([]byte(nil), good...), 0),

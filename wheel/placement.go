@@ -48,7 +48,7 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
 		t.overflowAdd(m.DeliverAtMs, 1)
 		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs})
+			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != ""})
 	}
 	t.move(tid, from, state)
 }
@@ -68,7 +68,7 @@ func recordState(typ segment.RecordType) State {
 // implies it from the record, so the two agree.
 func slotMeta(m *Message, tid uint32, typ segment.RecordType, second, off int64) meta {
 	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs}
+		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != ""}
 }
 
 func (t *tx) move(tid uint32, from, to State) {
@@ -88,7 +88,7 @@ func clearLease(m *Message) {
 func (t *tx) toReady(m *Message, tid uint32, from State) {
 	clearLease(m)
 	t.set(readyKey(tid, m.DeliverAtMs, m.Priority, m.ID), EncodeMessage(nil, m))
-	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
+	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority, Keyed: m.Key != ""})
 	t.move(tid, from, StateReady)
 	t.event(Event{Kind: EventReady, Topic: m.Topic, ID: m.ID})
 }
@@ -97,7 +97,7 @@ func (t *tx) toReady(m *Message, tid uint32, from State) {
 func (t *tx) toDead(m *Message, tid uint32, from State) {
 	clearLease(m)
 	t.set(deadKey(tid, m.ID), EncodeMessage(nil, m))
-	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
+	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority, Keyed: m.Key != ""})
 	t.releaseKey(m, tid)
 	t.move(tid, from, StateDead)
 	t.stat(tid).Dead++
@@ -188,25 +188,35 @@ func (t *tx) full(id ID, mt meta) (Message, bool) {
 //
 //	'e' index                → for each such message: seq, slot second, offset
 //	'f' maxSecond index      → a marker byte: the entry's last slot second
-//	'g' id                   → a marker byte: the message is gone (acked, cancelled)
 //
 // A message without a meta of its own ('m') has the meta its placement
 // implies: delayed, in that slot at that offset, with its due time and
 // priority read from the record. Every change of a message's state or
-// place writes it a meta, which takes precedence from then on; one that
-// ends it (ack, cancel) deletes its meta and, if its entry has placements,
-// marks it gone, since the placement would otherwise bring it back. When
-// the cursor passes an entry's last slot second, every message placed by
-// it has moved on (to the ready queue, or with its own meta) or is gone,
-// so Expire deletes the placements and the gone marks.
+// place writes it a meta, which takes precedence from then on. One that
+// ends it (ack, cancel) deletes its meta, or, if its entry has placements,
+// which would otherwise bring it back, replaces the meta with a gone mark
+// (goneMark). The mark sits under the message's meta key, not a key of its
+// own, so that looking a message up reads one key before the placements:
+// handing out a placed message, which has no meta, would otherwise read
+// two keys that are not there, and a key that is not there is the dearest
+// read of the index (every level is asked). When the cursor passes an
+// entry's last slot second, every message placed by it has moved on (to
+// the ready queue, or with its own meta) or is gone, so Expire deletes the
+// placements and the gone marks.
 //
 // Messages with a key, and messages beyond the horizon, get a meta at
 // enqueue.
 const (
 	pPlaced   = 'e'
 	pPlacedBy = 'f'
-	pGone     = 'g'
 )
+
+// goneMark is the value of the meta key of a message its entry's placements
+// still list but that has ended. A meta's encoding starts with metaTag, so
+// the two never meet.
+const goneMark = 0
+
+func isGoneMark(v []byte) bool { return len(v) == 1 && v[0] == goneMark }
 
 // present is the value of keys whose presence is what they say: the
 // index's readers take an empty value for an absent key.
@@ -219,11 +229,6 @@ func placedKey(index uint64) []byte {
 func placedByKey(second int64, index uint64) []byte {
 	k := binary.BigEndian.AppendUint64([]byte{pPlacedBy}, uint64(second))
 	return binary.BigEndian.AppendUint64(k, index)
-}
-
-func goneKey(id ID) []byte {
-	b := id.Bytes()
-	return append([]byte{pGone}, b[:]...)
 }
 
 // placing collects the placements of the entry being applied.
@@ -334,8 +339,11 @@ func lookupMeta(src metaSource, id ID) (meta, bool, error) {
 	if err != nil {
 		return meta{}, false, err
 	}
-	if v == nil {
+	switch {
+	case v == nil:
 		return implicitMeta(src, id)
+	case isGoneMark(v):
+		return meta{}, false, nil
 	}
 	m, err := decodeMeta(v)
 	if err != nil {
@@ -412,9 +420,6 @@ func implicitMeta(src metaSource, id ID) (meta, bool, error) {
 	if err != nil || !ok {
 		return meta{}, false, err
 	}
-	if g, err := src.getKey(goneKey(id)); err != nil || g != nil {
-		return meta{}, false, err
-	}
 	r, err := src.readRecord(sec, off)
 	if err != nil {
 		return meta{}, false, fmt.Errorf("read message %s placed at slot %d offset %d: %w", id, sec, off, err)
@@ -487,10 +492,12 @@ func (t *tx) dropPlacements(before int64) {
 		index := binary.BigEndian.Uint64(k[9:])
 		t.del(placedKey(index))
 		delete(t.placed, index)
-		lo := binary.BigEndian.AppendUint64([]byte{pGone}, index)
-		gone, _ := t.scanKeys(lo, prefixEnd(lo), 0)
-		for _, g := range gone {
-			t.del(g)
+		lo := binary.BigEndian.AppendUint64([]byte{pMeta}, index)
+		metas, vals := t.scanKeys(lo, prefixEnd(lo), 0)
+		for i, k := range metas {
+			if isGoneMark(vals[i]) {
+				t.del(k)
+			}
 		}
 		t.del(k)
 	}

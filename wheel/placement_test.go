@@ -19,6 +19,21 @@ func (k *storeKit) keysWith(p ...byte) [][]byte {
 	return out
 }
 
+// goneMarks returns the meta keys that hold a gone mark.
+func (k *storeKit) goneMarks() [][]byte {
+	k.t.Helper()
+	var out [][]byte
+	if err := k.s.scan([]byte{pMeta}, func(key, v []byte) error {
+		if isGoneMark(v) {
+			out = append(out, append([]byte(nil), key...))
+		}
+		return nil
+	}); err != nil {
+		k.t.Fatal(err)
+	}
+	return out
+}
+
 // TestPlacementsStandForMetas follows messages enqueued without a key into
 // slot files: they get no meta, only their entry's placements; acking or
 // cancelling one marks it gone; the placements and marks go once the
@@ -52,7 +67,7 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	// Cancelled: gone, and marked so.
 	k.one(Cancel{ID: enq[0].ID})
 	k.wantGone(enq[0].ID)
-	if got := k.keysWith(pGone); len(got) != 1 || !bytes.Equal(got[0], goneKey(enq[0].ID)) {
+	if got := k.goneMarks(); len(got) != 1 || !bytes.Equal(got[0], metaKey(enq[0].ID)) {
 		t.Fatalf("gone marks %x", got)
 	}
 	// Leased: it gets a meta of its own; acked: gone.
@@ -60,7 +75,7 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	k.wantState(enq[1].ID, StateReserved, t0+9000, 1)
 	k.one(Ack{NowMs: t0 + 2600, Receipts: []Receipt{{ID: enq[1].ID, Nonce: 4}}})
 	k.wantGone(enq[1].ID)
-	if got := len(k.keysWith(pGone)); got != 2 {
+	if got := len(k.goneMarks()); got != 2 {
 		t.Fatalf("%d gone marks, want 2", got)
 	}
 	// The last slot second with a placement has not expired: they stay.
@@ -71,10 +86,16 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	// It expires: what was still placed moves to the ready queue, and
 	// the placements and marks go.
 	k.apply(Expire{Before: t0s + 5})
-	for _, p := range []byte{pPlaced, pPlacedBy, pGone} {
+	for _, p := range []byte{pPlaced, pPlacedBy} {
 		if got := k.keysWith(p); len(got) != 0 {
 			t.Fatalf("prefix %q holds %x after the entry's last slot expired", p, got)
 		}
+	}
+	if got := k.goneMarks(); len(got) != 0 {
+		t.Fatalf("gone marks %x after the entry's last slot expired", got)
+	}
+	if got := len(k.keysWith(pMeta)); got != 3 {
+		t.Fatalf("%d metas after the expiry, want 3 (the keyed message's, the one beyond the horizon, the ready one)", got)
 	}
 	k.wantState(enq[4].ID, StateReady, t0+4500, 0)
 	k.wantGone(enq[0].ID)
@@ -150,4 +171,42 @@ func FuzzFindPlacement(f *testing.F) {
 			t.Fatal("found and failed")
 		}
 	})
+}
+
+// TestAckOfKeyedAndKeylessLeases: a lease's meta says whether its message
+// holds a key; an ack frees the key of a keyed message, and ends a keyless
+// one, whose record it then need not read, just the same.
+func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	enq := k.schedule(t0,
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Key: "k1"},
+		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+	)
+	var items []LeaseItem
+	var receipts []Receipt
+	for i, e := range enq {
+		items = append(items, LeaseItem{ID: e.ID, Nonce: uint64(10 + i), ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000})
+		receipts = append(receipts, Receipt{ID: e.ID, Nonce: uint64(10 + i)})
+	}
+	k.one(Lease{NowMs: t0 + 1500, Items: items})
+	k.s.mu.Lock()
+	for i, want := range []bool{true, false} {
+		mt, ok, err := lookupMeta(storeSource{k.s}, enq[i].ID)
+		if err != nil || !ok || mt.Keyed != want || mt.State != StateReserved {
+			t.Errorf("message %d: meta %+v, %v, %v; want reserved, keyed %v", i, mt, ok, err, want)
+		}
+	}
+	k.s.mu.Unlock()
+	if got := k.keyed(); got["k1"] != enq[0].ID {
+		t.Fatalf("key index %v before the ack, want k1 → %s", got, enq[0].ID)
+	}
+	if c := k.one(Ack{NowMs: t0 + 1600, Receipts: receipts}).(Counted); c.Done != 2 {
+		t.Fatalf("acked %+v, want 2 done", c)
+	}
+	k.wantGone(enq[0].ID)
+	k.wantGone(enq[1].ID)
+	if got := k.keyed(); len(got) != 0 {
+		t.Fatalf("key index %v after the ack, want empty", got)
+	}
+	k.wantCounts(TopicCounts{Topic: "a"})
 }
