@@ -150,9 +150,14 @@ func (t *tx) setMeta(id ID, m *meta) {
 	t.set(t.keyBuf, t.metaBuf)
 }
 
-// delMeta deletes a message's meta, or marks it gone if its entry's
-// placements would otherwise imply one.
-func (t *tx) delMeta(id ID) {
+// delMeta deletes the meta mt of a message, or marks it gone if its entry's
+// placements would otherwise imply one. A message with a key never has a
+// placement (it gets a meta at enqueue), so its entry's are not read.
+func (t *tx) delMeta(id ID, mt meta) {
+	if mt.Keyed {
+		t.del(metaKey(id))
+		return
+	}
 	_, _, placed, err := t.placement(id)
 	if err != nil {
 		t.fail(err)

@@ -119,7 +119,7 @@ func (t *tx) releaseKey(m *Message, tid uint32) {
 // finish deletes a message entirely (ack, cancel).
 func (t *tx) finish(m *Message, mt meta) {
 	t.unplace(m.ID, mt)
-	t.delMeta(m.ID)
+	t.delMeta(m.ID, mt)
 	t.releaseKey(m, mt.TopicID)
 	t.move(mt.TopicID, mt.State, 0)
 }
