@@ -490,9 +490,19 @@ type dwConsumer struct {
 	acks   chan []string
 	done   chan struct{}
 	ackErr atomic.Pointer[error] // the latest failed ack, reported by Next
-	// seqOf, when set, names a delivery's sequence number instead of its
-	// body (decodeSeq).
-	seqOf func(api.Delivery) int
+	seqOf  seqFunc
+}
+
+// seqFunc, when set, names a delivery's sequence number instead of its
+// body (decodeSeq).
+type seqFunc func(api.Delivery) int
+
+// of returns the sequence number of d.
+func (f seqFunc) of(d api.Delivery) int {
+	if f != nil {
+		return f(d)
+	}
+	return decodeSeq(bodyOf(d))
 }
 
 func newDWConsumer(ctx context.Context, t *dwTarget) *dwConsumer {
@@ -546,11 +556,7 @@ func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
 	b := batch{At: at, Seqs: make([]int, len(ds))}
 	receipts := make([]string, len(ds))
 	for k, d := range ds {
-		if c.seqOf != nil {
-			b.Seqs[k] = c.seqOf(d)
-		} else {
-			b.Seqs[k] = decodeSeq(bodyOf(d))
-		}
+		b.Seqs[k] = c.seqOf.of(d)
 		receipts[k] = d.Receipt
 	}
 	if len(receipts) > 0 && t.consume == ConsumeReserveInline {

@@ -79,6 +79,9 @@ func runSchedules(ctx context.Context, cfg Config, t target, res *Result) error 
 	if !ok {
 		return errors.New("schedules: a delaywheel target only")
 	}
+	if dw.consume == ConsumeWebhook {
+		return errors.New("schedules: --consume webhook is not supported; use reserve, reserve-inline or stream")
+	}
 	n, every := cfg.Messages, cfg.Every
 	sr := &SchedulesResult{Schedules: n, EveryMs: every.Milliseconds(), StopS: -1, RestartToReady: -1, RSSRestarted: -1}
 	res.Schedules = sr
@@ -121,19 +124,26 @@ func runSchedules(ctx context.Context, cfg Config, t target, res *Result) error 
 	var wg sync.WaitGroup
 	var cerrs atomic.Int64
 	if sr.Fired {
+		seqOf := func(d api.Delivery) int {
+			i := decodeSeq(bodyOf(d))
+			if i < 0 || i >= n {
+				return -1
+			}
+			since := d.DeliverAtMs - firstMs - set.phase(i)
+			k := since / every.Milliseconds()
+			if k < 0 || k >= int64(per) || since%every.Milliseconds() != 0 {
+				return -1
+			}
+			return i*per + int(k)
+		}
 		for range cfg.Consumers {
-			c := newDWConsumer(ctx, dw)
-			c.seqOf = func(d api.Delivery) int {
-				i := decodeSeq(bodyOf(d))
-				if i < 0 || i >= n {
-					return -1
-				}
-				since := d.DeliverAtMs - firstMs - set.phase(i)
-				k := since / every.Milliseconds()
-				if k < 0 || k >= int64(per) || since%every.Milliseconds() != 0 {
-					return -1
-				}
-				return i*per + int(k)
+			var c consumer
+			if dw.consume == ConsumeStream {
+				sc := newDWStreamConsumer(ctx, dw)
+				sc.seqOf, c = seqOf, sc
+			} else {
+				rc := newDWConsumer(ctx, dw)
+				rc.seqOf, c = seqOf, rc
 			}
 			wg.Go(func() {
 				defer c.Close()

@@ -43,6 +43,7 @@ type dwStreamConsumer struct {
 	node    int32
 	errs    atomic.Int64          // errors the open subscription recovered from
 	lastErr atomic.Pointer[error] // the latest of them, reported by Next
+	seqOf   seqFunc
 }
 
 func newDWStreamConsumer(ctx context.Context, t *dwTarget) *dwStreamConsumer {
@@ -92,8 +93,7 @@ func (c *dwStreamConsumer) Next(ctx context.Context) (batch, error) {
 	}
 	var b batch
 	take := func(d api.Delivery) {
-		body, _ := d.Bytes()
-		b.Seqs = append(b.Seqs, decodeSeq(string(body)))
+		b.Seqs = append(b.Seqs, c.seqOf.of(d))
 		c.sub.Ack(d)
 	}
 	timer := time.NewTimer(time.Duration(c.t.waitMs) * time.Millisecond)

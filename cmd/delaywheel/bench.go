@@ -71,7 +71,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "consumers", Value: bench.DefaultConsumers, Usage: "fire, failover: concurrent consumers"},
 		&cli.IntFlag{Name: "groups", Value: 1, Usage: "delaywheel: the spawned cluster's --groups, Raft groups per node"},
 		&cli.IntFlag{Name: "topics", Value: 1, Usage: "delaywheel: spread the messages over `K` topics, each consumer taking one (needs --consumers of at least K)"},
-		&cli.StringFlag{Name: "consume", Value: bench.ConsumeReserve, Usage: "fire, failover: how delaywheel delivers: reserve (long-polls, acks in the background), reserve-inline (each batch acked before the next reserve), stream, or webhook (POSTs to a receiver in the harness)"},
+		&cli.StringFlag{Name: "consume", Value: bench.ConsumeReserve, Usage: "fire, failover, schedules: how delaywheel delivers: reserve (long-polls, acks in the background), reserve-inline (each batch acked before the next reserve), stream, or webhook (POSTs to a receiver in the harness; fire and failover only)"},
 		&cli.Float64Flag{Name: "webhook-fail-rate", Usage: "--consume webhook: share of requests the receiver answers 500, at random (e.g. 0.2); the run waits for the retries and accounts for every message: answered 2xx, dead after max_attempts, or lost"},
 		&cli.BoolFlag{Name: "webhook-hang", Usage: "--consume webhook: the receiver answers no request until the run ends; reports the leader's requests in flight and the nodes' resident memory instead of lateness and lost"},
 		&cli.IntFlag{Name: "max-attempts", Usage: "delaywheel: the messages' max_attempts (default: the server's; 10 with --consume webhook)"},
