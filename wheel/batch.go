@@ -69,6 +69,9 @@ type tx struct {
 	// its placement (placement.go) stands for its meta.
 	implicit bool
 	placing  placing
+	// readyLow is the lowest ready key the batch wrote, per topic
+	// (readyfloor.go).
+	readyLow map[uint32][]byte
 	// overHours are the changes to the overflow's counts by hour
 	// (overflowhours.go); nil until the batch touches the overflow.
 	overHours map[int64]int64
@@ -337,6 +340,7 @@ func (t *tx) commit() error {
 	if err := t.b.Commit(wo); err != nil {
 		return fmt.Errorf("commit index: %w", err)
 	}
+	s.readyFloors.lower(t.readyLow)
 	if p := s.flushErr.Load(); p != nil {
 		return *p
 	}

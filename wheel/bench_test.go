@@ -377,3 +377,55 @@ func BenchmarkFire(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*perSec)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkDrainReady is a consumer catching up on a topic's ready queue:
+// 10,000 messages expire into it, then each round reads its head (Ready,
+// as a reserve does) and leases what it read, 100 at a time, until it is
+// empty. The leases delete the head's keys, so the reads pass over keys
+// deleted since the index last compacted. It reports the time per read.
+func BenchmarkDrainReady(b *testing.B) {
+	const n, perRead = 10_000, 100
+	now := int64(1_700_000_000_000)
+	s, _ := benchStore(b, Options{}, now)
+	bodies := benchBodies(rand.New(rand.NewSource(1)), benchBatch)
+	start := now / TickMs
+	idx := uint64(1)
+	var reading time.Duration
+	reads := 0
+	for i := 0; i < b.N; i++ {
+		sec := start + 1 + int64(i)
+		for k := 0; k < n; k += benchBatch {
+			msgs := make([]NewMessage, benchBatch)
+			for j := range msgs {
+				msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: sec*TickMs + int64(j)}
+			}
+			idx++
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		idx++
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Expire{Before: sec + 1}}}}); err != nil {
+			b.Fatal(err)
+		}
+		nowMs := (sec + 1) * TickMs
+		for left := n; left > 0; left -= perRead {
+			t := time.Now()
+			views, err := s.Ready("bench", perRead, nil)
+			reading += time.Since(t)
+			reads++
+			if err != nil || len(views) != min(perRead, left) {
+				b.Fatalf("read %d ready, %v; want %d", len(views), err, min(perRead, left))
+			}
+			items := make([]LeaseItem, len(views))
+			for j, v := range views {
+				items[j] = LeaseItem{ID: v.ID, Nonce: 1, ExpiresMs: nowMs + 3600_000, RedeliverMs: nowMs + 3600_000}
+			}
+			idx++
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Lease{NowMs: nowMs, Items: items}}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(reading.Microseconds())/float64(reads), "µs/read")
+}

@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -87,7 +88,14 @@ func clearLease(m *Message) {
 // toReady puts a message on its topic's ready queue.
 func (t *tx) toReady(m *Message, tid uint32, from State) {
 	clearLease(m)
-	t.set(readyKey(tid, m.DeliverAtMs, m.Priority, m.ID), EncodeMessage(nil, m))
+	k := readyKey(tid, m.DeliverAtMs, m.Priority, m.ID)
+	t.set(k, EncodeMessage(nil, m))
+	if low, ok := t.readyLow[tid]; !ok || bytes.Compare(k, low) < 0 {
+		if t.readyLow == nil {
+			t.readyLow = map[uint32][]byte{}
+		}
+		t.readyLow[tid] = k
+	}
 	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority, Keyed: m.Key != ""})
 	t.move(tid, from, StateReady)
 	t.event(Event{Kind: EventReady, Topic: m.Topic, ID: m.ID})

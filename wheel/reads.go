@@ -2,6 +2,7 @@ package wheel
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -149,7 +150,12 @@ func (s *Store) HasTopic(topic string) bool {
 
 // iterPrefix calls fn for committed keys with prefix p until fn returns false.
 func (s *Store) iterPrefix(p []byte, fn func(k, v []byte) (bool, error)) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	return s.iterRange(p, prefixEnd(p), fn)
+}
+
+// iterRange is iterPrefix over the keys in [lo, hi).
+func (s *Store) iterRange(lo, hi []byte, fn func(k, v []byte) (bool, error)) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("index scan: %w", err)
 	}
@@ -171,17 +177,19 @@ func (s *Store) iterPrefix(p []byte, fn func(k, v []byte) (bool, error)) error {
 
 // Dead returns up to limit dead messages of a topic, oldest id first.
 func (s *Store) Dead(topic string, limit int) ([]View, error) {
-	return s.queue(topic, limit, deadPrefix, StateDead, nil)
+	return s.queue(topic, limit, deadPrefix, StateDead, nil, nil)
 }
 
 // Ready returns up to limit messages from the head of a topic's ready queue
 // (due order, higher priority first), passing over ids for which skip says
 // true (hand-offs whose lease is not applied yet).
 func (s *Store) Ready(topic string, limit int, skip func(ID) bool) ([]View, error) {
-	return s.queue(topic, limit, readyPrefix, StateReady, skip)
+	return s.queue(topic, limit, readyPrefix, StateReady, skip, &s.readyFloors)
 }
 
-func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st State, skip func(ID) bool) ([]View, error) {
+// queue reads the head of a queue; with floors, it starts at the topic's
+// floor and raises the floor to the first key it meets.
+func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st State, skip func(ID) bool, floors *readyFloors) ([]View, error) {
 	// Committed state only, without mu: the leader's dispatcher reads the
 	// ready queue on every hand-off and must not wait for an Apply.
 	s.life.RLock()
@@ -193,8 +201,21 @@ func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st St
 	if !ok || limit <= 0 {
 		return nil, nil
 	}
+	p := prefix(tid)
+	lo, hi := p, prefixEnd(p)
+	var from readyFloor
+	if floors != nil {
+		from = floors.get(tid)
+		if bytes.Compare(from.key, lo) > 0 {
+			lo = from.key
+		}
+	}
 	var out []View
-	err := s.iterPrefix(prefix(tid), func(k, v []byte) (bool, error) {
+	var first []byte // the first key met
+	err := s.iterRange(lo, hi, func(k, v []byte) (bool, error) {
+		if first == nil {
+			first = slices.Clone(k)
+		}
 		id, err := IDFromBytes(k[len(k)-IDLen:])
 		if err != nil {
 			return false, err
@@ -209,6 +230,12 @@ func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st St
 		out = append(out, View{Message: m, State: st})
 		return len(out) < limit, nil
 	})
+	if err == nil && floors != nil {
+		if first == nil {
+			first = hi
+		}
+		floors.raise(tid, from, first)
+	}
 	return out, err
 }
 

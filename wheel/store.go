@@ -102,6 +102,8 @@ type Store struct {
 	webhooks   map[string]Webhook // by topic
 	// hooks is a copy of webhooks for lock-free readers (every reserve asks).
 	hooks atomic.Pointer[map[string]Webhook]
+	// readyFloors is where reads of the ready queues start.
+	readyFloors readyFloors
 	// observer hears what each committed batch did to the wheel (the
 	// leader's loader); it never changes what Apply writes.
 	observer observer
