@@ -46,8 +46,10 @@
 // (overflowhours.go), the ready queues, the dead letters, keys, counts,
 // topics, nodes and the scalars. A message enqueued without a key straight into a
 // slot file has no meta of its own until it changes: its entry's
-// placements stand for it (placement.go). The index records its layout's
-// format; a store opens that format only.
+// placements stand for it (placement.go). A queue's head is read from a
+// floor kept in memory, not from the start of its range, which holds what
+// consumers deleted from it since the last compaction (readyfloor.go). The
+// index records its layout's format; a store opens that format only.
 //
 // # Message ids
 //
