@@ -589,10 +589,11 @@ func (s *Store) readLoad(ld *slotLoad) ([]Message, error) {
 
 // loadFailed decides, under the store's lock, what a failed read of ld's
 // slot file means. A file deleted because its slot expired (the cursor is
-// past it) is no error: the loader dropped the load when it heard of the
-// expiry, which it did before the file could go. Any other failure ends
-// the loads in progress, so that the next LoadThrough takes them up
-// afresh, and is returned.
+// past it) is no error: the loader has dropped the load, since a file goes
+// only in or after the commit of its expiry, which tells the loader before
+// it lets go of the lock taken here. Any other failure ends the loads in
+// progress, so that the next LoadThrough takes them up afresh, and is
+// returned.
 func (s *Store) loadFailed(l *Loader, ld *slotLoad, err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
