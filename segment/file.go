@@ -99,6 +99,32 @@ func ReadFileFS(fs vfs.FS, path string) (second int64, entries []Entry, err erro
 	if err != nil {
 		return 0, nil, fmt.Errorf("read segment: %w", err)
 	}
+	return decodeFile(path, data)
+}
+
+// ReadPrefixFS reads and decodes the first length bytes of the segment file
+// path, which must end at a whole record: what an index recording length
+// covers. Bytes appended past length, even while it reads, are not read,
+// so a reader that took length under the writer's lock may read without
+// it. A file shorter than length is an error wrapping ErrTruncated; a
+// missing one wraps fs.ErrNotExist.
+func ReadPrefixFS(fs vfs.FS, path string, length int64) (entries []Entry, err error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read segment: %w", err)
+	}
+	defer f.Close()
+	data := make([]byte, length)
+	if n, err := f.ReadAt(data, 0); n < len(data) {
+		return nil, &CorruptionError{Path: path, Offset: int64(n), Err: fmt.Errorf("%w: %d bytes, want %d: %v", ErrTruncated, n, length, err)}
+	}
+	_, entries, err = decodeFile(path, data)
+	return entries, err
+}
+
+// decodeFile decodes data, the image of the segment file path, every byte
+// of which must belong to a whole record.
+func decodeFile(path string, data []byte) (second int64, entries []Entry, err error) {
 	if len(data) >= HeaderSize {
 		second, _ = DecodeHeader(data)
 	}

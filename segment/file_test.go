@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 // segImage builds a segment file image for second holding recs.
@@ -232,6 +234,43 @@ func TestReadFile(t *testing.T) {
 	var ce *CorruptionError
 	if !errors.Is(err, os.ErrNotExist) || errors.As(err, &ce) {
 		t.Errorf("ReadFile(missing) = %v; want a not-exist error", err)
+	}
+}
+
+// ReadPrefixFS reads the records of a file's first length bytes only: what
+// was appended later is not read, a prefix that ends inside a record or
+// past the end of the file is an error, and so is a missing file.
+func TestReadPrefix(t *testing.T) {
+	dir := t.TempDir()
+	recs := testRecords(5)
+	img := segImage(99, recs...)
+	path := writeSegFile(t, dir, 99, img)
+	three := int64(len(segImage(99, recs[:3]...)))
+	entries, err := ReadPrefixFS(vfs.Default, path, three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(HeaderSize)
+	var offs []int64
+	for _, r := range recs[:3] {
+		offs = append(offs, off)
+		off += int64(r.Size())
+	}
+	checkEntries(t, "ReadPrefixFS", entries, recs[:3], offs)
+	if entries, err := ReadPrefixFS(vfs.Default, path, HeaderSize); err != nil || len(entries) != 0 {
+		t.Errorf("ReadPrefixFS(header only) = %d entries, %v; want 0, nil", len(entries), err)
+	}
+	if entries, err := ReadPrefixFS(vfs.Default, path, int64(len(img))); err != nil || len(entries) != 5 {
+		t.Errorf("ReadPrefixFS(whole file) = %d entries, %v; want 5, nil", len(entries), err)
+	}
+	var ce *CorruptionError
+	for _, n := range []int64{three - 1, int64(len(img)) + 1} {
+		if _, err := ReadPrefixFS(vfs.Default, path, n); !errors.As(err, &ce) || !errors.Is(err, ErrTruncated) {
+			t.Errorf("ReadPrefixFS(%d of %d bytes) = %v; want a truncation", n, len(img), err)
+		}
+	}
+	if _, err := ReadPrefixFS(vfs.Default, filepath.Join(dir, FileName(1)), three); !errors.Is(err, os.ErrNotExist) || errors.As(err, &ce) {
+		t.Errorf("ReadPrefixFS(missing) = %v; want a not-exist error", err)
 	}
 }
 

@@ -404,7 +404,12 @@ func (s *Store) get(key []byte) ([]byte, error) {
 
 // scan iterates the committed keys with prefix p.
 func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	return s.scanRange(p, prefixEnd(p), fn)
+}
+
+// scanRange iterates the committed keys in [lo, hi).
+func (s *Store) scanRange(lo, hi []byte, fn func(k, v []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("index scan: %w", err)
 	}

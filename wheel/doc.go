@@ -81,5 +81,9 @@
 // committed batch publishes what it placed in or removed from the loaded
 // slots, moved to a ready queue or expired. The loader decides what to
 // keep; the store never reads it, so a store with a loader applies exactly
-// as one without.
+// as one without. The store's lock is not held while a slot file is read
+// for the loader: LoadThrough notes under it how much of each file the
+// index covers, reads that much without it while batches apply, and the
+// loader holds back what those batches do to a slot until the slot's
+// records are in (loader.go).
 package wheel

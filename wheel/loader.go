@@ -3,12 +3,16 @@ package wheel
 import (
 	"container/heap"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"maps"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
 )
@@ -96,29 +100,131 @@ func (h *itemHeap) Pop() any {
 // batches: records placed into or removed from loaded slots reach it as
 // events under the store's lock. It is memory of the leader only: the
 // store never reads it while applying.
+//
+// A slot is loaded in two steps (see Store.LoadThrough): a snapshot of
+// its file's committed length, under the store's lock, from which on the
+// loader hears of the slot's changes although the slot is still loading;
+// then, without the store's lock, the file's records up to that length,
+// which merge makes part of the heap, followed by the events the slot
+// received meanwhile, held back until then.
 type Loader struct {
 	mu            sync.Mutex
 	loadedThrough int64 // the last loaded slot second
-	h             itemHeap
-	byID          map[ID]*item
-	changed       chan struct{} // closed when the head may be earlier or topics became ready
-	ready         map[string]bool
+	// follows is the last slot second whose events the loader hears:
+	// loadedThrough, or the last second loading.
+	follows int64
+	// loading are the slots whose files LoadThrough is reading, in order:
+	// consecutive seconds ending at follows. Each holds back the events of
+	// its slot until it merges.
+	loading []*slotLoad
+	h       itemHeap
+	byID    map[ID]*item
+	changed chan struct{} // closed when the head may be earlier or topics became ready
+	ready   map[string]bool
 	// popped holds the messages PopDue returned and nobody claimed yet, by
 	// id, with the second of the slot they were loaded from; an event that
 	// moves or removes one deletes it (see Claim).
 	popped map[ID]int64
 }
 
-// NewLoader returns an empty loader.
-func NewLoader() *Loader {
-	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[ID]int64{}, loadedThrough: -1}
+// slotLoad is the load of one slot second in progress.
+type slotLoad struct {
+	second int64
+	// path is the slot's file and length the bytes of it the index
+	// covered at the snapshot; 0 when there is no file or no live record
+	// in it, so nothing to read.
+	path   string
+	length int64
+	// events are what batches applied since the snapshot placed into or
+	// removed from the slot, in order, held back until the merge.
+	events []Event
 }
 
-// followsThrough implements observer.
+// NewLoader returns an empty loader.
+func NewLoader() *Loader {
+	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[ID]int64{}, loadedThrough: -1, follows: -1}
+}
+
+// followsThrough implements observer: the last second loaded or loading.
 func (l *Loader) followsThrough() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.loadedThrough
+	return l.follows
+}
+
+// reset empties the loader and makes it follow the slots through second,
+// none of them loaded or loading: loads in progress are dropped (see
+// merge), and so are the messages it held, in the heap or popped, which it
+// could not follow while detached, and which would otherwise hide the
+// copies loaded afresh (see pushAll).
+func (l *Loader) reset(second int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loadedThrough, l.follows = second, second
+	clear(l.loading)
+	l.loading = nil
+	l.h = nil
+	clear(l.byID)
+	clear(l.popped)
+}
+
+// startLoading makes the loader follow the seconds of loads, which follow
+// the last one it followed, while their files are read. The store's lock
+// is held: no batch is applying, and each one applied from now on reports
+// what it does to these slots.
+func (l *Loader) startLoading(loads []*slotLoad) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A copy: expire and merge clear the entries they drop, while
+	// LoadThrough goes on reading its own list.
+	l.loading = slices.Clone(loads)
+	l.follows = loads[len(loads)-1].second
+}
+
+// loadingOf returns the load in progress of second, nil when the second is
+// not loading. l.mu is held.
+func (l *Loader) loadingOf(second int64) *slotLoad {
+	if len(l.loading) == 0 {
+		return nil
+	}
+	i := second - l.loading[0].second
+	if i < 0 || i >= int64(len(l.loading)) {
+		return nil
+	}
+	return l.loading[i]
+}
+
+// merge makes ld's slot loaded: the messages read from its file up to the
+// snapshot's length, then the events its slot received since the snapshot,
+// in order. It returns how many of msgs it added: none when the load was
+// dropped since the snapshot (its slot expired, or the loader was attached
+// anew). Loads merge in the order of their seconds.
+func (l *Loader) merge(ld *slotLoad, msgs []Message) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.loading) == 0 || l.loading[0] != ld {
+		return 0
+	}
+	l.loading[0] = nil
+	l.loading = l.loading[1:]
+	l.loadedThrough = ld.second
+	n := l.pushAll(msgs, ld.second)
+	for _, e := range ld.events {
+		l.follow(e)
+	}
+	return n
+}
+
+// abandon drops the loads in progress: the loader follows the loaded slots
+// only, and the next LoadThrough loads the others afresh. The store's lock
+// is held: no batch that read followsThrough before is applying, and the
+// next ones report what they do to the loaded slots only.
+func (l *Loader) abandon() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.follows = l.loadedThrough
+	clear(l.loading)
+	l.loading = nil
 }
 
 // Len is the number of loaded messages not yet yielded.
@@ -146,33 +252,54 @@ func (l *Loader) push(m Message, second int64) {
 	}
 }
 
-// pushAll adds the messages of a freshly loaded slot, which is then
-// loaded: one heap.Init instead of a push each.
-func (l *Loader) pushAll(msgs []Message, second int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.loadedThrough = second
+// pushAll adds the messages read from the file of a slot being loaded:
+// one heap.Init instead of a push each. It returns how many it added.
+// l.mu is held.
+//
+// The messages lived in the slot when its snapshot was taken; a batch
+// applied since may have moved one to another slot, loaded already (or
+// loaded earlier in the same LoadThrough, from a slot that was loading),
+// where the loader heard of it at once. The copy read from the file is
+// stale then and must not replace that one: a message the heap (byID)
+// holds in another second is skipped. Its removal from this slot is among
+// the events merge applies next, and would delete the other slot's copy
+// had this one replaced it. (A message the heap holds in another second
+// has left this slot since the snapshot: it can live in one slot only, and
+// every removal reaches the loader.) A message popped from another second
+// is skipped too: it also left this slot since, and the removal merge
+// applies next would delete the copy again at once.
+func (l *Loader) pushAll(msgs []Message, second int64) int {
 	if len(msgs) == 0 {
-		return
+		return 0
 	}
 	oldHead := ID{}
 	if len(l.h) > 0 {
 		oldHead = l.h[0].msg.ID
 	}
 	items := make([]item, len(msgs))
+	n := 0
 	for i := range msgs {
-		if old := l.byID[msgs[i].ID]; old != nil {
+		id := msgs[i].ID
+		if sec, ok := l.popped[id]; ok && sec != second {
+			continue
+		}
+		if old := l.byID[id]; old != nil {
+			if old.second != second {
+				continue
+			}
 			heap.Remove(&l.h, old.idx)
 		}
-		it := &items[i]
+		it := &items[n]
+		n++
 		it.msg, it.second, it.idx = msgs[i], second, len(l.h)
 		l.h = append(l.h, it)
-		l.byID[it.msg.ID] = it
+		l.byID[id] = it
 	}
 	heap.Init(&l.h)
 	if len(l.h) > 0 && l.h[0].msg.ID != oldHead {
 		l.signal()
 	}
+	return n
 }
 
 func (l *Loader) remove(id ID, second int64) {
@@ -183,6 +310,10 @@ func (l *Loader) remove(id ID, second int64) {
 }
 
 // applied implements observer: it follows a committed batch's events.
+// What a placement or removal does to the popped messages it does at once,
+// whether its slot is loaded or loading: a popped copy is stale from this
+// batch on, and Claim must say so. What it does to the heap waits, for a
+// loading slot, until the slot's file is merged.
 func (l *Loader) applied(events []Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -190,9 +321,7 @@ func (l *Loader) applied(events []Event) {
 		switch e.Kind {
 		case EventPlaced:
 			delete(l.popped, e.ID) // a popped copy is stale
-			l.push(*e.Msg, e.Second)
 		case EventRemoved:
-			l.remove(e.ID, e.Second)
 			if sec, ok := l.popped[e.ID]; ok && sec == e.Second {
 				delete(l.popped, e.ID)
 			}
@@ -201,13 +330,46 @@ func (l *Loader) applied(events []Event) {
 				l.ready[e.Topic] = true
 				l.signal()
 			}
+			continue
 		case EventExpired:
-			for len(l.h) > 0 && l.h[0].second < e.Second {
-				it := heap.Pop(&l.h).(*item)
-				delete(l.byID, it.msg.ID)
-			}
-			maps.DeleteFunc(l.popped, func(_ ID, sec int64) bool { return sec < e.Second })
+			l.expire(e.Second)
+			continue
+		default:
+			continue
 		}
+		if ld := l.loadingOf(e.Second); ld != nil {
+			if e.Msg != nil {
+				m := *e.Msg // the message as the batch left it, as push keeps it
+				e.Msg = &m
+			}
+			ld.events = append(ld.events, e)
+		} else {
+			l.follow(e)
+		}
+	}
+}
+
+// follow applies a placement or removal to the heap. l.mu is held.
+func (l *Loader) follow(e Event) {
+	if e.Kind == EventPlaced {
+		l.push(*e.Msg, e.Second)
+	} else {
+		l.remove(e.ID, e.Second)
+	}
+}
+
+// expire drops what the loader holds of the slots before second: their
+// messages, popped or not, and their loads in progress, whose files the
+// store may delete at any time now. l.mu is held.
+func (l *Loader) expire(second int64) {
+	for len(l.h) > 0 && l.h[0].second < second {
+		it := heap.Pop(&l.h).(*item)
+		delete(l.byID, it.msg.ID)
+	}
+	maps.DeleteFunc(l.popped, func(_ ID, sec int64) bool { return sec < second })
+	for len(l.loading) > 0 && l.loading[0].second < second {
+		l.loading[0] = nil
+		l.loading = l.loading[1:]
 	}
 }
 
@@ -309,13 +471,11 @@ func (l *Loader) Next(ctx context.Context, clk Clock) (Message, error) {
 // AttachLoader makes l follow this store, with no slot loaded: from now on
 // records placed into or removed from the slots it loads reach it. The
 // leader attaches one; followers have none. It replaces any loader
-// attached before.
+// attached before. Loads of l in progress are dropped.
 func (s *Store) AttachLoader(l *Loader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l.mu.Lock()
-	l.loadedThrough = s.cursor - 1
-	l.mu.Unlock()
+	l.reset(s.cursor - 1)
 	s.observer = l
 }
 
@@ -329,24 +489,122 @@ func (s *Store) DetachLoader() {
 // LoadThrough loads every slot up to and including second into the attached
 // loader and returns how many messages it added. Loading a slot reads its
 // file once; later changes arrive as events.
+//
+// The store's lock is not held while a slot file is read for the loader:
+// reading and decoding a slot of many messages takes milliseconds, during
+// which no batch could apply, and the hand-offs and acks of the messages
+// due meanwhile would wait. Under the lock LoadThrough only takes a
+// snapshot (snapshotLoads): the length of each slot file to load that the
+// index covers, and it makes the loader follow those seconds, still
+// loading, so that every batch applied from then on reports what it
+// places into or removes from them. Then, without the lock, it reads each
+// file's first length bytes and decodes their live records (readLoad).
+// Slot files are append-only: what batches append meanwhile lies past
+// length, and reaches the loader as events, which it holds back for a
+// loading slot and applies after the file's records when it merges them
+// (Loader.merge), a second at a time, in order. A rollback (Open) cuts
+// only bytes past the length the index covers. A file may be deleted
+// meanwhile once the cursor passes its second (Expire): the loader has
+// dropped that load when it heard of the expiry, and the missing file is
+// no error. The store never reads the loader, and LoadThrough writes
+// nothing: a store with a loader applies exactly as one without.
+//
+// One LoadThrough runs at a time; a concurrent call waits for the first.
 func (s *Store) LoadThrough(second int64) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.observer.(*Loader)
-	if !ok {
-		return 0, errors.New("load slots: no loader attached")
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	l, loads, err := s.snapshotLoads(second)
+	if err != nil {
+		return 0, err
 	}
-	second = min(second, s.cursor+HorizonSecs-1)
 	n := 0
-	for sec := max(l.followsThrough()+1, s.cursor); sec <= second; sec++ {
-		msgs, err := s.liveMessages(sec)
-		if err != nil {
-			return n, err
+	for _, ld := range loads {
+		if s.loadHook != nil {
+			s.loadHook(ld.second)
 		}
-		l.pushAll(msgs, sec)
-		n += len(msgs)
+		msgs, err := s.readLoad(ld)
+		if err != nil {
+			if err := s.loadFailed(l, ld, err); err != nil {
+				return n, err
+			}
+		}
+		n += l.merge(ld, msgs)
 	}
 	return n, nil
+}
+
+// snapshotLoads is the part of LoadThrough under the store's lock: it
+// returns the attached loader and the slots to load through second, from
+// the first second the loader does not follow (the cursor's at the
+// latest) to the horizon's last at most, each with the length of its file
+// that the index covers, and makes the loader follow them as loading.
+func (s *Store) snapshotLoads(second int64) (*Loader, []*slotLoad, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return nil, nil, err
+	}
+	l, ok := s.observer.(*Loader)
+	if !ok {
+		return nil, nil, errors.New("load slots: no loader attached")
+	}
+	from := max(l.followsThrough()+1, s.cursor)
+	second = min(second, s.cursor+HorizonSecs-1)
+	if second < from {
+		return l, nil, nil
+	}
+	loads := make([]*slotLoad, second-from+1)
+	for i := range loads {
+		loads[i] = &slotLoad{second: from + int64(i)}
+	}
+	// One scan of the index for the slots with a file.
+	err := s.scanRange(segLenKey(from), segLenKey(second+1), func(k, v []byte) error {
+		sec := int64(binary.BigEndian.Uint64(k[1:]))
+		// A file without live records (all tombstoned) is not read.
+		if sl := decodeSegLen(v); sl.Live > 0 {
+			ld := loads[sec-from]
+			ld.path, ld.length = s.segs.Path(sec), sl.Length
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	l.startLoading(loads)
+	return l, loads, nil
+}
+
+// readLoad reads the messages of ld's slot file as the snapshot found it,
+// without the store's lock.
+func (s *Store) readLoad(ld *slotLoad) ([]Message, error) {
+	if ld.length == 0 {
+		return nil, nil
+	}
+	live, err := liveRecords(s.fs, ld.path, ld.length)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLive(ld.second, live)
+}
+
+// loadFailed decides, under the store's lock, what a failed read of ld's
+// slot file means. A file deleted because its slot expired (the cursor is
+// past it) is no error: the loader has dropped the load, since a file goes
+// only in or after the commit of its expiry, which tells the loader before
+// it lets go of the lock taken here. Any other failure ends the loads in
+// progress, so that the next LoadThrough takes them up afresh, and is
+// returned.
+func (s *Store) loadFailed(l *Loader, ld *slotLoad, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if errors.Is(err, iofs.ErrNotExist) && s.cursor > ld.second {
+		return nil
+	}
+	l.abandon()
+	if cerr := s.checkOpen(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("load slot second %d: %w", ld.second, err)
 }
 
 // liveCommitted returns the live records of the committed slot file of sec
@@ -356,21 +614,24 @@ func (s *Store) liveCommitted(sec int64) ([]segment.Entry, error) {
 	if err != nil || v == nil {
 		return nil, err
 	}
-	_, entries, err := segment.ReadFileFS(s.fs, s.segs.Path(sec))
+	return liveRecords(s.fs, s.segs.Path(sec), decodeSegLen(v).Length)
+}
+
+// liveRecords returns the live records of the first length bytes of the
+// slot file path, what the index covered when length was read from it. It
+// needs no lock: see LoadThrough.
+func liveRecords(fs vfs.FS, path string, length int64) ([]segment.Entry, error) {
+	entries, err := segment.ReadPrefixFS(fs, path, length)
 	if err != nil {
 		return nil, err
 	}
 	return liveEntries(entries), nil
 }
 
-// liveMessages decodes the live records of one committed slot file:
-// messages, and leases, which come due when they end (for a redelivery, or,
-// out of attempts, for the dead letters). s.mu is held.
-func (s *Store) liveMessages(sec int64) ([]Message, error) {
-	live, err := s.liveCommitted(sec)
-	if err != nil {
-		return nil, err
-	}
+// decodeLive decodes the live records of the slot file of sec: messages,
+// and leases, which come due when they end (for a redelivery, or, out of
+// attempts, for the dead letters).
+func decodeLive(sec int64, live []segment.Entry) ([]Message, error) {
 	out := make([]Message, 0, len(live))
 	intern := map[string]string{}
 	for _, e := range live {

@@ -107,6 +107,13 @@ type Store struct {
 	// observer hears what each committed batch did to the wheel (the
 	// leader's loader); it never changes what Apply writes.
 	observer observer
+	// loadMu lets one LoadThrough run at a time. It is taken before mu,
+	// never while mu is held.
+	loadMu sync.Mutex
+	// loadHook, set by tests only, is called by LoadThrough before it
+	// reads the slot file of each second it loads, with no lock held, so
+	// that a test can apply batches while a slot loads.
+	loadHook func(second int64)
 	// expiredFiles are slot files whose Expire is applied but maybe not yet
 	// durable; they are deleted after the next flush makes it so.
 	expiredFiles      []int64
