@@ -27,11 +27,25 @@ func (e *chaosEnv) spread(sinceMs int64) time.Duration {
 	return time.Duration(NowMs()-sinceMs) * time.Millisecond
 }
 
-// spreadLeader waits until leaderships are spread and returns the group
-// that fault i concerns and the node that leads it.
+// spreadLeader waits until leaderships are spread, and still are a second
+// (two heartbeat timeouts) later, and returns the group that fault i
+// concerns and the node that leads it. A node kept busy can miss a
+// leader's heartbeats and start an election; one brewing as the fault
+// begins is not the fault's doing, yet would interrupt a group the fault
+// must leave alone.
 func (e *chaosEnv) spreadLeader(i int) (int, *Node) {
 	e.t.Helper()
-	e.spread(NowMs())
+	for try := 1; ; try++ {
+		e.spread(NowMs())
+		e.sleep(time.Second)
+		err := e.c.CheckSpread(e.ctx)
+		if err == nil {
+			break
+		}
+		if try == 5 {
+			e.t.Fatalf("leaderships did not stay spread for a second: %v", err)
+		}
+	}
 	g := i % e.c.Groups()
 	return g, e.c.PreferredLeader(g)
 }

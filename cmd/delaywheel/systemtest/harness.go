@@ -349,26 +349,29 @@ func (c *Cluster) PreferredLeader(g int) *Node {
 }
 
 // WaitSpread waits until leaderships are spread as the balancer spreads
-// them: every live node's own view of every group names the group's
-// preferred leader, which leads it.
+// them (CheckSpread).
 func (c *Cluster) WaitSpread(ctx context.Context) error {
-	return Eventually(ctx, 100*time.Millisecond, func() error {
-		for _, n := range c.Live() {
-			for g := range c.groups {
-				want := c.PreferredLeader(g)
-				rctx, cancel := context.WithTimeout(ctx, time.Second)
-				v, err := n.ClusterOf(rctx, g, true)
-				cancel()
-				if err != nil {
-					return fmt.Errorf("%s: %w", n.ID, err)
-				}
-				if v.Leader != want.ID {
-					return fmt.Errorf("%s names %q leader of group %d, want %s", n.ID, v.Leader, g, want.ID)
-				}
+	return Eventually(ctx, 100*time.Millisecond, func() error { return c.CheckSpread(ctx) })
+}
+
+// CheckSpread reports whether every live node's own view of every group
+// names the group's preferred leader, which leads it.
+func (c *Cluster) CheckSpread(ctx context.Context) error {
+	for _, n := range c.Live() {
+		for g := range c.groups {
+			want := c.PreferredLeader(g)
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			v, err := n.ClusterOf(rctx, g, true)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.ID, err)
+			}
+			if v.Leader != want.ID {
+				return fmt.Errorf("%s names %q leader of group %d, want %s", n.ID, v.Leader, g, want.ID)
 			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // WaitReady waits until every live node answers /readyz.
