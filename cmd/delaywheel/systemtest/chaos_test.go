@@ -70,6 +70,13 @@ func newChaosGroups(t *testing.T, groups int) *chaosEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if groups > 1 {
+		// Until the balancer has spread the leaderships, a group may be
+		// in the middle of a transfer, and refuse the parking with 503.
+		if err := c.WaitSpread(ctxFor(t, 60*time.Second)); err != nil {
+			t.Fatalf("leaderships did not spread over the nodes: %v", err)
+		}
+	}
 	for _, topic := range groupTopics("parked", groups) {
 		for _, delay := range []int64{90 * 60_000, 3 * 3600_000} {
 			n := 60
