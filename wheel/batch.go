@@ -407,22 +407,9 @@ func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
 	return s.scanRange(p, prefixEnd(p), fn)
 }
 
-// scanRange iterates the committed keys in [lo, hi).
+// scanRange iterates the committed keys in [lo, hi): iterRange to the end.
 func (s *Store) scanRange(lo, hi []byte, fn func(k, v []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return fmt.Errorf("index scan: %w", err)
-	}
-	for it.First(); it.Valid(); it.Next() {
-		if err := fn(it.Key(), it.Value()); err != nil {
-			it.Close()
-			return err
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("index scan: %w", err)
-	}
-	return nil
+	return s.iterRange(lo, hi, func(k, v []byte) (bool, error) { return true, fn(k, v) })
 }
 
 // segLens returns the recorded length and live count of every slot file.
