@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/urfave/cli/v2"
 )
 
 // memorySettings are the process-wide memory settings of a server node.
@@ -62,6 +65,15 @@ func (m memorySettings) apply(log *slog.Logger) (restore func()) {
 			debug.SetGCPercent(prevPercent)
 		}
 	}
+}
+
+// gcPercent is the --gc-percent a server applies: the flag when given,
+// else the runtime's own setting when GOGC is set, else the default.
+func gcPercent(c *cli.Context) int {
+	if !c.IsSet("gc-percent") && os.Getenv("GOGC") != "" {
+		return 0
+	}
+	return c.Int("gc-percent")
 }
 
 // currentGCPercent reads the collector's target without changing it.

@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 func TestMemorySettingsValidate(t *testing.T) {
@@ -245,5 +247,41 @@ func TestIdleReleaserBackgroundWork(t *testing.T) {
 	}
 	if !step(0, 0) || releases != 2 {
 		t.Fatalf("no release once quiet (releases %d)", releases)
+	}
+}
+
+// TestGCPercentPrecedence checks where a server's collector target comes
+// from: the flag (or its variable) when given, else GOGC when set, else
+// the default.
+func TestGCPercentPrecedence(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  []string
+		want int
+	}{
+		{name: "default", want: defaultGCPercent},
+		{name: "GOGC", env: []string{"GOGC=50"}, want: 0},
+		{name: "flag over GOGC", args: []string{"--gc-percent", "200"}, env: []string{"GOGC=50"}, want: 200},
+		{name: "variable over GOGC", env: []string{"GOGC=50", "DELAYWHEEL_GC_PERCENT=300"}, want: 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GOGC", "")
+			for _, e := range c.env {
+				k, v, _ := strings.Cut(e, "=")
+				t.Setenv(k, v)
+			}
+			got := -1
+			app := &cli.App{Flags: serverFlags(), Action: func(cc *cli.Context) error {
+				got = gcPercent(cc)
+				return nil
+			}}
+			if err := app.Run(append([]string{"delaywheel"}, c.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Errorf("gc percent %d, want %d", got, c.want)
+			}
+		})
 	}
 }

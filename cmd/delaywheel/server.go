@@ -42,7 +42,13 @@ const (
 	// and costs more flushes and compactions under writes.
 	defaultMemTableBytes = 3 << 20
 	defaultMemoryLimit   = 0
-	defaultGCPercent     = 0
+	// The collector's target, unless GOGC is set. Invariant: the live heap
+	// is bounded by the load, never by the backlog, so a larger multiple of
+	// it is a bounded cost; fewer collections mean fewer mark phases, each
+	// of which takes a quarter of the processors and stalls allocating
+	// goroutines, the hand-off path among them. The idle releaser hands
+	// the difference back once the node goes quiet.
+	defaultGCPercent = 400
 )
 
 // serverFlags are the server's flags; the node's tuning and the API's
@@ -86,7 +92,7 @@ func serverFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
-		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
+		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections; when unset, GOGC wins if set (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
 		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
 		&cli.BoolFlag{Name: "release-idle-heap", Value: true, Usage: "once the node goes quiet after a burst of work, and now and then while it stays quiet, collect and hand the heap's free memory back to the kernel", EnvVars: envs("release-idle-heap")},
 	}
@@ -281,7 +287,7 @@ func runServer(c *cli.Context) error {
 		}
 	}
 	mem := memorySettings{
-		Limit: c.Int64("memory-limit"), GCPercent: c.Int("gc-percent"), ReleaseIdleHeap: c.Bool("release-idle-heap"),
+		Limit: c.Int64("memory-limit"), GCPercent: gcPercent(c), ReleaseIdleHeap: c.Bool("release-idle-heap"),
 	}
 	if err := mem.validate(); err != nil {
 		return err
