@@ -80,7 +80,7 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "wait", Value: bench.DefaultWait, Usage: "long-poll wait of a reserve"},
 		&cli.DurationFlag{Name: "redis-poll", Value: bench.DefaultRedisPoll, Usage: "Redis: interval between polls of the Lua pop"},
 		&cli.DurationFlag{Name: "beanstalkd-fsync", Usage: "beanstalkd -f: fsync its binlog at most this often (default 0: every write, the durability of the others)"},
-		&cli.DurationFlag{Name: "lead", Usage: "fire: from the start of enqueueing to the first due time (default: estimated per target)"},
+		&cli.DurationFlag{Name: "lead", Usage: "fire, schedules: from the start of enqueueing (setting) to the first due time (default: estimated per target)"},
 		&cli.DurationFlag{Name: "grace", Usage: "fire: how long after the last due time deliveries are awaited (default 10s; failover 20s)"},
 		&cli.DurationFlag{Name: "kill-after", Usage: "failover: from the first due time to the kill (default a third of --duration)"},
 		&cli.DurationFlag{Name: "down", Usage: "failover: how long the killed leader stays down (default 3s)"},
