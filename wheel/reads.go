@@ -211,9 +211,9 @@ func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st St
 		}
 	}
 	var out []View
-	var first []byte // the first key met
+	var first []byte // the first key met, when there are floors to raise
 	err := s.iterRange(lo, hi, func(k, v []byte) (bool, error) {
-		if first == nil {
+		if floors != nil && first == nil {
 			first = slices.Clone(k)
 		}
 		id, err := IDFromBytes(k[len(k)-IDLen:])

@@ -45,13 +45,6 @@ func TestReadyQueueReadsFromItsFloor(t *testing.T) {
 		NewMessage{Topic: "a", DeliverAtMs: t0 + 1300},
 	)
 	k.apply(Expire{Before: t0s + 3})
-	ids := func(es ...Enqueued) []ID {
-		var out []ID
-		for _, e := range es {
-			out = append(out, e.ID)
-		}
-		return out
-	}
 	lease := func(es ...Enqueued) {
 		var items []LeaseItem
 		for _, e := range es {
@@ -61,8 +54,8 @@ func TestReadyQueueReadsFromItsFloor(t *testing.T) {
 	}
 	want := func(step string, es ...Enqueued) {
 		t.Helper()
-		if got := k.readyIDs("a"); !slices.Equal(got, ids(es...)) {
-			t.Fatalf("%s: ready %v, want %v", step, got, ids(es...))
+		if got := k.readyIDs("a"); !slices.Equal(got, ids(es)) {
+			t.Fatalf("%s: ready %v, want %v", step, got, ids(es))
 		}
 	}
 	want("expired", enq...)
