@@ -585,3 +585,23 @@ func (c *dwConsumer) Close() error {
 	}
 	return nil
 }
+
+// serverCPU adds up the CPU time of the spawned nodes, and gives the
+// leader's apart.
+func (t *dwTarget) serverCPU() (all, leader time.Duration, err error) {
+	if t.cluster == nil {
+		return 0, 0, errNotSpawned
+	}
+	ld := t.leaderNode()
+	for _, nd := range t.cluster.nodes {
+		d, err := nd.proc.CPU()
+		if err != nil {
+			return 0, 0, err
+		}
+		all += d
+		if nd == ld {
+			leader = d
+		}
+	}
+	return all, leader, nil
+}

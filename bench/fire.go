@@ -19,6 +19,10 @@ type FireResult struct {
 	HeadroomS      float64 `json:"headroom_s"`        // first due time − end of enqueueing; < 0: they overlapped
 	ConsumerErrors int64   `json:"consumer_errors"`   // failed reserves and acks
 	Retries        int64   `json:"retries,omitempty"` // enqueue and ack calls retried
+	// CPU is the spawned servers' CPU time from the first due time to the
+	// end of the wait for deliveries, per message: the fire path, with
+	// enqueueing too where it overlapped (HeadroomS < 0).
+	CPU *ServerCPU `json:"server_cpu,omitempty"`
 }
 
 // fireRun is a fire workload in progress.
@@ -165,6 +169,10 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, opt fireOpts) 
 		settled = func(context.Context, *fireRun) bool { return fr.led.ReceivedCount() >= int(fr.prod.done.Load()) }
 	}
 	end := fr.lastDue.Add(wait)
+	if perr == nil {
+		sleepCtx(ctx, time.Until(fr.firstDue))
+	}
+	cw := startCPU(t)
 	tick := time.NewTicker(50 * time.Millisecond)
 	for perr == nil && ctx.Err() == nil && time.Now().Before(end) {
 		if opt.settleEarly && time.Now().After(fr.lastDue.Add(2*time.Second)) && settled(ctx, fr) {
@@ -191,6 +199,7 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, opt fireOpts) 
 		EnqueuePerSec:  round3(fr.prod.Rate()),
 		HeadroomS:      round3(fr.firstDue.Sub(fr.prod.end).Seconds()),
 		ConsumerErrors: cerrs.Load(),
+		CPU:            cw.end(o.Messages),
 	}
 	if dw, ok := t.(*dwTarget); ok {
 		res.Fire.Retries = dw.retries.Load()

@@ -129,6 +129,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if res.Webhook != nil {
 			writeWebhook(&b, res.Target, res.Webhook)
 		}
+		if c := res.serverCPU(); c != nil {
+			fmt.Fprintf(&b, "%s: the servers used %.1f s of CPU over %.1f s (%.2f cores; the leader %.1f s), %.1f µs a message\n",
+				res.Target, c.Seconds, c.WindowS, c.Cores, c.LeaderSec, c.PerMsgUs)
+		}
 	}
 	for _, res := range r.Results {
 		switch {

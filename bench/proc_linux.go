@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // sysProcAttr puts a spawned server in its own process group and kills it if
@@ -67,4 +68,41 @@ func parseStatusMem(status []byte) (memUsage, error) {
 		return unknownMem(), errors.New("no VmRSS line in /proc status")
 	}
 	return m, nil
+}
+
+// clockTicks is the unit of the CPU times in /proc/<pid>/stat: USER_HZ,
+// which Linux fixes at 100 on every architecture it exports it to users.
+const clockTicks = 100
+
+// cpuOf reads the CPU time (user and system) a process has used, from
+// /proc/<pid>/stat.
+func cpuOf(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of pid %d: %w", pid, err)
+	}
+	return parseStatCPU(b)
+}
+
+// parseStatCPU reads utime and stime, fields 14 and 15 of a /proc/<pid>/stat
+// line. The command name, field 2, is in parentheses and may hold spaces
+// and parentheses itself, so the fields are counted from its last ')'.
+func parseStatCPU(stat []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("/proc stat: no command name")
+	}
+	f := strings.Fields(string(stat[i+1:])) // from field 3 (state) on
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc stat: %d fields after the command name, want at least 13", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc stat: cpu time %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }

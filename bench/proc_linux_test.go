@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"testing"
+	"time"
 )
 
 func TestParseStatusMem(t *testing.T) {
@@ -36,5 +37,41 @@ func TestMemOfSelf(t *testing.T) {
 	}
 	if m.RSS <= 0 || m.Anon <= 0 || m.File <= 0 || m.Anon+m.File > m.RSS {
 		t.Fatalf("memOf(self) = %+v: want RSS > 0 holding anonymous and file pages", m)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// The command name may hold spaces and parentheses: fields count from
+	// its last ')'. utime 250 and stime 75 ticks are 3.25 s.
+	st := []byte("4242 (dw (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 12 0 99 1000 200\n")
+	d, err := parseStatCPU(st)
+	if err != nil || d != 3250*time.Millisecond {
+		t.Fatalf("parseStatCPU = %v, %v; want 3.25s", d, err)
+	}
+	for name, b := range map[string]string{
+		"no name":   "4242 S 1",
+		"short":     "4242 (x) S 1 2 3",
+		"not a num": "4242 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 2x 75 0",
+	} {
+		if _, err := parseStatCPU([]byte(b)); err == nil {
+			t.Errorf("%s: parsed %q", name, b)
+		}
+	}
+}
+
+func TestCPUOfSelf(t *testing.T) {
+	before, err := cpuOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Spin until the kernel has counted at least a tick more.
+	for {
+		d, err := cpuOf(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d > before {
+			return
+		}
 	}
 }

@@ -5,6 +5,7 @@ package bench
 import (
 	"errors"
 	"syscall"
+	"time"
 )
 
 // sysProcAttr: outside Linux the spawned servers share the harness's process
@@ -14,4 +15,9 @@ func sysProcAttr() *syscall.SysProcAttr { return nil }
 // memOf: resident memory is read from /proc, which only Linux has here.
 func memOf(int) (memUsage, error) {
 	return unknownMem(), errors.New("resident memory is read from /proc/<pid>/status (Linux only)")
+}
+
+// cpuOf: CPU time is read from /proc, which only Linux has here.
+func cpuOf(int) (time.Duration, error) {
+	return 0, errors.New("cpu time is read from /proc/<pid>/stat (Linux only)")
 }

@@ -257,3 +257,14 @@ func loadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// serverCPU is the CPU time a result measured, if any.
+func (r *Result) serverCPU() *ServerCPU {
+	switch {
+	case r.Fire != nil:
+		return r.Fire.CPU
+	case r.Schedules != nil:
+		return r.Schedules.CPU
+	}
+	return nil
+}

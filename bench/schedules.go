@@ -39,6 +39,9 @@ type SchedulesResult struct {
 	RestartToReady float64 `json:"restart_to_ready_s"` // start → ready (-1: not spawned)
 	RSSRestarted   int64   `json:"rss_restarted"`      // settled after the restart (-1: not restarted)
 	ConsumerErrors int64   `json:"consumer_errors"`
+	// CPU is the spawned servers' CPU time from the first occurrence to
+	// the end of the wait for the last, per occurrence due in the run.
+	CPU *ServerCPU `json:"server_cpu,omitempty"`
 }
 
 // scheduleSetter is a target whose Enqueue sets one schedule per message:
@@ -172,10 +175,13 @@ func runSchedules(ctx context.Context, cfg Config, t target, res *Result) error 
 	sr.SetS, sr.SetPerSec = round3(prod.end.Sub(prod.start).Seconds()), round3(prod.Rate())
 	sr.HeadroomS = round3(time.UnixMilli(firstMs).Sub(prod.end).Seconds())
 	if perr == nil && sr.Fired {
+		sleepCtx(ctx, time.Until(time.UnixMilli(firstMs)))
+		cw := startCPU(t)
 		end := time.UnixMilli(firstMs).Add(cfg.Duration).Add(cfg.Grace)
 		for ctx.Err() == nil && time.Now().Before(end) && led.ReceivedCount() < len(due) {
 			sleepCtx(ctx, 50*time.Millisecond)
 		}
+		sr.CPU = cw.end(len(due))
 	}
 	stopConsumers()
 	wg.Wait()

@@ -144,14 +144,33 @@ func (p *proc) Kill() error {
 	return nil
 }
 
-// Mem is the process's resident memory, from /proc/<pid>/status.
-func (p *proc) Mem() (memUsage, error) {
+// livePID is the pid of the running process, whose what (for the error)
+// is about to be read.
+func (p *proc) livePID(what string) (int, error) {
 	if p == nil {
-		return unknownMem(), errNotSpawned
+		return 0, errNotSpawned
 	}
 	pid := p.PID()
 	if pid == 0 || !p.Running() {
-		return unknownMem(), fmt.Errorf("resident memory of %s: not running", p.name)
+		return 0, fmt.Errorf("%s of %s: not running", what, p.name)
+	}
+	return pid, nil
+}
+
+// CPU returns the CPU time the running process has used.
+func (p *proc) CPU() (time.Duration, error) {
+	pid, err := p.livePID("cpu time")
+	if err != nil {
+		return 0, err
+	}
+	return cpuOf(pid)
+}
+
+// Mem is the process's resident memory, from /proc/<pid>/status.
+func (p *proc) Mem() (memUsage, error) {
+	pid, err := p.livePID("resident memory")
+	if err != nil {
+		return unknownMem(), err
 	}
 	return memOf(pid)
 }
