@@ -69,12 +69,6 @@ const (
 	// scheduleRounds bounds the entries of one look, so that a backlog
 	// (after an outage) is worked off over several looks.
 	scheduleRounds = 64
-	// scheduleLookBack is how far before the previous complete look a look
-	// starts: a schedule set meanwhile was stamped after it, unless its
-	// entry took this long to commit. Every scheduleFullEvery a look
-	// starts from the beginning, which catches even those.
-	scheduleLookBack  = 10 * time.Second
-	scheduleFullEvery = time.Minute
 )
 
 // scheduler runs on the leader. Every scheduleEvery it reads the schedules
@@ -98,9 +92,6 @@ type scheduler struct {
 	ahead   time.Duration
 	every   time.Duration
 	batch   int
-	// from is where a look starts (ms): nothing is due before it but what
-	// a look from the beginning, at fullAt plus scheduleFullEvery, finds.
-	from, fullAt int64
 	// sinceMs is the AdvanceSchedules.SinceMs of this leadership: the
 	// clock's time at the first look, less ahead. An occurrence within
 	// ahead before the first look counts as this leader's, because the
@@ -125,43 +116,26 @@ func (s *scheduler) run(ctx context.Context) {
 }
 
 // step advances every schedule due within ahead, up to scheduleRounds
-// entries.
+// entries. The store reads the due order from a floor it keeps (see
+// wheel.Store.DueSchedules), so a look costs what is due, not what the
+// advances before it deleted.
 func (s *scheduler) step(ctx context.Context) error {
 	for range scheduleRounds {
 		now := s.clock.Now().UnixMilli()
 		if !s.started {
 			s.sinceMs, s.started = now-s.ahead.Milliseconds(), true
 		}
-		if now-s.fullAt >= scheduleFullEvery.Milliseconds() {
-			s.from, s.fullAt = 0, now
+		due, err := s.store().DueSchedules(now+s.ahead.Milliseconds(), s.batch)
+		if err != nil || len(due) == 0 {
+			return err
 		}
-		due, err := s.store().DueSchedules(s.from, now+s.ahead.Milliseconds(), s.batch)
+		res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, SinceMs: s.sinceMs, Items: due})
 		if err != nil {
 			return err
 		}
-		var moved bool
-		if len(due) > 0 {
-			res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, SinceMs: s.sinceMs, Items: due})
-			if err != nil {
-				return err
-			}
-			ar, _ := res[0].Value.(wheel.AdvanceResult)
-			s.met.observe(ar, due, now)
-			moved = ar.Fired+ar.Duplicate > 0
-		}
-		if len(due) < s.batch {
-			// This look saw every schedule due from s.from on and advanced
-			// it: what is left is due later, or set after the look. An
-			// advanced schedule moved past its occurrence only, which, for
-			// a leader that fell further behind than scheduleLookBack, is
-			// before it: the next look starts there too.
-			from := now - scheduleLookBack.Milliseconds()
-			if len(due) > 0 {
-				from = min(from, due[0].FromMs)
-			}
-			s.from = max(s.from, from)
-		}
-		if !moved {
+		ar, _ := res[0].Value.(wheel.AdvanceResult)
+		s.met.observe(ar, due, now)
+		if ar.Fired+ar.Duplicate == 0 {
 			return nil // nothing moved: looking again now would find the same
 		}
 	}

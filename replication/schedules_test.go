@@ -249,31 +249,53 @@ func (p *storeProposer) propose(_ context.Context, cmds ...wheel.Command) ([]whe
 	return res[0], nil
 }
 
-// The scheduler advances every schedule due within its lead in entries of
-// at most batch items, keeps each schedule's occurrences enqueued that far
-// ahead, and a look after a complete one starts near it.
-func TestSchedulerBatchesAdvances(t *testing.T) {
+// schedulerKit is a store whose cursor stands at a fake clock's time,
+// commands applied to it one entry each, and schedulers over it.
+type schedulerKit struct {
+	st    *wheel.Store
+	clock *wheel.FakeClock
+	p     *storeProposer
+}
+
+func newSchedulerKit(t *testing.T) *schedulerKit {
+	t.Helper()
 	st, err := wheel.Open(t.TempDir(), wheel.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	start := time.UnixMilli(1_700_000_000_000)
-	clock := wheel.NewFakeClock(start)
-	p := &storeProposer{st: st}
-	now := func() int64 { return clock.Now().UnixMilli() }
-	if _, err := p.propose(context.Background(), wheel.Expire{Before: now() / 1000}); err != nil {
+	t.Cleanup(func() { st.Close() })
+	k := &schedulerKit{st: st, clock: wheel.NewFakeClock(time.UnixMilli(1_700_000_000_000)), p: &storeProposer{st: st}}
+	if _, err := k.p.propose(context.Background(), wheel.Expire{Before: k.now() / 1000}); err != nil {
 		t.Fatal(err)
 	}
+	return k
+}
+
+func (k *schedulerKit) now() int64 { return k.clock.Now().UnixMilli() }
+
+// scheduler returns a scheduler looking 2 s ahead, every 250 ms, in
+// entries of at most batch items.
+func (k *schedulerKit) scheduler(batch int) *scheduler {
+	st := k.st
+	return &scheduler{clock: k.clock, log: slog.New(slog.DiscardHandler), store: func() *wheel.Store { return st }, propose: k.p.propose,
+		met: newScheduleMetrics(func() *wheel.Store { return st }), ahead: 2 * time.Second, every: 250 * time.Millisecond, batch: batch}
+}
+
+// The scheduler advances every schedule due within its lead in entries of
+// at most batch items, and keeps each schedule's occurrences enqueued that
+// far ahead.
+func TestSchedulerBatchesAdvances(t *testing.T) {
+	k := newSchedulerKit(t)
+	st, clock, p, now := k.st, k.clock, k.p, k.now
+	start := clock.Now()
 	for i := range 5 {
 		spec := wheel.ScheduleSpec{Name: fmt.Sprintf("s%d", i), Topic: "t", EveryMs: 1000, StartAtMs: now() + 500}
 		if _, err := p.propose(context.Background(), wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	met := newScheduleMetrics(func() *wheel.Store { return st })
-	s := &scheduler{clock: clock, log: slog.New(slog.DiscardHandler), store: func() *wheel.Store { return st }, propose: p.propose,
-		met: met, ahead: 2 * time.Second, every: 250 * time.Millisecond, batch: 2}
+	s := k.scheduler(2)
+	met := s.met
 	var last int64
 	for range 20 {
 		last = now()
@@ -294,9 +316,6 @@ func TestSchedulerBatchesAdvances(t *testing.T) {
 			if info.NextMs <= now()+2000 || info.LastMs == 0 {
 				t.Fatalf("at %d: schedule %s next %d last %d; want everything due within 2 s enqueued", now(), info.Name, info.NextMs, info.LastMs)
 			}
-		}
-		if s.from < now()-scheduleLookBack.Milliseconds() {
-			t.Fatalf("a look after a complete one starts at %d, now %d", s.from, now())
 		}
 		clock.Advance(250 * time.Millisecond)
 	}
@@ -321,32 +340,18 @@ func testutilCounter(t *testing.T, m *scheduleMetrics) int {
 // none skipped, and catches up; a leader that takes over after an outage
 // fires the occurrences missed meanwhile once, and goes on from its time.
 func TestSchedulerHeldBackSkipsNothing(t *testing.T) {
-	st, err := wheel.Open(t.TempDir(), wheel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	clock := wheel.NewFakeClock(time.UnixMilli(1_700_000_000_000))
-	p := &storeProposer{st: st}
+	k := newSchedulerKit(t)
+	st, clock, p, now := k.st, k.clock, k.p, k.now
 	ctx := context.Background()
-	now := func() int64 { return clock.Now().UnixMilli() }
-	if _, err := p.propose(ctx, wheel.Expire{Before: now() / 1000}); err != nil {
-		t.Fatal(err)
-	}
 	start := now() + 500
 	spec := wheel.ScheduleSpec{Name: "s", Topic: "t", EveryMs: 1000, StartAtMs: start}
 	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
-	newScheduler := func() *scheduler {
-		return &scheduler{clock: clock, log: slog.New(slog.DiscardHandler), store: func() *wheel.Store { return st }, propose: p.propose,
-			met: newScheduleMetrics(func() *wheel.Store { return st }), ahead: 2 * time.Second, every: 250 * time.Millisecond, batch: 2}
-	}
-	s := newScheduler()
-	// The leader looks on time, then is held back by 5 s, and by more
-	// than a look goes back (scheduleLookBack).
+	s := k.scheduler(2)
+	// The leader looks on time, then is held back by 5 s, and by 15 s.
 	for _, d := range []time.Duration{250 * time.Millisecond, 5 * time.Second, 250 * time.Millisecond, 5 * time.Second,
-		scheduleLookBack + 5*time.Second, 250 * time.Millisecond} {
+		15 * time.Second, 250 * time.Millisecond} {
 		clock.Advance(d)
 		if err := s.step(ctx); err != nil {
 			t.Fatal(err)
@@ -373,7 +378,7 @@ func TestSchedulerHeldBackSkipsNothing(t *testing.T) {
 	// occurrence once, late, and goes on from its own time.
 	missed := info.NextMs
 	clock.Advance(time.Minute)
-	s = newScheduler()
+	s = k.scheduler(2)
 	if err := s.step(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -383,5 +388,37 @@ func TestSchedulerHeldBackSkipsNothing(t *testing.T) {
 	}
 	if after.NextMs <= now()+2000 || after.NextMs > now()+3000 {
 		t.Fatalf("after the outage at %d: next %d", now(), after.NextMs)
+	}
+}
+
+// TestSchedulerFindsScheduleSetBehindIt: a schedule whose SetSchedule was
+// stamped long before it committed (its first occurrence already behind
+// where the scheduler's looks have got to) is advanced at the next look,
+// not at a periodic look from the start.
+func TestSchedulerFindsScheduleSetBehindIt(t *testing.T) {
+	k := newSchedulerKit(t)
+	st, clock, p, now := k.st, k.clock, k.p, k.now
+	ctx := context.Background()
+	s := k.scheduler(10)
+	for range 4 { // looks that find nothing
+		if err := s.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(250 * time.Millisecond)
+	}
+	stamped := now() - 30_000
+	spec := wheel.ScheduleSpec{Name: "late", Topic: "t", EveryMs: 1000, StartAtMs: stamped + 500}
+	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: stamped, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Schedule("late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Fired == 0 || info.NextMs <= now()+2000 {
+		t.Fatalf("after the next look: %+v; want its occurrences up to 2 s ahead enqueued", info)
 	}
 }

@@ -203,11 +203,7 @@ func (t *tx) cancel(c Cancel) Result {
 	if mt.State == StateReserved {
 		return Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", ErrConflict, id)}
 	}
-	m, ok := t.full(id, mt)
-	if !ok {
-		return Result{}
-	}
-	t.finish(&m, mt)
+	t.finish(id, mt)
 	t.stat(mt.TopicID).Cancelled++
 	return Result{Value: id}
 }
@@ -262,14 +258,14 @@ func (t *tx) lease(c Lease) Result {
 }
 
 // held returns the meta and message of a receipt that is still valid at
-// now. Unless full, the message is read only if it holds a key, and is
-// otherwise its id alone: what ending it needs (finish).
+// now. Unless full, the record is not read and the message is its id
+// alone: all that ending it needs (finish).
 func (t *tx) held(r Receipt, now int64, full bool) (meta, Message, bool) {
 	mt, ok := t.meta(r.ID)
 	if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || now > mt.LeaseExpMs {
 		return meta{}, Message{}, false
 	}
-	if !full && !mt.Keyed {
+	if !full {
 		return mt, Message{ID: r.ID}, true
 	}
 	m, ok := t.full(r.ID, mt)
@@ -277,8 +273,7 @@ func (t *tx) held(r Receipt, now int64, full bool) (meta, Message, bool) {
 }
 
 // eachHeld calls fn for every receipt still valid at now and counts the
-// others as stale. Unless full, fn gets only what finish needs of the
-// message (see held).
+// others as stale. Unless full, fn gets the message's id alone (see held).
 func (t *tx) eachHeld(rs []Receipt, now int64, full bool, fn func(mt meta, m *Message)) Result {
 	var n Counted
 	for _, r := range rs {
@@ -295,7 +290,7 @@ func (t *tx) eachHeld(rs []Receipt, now int64, full bool, fn func(mt meta, m *Me
 
 func (t *tx) ack(c Ack) Result {
 	return t.eachHeld(c.Receipts, c.NowMs, false, func(mt meta, m *Message) {
-		t.finish(m, mt)
+		t.finish(m.ID, mt)
 		t.stat(mt.TopicID).Acked++
 	})
 }

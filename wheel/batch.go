@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble"
@@ -72,6 +73,9 @@ type tx struct {
 	// readyLow is the lowest ready key the batch wrote, per topic
 	// (readyfloor.go).
 	readyLow map[uint32][]byte
+	// dueLow is the earliest schedule due key (next_ms) the batch wrote,
+	// math.MaxInt64 when none (dueFloor).
+	dueLow int64
 	// overHours are the changes to the overflow's counts by hour
 	// (overflowhours.go); nil until the batch touches the overflow.
 	overHours map[int64]int64
@@ -80,8 +84,8 @@ type tx struct {
 func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
-		schedules: s.schedules,
-		pend:      map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
+		schedules: s.schedules, dueLow: math.MaxInt64,
+		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
 		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
@@ -341,6 +345,7 @@ func (t *tx) commit() error {
 		return fmt.Errorf("commit index: %w", err)
 	}
 	s.readyFloors.lower(t.readyLow)
+	s.dueFloor = min(s.dueFloor, t.dueLow)
 	if p := s.flushErr.Load(); p != nil {
 		return *p
 	}

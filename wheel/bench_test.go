@@ -316,16 +316,13 @@ func BenchmarkFire(b *testing.B) {
 	start := now / TickMs
 	rng := rand.New(rand.NewSource(1))
 	bodies := benchBodies(rng, benchBatch)
-	idx := uint64(1)
+	apply := benchApplier(b, s)
 	msgs := make([]NewMessage, perSec)
 	for sec := int64(1); sec <= int64(b.N); sec++ {
 		for j := range msgs {
 			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: (start+sec)*TickMs + rng.Int63n(TickMs)}
 		}
-		idx++
-		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
-			b.Fatal(err)
-		}
+		apply(Schedule{NowMs: now, Messages: msgs})
 	}
 	if _, err := s.Sync(); err != nil {
 		b.Fatal(err)
@@ -343,39 +340,51 @@ func BenchmarkFire(b *testing.B) {
 		if len(due) != perSec {
 			b.Fatalf("second %d: %d due, want %d", sec, len(due), perSec)
 		}
-		var receipts []Receipt
-		for k := 0; k < len(due); k += perEntry {
-			items := make([]LeaseItem, 0, perEntry)
-			for _, m := range due[k:min(k+perEntry, len(due))] {
-				if !l.Claim(m.ID) {
-					b.Fatalf("message %s not claimable", m.ID)
-				}
-				it := LeaseItem{ID: m.ID, Nonce: rng.Uint64(), ExpiresMs: nowMs + 30_000, RedeliverMs: nowMs + 30_000}
-				items = append(items, it)
-				receipts = append(receipts, Receipt{ID: m.ID, Nonce: it.Nonce})
-			}
-			idx++
-			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Lease{NowMs: nowMs, Items: items}}}}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for k := 0; k < len(receipts); k += perEntry {
-			idx++
-			res, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Ack{NowMs: nowMs + 1, Receipts: receipts[k:min(k+perEntry, len(receipts))]}}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if c := res[0][0].Value.(Counted); c.Done != min(perEntry, len(receipts)-k) {
-				b.Fatalf("acked %+v", c)
-			}
-		}
-		idx++
-		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Expire{Before: sec + 1}}}}); err != nil {
-			b.Fatal(err)
-		}
+		benchLeaseAck(b, apply, l, due, nowMs, perEntry, rng)
+		apply(Expire{Before: sec + 1})
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*perSec)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// benchApplier returns a function that applies its commands to s as the
+// next log entry and returns their results.
+func benchApplier(b *testing.B, s *Store) func(cmds ...Command) []Result {
+	idx := s.AppliedIndex()
+	return func(cmds ...Command) []Result {
+		b.Helper()
+		idx++
+		res, err := s.Apply([]Entry{{Index: idx, Cmds: cmds}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return res[0]
+	}
+}
+
+// benchLeaseAck hands out msgs, popped from l at nowMs, as a leader does:
+// it claims each, leases them in entries of perEntry items, then acks them
+// in entries as large. Every message must be claimable and every ack done.
+func benchLeaseAck(b *testing.B, apply func(cmds ...Command) []Result, l *Loader, msgs []Message, nowMs int64, perEntry int, rng *rand.Rand) {
+	b.Helper()
+	var receipts []Receipt
+	for k := 0; k < len(msgs); k += perEntry {
+		items := make([]LeaseItem, 0, perEntry)
+		for _, m := range msgs[k:min(k+perEntry, len(msgs))] {
+			if !l.Claim(m.ID) {
+				b.Fatalf("message %s not claimable", m.ID)
+			}
+			it := LeaseItem{ID: m.ID, Nonce: rng.Uint64(), ExpiresMs: nowMs + 30_000, RedeliverMs: nowMs + 30_000}
+			items = append(items, it)
+			receipts = append(receipts, Receipt{ID: m.ID, Nonce: it.Nonce})
+		}
+		apply(Lease{NowMs: nowMs, Items: items})
+	}
+	for k := 0; k < len(receipts); k += perEntry {
+		if c := apply(Ack{NowMs: nowMs + 1, Receipts: receipts[k:min(k+perEntry, len(receipts))]})[0].Value.(Counted); c.Done != min(perEntry, len(receipts)-k) {
+			b.Fatalf("acked %+v", c)
+		}
+	}
 }
 
 // BenchmarkDrainReady is a consumer catching up on a topic's ready queue:
@@ -428,4 +437,63 @@ func BenchmarkDrainReady(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(reading.Microseconds())/float64(reads), "µs/read")
+}
+
+// BenchmarkScheduleOccurrences is one second of 10,000 schedules firing
+// every second, phases spread over the second, as a leader's store sees
+// it: 20 looks for due schedules (DueSchedules) each followed by its
+// AdvanceSchedules entry, enqueuing occurrences 2 s ahead; then the slot
+// of the second is loaded, its occurrences popped, leased and acked in
+// entries of 100, and the second expired. A follower applies the same
+// entries without the looks and the loader. It reports the time per
+// occurrence.
+func BenchmarkScheduleOccurrences(b *testing.B) {
+	const n, looks, perEntry, aheadMs = 10_000, 20, 100, 2000
+	now := int64(1_700_000_000_000)
+	s, _ := benchStore(b, Options{}, now)
+	body := benchBodies(rand.New(rand.NewSource(1)), 1)[0]
+	apply := benchApplier(b, s)
+	start := now/TickMs*TickMs + TickMs
+	for i := range n {
+		sp := ScheduleSpec{Name: "s" + strconv.Itoa(i), Topic: "bench", Body: body, EveryMs: 1000, StartAtMs: start + int64(i)*1000/n}
+		if r := apply(SetSchedule{NowMs: now, Spec: sp}); r[0].Err != nil {
+			b.Fatal(r[0].Err)
+		}
+	}
+	l := NewLoader()
+	s.AttachLoader(l)
+	rng := rand.New(rand.NewSource(2))
+	second := func(sec int64, timed bool) {
+		for k := range looks {
+			nowMs := sec*TickMs + int64(k)*TickMs/looks
+			due, err := s.DueSchedules(nowMs+aheadMs, 5000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(due) > 0 {
+				apply(AdvanceSchedules{NowMs: nowMs, Items: due})
+			}
+		}
+		if _, err := s.LoadThrough(sec); err != nil {
+			b.Fatal(err)
+		}
+		nowMs := (sec + 1) * TickMs
+		msgs, _ := l.PopDue(nowMs - 1)
+		if timed && len(msgs) != n {
+			b.Fatalf("second %d: %d occurrences due, want %d", sec, len(msgs), n)
+		}
+		benchLeaseAck(b, apply, l, msgs, nowMs, perEntry, rng)
+		apply(Expire{Before: sec + 1})
+	}
+	sec := now / TickMs
+	for ; sec < start/TickMs+2; sec++ { // until the occurrences of every second are 2 s ahead
+		second(sec, false)
+	}
+	b.ResetTimer()
+	for range b.N {
+		second(sec, true)
+		sec++
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/occurrence")
 }

@@ -48,8 +48,10 @@
 // slot file has no meta of its own until it changes: its entry's
 // placements stand for it (placement.go). A queue's head is read from a
 // floor kept in memory, not from the start of its range, which holds what
-// consumers deleted from it since the last compaction (readyfloor.go). The
-// index records its layout's format; a store opens that format only.
+// consumers deleted from it since the last compaction (readyfloor.go); the
+// leader's look for due schedules likewise starts at a floor, past the
+// occurrences advanced before it (schedule.go). The index records its
+// layout's format; a store opens that format only.
 //
 // # Message ids
 //

@@ -51,7 +51,7 @@ const (
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 5
+const indexFormat = 6
 
 var (
 	keyApplied   = []byte("sapplied")
@@ -154,20 +154,29 @@ type meta struct {
 	Offset     int64 // locSegment: the record's offset in the file
 	Receipt    uint64
 	LeaseExpMs int64
-	// Keyed says the message holds a key (of the key index), so that
-	// ending it, which frees the key, needs its record, and ending one
-	// without does not.
+	// Keyed says the message holds Key in the key index. Invariant: a
+	// message that is not dead holds the key its record names, and its
+	// meta says so, so that ending it frees the key reading neither its
+	// record nor the key index. A dead message has freed its key (a newer
+	// message may hold it since) and is never Keyed.
 	Keyed bool
+	Key   string
 }
 
-// The meta encoding: metaTag, state (its top bit: Keyed), location, then varints. A meta is
-// written to the index at least once and rewritten by every compaction
-// that carries it, so it is kept small: a delayed message in a slot file
-// takes about 17 bytes. The slot second is stored as its difference from
-// the second of DueMs, which for a record in a slot file is 0.
+// The meta encoding: metaTag, state (its top bit: Keyed), location, then
+// varints, then, when Keyed, the key. A meta is written to the index at
+// least once and rewritten by every compaction that carries it, so it is
+// kept small: a delayed message in a slot file takes about 17 bytes. The
+// slot second is stored as its difference from the second of DueMs, which
+// for a record in a slot file is 0. A keyed message's meta carries its key
+// as well, which the key index also holds: the index spends the key's
+// length again on a pending keyed message, and its ack reads two keys
+// fewer (the record and the key index entry).
 const (
-	metaTag    = 0xC2
-	keyedBit   = 0x80
+	metaTag  = 0xC2
+	keyedBit = 0x80
+	// metaMaxLen bounds the encoding of a meta without a key; a key adds
+	// its length and the length's varint.
 	metaMaxLen = 3 + binary.MaxVarintLen32 + 6*binary.MaxVarintLen64
 )
 
@@ -185,11 +194,14 @@ func (m *meta) appendTo(b []byte) []byte {
 	e.varint(m.Offset)
 	e.uvarint(m.Receipt)
 	e.varint(m.LeaseExpMs)
+	if m.Keyed {
+		e.str(m.Key)
+	}
 	return e.b
 }
 
 // encode returns the encoding of m in a new slice.
-func (m *meta) encode() []byte { return m.appendTo(make([]byte, 0, metaMaxLen)) }
+func (m *meta) encode() []byte { return m.appendTo(make([]byte, 0, metaMaxLen+len(m.Key))) }
 
 // secondBase is what Second is stored relative to: the second of DueMs
 // for a record in a slot file, 0 elsewhere.
@@ -214,10 +226,13 @@ func decodeMeta(b []byte) (meta, error) {
 	m.Offset = d.varint()
 	m.Receipt = d.uvarint()
 	m.LeaseExpMs = d.varint()
+	if m.Keyed {
+		m.Key = d.str()
+	}
 	switch {
 	case d.err != nil:
 		return meta{}, fmt.Errorf("meta of %d bytes: %w", len(b), d.err)
-	case len(d.b) != 0 || tid > math.MaxUint32:
+	case len(d.b) != 0 || tid > math.MaxUint32 || (m.Keyed && m.Key == ""):
 		return meta{}, fmt.Errorf("%w: malformed meta of %d bytes", ErrCorruptCommand, len(b))
 	}
 	m.TopicID = uint32(tid)

@@ -10,10 +10,11 @@ import (
 var metaCases = []meta{
 	{State: StateDelayed, Loc: locSegment, TopicID: 1, DueMs: t0 + 1800_000, Second: SecondOf(t0 + 1800_000), Offset: 123_456},
 	{State: StateReserved, Loc: locSegment, TopicID: 7, DueMs: t0 + 31_000, Priority: -5, Second: SecondOf(t0 + 31_000),
-		Offset: 1 << 40, Receipt: math.MaxUint64, LeaseExpMs: t0 + 30_000, Keyed: true},
+		Offset: 1 << 40, Receipt: math.MaxUint64, LeaseExpMs: t0 + 30_000, Keyed: true, Key: "order-42"},
 	{State: StateDelayed, Loc: locOverflow, TopicID: math.MaxUint32, DueMs: t0 + 24*3600_000, Priority: math.MinInt64},
 	{State: StateReady, Loc: locReady, TopicID: 2, DueMs: 0, Priority: math.MaxInt64},
-	{State: StateDead, Loc: locDead, TopicID: 3, DueMs: math.MaxInt64, Keyed: true},
+	{State: StateDead, Loc: locDead, TopicID: 3, DueMs: math.MaxInt64},
+	{State: StateReady, Loc: locReady, TopicID: 4, DueMs: t0, Keyed: true, Key: "schedule:standup:1700000000000"},
 	// Not written by the store, but a meta must survive whatever it holds.
 	{State: StateDelayed, Loc: locSegment, DueMs: -1, Second: math.MinInt64, Offset: -1, LeaseExpMs: math.MinInt64},
 }
@@ -23,8 +24,8 @@ var metaCases = []meta{
 func TestMetaEncoding(t *testing.T) {
 	for i, m := range metaCases {
 		b := m.encode()
-		if len(b) > metaMaxLen {
-			t.Errorf("case %d: %d bytes, more than metaMaxLen %d", i, len(b), metaMaxLen)
+		if max := metaMaxLen + binary.MaxVarintLen64 + len(m.Key); len(b) > max {
+			t.Errorf("case %d: %d bytes, more than metaMaxLen and its key, %d", i, len(b), max)
 		}
 		got, err := decodeMeta(b)
 		if err != nil || got != m {
@@ -45,6 +46,7 @@ func TestMetaDecodeRejects(t *testing.T) {
 		"truncated":     good[:len(good)-1],
 		"trailing byte": append(append([]byte(nil), good...), 0),
 		"unknown tag":   append([]byte{0xC3}, good[1:]...),
+		"keyed, no key": (&meta{State: StateReady, Loc: locReady, Keyed: true}).appendTo(nil),
 	} {
 		if _, err := decodeMeta(b); !errors.Is(err, ErrCorruptCommand) {
 			t.Errorf("%s (% x): err %v, want ErrCorruptCommand", name, b, err)

@@ -137,7 +137,7 @@ func (h *modelHarness) checkSchedules(md *refModel) {
 	if !reflect.DeepEqual(got, want) || h.s.NumSchedules() != int64(len(want)) {
 		h.fatalf("schedules %+v (%d), model %+v", got, h.s.NumSchedules(), want)
 	}
-	due, err := h.s.DueSchedules(0, MaxDueMs, 10)
+	due, err := h.s.DueSchedules(MaxDueMs, 10)
 	if err != nil {
 		h.fatalf("due schedules: %v", err)
 	}

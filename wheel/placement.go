@@ -49,7 +49,7 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
 		t.overflowAdd(m.DeliverAtMs, 1)
 		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != ""})
+			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key})
 	}
 	t.move(tid, from, state)
 }
@@ -69,7 +69,7 @@ func recordState(typ segment.RecordType) State {
 // implies it from the record, so the two agree.
 func slotMeta(m *Message, tid uint32, typ segment.RecordType, second, off int64) meta {
 	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != ""}
+		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key}
 }
 
 func (t *tx) move(tid uint32, from, to State) {
@@ -96,16 +96,18 @@ func (t *tx) toReady(m *Message, tid uint32, from State) {
 		}
 		t.readyLow[tid] = k
 	}
-	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority, Keyed: m.Key != ""})
+	t.setMeta(m.ID, &meta{State: StateReady, Loc: locReady, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority, Keyed: m.Key != "", Key: m.Key})
 	t.move(tid, from, StateReady)
 	t.event(Event{Kind: EventReady, Topic: m.Topic, ID: m.ID})
 }
 
-// toDead moves a message to its topic's dead letters and frees its key.
+// toDead moves a message to its topic's dead letters and frees its key:
+// a dead message is never Keyed. Its record keeps the key, which a redrive
+// takes again if no other message holds it by then.
 func (t *tx) toDead(m *Message, tid uint32, from State) {
 	clearLease(m)
 	t.set(deadKey(tid, m.ID), EncodeMessage(nil, m))
-	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority, Keyed: m.Key != ""})
+	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
 	t.releaseKey(m, tid)
 	t.move(tid, from, StateDead)
 	t.stat(tid).Dead++
@@ -124,11 +126,15 @@ func (t *tx) releaseKey(m *Message, tid uint32) {
 	}
 }
 
-// finish deletes a message entirely (ack, cancel).
-func (t *tx) finish(m *Message, mt meta) {
-	t.unplace(m.ID, mt)
-	t.delMeta(m.ID, mt)
-	t.releaseKey(m, mt.TopicID)
+// finish deletes a message entirely (ack, cancel). A Keyed meta names the
+// key the message holds, which it frees without reading it first (the
+// invariant at meta.Keyed); any other message holds no key.
+func (t *tx) finish(id ID, mt meta) {
+	t.unplace(id, mt)
+	t.delMeta(id, mt)
+	if mt.Keyed {
+		t.del(keyIndexKey(mt.TopicID, mt.Key))
+	}
 	t.move(mt.TopicID, mt.State, 0)
 }
 

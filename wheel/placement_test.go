@@ -210,3 +210,71 @@ func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
 	}
 	k.wantCounts(TopicCounts{Topic: "a"})
 }
+
+// TestKeyOfDeadMessageTakenByNewer: a keyed message's meta names its key
+// until it goes dead, which frees the key, so when a newer message takes
+// the key, redriving the dead one and acking it does not free the newer
+// one's key, and an ack of the newer one does, from its meta.
+func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	lease := func(now int64, id ID, nonce uint64) {
+		t.Helper()
+		ok := k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: now + 100, RedeliverMs: now + 101}}}).([]bool)
+		if !ok[0] {
+			t.Fatalf("lease of %s refused", id)
+		}
+	}
+	keyMeta := func(id ID) meta {
+		t.Helper()
+		k.s.mu.Lock()
+		defer k.s.mu.Unlock()
+		mt, ok, err := lookupMeta(storeSource{k.s}, id)
+		if err != nil || !ok {
+			t.Fatalf("meta of %s: %v, %v", id, ok, err)
+		}
+		return mt
+	}
+	oldID := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0, MaxAttempts: 1})[0].ID
+	if mt := keyMeta(oldID); !mt.Keyed || mt.Key != "k" {
+		t.Fatalf("a keyed message's meta %+v, want keyed k", mt)
+	}
+	lease(t0, oldID, 1)
+	k.one(Nack{NowMs: t0 + 10, Receipts: []Receipt{{ID: oldID, Nonce: 1}}})
+	k.wantState(oldID, StateDead, t0+101, 1)
+	if mt := keyMeta(oldID); mt.Keyed || mt.Key != "" {
+		t.Fatalf("a dead message's meta %+v names a key", mt)
+	}
+	newer := k.schedule(t0+20, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 1500})
+	if newer[0].Duplicate {
+		t.Fatal("the dead message kept its key")
+	}
+	newID := newer[0].ID
+
+	// Redrive: the key is taken, so the redriven message holds none.
+	if n := k.one(Redrive{NowMs: t0 + 30, Topic: "a", IDs: []ID{oldID}}).(int); n != 1 {
+		t.Fatalf("redrove %d, want 1", n)
+	}
+	if v := k.get(oldID); v.Key != "" {
+		t.Fatalf("the redriven message holds key %q, which a newer message holds", v.Key)
+	}
+	if mt := keyMeta(oldID); mt.Keyed {
+		t.Fatalf("the redriven message's meta %+v names the key a newer message holds", mt)
+	}
+	lease(t0+40, oldID, 2)
+	if c := k.one(Ack{NowMs: t0 + 50, Receipts: []Receipt{{ID: oldID, Nonce: 2}}}).(Counted); c.Done != 1 {
+		t.Fatalf("ack %+v", c)
+	}
+	if got := k.keyed(); got["k"] != newID {
+		t.Fatalf("key index %v after the old message's ack, want k → %s", got, newID)
+	}
+
+	// The newer message's ack frees the key its meta names.
+	lease(t0+1500, newID, 3)
+	if c := k.one(Ack{NowMs: t0 + 1550, Receipts: []Receipt{{ID: newID, Nonce: 3}}}).(Counted); c.Done != 1 {
+		t.Fatalf("ack %+v", c)
+	}
+	if got := k.keyed(); len(got) != 0 {
+		t.Fatalf("key index %v after the ack, want empty", got)
+	}
+	k.wantGone(newID)
+}

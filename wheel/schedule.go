@@ -20,6 +20,20 @@ import (
 // The leader finds the schedules due for an advance by scanning 'v' up to
 // an instant, so the number stored costs it no memory. Both prefixes sort
 // after the metas (see keys.go): an advance rewrites them every occurrence.
+//
+// Every advance deletes the 'v' key of the occurrence it enqueued, and
+// the deletions stay in the index until a compaction drops them, so a scan
+// from the start of 'v' would pass over every occurrence of the last
+// minutes: at 10,000 occurrences a second, hundreds of thousands of
+// deleted keys a scan. A scan starts at the store's due floor instead
+// (Store.dueFloor, memory of this process that Apply never reads). The
+// invariant is that every 'v' key in the index sorts at or after the
+// floor: a committed batch lowers it to the earliest 'v' key it wrote, and
+// a scan, which holds the store's lock so that no batch commits while it
+// reads, raises it to the first key it met, or to its upper bound when it
+// met none. An advance deletes keys at or after the floor and writes later
+// ones, so a scan passes over the deletions of the advances since the one
+// before it only. The floor is 0 when the store opens.
 const (
 	pSchedule    = 'u'
 	pScheduleDue = 'v'
@@ -33,6 +47,11 @@ func scheduleKey(name string) []byte { return append([]byte{pSchedule}, name...)
 func scheduleDueKey(nextMs int64, name string) []byte {
 	k := binary.BigEndian.AppendUint64([]byte{pScheduleDue}, uint64(nextMs))
 	return append(k, name...)
+}
+
+// dueItem is the schedule and occurrence a due key (scheduleDueKey) names.
+func dueItem(key []byte) AdvanceItem {
+	return AdvanceItem{Name: string(key[9:]), FromMs: int64(binary.BigEndian.Uint64(key[1:9]))}
 }
 
 // SetSchedule creates or replaces a recurring schedule. Its first
@@ -219,6 +238,7 @@ func (t *tx) putSchedule(info *ScheduleInfo) {
 	t.set(scheduleKey(info.Name), encodeScheduleInfo(info))
 	if info.NextMs != 0 {
 		t.set(scheduleDueKey(info.NextMs, info.Name), nil)
+		t.dueLow = min(t.dueLow, info.NextMs)
 	}
 }
 
@@ -351,28 +371,34 @@ func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
 	return out, nil
 }
 
-// DueSchedules returns up to limit schedules whose next occurrence is in
-// [from, to], earliest first, as items of an AdvanceSchedules. Every
-// advance deletes a key of this order, and the deletions stay in the
-// index until a compaction drops them: a caller that knows nothing is due
-// before from passes it, so the scan does not step over them all.
-func (s *Store) DueSchedules(from, to int64, limit int) ([]AdvanceItem, error) {
+// DueSchedules returns up to limit schedules whose next occurrence is at
+// or before to, earliest first, as items of an AdvanceSchedules. It reads
+// from the due floor (see the top of this file) and raises it.
+func (s *Store) DueSchedules(to int64, limit int) ([]AdvanceItem, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	to = min(to, MaxDueMs) // no occurrence is later
+	if to < s.dueFloor {
+		return nil, nil // every due key is later
+	}
 	var out []AdvanceItem
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: scheduleDueKey(max(from, 0), ""), UpperBound: scheduleDueKey(to+1, "")})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: scheduleDueKey(s.dueFloor, ""), UpperBound: scheduleDueKey(to+1, "")})
 	if err != nil {
 		return nil, fmt.Errorf("index scan: %w", err)
 	}
 	for it.First(); it.Valid() && len(out) < limit; it.Next() {
-		k := it.Key()
-		out = append(out, AdvanceItem{Name: string(k[9:]), FromMs: int64(binary.BigEndian.Uint64(k[1:9]))})
+		out = append(out, dueItem(it.Key()))
 	}
 	if err := it.Close(); err != nil {
 		return nil, fmt.Errorf("index scan: %w", err)
+	}
+	if len(out) > 0 {
+		s.dueFloor = out[0].FromMs
+	} else {
+		s.dueFloor = to + 1
 	}
 	return out, nil
 }

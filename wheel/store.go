@@ -104,6 +104,8 @@ type Store struct {
 	hooks atomic.Pointer[map[string]Webhook]
 	// readyFloors is where reads of the ready queues start.
 	readyFloors readyFloors
+	// dueFloor is where DueSchedules starts reading (schedule.go).
+	dueFloor int64
 	// observer hears what each committed batch did to the wheel (the
 	// leader's loader); it never changes what Apply writes.
 	observer observer
