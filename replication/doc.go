@@ -13,6 +13,9 @@
 //   - the state machine and its snapshots (fsm.go, snapshot.go,
 //     snapstore.go): committed entries applied to the wheel store,
 //     snapshots as checkpoints of the store's directory;
+//   - the guard on inbound Raft connections (stall.go), which fails a
+//     snapshot stream that stops sending, so a leader stopped mid-stream
+//     cannot hold a follower's Raft goroutine;
 //   - a node's many Raft groups (groups.go), their stream multiplexer
 //     (mux.go) and the balancer of their leaderships (balance.go);
 //   - the test kit (testing.go, testgroups.go): an in-process cluster of
@@ -43,6 +46,14 @@
 // after entries the store never saw. Open checks exactly that, and when the
 // store is behind, or its files do not cover its own applied index, it
 // moves the store aside and lets Raft restore the snapshot instead.
+//
+// A follower reads a snapshot from its leader on Raft's own goroutine, and
+// hashicorp/raft sets no deadline on those reads: a leader stopped while
+// sending one (SIGSTOP, a paused VM) would leave the follower unable to vote
+// for as long as the connection lived, and a cluster with one node down
+// without a leader. While a snapshot sink is open, every read of an inbound
+// Raft connection must return within 5 s or the connection fails; the
+// leader sends the snapshot again.
 //
 // # Answering at commit
 //

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -85,6 +86,8 @@ type Config struct {
 	// OpenGroups from its defaults and by tests.
 	balance balanceTiming
 
+	// snapshotStall, set only by tests, replaces snapshotStall (stall.go).
+	snapshotStall time.Duration
 	// beforeApply, set only by tests, runs on Raft's FSM goroutine before
 	// each batch of committed entries is applied, after the commit
 	// notification: a test holds the state machine with it.
@@ -161,6 +164,7 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans *raft.NetworkTransport
+	guard *stallGuard  // bounds snapshot streams' stalls (stall.go)
 	logs  *raftlog.Log // the log's entries, and the term and vote
 	lock  io.Closer    // the data dir's lock, held while open
 	ents  entries      // logs as Raft sees it
@@ -315,8 +319,10 @@ func Open(cfg Config) (*Node, error) {
 		}
 		stream = sl
 	}
+	guard := newStallGuard(stream, cmp.Or(cfg.snapshotStall, snapshotStall))
+	snaps.guard, n.guard = guard, guard
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 5, Timeout: rpcTimeout, Logger: hl,
+		Stream: guard, MaxPool: 5, Timeout: rpcTimeout, Logger: hl,
 		// No pipelined replication: one AppendEntries in flight per
 		// follower. hashicorp/raft's pipeline can deadlock once a follower
 		// answers Success=false (a lagging or restarted follower does):

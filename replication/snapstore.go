@@ -35,6 +35,8 @@ type snapStore struct {
 	// opened, when set, is told the index of each snapshot opened: Raft
 	// opens one to restore it, right before the FSM's Restore.
 	opened func(index uint64)
+	// guard, when set, is told of each sink opened and closed (stall.go).
+	guard *stallGuard
 }
 
 func newSnapStore(raftDir string, retain int, log *slog.Logger, hl hclog.Logger) (*snapStore, error) {
@@ -59,7 +61,8 @@ func newSnapStore(raftDir string, retain int, log *slog.Logger, hl hclog.Logger)
 // refSink is a sink of this store; Persist recognizes it.
 type refSink struct {
 	raft.SnapshotSink
-	store *snapStore
+	store  *snapStore
+	closed func() // tells the guard the sink is closed; nil without one
 }
 
 // Create starts a snapshot.
@@ -69,14 +72,31 @@ func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, con
 	if err != nil {
 		return nil, err
 	}
-	return &refSink{SnapshotSink: sink, store: s}, nil
+	r := &refSink{SnapshotSink: sink, store: s}
+	if s.guard != nil {
+		r.closed = s.guard.opened()
+	}
+	return r, nil
 }
 
 // Close finishes the snapshot; Raft reaps old ones, and their checkpoints go too.
 func (r *refSink) Close() error {
+	r.done()
 	err := r.SnapshotSink.Close()
 	r.store.prune()
 	return err
+}
+
+// Cancel drops the snapshot.
+func (r *refSink) Cancel() error {
+	r.done()
+	return r.SnapshotSink.Cancel()
+}
+
+func (r *refSink) done() {
+	if r.closed != nil {
+		r.closed()
+	}
 }
 
 // keep moves a checkpoint under the sink's snapshot id and writes the reference.
