@@ -60,12 +60,33 @@ func NextIP() string {
 
 // FreePort returns a TCP port that is free on ip right now.
 func FreePort(ip string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	ps, err := FreePorts(ip, 1)
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
+}
+
+// FreePorts returns n distinct TCP ports that are free on ip right now. It
+// holds all of them open until it has them all: a port closed and then
+// asked for again with port 0 may well come back.
+func FreePorts(ip string, n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // DefaultFlags are the server flags every node of a test cluster gets
@@ -145,6 +166,13 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 		if err := c.WaitReady(ctx); err != nil {
 			t.Fatalf("cluster did not become ready: %v", err)
 		}
+		// A majority elects a leader without the others; a test meant
+		// for all of them must not go on with fewer.
+		for _, n := range c.Nodes() {
+			if !n.Running() {
+				t.Fatalf("%s exited at start:\n%s", n.ID, n.LogTail(20))
+			}
+		}
 	}
 	return c
 }
@@ -156,32 +184,33 @@ func (c *Cluster) newNode() (*Node, error) {
 	id := "n" + strconv.Itoa(c.seq)
 	c.mu.Unlock()
 	ip := NextIP()
-	hp, err := FreePort(ip)
+	// Every port is fixed here, taken together so that they differ: one
+	// left to port 0 when the node starts could be handed a port another
+	// listener of this node was given and has yet to bind.
+	ports, err := FreePorts(ip, 4)
 	if err != nil {
-		return nil, fmt.Errorf("%s on %s: %w (is 127.0.0.0/8 routed to lo?)", id, ip, err)
+		return nil, fmt.Errorf("ports of %s on %s: %w (is 127.0.0.0/8 routed to lo?)", id, ip, err)
 	}
-	rp, err := FreePort(ip)
-	if err != nil {
-		return nil, err
-	}
+	at := func(i int) string { return net.JoinHostPort(ip, strconv.Itoa(ports[i])) }
 	n := &Node{
 		ID:       id,
 		IP:       ip,
-		HTTPAddr: net.JoinHostPort(ip, strconv.Itoa(hp)),
-		RaftAddr: net.JoinHostPort(ip, strconv.Itoa(rp)),
+		HTTPAddr: at(0),
+		RaftAddr: at(1),
+		GRPCAddr: at(2),
 		DataDir:  filepath.Join(c.base, id, "data"),
 		LogPath:  filepath.Join(c.base, id, "node.log"),
 		bin:      c.bin,
 		flags:    c.flags,
 	}
-	if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
-		return nil, err
-	}
-	n.Proxy, err = NewProxy(net.JoinHostPort(ip, "0"), n.RaftAddr)
+	n.Proxy, err = NewProxy(at(3), n.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raft proxy of %s: %w", id, err)
 	}
 	n.Advertise = n.Proxy.Addr()
+	if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
+		return nil, err
+	}
 	n.Client = client.New("http://"+n.HTTPAddr, client.WithHTTPClient(newHTTPClient()))
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)

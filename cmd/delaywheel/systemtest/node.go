@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -23,6 +22,7 @@ type Node struct {
 	IP        string
 	HTTPAddr  string // client API, listen and advertised
 	RaftAddr  string // Raft listen address (--raft-addr)
+	GRPCAddr  string // gRPC API (--grpc-addr)
 	Advertise string // the proxy's address (--raft-advertise)
 	DataDir   string
 	LogPath   string // stdout and stderr of every run, appended
@@ -54,7 +54,7 @@ func (n *Node) Args() []string {
 		"--http-addr", n.HTTPAddr,
 		"--raft-addr", n.RaftAddr,
 		"--raft-advertise", n.Advertise,
-		"--grpc-addr", net.JoinHostPort(n.IP, "0"), // the default port would clash between nodes
+		"--grpc-addr", n.GRPCAddr,
 	}
 	args = append(args, n.clusterArgs...)
 	return append(args, n.flags...)
