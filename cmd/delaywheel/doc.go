@@ -51,6 +51,11 @@
 // since its ticks and snapshots keep allocating; under load it never looks
 // quiet and the collector (--gc-percent, --memory-limit) governs as usual.
 //
+// The node runs two Go processors more than the CPUs it may use
+// (--procs; GOMAXPROCS when set wins over the default), so that the
+// goroutine a due millisecond wakes never waits for the runtime to preempt
+// an apply or a compaction; see spareProcs.
+//
 // Build the server with CGO_ENABLED=0, as the container image is. Without
 // cgo, Pebble allocates its cache and memtables from Go's heap, which the
 // runtime returns to the kernel. With cgo they come from the C allocator,

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -14,16 +15,17 @@ import (
 )
 
 func TestMemorySettingsValidate(t *testing.T) {
-	ok := memorySettings{Limit: 64 << 20, GCPercent: 50, ReleaseIdleHeap: true}
+	ok := runtimeSettings{Limit: 64 << 20, GCPercent: 50, ReleaseIdleHeap: true}
 	if err := ok.validate(); err != nil {
 		t.Fatalf("valid settings: %v", err)
 	}
-	if err := (memorySettings{}).validate(); err != nil {
+	if err := (runtimeSettings{}).validate(); err != nil {
 		t.Fatalf("zero settings (runtime defaults, no releasing): %v", err)
 	}
-	for flag, m := range map[string]memorySettings{
+	for flag, m := range map[string]runtimeSettings{
 		"--memory-limit": {Limit: -1},
 		"--gc-percent":   {GCPercent: -5},
+		"--procs":        {Procs: -2},
 	} {
 		err := m.validate()
 		if err == nil || !strings.Contains(err.Error(), flag) {
@@ -36,7 +38,11 @@ func TestMemorySettingsApplyAndRestore(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	limit0, percent0 := debug.SetMemoryLimit(-1), currentGCPercent()
 
-	restore := memorySettings{Limit: 96 << 20, GCPercent: 37}.apply(log)
+	procs0 := runtime.GOMAXPROCS(0)
+	restore := runtimeSettings{Procs: procs0 + 3, Limit: 96 << 20, GCPercent: 37}.apply(log)
+	if got := runtime.GOMAXPROCS(0); got != procs0+3 {
+		t.Errorf("procs = %d, want %d", got, procs0+3)
+	}
 	if got := debug.SetMemoryLimit(-1); got != 96<<20 {
 		t.Errorf("memory limit = %d, want %d", got, 96<<20)
 	}
@@ -44,6 +50,9 @@ func TestMemorySettingsApplyAndRestore(t *testing.T) {
 		t.Errorf("gc percent = %d, want 37", got)
 	}
 	restore()
+	if got := runtime.GOMAXPROCS(0); got != procs0 {
+		t.Errorf("procs after restore = %d, want %d", got, procs0)
+	}
 	if got := debug.SetMemoryLimit(-1); got != limit0 {
 		t.Errorf("memory limit after restore = %d, want %d", got, limit0)
 	}
@@ -52,7 +61,10 @@ func TestMemorySettingsApplyAndRestore(t *testing.T) {
 	}
 
 	// Zero leaves the runtime's own settings alone.
-	restore = memorySettings{}.apply(log)
+	restore = runtimeSettings{}.apply(log)
+	if got := runtime.GOMAXPROCS(0); got != procs0 {
+		t.Errorf("procs with 0 = %d, want the runtime's %d", got, procs0)
+	}
 	if got := debug.SetMemoryLimit(-1); got != limit0 {
 		t.Errorf("memory limit with 0 = %d, want the runtime's %d", got, limit0)
 	}
@@ -95,7 +107,7 @@ func TestServerMemoryFlags(t *testing.T) {
 			}
 		})
 	}
-	m := memorySettings{Limit: defaultMemoryLimit, GCPercent: defaultGCPercent, ReleaseIdleHeap: true}
+	m := runtimeSettings{Limit: defaultMemoryLimit, GCPercent: defaultGCPercent, ReleaseIdleHeap: true}
 	if err := m.validate(); err != nil {
 		t.Fatalf("the defaults do not validate: %v", err)
 	}
@@ -250,38 +262,63 @@ func TestIdleReleaserBackgroundWork(t *testing.T) {
 	}
 }
 
-// TestGCPercentPrecedence checks where a server's collector target comes
-// from: the flag (or its variable) when given, else GOGC when set, else
-// the default.
-func TestGCPercentPrecedence(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		args []string
-		env  []string
-		want int
-	}{
-		{name: "default", want: defaultGCPercent},
-		{name: "GOGC", env: []string{"GOGC=50"}, want: 0},
-		{name: "flag over GOGC", args: []string{"--gc-percent", "200"}, env: []string{"GOGC=50"}, want: 200},
-		{name: "variable over GOGC", env: []string{"GOGC=50", "DELAYWHEEL_GC_PERCENT=300"}, want: 300},
-	} {
+// precedenceCase is a command line and environment, and the value a
+// server setting should read from them.
+type precedenceCase struct {
+	name string
+	args []string
+	env  []string
+	want int
+}
+
+// checkPrecedence runs the server's flags over each case, with the
+// runtime's variable unset unless the case sets it, and compares what
+// read returns.
+func checkPrecedence(t *testing.T, runtimeVar string, read func(*cli.Context) int, cases []precedenceCase) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("GOGC", "")
+			t.Setenv(runtimeVar, "")
+			os.Unsetenv(runtimeVar)
 			for _, e := range c.env {
 				k, v, _ := strings.Cut(e, "=")
 				t.Setenv(k, v)
 			}
-			got := -1
+			got := -100
 			app := &cli.App{Flags: serverFlags(), Action: func(cc *cli.Context) error {
-				got = gcPercent(cc)
+				got = read(cc)
 				return nil
 			}}
 			if err := app.Run(append([]string{"delaywheel"}, c.args...)); err != nil {
 				t.Fatal(err)
 			}
 			if got != c.want {
-				t.Errorf("gc percent %d, want %d", got, c.want)
+				t.Errorf("got %d, want %d", got, c.want)
 			}
 		})
 	}
+}
+
+// TestGCPercentPrecedence checks where a server's collector target comes
+// from: the flag (or its variable) when given, else GOGC when set, else
+// the default.
+func TestGCPercentPrecedence(t *testing.T) {
+	checkPrecedence(t, "GOGC", gcPercent, []precedenceCase{
+		{name: "default", want: defaultGCPercent},
+		{name: "GOGC", env: []string{"GOGC=50"}, want: 0},
+		{name: "flag over GOGC", args: []string{"--gc-percent", "200"}, env: []string{"GOGC=50"}, want: 200},
+		{name: "variable over GOGC", env: []string{"GOGC=50", "DELAYWHEEL_GC_PERCENT=300"}, want: 300},
+	})
+}
+
+// TestProcsPrecedence checks which processor count a server applies: the
+// flag or its variable, else nothing when GOMAXPROCS is set (the runtime
+// read it), else the runtime's count plus the spare ones.
+func TestProcsPrecedence(t *testing.T) {
+	checkPrecedence(t, "GOMAXPROCS", procs, []precedenceCase{
+		{name: "default", want: runtime.GOMAXPROCS(0) + spareProcs},
+		{name: "GOMAXPROCS", env: []string{"GOMAXPROCS=1"}, want: 0},
+		{name: "flag over GOMAXPROCS", args: []string{"--procs", "3"}, env: []string{"GOMAXPROCS=1"}, want: 3},
+		{name: "variable", env: []string{"DELAYWHEEL_PROCS=5"}, want: 5},
+		{name: "negative, for validate to refuse", args: []string{"--procs", "-1"}, want: -1},
+	})
 }

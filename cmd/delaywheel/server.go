@@ -91,6 +91,7 @@ func serverFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "trailing-logs", Value: def.TrailingLogs, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
 		&cli.Int64Flag{Name: "cache-bytes", Value: defaultCacheBytes, Usage: "index block cache in bytes", EnvVars: envs("cache-bytes")},
 		&cli.Uint64Flag{Name: "memtable-bytes", Value: defaultMemTableBytes, Usage: "index memtable size in bytes (up to four are held while flushes lag)", EnvVars: envs("memtable-bytes")},
+		&cli.IntFlag{Name: "procs", Usage: "Go processors (GOMAXPROCS) (0: GOMAXPROCS when set, else the CPUs the process may use plus 2, so that a due message's wake-up never waits for a busy processor)", EnvVars: envs("procs")},
 		&cli.Int64Flag{Name: "memory-limit", Value: defaultMemoryLimit, Usage: "soft limit in bytes of the Go heap and runtime: past it the collector runs more often (0: GOMEMLIMIT, or none)", EnvVars: envs("memory-limit")},
 		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent, Usage: "heap growth in percent between collections; when unset, GOGC wins if set (0: GOGC, or 100)", EnvVars: envs("gc-percent")},
 		&cli.BoolFlag{Name: "compress-index", Usage: "compress the index's blocks with snappy: less disk where bodies due beyond the two-hour horizon compress well, more CPU on every write", EnvVars: envs("compress-index")},
@@ -286,8 +287,8 @@ func runServer(c *cli.Context) error {
 			return fmt.Errorf("--raft-tls-*: %w", err)
 		}
 	}
-	mem := memorySettings{
-		Limit: c.Int64("memory-limit"), GCPercent: gcPercent(c), ReleaseIdleHeap: c.Bool("release-idle-heap"),
+	mem := runtimeSettings{
+		Procs: procs(c), Limit: c.Int64("memory-limit"), GCPercent: gcPercent(c), ReleaseIdleHeap: c.Bool("release-idle-heap"),
 	}
 	if err := mem.validate(); err != nil {
 		return err
