@@ -47,28 +47,48 @@ type TestCluster struct {
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
-// call. The port is taken below the system's ephemeral range where there
-// is one: a port of that range may be handed to an outgoing connection of
-// the test itself (the nodes dial each other all the time) between this
-// call and the node binding it.
+// call, chosen as FreePorts chooses it.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	const lowest = 10000
-	if hi := ephemeralLow(); hi > lowest {
-		for range 100 {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(hi-lowest))))
-			if err == nil {
-				defer ln.Close()
-				return ln.Addr().String()
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts("127.0.0.1", 1)
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+}
+
+// FreePorts returns n distinct TCP ports free on ip at the time of the
+// call. They are taken below the system's ephemeral range where there is
+// one: a port of that range may be handed, between this call and the
+// node binding it, to an outgoing connection of the test itself (the nodes
+// dial each other all the time) or to a listener on port 0 of any process,
+// which on the wildcard address takes the port on every address. All n
+// are held open until all are found, so that they differ.
+func FreePorts(ip string, n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	const lowest = 10000
+	hi := ephemeralLow()
+	ports := make([]int, 0, n)
+	for range n {
+		var ln net.Listener
+		for try := 0; ln == nil && hi > lowest && try < 100; try++ {
+			ln, _ = net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(lowest+rand.IntN(hi-lowest))))
+		}
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
+				return nil, err
+			}
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // ephemeralLow is the lowest port the system hands to outgoing

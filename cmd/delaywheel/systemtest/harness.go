@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -58,35 +59,14 @@ func NextIP() string {
 	return fmt.Sprintf("127.0.%d.%d", hi, lo)
 }
 
-// FreePort returns a TCP port that is free on ip right now.
+// FreePort returns a TCP port that is free on ip right now
+// (replication.FreePorts).
 func FreePort(ip string) (int, error) {
-	ps, err := FreePorts(ip, 1)
+	ps, err := replication.FreePorts(ip, 1)
 	if err != nil {
 		return 0, err
 	}
 	return ps[0], nil
-}
-
-// FreePorts returns n distinct TCP ports that are free on ip right now. It
-// holds all of them open until it has them all: a port closed and then
-// asked for again with port 0 may well come back.
-func FreePorts(ip string, n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // DefaultFlags are the server flags every node of a test cluster gets
@@ -187,7 +167,7 @@ func (c *Cluster) newNode() (*Node, error) {
 	// Every port is fixed here, taken together so that they differ: one
 	// left to port 0 when the node starts could be handed a port another
 	// listener of this node was given and has yet to bind.
-	ports, err := FreePorts(ip, 4)
+	ports, err := replication.FreePorts(ip, 4)
 	if err != nil {
 		return nil, fmt.Errorf("ports of %s on %s: %w (is 127.0.0.0/8 routed to lo?)", id, ip, err)
 	}
