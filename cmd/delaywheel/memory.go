@@ -48,9 +48,9 @@ func (m runtimeSettings) validate() error {
 	return nil
 }
 
-// apply sets the runtime's limit and collector target and returns a
-// function that puts back what was there before (tests run servers in
-// one process).
+// apply sets the runtime's processors, memory limit and collector target
+// and returns a function that puts back what was there before (tests run
+// servers in one process).
 func (m runtimeSettings) apply(log *slog.Logger) (restore func()) {
 	prevProcs := runtime.GOMAXPROCS(0)
 	prevLimit := debug.SetMemoryLimit(-1) // -1 reads it without a change
