@@ -59,16 +59,6 @@ func NextIP() string {
 	return fmt.Sprintf("127.0.%d.%d", hi, lo)
 }
 
-// FreePort returns a TCP port that is free on ip right now
-// (replication.FreePorts).
-func FreePort(ip string) (int, error) {
-	ps, err := replication.FreePorts(ip, 1)
-	if err != nil {
-		return 0, err
-	}
-	return ps[0], nil
-}
-
 // DefaultFlags are the server flags every node of a test cluster gets
 // unless Options.Flags replaces them: no redelivery backoff, so an expired
 // lease comes back at once.

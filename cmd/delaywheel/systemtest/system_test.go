@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -37,15 +38,13 @@ func TestSingleNode(t *testing.T) {
 func dataDirInUse(t *testing.T, n *Node) {
 	ctx := ctxFor(t, 30*time.Second)
 	ip := NextIP()
-	port := func() string {
-		p, err := FreePort(ip)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("%s:%d", ip, p)
+	ports, err := replication.FreePorts(ip, 3)
+	if err != nil {
+		t.Fatal(err)
 	}
+	addr := func(i int) string { return fmt.Sprintf("%s:%d", ip, ports[i]) }
 	out, err := exec.CommandContext(ctx, n.bin, "server", "--node-id", "n1", "--data-dir", n.DataDir,
-		"--http-addr", port(), "--raft-addr", port(), "--grpc-addr", port()).CombinedOutput()
+		"--http-addr", addr(0), "--raft-addr", addr(1), "--grpc-addr", addr(2)).CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the second server on %s did not exit: %v\n%s", n.DataDir, ctx.Err(), out)
 	}
