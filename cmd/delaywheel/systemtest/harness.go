@@ -157,7 +157,11 @@ func (c *Cluster) newNode() (*Node, error) {
 	// Every port is fixed here, taken together so that they differ: one
 	// left to port 0 when the node starts could be handed a port another
 	// listener of this node was given and has yet to bind.
-	ports, err := replication.FreePorts(ip, 4)
+	// The proxy listens on port 0 and never lets go, so no other process
+	// can take its port between a pick and a bind; port 0 gives a port of
+	// the ephemeral range, which the node's three, taken below it, never
+	// share.
+	ports, err := replication.FreePorts(ip, 3)
 	if err != nil {
 		return nil, fmt.Errorf("ports of %s on %s: %w (is 127.0.0.0/8 routed to lo?)", id, ip, err)
 	}
@@ -173,7 +177,7 @@ func (c *Cluster) newNode() (*Node, error) {
 		bin:      c.bin,
 		flags:    c.flags,
 	}
-	n.Proxy, err = NewProxy(at(3), n.RaftAddr)
+	n.Proxy, err = NewProxy(net.JoinHostPort(ip, "0"), n.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raft proxy of %s: %w", id, err)
 	}
