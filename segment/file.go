@@ -155,19 +155,35 @@ func ReadAtFS(fs vfs.FS, path string, off int64) (Record, error) {
 	return readRecordAt(f, path, off)
 }
 
+// recordReadAhead is how many bytes readRecordAt asks for in its first
+// read. Invariant: a record whose frame fits in it is read with one
+// pread(2); a longer one takes a second read for the rest. Leases read a
+// message's record on every replica, so the common record (a header, ids,
+// a topic and a body of a few hundred bytes) must fit.
+const recordReadAhead = 512
+
 // readRecordAt reads the single record at offset off of f, named path.
 func readRecordAt(f io.ReaderAt, path string, off int64) (Record, error) {
-	var hdr [FrameHeaderSize]byte
-	if _, err := f.ReadAt(hdr[:], off); err != nil {
+	buf := make([]byte, recordReadAhead)
+	got, err := f.ReadAt(buf, off)
+	if got < FrameHeaderSize {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
 		return Record{}, &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w: %v", ErrTruncated, err)}
 	}
-	n := int(uint32(hdr[0]) | uint32(hdr[1])<<8 | uint32(hdr[2])<<16 | uint32(hdr[3])<<24)
+	n := int(uint32(buf[0]) | uint32(buf[1])<<8 | uint32(buf[2])<<16 | uint32(buf[3])<<24)
 	if n > MaxPayload {
 		return Record{}, &CorruptionError{Path: path, Offset: off, Err: ErrBadFrame}
 	}
-	buf := make([]byte, FrameHeaderSize+n)
-	if _, err := f.ReadAt(buf, off); err != nil {
-		return Record{}, &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w: %v", ErrTruncated, err)}
+	if need := FrameHeaderSize + n; need <= got {
+		buf = buf[:need]
+	} else {
+		// The frame is longer than the first read returned: read the rest.
+		buf = append(buf[:got], make([]byte, need-got)...)
+		if _, err := f.ReadAt(buf[got:], off+int64(got)); err != nil {
+			return Record{}, &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w: %v", ErrTruncated, err)}
+		}
 	}
 	rec, _, err := DecodeRecord(buf)
 	if err != nil {

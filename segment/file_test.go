@@ -3,6 +3,7 @@ package segment
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -384,5 +385,52 @@ func TestRepairMissingFile(t *testing.T) {
 	var ce *CorruptionError
 	if !errors.Is(err, os.ErrNotExist) || errors.As(err, &ce) {
 		t.Errorf("Repair(missing) = %v; want a not-exist error", err)
+	}
+}
+
+// countingReaderAt counts the reads made of an in-memory image.
+type countingReaderAt struct {
+	data  []byte
+	reads int
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return bytes.NewReader(c.data).ReadAt(p, off)
+}
+
+func TestReadRecordAtReadAhead(t *testing.T) {
+	// Frames around the read-ahead: shorter (one read), exactly as long
+	// (one read), longer (a second read for the rest), each also as the
+	// file's last record, where the first read stops at the end of the file.
+	for _, frame := range []int{FrameHeaderSize, recordReadAhead - 1, recordReadAhead, recordReadAhead + 1, 3 * recordReadAhead} {
+		rec := Record{Type: TypeMessage, Index: uint64(frame), Payload: bytes.Repeat([]byte{'p'}, frame-FrameHeaderSize)}
+		wantReads := 1
+		if frame > recordReadAhead {
+			wantReads = 2
+		}
+		for _, last := range []bool{false, true} {
+			recs := []Record{rec}
+			if !last {
+				recs = append(recs, testRecords(40)...)
+			}
+			r := &countingReaderAt{data: segImage(3, recs...)}
+			got, err := readRecordAt(r, "seg", HeaderSize)
+			if err != nil {
+				t.Fatalf("frame of %d bytes, last %v: %v", frame, last, err)
+			}
+			checkRecord(t, fmt.Sprintf("frame of %d bytes, last %v", frame, last), got, rec)
+			if r.reads != wantReads {
+				t.Errorf("frame of %d bytes, last %v: %d reads, want %d", frame, last, r.reads, wantReads)
+			}
+		}
+		// Cut inside the frame: a truncation, whichever read finds it.
+		for _, cut := range []int{1, frame - FrameHeaderSize/2} {
+			img := segImage(3, rec)
+			r := &countingReaderAt{data: img[:len(img)-cut]}
+			if _, err := readRecordAt(r, "seg", HeaderSize); !errors.Is(err, ErrTruncated) {
+				t.Errorf("frame of %d bytes cut by %d: %v, want a truncation", frame, cut, err)
+			}
+		}
 	}
 }
