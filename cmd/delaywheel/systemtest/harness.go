@@ -80,6 +80,10 @@ type Options struct {
 	// Groups is the number of Raft groups every node runs (--groups);
 	// 0 or 1 passes no flag: one group.
 	Groups int
+
+	// freePorts, when set, picks the ports of a node instead of
+	// replication.FreePorts (the harness's own tests take one).
+	freePorts func(ip string, n int) ([]int, error)
 }
 
 // Cluster is a set of delaywheel processes started by a test.
@@ -89,14 +93,18 @@ type Cluster struct {
 	base   string
 	flags  []string
 	groups int // Raft groups per node, at least 1
+	// freePorts picks a node's ports (replication.FreePorts).
+	freePorts func(ip string, n int) ([]int, error)
 
 	mu    sync.Mutex
 	nodes []*Node
 	seq   int
 }
 
-// NewCluster starts opts.Nodes nodes of the binary bin and, unless
-// opts.NoWait, waits until they agree on a leader and all answer /readyz.
+// NewCluster starts opts.Nodes nodes of the binary bin, each once it has
+// bound its listen addresses (Cluster.start: one whose port another process
+// took meanwhile is started again on fresh ports), and, unless opts.NoWait,
+// waits until they agree on a leader and all answer /readyz.
 // Every process is killed when the test ends; on failure the tail of each
 // node's log is printed.
 func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
@@ -104,17 +112,14 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 	if opts.Nodes == 0 {
 		opts.Nodes = 1
 	}
-	c := &Cluster{t: t, bin: bin, base: t.TempDir(), flags: append(append([]string{}, DefaultFlags...), opts.Flags...), groups: max(opts.Groups, 1)}
-	if c.groups > 1 {
-		c.flags = append(c.flags, "--groups", strconv.Itoa(c.groups))
-	}
-	t.Cleanup(c.cleanup)
+	c := newCluster(t, bin, opts)
 	var members []string
 	for i := 0; i < opts.Nodes; i++ {
 		n, err := c.newNode()
 		if err != nil {
 			t.Fatalf("new node: %v", err)
 		}
+		c.add(n)
 		members = append(members, n.ID+"="+n.Advertise)
 	}
 	if opts.Nodes > 1 {
@@ -123,7 +128,7 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 		}
 	}
 	for _, n := range c.Nodes() {
-		if err := n.Start(); err != nil {
+		if err := c.start(n); err != nil {
 			t.Fatalf("start %s: %v", n.ID, err)
 		}
 	}
@@ -147,60 +152,156 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 	return c
 }
 
-// newNode allocates an IP, ports, a data dir and a Raft proxy for a node.
+// newCluster returns a cluster of no node yet, whose processes are killed
+// when the test ends.
+func newCluster(t testing.TB, bin string, opts Options) *Cluster {
+	c := &Cluster{t: t, bin: bin, base: t.TempDir(), flags: append(append([]string{}, DefaultFlags...), opts.Flags...),
+		groups: max(opts.Groups, 1), freePorts: opts.freePorts}
+	if c.freePorts == nil {
+		c.freePorts = replication.FreePorts
+	}
+	if c.groups > 1 {
+		c.flags = append(c.flags, "--groups", strconv.Itoa(c.groups))
+	}
+	t.Cleanup(c.cleanup)
+	return c
+}
+
+// newNode allocates an IP, ports, a data dir and a Raft proxy for a node,
+// which the cluster does not list until add.
 func (c *Cluster) newNode() (*Node, error) {
 	c.mu.Lock()
 	c.seq++
 	id := "n" + strconv.Itoa(c.seq)
 	c.mu.Unlock()
-	ip := NextIP()
-	// Every port is fixed here, taken together so that they differ: one
-	// left to port 0 when the node starts could be handed a port another
-	// listener of this node was given and has yet to bind.
+	n := &Node{
+		ID:      id,
+		IP:      NextIP(),
+		DataDir: filepath.Join(c.base, id, "data"),
+		LogPath: filepath.Join(c.base, id, "node.log"),
+		bin:     c.bin,
+		flags:   c.flags,
+	}
+	if err := c.pickPorts(n); err != nil {
+		return nil, err
+	}
 	// The proxy listens on port 0 and never lets go, so no other process
 	// can take its port between a pick and a bind; port 0 gives a port of
 	// the ephemeral range, which the node's three, taken below it, never
 	// share.
-	ports, err := replication.FreePorts(ip, 3)
-	if err != nil {
-		return nil, fmt.Errorf("ports of %s on %s: %w (is 127.0.0.0/8 routed to lo?)", id, ip, err)
-	}
-	at := func(i int) string { return net.JoinHostPort(ip, strconv.Itoa(ports[i])) }
-	n := &Node{
-		ID:       id,
-		IP:       ip,
-		HTTPAddr: at(0),
-		RaftAddr: at(1),
-		GRPCAddr: at(2),
-		DataDir:  filepath.Join(c.base, id, "data"),
-		LogPath:  filepath.Join(c.base, id, "node.log"),
-		bin:      c.bin,
-		flags:    c.flags,
-	}
-	n.Proxy, err = NewProxy(net.JoinHostPort(ip, "0"), n.RaftAddr)
+	var err error
+	n.Proxy, err = NewProxy(net.JoinHostPort(n.IP, "0"), n.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raft proxy of %s: %w", id, err)
 	}
 	n.Advertise = n.Proxy.Addr()
 	if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
+		n.Proxy.Close()
 		return nil, err
 	}
-	n.Client = client.New("http://"+n.HTTPAddr, client.WithHTTPClient(newHTTPClient()))
-	c.mu.Lock()
-	c.nodes = append(c.nodes, n)
-	c.mu.Unlock()
 	return n, nil
 }
 
+// pickPorts gives n new HTTP, Raft and gRPC ports on its IP and points its
+// client and, once it has one, its proxy at them. Every port is fixed
+// here, taken together so that they differ: one left to port 0 when the
+// node starts could be handed a port another listener of this node was
+// given and has yet to bind.
+func (c *Cluster) pickPorts(n *Node) error {
+	ports, err := c.freePorts(n.IP, 3)
+	if err != nil {
+		return fmt.Errorf("ports of %s on %s: %w (is 127.0.0.0/8 routed to lo?)", n.ID, n.IP, err)
+	}
+	at := func(i int) string { return net.JoinHostPort(n.IP, strconv.Itoa(ports[i])) }
+	n.HTTPAddr, n.RaftAddr, n.GRPCAddr = at(0), at(1), at(2)
+	n.Client = client.New("http://"+n.HTTPAddr, client.WithHTTPClient(newHTTPClient()))
+	if n.Proxy != nil {
+		n.Proxy.Retarget(n.RaftAddr)
+	}
+	return nil
+}
+
+// add lists n among the cluster's nodes.
+func (c *Cluster) add(n *Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes = append(c.nodes, n)
+}
+
+// maxPortRetries is how many times start starts a node again on new ports.
+const maxPortRetries = 3
+
+// start starts n, a node that has never run, and waits until it serves
+// HTTP, which it does only once it holds all its listen addresses. Between
+// the pick of a port and the node's bind another process may take it: a
+// node that exits at start because a listen on one of its own addresses
+// found the port in use (portInUse) gets new ports for its HTTP, Raft and
+// gRPC listeners and starts again, up to maxPortRetries times. Its peers
+// do not notice: they know it by its proxy's address (--raft-advertise,
+// --initial-cluster), whose port the proxy holds and which now forwards to
+// the new Raft port, and its HTTP address is recorded in the cluster only
+// once it runs. Any other exit fails at once, with the node's log.
+// A node started again later (Node.Start, Node.Restart) keeps the ports
+// it ended up with.
+func (c *Cluster) start(n *Node) error {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		if err := n.Start(); err != nil {
+			return err
+		}
+		err := n.waitServing(ctx)
+		if err == nil {
+			return nil
+		}
+		line, taken := portInUse(n.lastRun(), n.HTTPAddr, n.RaftAddr, n.GRPCAddr)
+		if !taken {
+			return err
+		}
+		if attempt > maxPortRetries {
+			return fmt.Errorf("a port taken at each of %d starts: %w", attempt, err)
+		}
+		if err := c.pickPorts(n); err != nil {
+			return err
+		}
+		c.t.Logf("%s exited at start, a port taken (%s): retry %d of %d on http %s, raft %s, grpc %s",
+			n.ID, line, attempt, maxPortRetries, n.HTTPAddr, n.RaftAddr, n.GRPCAddr)
+	}
+}
+
+// portInUse returns the line of run, the log of one run of a node, where
+// the server exited because a listen on one of addrs found its port
+// already in use ("error: …listen tcp ADDR: bind: address already in
+// use"), and whether there is one.
+func portInUse(run string, addrs ...string) (string, bool) {
+	for _, line := range strings.Split(run, "\n") {
+		if !strings.HasPrefix(line, "error: ") {
+			continue
+		}
+		for _, a := range addrs {
+			if strings.Contains(line, "listen tcp "+a+": bind: address already in use") {
+				return line, true
+			}
+		}
+	}
+	return "", false
+}
+
 // AddJoiner creates a node with an empty data dir that joins the cluster
-// through the member at joinHTTP (--join) and starts it. It does not wait.
+// through the member at joinHTTP (--join) and starts it (Cluster.start).
+// It does not wait for it to be ready.
 func (c *Cluster) AddJoiner(joinHTTP string) (*Node, error) {
 	n, err := c.newNode()
 	if err != nil {
 		return nil, err
 	}
 	n.clusterArgs = []string{"--join", joinHTTP}
-	return n, n.Start()
+	// Listed only once started: start may change its addresses, which
+	// the cluster's users read.
+	err = c.start(n)
+	c.add(n)
+	return n, err
 }
 
 func (c *Cluster) cleanup() {

@@ -237,6 +237,43 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	}
 }
 
+// waitServing waits until the node answers /healthz, which it serves only
+// once it holds all its listen addresses. It fails, with the log's tail,
+// when the process exits first.
+func (n *Node) waitServing(ctx context.Context) error {
+	exited := n.Exited()
+	var last error
+	for {
+		// Short: a port taken by a process that never answers must not
+		// hide the node's exit for long.
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		last = n.Client.Healthz(rctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited (code %d) at start; log:\n%s", n.ID, n.ExitCode(), n.LogTail(20))
+		case <-ctx.Done():
+			return fmt.Errorf("%s does not serve HTTP: %w (last: %v)", n.ID, ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// lastRun returns the log of the node's last run: from its start line on.
+func (n *Node) lastRun() string {
+	n.mu.Lock()
+	k := n.starts
+	n.mu.Unlock()
+	log := n.Log()
+	if i := strings.LastIndex(log, fmt.Sprintf(" start #%d: ", k)); i >= 0 {
+		return log[i:]
+	}
+	return log
+}
+
 // Log returns everything the node has written so far, over all its runs.
 func (n *Node) Log() string {
 	b, _ := os.ReadFile(n.LogPath)

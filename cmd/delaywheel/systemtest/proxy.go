@@ -12,10 +12,10 @@ import (
 // peers from its own loopback IP, blocking an IP at a proxy cuts exactly
 // that peer's connections to the proxy's node.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu      sync.Mutex
+	target  string
 	blocked map[string]bool
 	holes   map[string]bool // blackholed source IPs
 	conns   map[*proxyConn]struct{}
@@ -64,6 +64,21 @@ func NewProxy(listen, target string) (*Proxy, error) {
 
 // Addr is the address the proxy listens on.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Retarget forwards new connections to target and drops the open ones,
+// which lead to the old target.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	var all []*proxyConn
+	for c := range p.conns {
+		all = append(all, c)
+	}
+	p.mu.Unlock()
+	for _, c := range all {
+		c.close()
+	}
+}
 
 // Block refuses new connections from the given source IPs and drops the
 // open ones.
@@ -200,7 +215,10 @@ func (p *Proxy) serve(c *proxyConn) {
 		delete(p.conns, c)
 		p.mu.Unlock()
 	}()
-	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout("tcp", target, 2*time.Second)
 	if err != nil {
 		return
 	}
