@@ -17,6 +17,11 @@
 //     Raft connections leave from each node's IP, so a proxy that refuses a
 //     source IP cuts exactly one peer off; Cluster.Isolate and Cluster.Heal
 //     use that to partition a node away and back.
+//   - A node's own HTTP, Raft and gRPC ports are picked below the
+//     ephemeral range and fixed in its flags; if another process takes one
+//     between the pick and the node's bind, the node exits at start and
+//     the harness starts it again on new ports (up to three times), the
+//     proxy, whose port never changes, forwarding to the new Raft port.
 //   - History records what a test client saw (acknowledged enqueues,
 //     deliveries, acks, nacks, leader changes) and Check proves nothing
 //     acknowledged was lost, nothing came early, and every duplicate has a
