@@ -218,46 +218,35 @@ func (n *Node) Restart() error {
 // WaitReady waits until the node answers /readyz with 200. It gives up
 // early, with the log's tail, when the process exits.
 func (n *Node) WaitReady(ctx context.Context) error {
-	exited := n.Exited()
-	var last error
-	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		last = n.Client.Readyz(rctx)
-		cancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited (code %d) before it became ready; log:\n%s", n.ID, n.ExitCode(), n.LogTail(30))
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last: %v)", n.ID, ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return n.waitFor(ctx, "ready", n.Client.Readyz, time.Second, 50*time.Millisecond)
 }
 
 // waitServing waits until the node answers /healthz, which it serves only
 // once it holds all its listen addresses. It fails, with the log's tail,
-// when the process exits first.
+// when the process exits first. Its probes are short: a port taken by a
+// process that never answers must not hide the node's exit for long.
 func (n *Node) waitServing(ctx context.Context) error {
+	return n.waitFor(ctx, "serving HTTP", n.Client.Healthz, 500*time.Millisecond, 20*time.Millisecond)
+}
+
+// waitFor calls probe, each call bounded by timeout, every pause until it
+// succeeds, ctx ends or the process exits; state names what a success
+// means, for the errors.
+func (n *Node) waitFor(ctx context.Context, state string, probe func(context.Context) error, timeout, pause time.Duration) error {
 	exited := n.Exited()
-	var last error
 	for {
-		// Short: a port taken by a process that never answers must not
-		// hide the node's exit for long.
-		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		last = n.Client.Healthz(rctx)
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		last := probe(pctx)
 		cancel()
 		if last == nil {
 			return nil
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%s exited (code %d) at start; log:\n%s", n.ID, n.ExitCode(), n.LogTail(20))
+			return fmt.Errorf("%s exited (code %d) before it was %s; log:\n%s", n.ID, n.ExitCode(), state, n.LogTail(30))
 		case <-ctx.Done():
-			return fmt.Errorf("%s does not serve HTTP: %w (last: %v)", n.ID, ctx.Err(), last)
-		case <-time.After(20 * time.Millisecond):
+			return fmt.Errorf("%s not %s: %w (last: %v)", n.ID, state, ctx.Err(), last)
+		case <-time.After(pause):
 		}
 	}
 }
