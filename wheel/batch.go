@@ -66,6 +66,9 @@ type tx struct {
 	scratch  []byte                 // reused encoding buffer; whatever takes it copies it
 	keyBuf   []byte                 // reused by setMeta
 	metaBuf  []byte                 // reused by setMeta
+	// metas are the metas the batch wrote, as a read would decode them,
+	// and nil where it deleted one or marked it gone (metacache.go).
+	metas map[ID]*meta
 	// implicit is set while a Schedule puts a new message without a key:
 	// its placement (placement.go) stands for its meta.
 	implicit bool
@@ -85,7 +88,7 @@ func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules, dueLow: math.MaxInt64,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{},
+		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[ID]*meta{},
 		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
@@ -155,12 +158,20 @@ func (t *tx) setMeta(id ID, m *meta) {
 	t.keyBuf = appendMetaKey(t.keyBuf[:0], id)
 	t.metaBuf = m.appendTo(t.metaBuf[:0])
 	t.set(t.keyBuf, t.metaBuf)
+	// What the index now holds, decoded as a read would decode it.
+	stored, err := decodeMeta(t.metaBuf)
+	if err != nil {
+		t.fail(fmt.Errorf("index meta of message %s: %w", id, err))
+		return
+	}
+	t.metas[id] = &stored
 }
 
 // delMeta deletes the meta mt of a message, or marks it gone if its entry's
 // placements would otherwise imply one. A message with a key never has a
 // placement (it gets a meta at enqueue), so its entry's are not read.
 func (t *tx) delMeta(id ID, mt meta) {
+	t.metas[id] = nil
 	if mt.Keyed {
 		t.del(metaKey(id))
 		return
@@ -179,6 +190,16 @@ func (t *tx) delMeta(id ID, mt meta) {
 // meta reads a message's meta from the batch's view of the index: its
 // own, or the one its entry's placement implies.
 func (t *tx) meta(id ID) (meta, bool) {
+	// A meta the batch wrote, or else one a committed batch wrote and the
+	// cache kept. A meta deleted here, or never written, is looked up: it
+	// may be implied by its entry's placements or marked gone.
+	if m, wrote := t.metas[id]; wrote {
+		if m != nil {
+			return *m, true
+		}
+	} else if m, ok := t.s.metas.get(id); ok {
+		return m, true
+	}
 	m, ok, err := lookupMeta(txSource{t}, id)
 	if err != nil {
 		t.fail(err)
@@ -344,6 +365,7 @@ func (t *tx) commit() error {
 	if err := t.b.Commit(wo); err != nil {
 		return fmt.Errorf("commit index: %w", err)
 	}
+	s.metas.commit(t.metas)
 	s.readyFloors.lower(t.readyLow)
 	s.dueFloor = min(s.dueFloor, t.dueLow)
 	if p := s.flushErr.Load(); p != nil {

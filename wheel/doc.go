@@ -72,7 +72,11 @@
 // written before the index batch commits, and entries at or below the
 // applied index are skipped, so a crash at any instant followed by a replay
 // of the log converges to the same state. Command handlers are in
-// apply.go, where a message goes in placement.go.
+// apply.go, where a message goes in placement.go. The metas that committed
+// batches wrote are kept decoded in a bounded cache (metacache.go), so the
+// lease that follows an enqueue and the ack that follows a lease read no
+// index: it holds exactly what the index holds for those messages, so it
+// changes where a batch reads from, never what it reads.
 //
 // # The loader
 //

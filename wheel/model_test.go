@@ -763,7 +763,37 @@ func (h *modelHarness) checkReplica() {
 	if got.String() != want.String() {
 		h.fatalf("the store and its replica differ at applied index %d:\n%s", h.s.AppliedIndex(), lineDiff(got.String(), want.String()))
 	}
+	for _, s := range []*Store{h.s, h.rep} {
+		if err := checkMetaCache(s); err != nil {
+			h.fatalf("%v", err)
+		}
+	}
 	h.stats["replicaChecks"]++
+}
+
+// checkMetaCache checks the invariant of the store's meta cache: every
+// meta it holds is the one the index stores for its message.
+func checkMetaCache(s *Store) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.metas.lru.Keys() {
+		cached, _ := s.metas.lru.Peek(id)
+		v, err := s.get(metaKey(id))
+		if err != nil {
+			return err
+		}
+		if v == nil || isGoneMark(v) {
+			return fmt.Errorf("meta cache holds %s, whose meta the index does not store: %+v", id, cached)
+		}
+		stored, err := decodeMeta(v)
+		if err != nil {
+			return err
+		}
+		if stored != cached {
+			return fmt.Errorf("meta cache holds %s as %+v, the index as %+v", id, cached, stored)
+		}
+	}
+	return nil
 }
 
 // lineDiff lists the lines only a or only b holds (at most 20 of each).
