@@ -32,7 +32,7 @@ func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 	n, err := Open(Config{
 		ID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), RaftAddr: members[0].RaftAddr,
 		InitialCluster: members, Logger: testLogger(t),
-		snapshotStall: 200 * time.Millisecond,
+		snapshotStall: time.Second, // the sink stays open long enough for the wait below to see it
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +70,14 @@ func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
+
+	// The install is under way once its sink is open. Only then does the
+	// probe below prove anything: a vote answered before Raft took the
+	// install would raise the term past the install's, which Raft then
+	// refuses without opening a sink or reading the stream.
+	WaitFor(t, 20*time.Second, "the stalled install to open its snapshot sink", func() bool {
+		return n.guard.sinks.Load() == 1
+	})
 
 	// Raft answers a vote request only from its own goroutine: an answer
 	// shows it is no longer held by the stream.

@@ -82,6 +82,24 @@ func TestOperatorView(t *testing.T) {
 	}
 	t.Logf("%s not ready %d times before it was", f.ID, notReady)
 
+	// A member of an initial cluster announces its HTTP address to the
+	// leader in the background (once a second until recorded); the leader
+	// needs it to hear the member confirm its demotion before removing it.
+	err = Eventually(ctxFor(t, 30*time.Second), 50*time.Millisecond, func() error {
+		v, err := l.Client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range v.Nodes {
+			if m.ID == f.ID && m.HTTPAddr == f.HTTPAddr {
+				return nil
+			}
+		}
+		return fmt.Errorf("the leader's view does not record %s at %s: %+v", f.ID, f.HTTPAddr, v.Nodes)
+	})
+	if err != nil {
+		t.Fatalf("before the removal: %v", err)
+	}
 	if err := l.Client.RemoveNode(ctx, f.ID); err != nil {
 		t.Fatal(err)
 	}
