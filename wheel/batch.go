@@ -69,6 +69,9 @@ type tx struct {
 	// metas are the metas the batch wrote, as a read would decode them,
 	// and nil where it deleted one or marked it gone (metacache.go).
 	metas map[ID]*meta
+	// scheds are the stored values of the schedules the batch wrote, nil
+	// where it deleted one (schedulecache.go).
+	scheds map[string][]byte
 	// implicit is set while a Schedule puts a new message without a key:
 	// its placement (placement.go) stands for its meta.
 	implicit bool
@@ -88,7 +91,7 @@ func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules, dueLow: math.MaxInt64,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[ID]*meta{},
+		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[ID]*meta{}, scheds: map[string][]byte{},
 		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
@@ -366,6 +369,7 @@ func (t *tx) commit() error {
 		return fmt.Errorf("commit index: %w", err)
 	}
 	s.metas.commit(t.metas)
+	s.scheds.commit(t.scheds)
 	s.readyFloors.lower(t.readyLow)
 	s.dueFloor = min(s.dueFloor, t.dueLow)
 	if p := s.flushErr.Load(); p != nil {

@@ -76,7 +76,9 @@
 // batches wrote are kept decoded in a bounded cache (metacache.go), so the
 // lease that follows an enqueue and the ack that follows a lease read no
 // index: it holds exactly what the index holds for those messages, so it
-// changes where a batch reads from, never what it reads.
+// changes where a batch reads from, never what it reads. The schedules
+// they wrote are kept the same way, as stored bytes (schedulecache.go), so
+// that a schedule's next advance reads no index either.
 //
 // # The loader
 //

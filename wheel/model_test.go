@@ -767,6 +767,9 @@ func (h *modelHarness) checkReplica() {
 		if err := checkMetaCache(s); err != nil {
 			h.fatalf("%v", err)
 		}
+		if err := checkScheduleCache(s); err != nil {
+			h.fatalf("%v", err)
+		}
 	}
 	h.stats["replicaChecks"]++
 }
@@ -791,6 +794,25 @@ func checkMetaCache(s *Store) error {
 		}
 		if stored != cached {
 			return fmt.Errorf("meta cache holds %s as %+v, the index as %+v", id, cached, stored)
+		}
+	}
+	return nil
+}
+
+// checkScheduleCache checks the invariant of the store's schedule cache:
+// every value it holds is, byte for byte, the one the index stores for its
+// schedule.
+func checkScheduleCache(s *Store) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range s.scheds.lru.Keys() {
+		cached, _ := s.scheds.lru.Peek(name)
+		v, err := s.get(scheduleKey(name))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(v, cached) {
+			return fmt.Errorf("schedule cache holds %q as %x, the index as %x", name, cached, v)
 		}
 	}
 	return nil

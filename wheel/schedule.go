@@ -219,9 +219,17 @@ func (c *lookupCache[V]) get(key string, lookup func(string) (V, error)) (V, err
 	return v, nil
 }
 
-// scheduleInfo reads a stored schedule as the batch sees it.
+// scheduleInfo reads a stored schedule as the batch sees it: as the batch
+// wrote it, or else as a committed batch wrote it and the cache kept it, or
+// else from the index.
 func (t *tx) scheduleInfo(name string) (ScheduleInfo, bool) {
-	v := t.get(scheduleKey(name))
+	v, wrote := t.scheds[name]
+	if !wrote {
+		var cached bool
+		if v, cached = t.s.scheds.get(name); !cached {
+			v = t.get(scheduleKey(name))
+		}
+	}
 	if v == nil {
 		return ScheduleInfo{}, false
 	}
@@ -235,7 +243,9 @@ func (t *tx) scheduleInfo(name string) (ScheduleInfo, bool) {
 
 // putSchedule writes a schedule and its place in the due order.
 func (t *tx) putSchedule(info *ScheduleInfo) {
-	t.set(scheduleKey(info.Name), encodeScheduleInfo(info))
+	v := encodeScheduleInfo(info)
+	t.set(scheduleKey(info.Name), v)
+	t.scheds[info.Name] = v
 	if info.NextMs != 0 {
 		t.set(scheduleDueKey(info.NextMs, info.Name), nil)
 		t.dueLow = min(t.dueLow, info.NextMs)
@@ -270,6 +280,7 @@ func (t *tx) deleteSchedule(c DeleteSchedule) Result {
 		t.del(scheduleDueKey(info.NextMs, info.Name))
 	}
 	t.del(scheduleKey(info.Name))
+	t.scheds[info.Name] = nil
 	t.schedules--
 	return Result{}
 }
