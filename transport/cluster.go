@@ -162,24 +162,17 @@ const memberConfirmTimeout = 3 * time.Second
 
 // memberHolds waits until member id says (GET /v1/cluster?local=true) that
 // its commit index has reached index, or refuses as a removed member: it
-// holds that entry. It gives up at
-// once when the member does not answer, and after memberConfirmTimeout.
+// holds that entry. A member of an initial cluster records its HTTP
+// address in the background after it starts, so one removed right after
+// may not have yet: its address is waited for too. It gives up at once
+// when the member does not answer, and after memberConfirmTimeout.
 func (s *Server) memberHolds(ctx context.Context, g int, id string, index uint64, auth string) error {
-	view, err := s.group(g).Cluster(ctx)
+	ctx, cancel := context.WithTimeout(ctx, memberConfirmTimeout)
+	defer cancel()
+	addr, err := s.memberAddr(ctx, g, id)
 	if err != nil {
 		return err
 	}
-	addr := ""
-	for _, m := range view.Nodes {
-		if m.ID == id {
-			addr = m.HTTPAddr
-		}
-	}
-	if addr == "" {
-		return fmt.Errorf("member %s has no known HTTP address", id)
-	}
-	ctx, cancel := context.WithTimeout(ctx, memberConfirmTimeout)
-	defer cancel()
 	for {
 		own, ok, err := s.memberOwn(ctx, g, id, addr, auth)
 		if err != nil {
@@ -195,6 +188,27 @@ func (s *Server) memberHolds(ctx context.Context, g int, id string, index uint64
 		case <-ctx.Done():
 			return fmt.Errorf("member %s did not reach entry %d in %v", id, index, memberConfirmTimeout)
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// memberAddr returns the HTTP address the replicated metadata records for
+// member id, waiting until it records one or ctx ends.
+func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, error) {
+	for {
+		view, err := s.group(g).Cluster(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range view.Nodes {
+			if m.ID == id && m.HTTPAddr != "" {
+				return m.HTTPAddr, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("member %s recorded no HTTP address in %v", id, memberConfirmTimeout)
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

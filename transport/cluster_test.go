@@ -1,10 +1,13 @@
 package transport_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
+	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
@@ -95,6 +98,67 @@ func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
 	f.Eventually(t, "the member added back to be ready", func() bool { return f.Client.Readyz(ctx) == nil })
 	_, err = f.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("y")}})
 	check(t, "enqueue through the member added back", err)
+}
+
+// addressLater is a backend whose cluster view leaves out member hidden's
+// HTTP address for its first calls, as a leader's does before a member of
+// an initial cluster has recorded its address, and that keeps what the
+// removal's confirmation of a member's demotion returned.
+type addressLater struct {
+	transport.Backend
+	hidden    string
+	hideCalls atomic.Int32 // views still to leave the address out of
+	confirmed atomic.Pointer[error]
+}
+
+func (b *addressLater) Cluster(ctx context.Context) (api.Cluster, error) {
+	v, err := b.Backend.Cluster(ctx)
+	if b.hideCalls.Add(-1) >= 0 {
+		for i := range v.Nodes {
+			if v.Nodes[i].ID == b.hidden {
+				v.Nodes[i].HTTPAddr = ""
+			}
+		}
+	}
+	return v, err
+}
+
+func (b *addressLater) RemoveNode(ctx context.Context, id string, confirm func(context.Context, uint64) error) error {
+	return b.Backend.RemoveNode(ctx, id, func(ctx context.Context, index uint64) error {
+		err := confirm(ctx, index)
+		b.confirmed.Store(&err)
+		return err
+	})
+}
+
+// A member removed before the leader knows its HTTP address (one of an
+// initial cluster, just started) is waited for: the leader hears it
+// confirm its demotion once the address is recorded, and the member
+// learns of its removal.
+func TestRemoveWaitsForMemberAddress(t *testing.T) {
+	backends := map[string]*addressLater{}
+	var n atomic.Int32
+	c := transporttest.StartCluster(t, 3, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
+		id := []string{"n1", "n2", "n3"}[n.Add(1)-1] // the kit serves its nodes in order
+		backends[id] = &addressLater{Backend: b}
+		return backends[id]
+	}})
+	ctx := t.Context()
+	leader := c.Leader()
+	f := c.Follower()
+	lb := backends[leader.ID]
+	lb.hidden = f.ID
+	lb.hideCalls.Store(3)
+	check(t, "remove", leader.Client.RemoveNode(ctx, f.ID))
+	got := lb.confirmed.Load()
+	if got == nil {
+		t.Fatal("the removal did not ask the member to confirm its demotion")
+	}
+	check(t, "the member's confirmation", *got)
+	if lb.hideCalls.Load() >= 0 {
+		t.Fatalf("the leader's view was read %d times fewer than the address was hidden for", lb.hideCalls.Load()+1)
+	}
+	f.Eventually(t, "the removed member to refuse", func() bool { return f.Node.Removed() != nil })
 }
 
 // The cluster view names each Raft group (today group 0) with its leader,
