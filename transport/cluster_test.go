@@ -100,14 +100,14 @@ func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
 	check(t, "enqueue through the member added back", err)
 }
 
-// addressLater is a backend whose cluster view leaves out member hidden's
-// HTTP address for its first calls, as a leader's does before a member of
-// an initial cluster has recorded its address, and that keeps what the
-// removal's confirmation of a member's demotion returned.
+// addressLater is node self's backend. For as many calls as hideCalls
+// says, its cluster view leaves out the other members' HTTP addresses, as a
+// leader's does before members of an initial cluster have recorded theirs;
+// it keeps what the removal's confirmation of a member's demotion returned.
 type addressLater struct {
 	transport.Backend
-	hidden    string
-	hideCalls atomic.Int32 // views still to leave the address out of
+	self      string
+	hideCalls atomic.Int32 // views still to leave the addresses out of
 	confirmed atomic.Pointer[error]
 }
 
@@ -115,7 +115,7 @@ func (b *addressLater) Cluster(ctx context.Context) (api.Cluster, error) {
 	v, err := b.Backend.Cluster(ctx)
 	if b.hideCalls.Add(-1) >= 0 {
 		for i := range v.Nodes {
-			if v.Nodes[i].ID == b.hidden {
+			if v.Nodes[i].ID != b.self {
 				v.Nodes[i].HTTPAddr = ""
 			}
 		}
@@ -140,14 +140,13 @@ func TestRemoveWaitsForMemberAddress(t *testing.T) {
 	var n atomic.Int32
 	c := transporttest.StartCluster(t, 3, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
 		id := []string{"n1", "n2", "n3"}[n.Add(1)-1] // the kit serves its nodes in order
-		backends[id] = &addressLater{Backend: b}
+		backends[id] = &addressLater{Backend: b, self: id}
 		return backends[id]
 	}})
 	ctx := t.Context()
 	leader := c.Leader()
 	f := c.Follower()
 	lb := backends[leader.ID]
-	lb.hidden = f.ID
 	lb.hideCalls.Store(3)
 	check(t, "remove", leader.Client.RemoveNode(ctx, f.ID))
 	got := lb.confirmed.Load()
