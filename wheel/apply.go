@@ -118,10 +118,11 @@ func (t *tx) schedule(c Schedule) Result {
 			ErrInvalid, MaxEntryMessages, int(t.seq)+len(c.Messages))}
 	}
 	out := make([]Enqueued, 0, len(c.Messages))
+	held := t.keysHeldBy(c.Messages)
 	for i := range c.Messages {
 		nm := &c.Messages[i]
 		tid, _ := t.topicID(nm.Topic, true)
-		if nm.Key != "" {
+		if nm.Key != "" && held[i] {
 			if v := t.get(keyIndexKey(tid, nm.Key)); v != nil {
 				if id, err := IDFromBytes(v); err == nil {
 					if mt, ok := t.meta(id); ok && mt.State != StateDead {
@@ -153,6 +154,35 @@ func (t *tx) schedule(c Schedule) Result {
 	}
 	t.flushPlacing()
 	return Result{Value: out}
+}
+
+// keysHeldBy reports, for each of msgs, whether its key is held in the
+// index before the command runs. Keys that repeat within msgs are reported
+// held from their second on, so that the check of get decides them against
+// the command's own earlier writes.
+func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
+	held := make([]bool, len(msgs))
+	var keys [][]byte
+	var at []int
+	seen := make(map[string]bool, len(msgs))
+	for i := range msgs {
+		nm := &msgs[i]
+		if nm.Key == "" {
+			continue
+		}
+		tid, _ := t.topicID(nm.Topic, true)
+		k := keyIndexKey(tid, nm.Key)
+		if seen[string(k)] {
+			held[i] = true
+			continue
+		}
+		seen[string(k)] = true
+		keys, at = append(keys, k), append(at, i)
+	}
+	for j, h := range t.keysHeld(keys) {
+		held[at[j]] = h
+	}
+	return held
 }
 
 // Scheduled is what the store of group answers for an entry at index whose

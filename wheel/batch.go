@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -121,6 +122,35 @@ func (t *tx) get(key []byte) []byte {
 	out := append([]byte(nil), v...)
 	closer.Close()
 	return out
+}
+
+// keysHeld reports, for each of keys (all distinct), whether the index
+// holds it, as get would, with one iterator sought through the keys in
+// order. Invariant: a batch of n absent-key checks costs one iterator's
+// setup, where n gets would set up n (a get builds its own iterator over
+// every level, which for an absent key is most of its cost).
+func (t *tx) keysHeld(keys [][]byte) []bool {
+	held := make([]bool, len(keys))
+	if t.err != nil || len(keys) == 0 {
+		return held
+	}
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	it, err := t.b.NewIter(nil)
+	if err != nil {
+		t.fail(fmt.Errorf("index iterator: %w", err))
+		return held
+	}
+	for _, i := range order {
+		held[i] = it.SeekPrefixGE(keys[i]) && bytes.Equal(it.Key(), keys[i])
+	}
+	if err := it.Close(); err != nil {
+		t.fail(fmt.Errorf("index iterator: %w", err))
+	}
+	return held
 }
 
 func (t *tx) set(k, v []byte) {

@@ -192,6 +192,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		L0StopWritesThreshold:       32,
 		MaxOpenFiles:                256,
 		Levels:                      indexLevels(opts.CompressIndex),
+		Comparer:                    indexComparer(),
 		Logger:                      pebbleLogger{opts.Logger},
 		ReadOnly:                    opts.ReadOnly,
 	}
@@ -491,6 +492,18 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("pebble: "+format, args...))
+}
+
+// indexComparer is Pebble's default order (bytewise, under the same name,
+// so an index written without it opens with it) with a Split that makes
+// every whole key its own prefix: the bloom filters already hold whole keys
+// (a table's filter takes the whole key where Split is unset), and a
+// Split lets an iterator's SeekPrefixGE consult them, so that one iterator
+// can look up many absent keys (tx.keysHeld).
+func indexComparer() *pebble.Comparer {
+	c := *pebble.DefaultComparer
+	c.Split = func(a []byte) int { return len(a) }
+	return &c
 }
 
 // indexLevels configures Pebble's levels for the index: no block

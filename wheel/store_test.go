@@ -1352,3 +1352,70 @@ func TestDueMessagesReadReady(t *testing.T) {
 		t.Fatalf("stored counts %+v changed by reads", tc)
 	}
 }
+
+// TestKeysHeldAgreesWithGet checks the one-iterator key lookup of a
+// Schedule against a point read per key, with keys in every place the
+// index keeps them: compacted into the lower levels, flushed into level 0,
+// in the memtable, deleted (an ack frees a key) at each of those, and
+// written by the batch itself.
+func TestKeysHeldAgreesWithGet(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	now := t0
+	var sent []ID
+	phase := func(p int) {
+		var msgs []NewMessage
+		for i := range 40 {
+			msgs = append(msgs, NewMessage{Topic: "a", Key: fmt.Sprintf("k-%d-%02d", p, i), DeliverAtMs: now + 1000})
+		}
+		sent = append(sent, ids(k.schedule(now, msgs...))...)
+	}
+	phase(0)
+	if err := k.s.db.Compact([]byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	phase(1)
+	if err := k.s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	phase(2)
+	// Free every third key of each phase: the delete lands in the memtable
+	// over keys in the lower levels, level 0 and the memtable.
+	k.apply(Expire{Before: t0s + 2})
+	now += 2000
+	var free []Receipt
+	for i := 0; i < len(sent); i += 3 {
+		free = append(free, Receipt{ID: sent[i], Nonce: uint64(i + 1)})
+		k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: sent[i], Nonce: uint64(i + 1), ExpiresMs: now + 60_000, RedeliverMs: now + 60_000}}})
+	}
+	if c := k.one(Ack{NowMs: now, Receipts: free}).(Counted); c.Done != len(free) {
+		t.Fatalf("ack %+v", c)
+	}
+
+	tx := k.s.newTx()
+	defer tx.b.Close()
+	tid, _ := tx.topicID("a", false)
+	tx.set(keyIndexKey(tid, "own-write"), []byte("x")) // the batch's own write
+	var keys [][]byte
+	for p := range 4 { // phase 3 was never written
+		for i := range 40 {
+			keys = append(keys, keyIndexKey(tid, fmt.Sprintf("k-%d-%02d", p, i)))
+		}
+	}
+	keys = append(keys, keyIndexKey(tid, "own-write"), keyIndexKey(tid, "k-1"), keyIndexKey(tid, "k-1-00x"), keyIndexKey(tid+1, "k-1-01"))
+	got := tx.keysHeld(keys)
+	if tx.err != nil {
+		t.Fatal(tx.err)
+	}
+	var nHeld int
+	for i, key := range keys {
+		if want := tx.get(key) != nil; got[i] != want {
+			t.Errorf("key %q: held %v, a point read says %v", key, got[i], want)
+		}
+		if got[i] {
+			nHeld++
+		}
+	}
+	if want := 3*40 - len(free) + 1; nHeld != want {
+		t.Errorf("%d keys held, want %d", nHeld, want)
+	}
+}
