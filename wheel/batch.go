@@ -70,9 +70,9 @@ type tx struct {
 	// metas are the metas the batch wrote, as a read would decode them,
 	// and nil where it deleted one or marked it gone (metacache.go).
 	metas map[ID]*meta
-	// scheds are the stored values of the schedules the batch wrote, nil
-	// where it deleted one (schedulecache.go).
-	scheds map[string][]byte
+	// scheds are the schedules the batch wrote, as a read would decode
+	// them, and nil where it deleted one (schedulecache.go).
+	scheds map[string]*ScheduleInfo
 	// implicit is set while a Schedule puts a new message without a key:
 	// its placement (placement.go) stands for its meta.
 	implicit bool
@@ -92,7 +92,7 @@ func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules, dueLow: math.MaxInt64,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[ID]*meta{}, scheds: map[string][]byte{},
+		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[ID]*meta{}, scheds: map[string]*ScheduleInfo{},
 		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {

@@ -16,6 +16,7 @@ import (
 //	'm' id                             → meta (state and location of a message), or a gone mark (placement.go)
 //	'n' node id                        → node metadata
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
+//	'q' name                           → a recurring schedule's calendar (schedule.go)
 //	'r' topicID due_ms prio^ id        → message: a topic's ready queue
 //	's' name                           → scalars: applied index, cursor, next topic id, overflow count, schedules
 //	't' topic                          → topicID
@@ -51,7 +52,7 @@ const (
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 6
+const indexFormat = 7
 
 var (
 	keyApplied   = []byte("sapplied")

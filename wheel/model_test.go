@@ -800,19 +800,21 @@ func checkMetaCache(s *Store) error {
 }
 
 // checkScheduleCache checks the invariant of the store's schedule cache:
-// every value it holds is, byte for byte, the one the index stores for its
-// schedule.
+// every schedule it holds is the one the index stores, decoded.
 func checkScheduleCache(s *Store) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, name := range s.scheds.lru.Keys() {
 		cached, _ := s.scheds.lru.Peek(name)
-		v, err := s.get(scheduleKey(name))
+		stored, ok, err := readSchedule(name, s.get)
 		if err != nil {
 			return err
 		}
-		if !bytes.Equal(v, cached) {
-			return fmt.Errorf("schedule cache holds %q as %x, the index as %x", name, cached, v)
+		if !ok {
+			return fmt.Errorf("schedule cache holds %q, which the index does not store: %+v", name, cached)
+		}
+		if !reflect.DeepEqual(stored, cached) {
+			return fmt.Errorf("schedule cache holds %q as %+v, the index as %+v", name, cached, stored)
 		}
 	}
 	return nil

@@ -328,7 +328,7 @@ func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 }
 
 // dumpPrefixes are the index's key prefixes whose keys Dump counts.
-var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pKey, pMeta, pNode, pWebhook, pOverflow, pReady, pTopic, pCounts, pSegLen, pSchedule, pScheduleDue}
+var dumpPrefixes = []byte{pDead, pPlaced, pPlacedBy, pKey, pMeta, pNode, pWebhook, pOverflow, pReady, pTopic, pCounts, pSegLen, pSchedule, pCalendar, pScheduleDue}
 
 // Dump writes the replicated state in a stable text form: the applied
 // index, the cursor, the next topic id and the overflow count; how many

@@ -13,13 +13,20 @@ import (
 
 // Recurring schedules in the index:
 //
-//	'u' name             → the schedule (scheduleTag, spec, calendar)
+//	'u' name             → the schedule as set (scheduleTag, spec, created)
+//	'q' name             → its calendar (calendarTag, last, next, fired)
 //	'v' next_ms name     → empty: the schedules by next occurrence
 //	"sschedules"         → how many schedules are stored
 //
+// A set writes the schedule and its calendar; an advance rewrites the
+// calendar alone. The schedule carries the body its occurrences enqueue,
+// and whatever an advance writes the index's memtables, flushes and
+// compactions carry again: a calendar is a few bytes.
+//
 // The leader finds the schedules due for an advance by scanning 'v' up to
-// an instant, so the number stored costs it no memory. Both prefixes sort
-// after the metas (see keys.go): an advance rewrites them every occurrence.
+// an instant, so the number stored costs it no memory. The three prefixes
+// sort after the metas (see keys.go): an advance rewrites two of them
+// every occurrence.
 //
 // Every advance deletes the 'v' key of the occurrence it enqueued, and
 // the deletions stay in the index until a compaction drops them, so a scan
@@ -36,13 +43,17 @@ import (
 // before it only. The floor is 0 when the store opens.
 const (
 	pSchedule    = 'u'
+	pCalendar    = 'q'
 	pScheduleDue = 'v'
-	scheduleTag  = 0xC5
+	scheduleTag  = 0xC7
+	calendarTag  = 0xC6
 )
 
 var keySchedules = []byte("sschedules")
 
 func scheduleKey(name string) []byte { return append([]byte{pSchedule}, name...) }
+
+func calendarKey(name string) []byte { return append([]byte{pCalendar}, name...) }
 
 func scheduleDueKey(nextMs int64, name string) []byte {
 	k := binary.BigEndian.AppendUint64([]byte{pScheduleDue}, uint64(nextMs))
@@ -158,29 +169,66 @@ func (d *decoder) advanceItems() []AdvanceItem {
 	return items
 }
 
-func encodeScheduleInfo(info *ScheduleInfo) []byte {
+// encodeSchedule is the stored value of a schedule as set: its spec and
+// when it was set.
+func encodeSchedule(info *ScheduleInfo) []byte {
 	e := &encoder{b: []byte{scheduleTag}}
 	e.scheduleSpec(&info.ScheduleSpec)
 	e.varint(info.CreatedMs)
+	return e.b
+}
+
+// encodeCalendar is the stored value of where a schedule's calendar
+// stands.
+func encodeCalendar(info *ScheduleInfo) []byte {
+	e := &encoder{b: []byte{calendarTag}}
 	e.varint(info.LastMs)
 	e.varint(info.NextMs)
 	e.varint(info.Fired)
 	return e.b
 }
 
-func decodeScheduleInfo(b []byte) (ScheduleInfo, error) {
-	d := &decoder{b: b}
+// decodeSchedule decodes a stored schedule (encodeSchedule) and its
+// calendar (encodeCalendar).
+func decodeSchedule(sched, cal []byte) (ScheduleInfo, error) {
+	d := &decoder{b: sched}
 	if d.byte() != scheduleTag {
-		return ScheduleInfo{}, fmt.Errorf("%w: schedule of %d bytes", ErrCorruptCommand, len(b))
+		return ScheduleInfo{}, fmt.Errorf("%w: schedule of %d bytes", ErrCorruptCommand, len(sched))
 	}
-	info := ScheduleInfo{ScheduleSpec: d.scheduleSpec(), CreatedMs: d.varint(), LastMs: d.varint(), NextMs: d.varint(), Fired: d.varint()}
+	info := ScheduleInfo{ScheduleSpec: d.scheduleSpec(), CreatedMs: d.varint()}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("schedule")
 	}
 	if d.err != nil {
-		return ScheduleInfo{}, fmt.Errorf("schedule of %d bytes: %w", len(b), d.err)
+		return ScheduleInfo{}, fmt.Errorf("schedule of %d bytes: %w", len(sched), d.err)
+	}
+	d = &decoder{b: cal}
+	if d.byte() != calendarTag {
+		return ScheduleInfo{}, fmt.Errorf("%w: calendar of schedule %q, %d bytes", ErrCorruptCommand, info.Name, len(cal))
+	}
+	info.LastMs, info.NextMs, info.Fired = d.varint(), d.varint(), d.varint()
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("calendar")
+	}
+	if d.err != nil {
+		return ScheduleInfo{}, fmt.Errorf("calendar of schedule %q, %d bytes: %w", info.Name, len(cal), d.err)
 	}
 	return info, nil
+}
+
+// readSchedule reads a stored schedule and its calendar through get; ok
+// is false when there is none.
+func readSchedule(name string, get func([]byte) ([]byte, error)) (info ScheduleInfo, ok bool, err error) {
+	sched, err := get(scheduleKey(name))
+	if err != nil || sched == nil {
+		return ScheduleInfo{}, false, err
+	}
+	cal, err := get(calendarKey(name))
+	if err != nil {
+		return ScheduleInfo{}, false, err
+	}
+	info, err = decodeSchedule(sched, cal)
+	return info, err == nil, err
 }
 
 // zoneCache keeps the time zones and cron expressions the store's
@@ -223,29 +271,33 @@ func (c *lookupCache[V]) get(key string, lookup func(string) (V, error)) (V, err
 // wrote it, or else as a committed batch wrote it and the cache kept it, or
 // else from the index.
 func (t *tx) scheduleInfo(name string) (ScheduleInfo, bool) {
-	v, wrote := t.scheds[name]
-	if !wrote {
-		var cached bool
-		if v, cached = t.s.scheds.get(name); !cached {
-			v = t.get(scheduleKey(name))
+	if p, wrote := t.scheds[name]; wrote {
+		if p == nil {
+			return ScheduleInfo{}, false
 		}
+		return *p, true
 	}
-	if v == nil {
-		return ScheduleInfo{}, false
+	if info, ok := t.s.scheds.get(name); ok {
+		return info, true
 	}
-	info, err := decodeScheduleInfo(v)
+	info, ok, err := readSchedule(name, func(k []byte) ([]byte, error) { return t.get(k), t.err })
 	if err != nil {
 		t.fail(err)
 		return ScheduleInfo{}, false
 	}
-	return info, true
+	return info, ok
 }
 
-// putSchedule writes a schedule and its place in the due order.
-func (t *tx) putSchedule(info *ScheduleInfo) {
-	v := encodeScheduleInfo(info)
-	t.set(scheduleKey(info.Name), v)
-	t.scheds[info.Name] = v
+// putSchedule writes a schedule's calendar and its place in the due
+// order, and with set the schedule itself: an advance moves the calendar
+// only.
+func (t *tx) putSchedule(info *ScheduleInfo, set bool) {
+	if set {
+		t.set(scheduleKey(info.Name), encodeSchedule(info))
+	}
+	t.set(calendarKey(info.Name), encodeCalendar(info))
+	stored := *info
+	t.scheds[info.Name] = &stored
 	if info.NextMs != 0 {
 		t.set(scheduleDueKey(info.NextMs, info.Name), nil)
 		t.dueLow = min(t.dueLow, info.NextMs)
@@ -267,7 +319,7 @@ func (t *tx) setSchedule(c SetSchedule) Result {
 	info := ScheduleInfo{ScheduleSpec: c.Spec, CreatedMs: c.NowMs}
 	info.StartAtMs = r.start
 	info.NextMs = r.after(max(r.start, c.NowMs) - 1)
-	t.putSchedule(&info)
+	t.putSchedule(&info, true)
 	return Result{Value: info}
 }
 
@@ -280,6 +332,7 @@ func (t *tx) deleteSchedule(c DeleteSchedule) Result {
 		t.del(scheduleDueKey(info.NextMs, info.Name))
 	}
 	t.del(scheduleKey(info.Name))
+	t.del(calendarKey(info.Name))
 	t.scheds[info.Name] = nil
 	t.schedules--
 	return Result{}
@@ -309,7 +362,7 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 		info.LastMs = occ
 		info.Fired++
 		info.NextMs = r.after(nextAfter(occ, c))
-		t.putSchedule(&info)
+		t.putSchedule(&info, false)
 	}
 	if len(msgs) > 0 {
 		enq, _ := t.schedule(Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued)
@@ -341,14 +394,14 @@ func (s *Store) Schedule(name string) (ScheduleInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return ScheduleInfo{}, err
 	}
-	v, err := s.get(scheduleKey(name))
+	info, ok, err := readSchedule(name, s.get)
 	if err != nil {
 		return ScheduleInfo{}, err
 	}
-	if v == nil {
+	if !ok {
 		return ScheduleInfo{}, fmt.Errorf("%w: schedule %q", ErrNotFound, name)
 	}
-	return decodeScheduleInfo(v)
+	return info, nil
 }
 
 // Schedules returns up to limit stored schedules whose names sort after
@@ -369,7 +422,12 @@ func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
 	}
 	var out []ScheduleInfo
 	for it.First(); it.Valid() && len(out) < limit; it.Next() {
-		info, err := decodeScheduleInfo(it.Value())
+		cal, err := s.get(calendarKey(string(it.Key()[1:])))
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		info, err := decodeSchedule(it.Value(), cal)
 		if err != nil {
 			it.Close()
 			return nil, err
@@ -424,12 +482,16 @@ func (s *Store) NumSchedules() int64 {
 // dumpSchedules writes every schedule for Dump. s.mu is held.
 func (s *Store) dumpSchedules(bw *bufio.Writer) error {
 	fmt.Fprintf(bw, "schedules %d\n", s.schedules)
-	return s.scan([]byte{pSchedule}, func(_, v []byte) error {
-		info, err := decodeScheduleInfo(v)
+	return s.scan([]byte{pSchedule}, func(k, v []byte) error {
+		cal, err := s.get(calendarKey(string(k[1:])))
 		if err != nil {
 			return err
 		}
-		// The whole stored record is hashed, so that a difference in the
+		info, err := decodeSchedule(v, cal)
+		if err != nil {
+			return err
+		}
+		// The whole stored schedule is hashed, so that a difference in the
 		// message an occurrence enqueues (body, headers, priority, ttr,
 		// attempts) shows too.
 		fmt.Fprintf(bw, "schedule %q topic %q cron %q tz %q every %d start %d end %d created %d last %d next %d fired %d record %x\n",

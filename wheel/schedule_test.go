@@ -467,3 +467,70 @@ func TestDueSchedulesFloor(t *testing.T) {
 		t.Fatalf("%d schedules found due in all; the test covers too little", looks)
 	}
 }
+
+// TestScheduleAdvanceWritesTheCalendarOnly: an advance rewrites a
+// schedule's calendar and leaves the schedule as set, body and all,
+// untouched in the index; a set rewrites both, and a delete removes both.
+func TestScheduleAdvanceWritesTheCalendarOnly(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	spec := ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 3000, Body: bytes.Repeat([]byte("b"), 200)}
+	k.one(SetSchedule{NowMs: t0, Spec: spec})
+	stored := func() (sched, cal []byte) {
+		t.Helper()
+		var err error
+		if sched, err = k.s.get(scheduleKey("a")); err != nil {
+			t.Fatal(err)
+		}
+		if cal, err = k.s.get(calendarKey("a")); err != nil {
+			t.Fatal(err)
+		}
+		return sched, cal
+	}
+	set, cal0 := stored()
+	if set == nil || cal0 == nil {
+		t.Fatalf("after set: schedule %x, calendar %x", set, cal0)
+	}
+	// The keys an advance's batch writes, read off the batch before it is
+	// thrown away: not the schedule's.
+	tx := k.s.newTx()
+	tx.index = k.idx + 1
+	if r := tx.apply(AdvanceSchedules{NowMs: t0 + 1000, SinceMs: t0 - 1000, Items: []AdvanceItem{{"a", t0 + 3000}}}); r.Err != nil || tx.err != nil {
+		t.Fatalf("advance: %v, %v", r.Err, tx.err)
+	}
+	for rd := tx.b.Reader(); ; {
+		_, key, _, ok, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if key[0] == pSchedule {
+			t.Errorf("an advance writes the schedule's key %q", key)
+		}
+	}
+	tx.b.Close()
+	if r := k.advance(t0+1000, AdvanceItem{"a", t0 + 3000}); r != (AdvanceResult{Fired: 1}) {
+		t.Fatalf("advance: %+v", r)
+	}
+	sched, cal1 := stored()
+	if !bytes.Equal(sched, set) {
+		t.Errorf("the advance changed the schedule: %x, set %x", sched, set)
+	}
+	if bytes.Equal(cal1, cal0) || len(cal1) > 16 {
+		t.Errorf("calendar after the advance %x (%d bytes), before %x", cal1, len(cal1), cal0)
+	}
+	k.reopen() // read from the index, not the cache
+	if info := k.scheduleInfo("a"); info.LastMs != t0+3000 || info.NextMs != t0+4000 || info.Fired != 1 || !bytes.Equal(info.Body, spec.Body) {
+		t.Errorf("after a reopen: %+v", info)
+	}
+	spec.Body = []byte("new")
+	k.one(SetSchedule{NowMs: t0 + 1500, Spec: spec})
+	if sched, cal := stored(); bytes.Equal(sched, set) || bytes.Equal(cal, cal1) {
+		t.Errorf("a set left the schedule %x or the calendar %x as they were", sched, cal)
+	}
+	k.one(DeleteSchedule{Name: "a"})
+	if sched, cal := stored(); sched != nil || cal != nil {
+		t.Errorf("after a delete: schedule %x, calendar %x", sched, cal)
+	}
+}
