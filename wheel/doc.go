@@ -21,10 +21,12 @@
 //
 // # Recurring schedules
 //
-// A schedule (schedule.go) is stored by name and indexed by its next
-// occurrence; its calendar (recurring.go) is a cron expression in a time
-// zone, parsed by github.com/robfig/cron/v3 with corrections for
-// daylight saving, or a fixed interval from a start. AdvanceSchedules,
+// A schedule (schedule.go) is stored by name, as set, with where it
+// stands (last and next occurrence, occurrences fired) stored apart, so that an advance rewrites a few bytes and not the body the
+// occurrences carry; it is indexed by its next occurrence. Its calendar
+// (recurring.go) is a cron expression in a time zone, parsed by
+// github.com/robfig/cron/v3 with corrections for daylight saving, or a
+// fixed interval from a start. AdvanceSchedules,
 // which the leader proposes ahead of the occurrences' times, enqueues
 // each occurrence as an ordinary message keyed by it and computes the
 // next one from the previous and the instants the leader stamped, never
@@ -77,8 +79,10 @@
 // lease that follows an enqueue and the ack that follows a lease read no
 // index: it holds exactly what the index holds for those messages, so it
 // changes where a batch reads from, never what it reads. The schedules
-// they wrote are kept the same way, as stored bytes (schedulecache.go), so
-// that a schedule's next advance reads no index either.
+// they wrote are kept the same way (schedulecache.go), so that a
+// schedule's next advance reads no index either. A Schedule of many keyed
+// messages looks their keys up with one index iterator, not a point read
+// each (tx.keysHeld).
 //
 // # The loader
 //
