@@ -157,27 +157,30 @@ func (t *tx) schedule(c Schedule) Result {
 }
 
 // keysHeldBy reports, for each of msgs, whether its key is held in the
-// index before the command runs. Keys that repeat within msgs are reported
-// held from their second on, so that the check of get decides them against
-// the command's own earlier writes.
+// index before the command runs. A key that repeats within msgs is
+// reported held from its second on, so that the check of get decides it
+// against the command's own earlier writes. It creates no topic: a topic
+// the command creates holds no key yet, and topics are numbered in the
+// order the command's messages name them.
 func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
 	held := make([]bool, len(msgs))
 	var keys [][]byte
 	var at []int
-	seen := make(map[string]bool, len(msgs))
+	seen := make(map[[2]string]bool, len(msgs))
 	for i := range msgs {
 		nm := &msgs[i]
 		if nm.Key == "" {
 			continue
 		}
-		tid, _ := t.topicID(nm.Topic, true)
-		k := keyIndexKey(tid, nm.Key)
-		if seen[string(k)] {
+		tk := [2]string{nm.Topic, nm.Key}
+		if seen[tk] {
 			held[i] = true
 			continue
 		}
-		seen[string(k)] = true
-		keys, at = append(keys, k), append(at, i)
+		seen[tk] = true
+		if tid, ok := t.topicID(nm.Topic, false); ok {
+			keys, at = append(keys, keyIndexKey(tid, nm.Key)), append(at, i)
+		}
 	}
 	for j, h := range t.keysHeld(keys) {
 		held[at[j]] = h

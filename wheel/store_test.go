@@ -1419,3 +1419,20 @@ func TestKeysHeldAgreesWithGet(t *testing.T) {
 		t.Errorf("%d keys held, want %d", nHeld, want)
 	}
 }
+
+// TestScheduleNumbersTopicsInMessageOrder: the topics a Schedule creates
+// are numbered in the order its messages name them, keyed or not, so the
+// key lookup that runs before the messages are put changes no number.
+func TestScheduleNumbersTopicsInMessageOrder(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	k.schedule(t0,
+		NewMessage{Topic: "first", DeliverAtMs: t0 + 1000},
+		NewMessage{Topic: "second", Key: "a", DeliverAtMs: t0 + 1000},
+		NewMessage{Topic: "second", Key: "a", DeliverAtMs: t0 + 1000},
+		NewMessage{Topic: "third", Key: "b", DeliverAtMs: t0 + 1000},
+	)
+	first, second, third := k.s.topics["first"], k.s.topics["second"], k.s.topics["third"]
+	if first == 0 || second != first+1 || third != second+1 {
+		t.Fatalf("topic ids first %d, second %d, third %d; want consecutive in message order", first, second, third)
+	}
+}
