@@ -166,7 +166,7 @@ func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
 	held := make([]bool, len(msgs))
 	var keys [][]byte
 	var at []int
-	seen := make(map[[2]string]bool, len(msgs))
+	var seen map[[2]string]bool // made at the first key: most enqueues carry none
 	for i := range msgs {
 		nm := &msgs[i]
 		if nm.Key == "" {
@@ -176,6 +176,9 @@ func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
 		if seen[tk] {
 			held[i] = true
 			continue
+		}
+		if seen == nil {
+			seen = map[[2]string]bool{}
 		}
 		seen[tk] = true
 		if tid, ok := t.topicID(nm.Topic, false); ok {

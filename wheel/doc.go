@@ -21,21 +21,21 @@
 //
 // # Recurring schedules
 //
-// A schedule (schedule.go) is stored by name, as set, with where it
-// stands (last and next occurrence, occurrences fired) stored apart, so that an advance rewrites a few bytes and not the body the
-// occurrences carry; it is indexed by its next occurrence. Its calendar
-// (recurring.go) is a cron expression in a time zone, parsed by
-// github.com/robfig/cron/v3 with corrections for daylight saving, or a
-// fixed interval from a start. AdvanceSchedules,
-// which the leader proposes ahead of the occurrences' times, enqueues
-// each occurrence as an ordinary message keyed by it and computes the
-// next one from the previous and the instants the leader stamped, never
-// from a clock. Invariant: a live leader skips no occurrence. One due
-// since the leader's SinceMs is its own, and however late the leader
-// advances it, the next is the one after it; only one due before SinceMs,
-// which passed while no leader advanced schedules, is followed by the
-// first occurrence after the leader's NowMs, so an outage costs one late
-// occurrence, not a burst.
+// A schedule (schedule.go) is stored by name, as set, with where it stands
+// (last and next occurrence, occurrences fired) stored apart, so that an
+// advance rewrites a few bytes and not the body the occurrences carry; it
+// is indexed by its next occurrence. Its calendar (recurring.go) is a cron
+// expression in a time zone, parsed by github.com/robfig/cron/v3 with
+// corrections for daylight saving, or a fixed interval from a start.
+// AdvanceSchedules, which the leader proposes ahead of the occurrences'
+// times, enqueues each occurrence as an ordinary message keyed by it and
+// computes the next one from the previous and the instants the leader
+// stamped, never from a clock. Invariant: a live leader skips no
+// occurrence. One due since the leader's SinceMs is its own, and however
+// late the leader advances it, the next is the one after it; only one due
+// before SinceMs, which passed while no leader advanced schedules, is
+// followed by the first occurrence after the leader's NowMs, so an outage
+// costs one late occurrence, not a burst.
 //
 // # Slot files and the index
 //

@@ -231,6 +231,16 @@ func readSchedule(name string, get func([]byte) ([]byte, error)) (info ScheduleI
 	return info, err == nil, err
 }
 
+// withCalendar decodes the schedule a scan of 'u' met, under key with
+// value, with the calendar it reads for it.
+func (s *Store) withCalendar(key, value []byte) (ScheduleInfo, error) {
+	cal, err := s.get(calendarKey(string(key[1:])))
+	if err != nil {
+		return ScheduleInfo{}, err
+	}
+	return decodeSchedule(value, cal)
+}
+
 // zoneCache keeps the time zones and cron expressions the store's
 // schedules use, so advancing does not look them up each time. s.mu
 // guards it; it is bounded and only ever caches what a lookup returns.
@@ -422,12 +432,7 @@ func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
 	}
 	var out []ScheduleInfo
 	for it.First(); it.Valid() && len(out) < limit; it.Next() {
-		cal, err := s.get(calendarKey(string(it.Key()[1:])))
-		if err != nil {
-			it.Close()
-			return nil, err
-		}
-		info, err := decodeSchedule(it.Value(), cal)
+		info, err := s.withCalendar(it.Key(), it.Value())
 		if err != nil {
 			it.Close()
 			return nil, err
@@ -483,11 +488,7 @@ func (s *Store) NumSchedules() int64 {
 func (s *Store) dumpSchedules(bw *bufio.Writer) error {
 	fmt.Fprintf(bw, "schedules %d\n", s.schedules)
 	return s.scan([]byte{pSchedule}, func(k, v []byte) error {
-		cal, err := s.get(calendarKey(string(k[1:])))
-		if err != nil {
-			return err
-		}
-		info, err := decodeSchedule(v, cal)
+		info, err := s.withCalendar(k, v)
 		if err != nil {
 			return err
 		}
