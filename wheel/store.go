@@ -183,12 +183,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
+	// Most index keys live for seconds (a message's meta and key, a
+	// schedule's calendar): level 0 gathers many flushes before a
+	// compaction (L0CompactionThreshold), so that a key's set and its
+	// delete meet in one and both go, and the base level is rewritten less
+	// often.
 	po := &pebble.Options{
 		FS:                          opts.FS,
 		Cache:                       cache,
 		MemTableSize:                opts.MemTableBytes,
 		MemTableStopWritesThreshold: 4,
-		L0CompactionThreshold:       4,
+		L0CompactionThreshold:       16,
 		L0StopWritesThreshold:       32,
 		MaxOpenFiles:                256,
 		Levels:                      indexLevels(opts.CompressIndex),
