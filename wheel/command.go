@@ -293,8 +293,12 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			c := Schedule{NowMs: d.varint()}
 			m := d.count(4)
 			c.Messages = make([]NewMessage, m)
+			// The bodies alias the entry: applying it copies each body into
+			// a slot file or the index, and whatever outlives the apply
+			// (a placed message's event) takes its own copy, so no body pins
+			// the entry.
 			for j := 0; j < m && d.err == nil; j++ {
-				c.Messages[j] = d.message(nil)
+				c.Messages[j] = d.message(nil, true)
 			}
 			cmds = append(cmds, c)
 		case KindCancel:
@@ -496,10 +500,10 @@ func (d *decoder) id() ID {
 	return id
 }
 
-// message reads the fields encoder.message wrote. With intern set (bulk
-// loads) the body aliases the input instead of being copied, and topic
-// names are shared.
-func (d *decoder) message(intern map[string]string) NewMessage {
+// message reads the fields encoder.message wrote. With alias set the body
+// aliases the input instead of being copied; with intern set (bulk loads)
+// topic names are shared.
+func (d *decoder) message(intern map[string]string, alias bool) NewMessage {
 	var nm NewMessage
 	if intern != nil {
 		raw := d.take(d.uvarint())
@@ -508,9 +512,17 @@ func (d *decoder) message(intern map[string]string) NewMessage {
 			topic = string(raw)
 			intern[topic] = topic
 		}
-		nm.Topic, nm.Key, nm.Body = topic, d.str(), d.take(d.uvarint())
+		nm.Topic = topic
 	} else {
-		nm.Topic, nm.Key, nm.Body = d.str(), d.str(), d.bytes()
+		nm.Topic = d.str()
+	}
+	nm.Key = d.str()
+	if alias {
+		if b := d.take(d.uvarint()); len(b) > 0 { // an empty body decodes as nil, as copied
+			nm.Body = b
+		}
+	} else {
+		nm.Body = d.bytes()
 	}
 	nm.Headers = d.headers()
 	nm.Priority = d.varint()

@@ -516,3 +516,37 @@ func TestObserverHearsOfPublishedState(t *testing.T) {
 		t.Fatalf("the observer read applied index %d, want %d", o.index, k.idx)
 	}
 }
+
+// An enqueue's bodies alias the log entry they were decoded from; what the
+// store and the loader keep must not. Overwriting the entry's bytes after
+// the apply changes no body: not the slot file's, the overflow's or the
+// ready queue's records, nor the loaded message's.
+func TestDecodedBodiesOutliveTheEntry(t *testing.T) {
+	k, l, _ := newLoaderKit(t)
+	k.load(t0s + 2)
+	k.apply(Expire{Before: t0s + 1}) // the cursor past t0: a message due at t0 goes ready
+	msgs := []NewMessage{
+		{Topic: "a", Body: []byte("near, loaded"), DeliverAtMs: t0 + 1500},
+		{Topic: "a", Body: []byte("far, a slot file"), DeliverAtMs: t0 + 60_000},
+		{Topic: "a", Body: []byte("overflow"), DeliverAtMs: t0 + 2*Slots*TickMs},
+		{Topic: "a", Body: []byte("due, ready"), DeliverAtMs: t0},
+	}
+	entry := EncodeCommands([]Command{Schedule{NowMs: t0, Messages: msgs}})
+	cmds, err := DecodeCommands(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enq := k.one(cmds[0]).([]Enqueued)
+	for i := range entry {
+		entry[i] = 0xee
+	}
+	for i, e := range enq {
+		if v := k.get(e.ID); string(v.Body) != string(msgs[i].Body) {
+			t.Errorf("message %d reads back %q, want %q", i, v.Body, msgs[i].Body)
+		}
+	}
+	got, _ := l.PopDue(t0 + 1500)
+	if len(got) != 1 || string(got[0].Body) != "near, loaded" {
+		t.Fatalf("loaded: %+v, want the one near message with its body", got)
+	}
+}

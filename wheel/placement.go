@@ -42,7 +42,11 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 			t.setMeta(m.ID, &mt)
 		}
 		if sec <= t.follows {
-			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: m, Lease: typ == segment.TypeLease})
+			// The event keeps its own copy, body included: m stays the
+			// caller's, on its stack, and its body may alias the entry.
+			mc := *m
+			mc.Body = bytes.Clone(m.Body)
+			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: &mc, Lease: typ == segment.TypeLease})
 		}
 	default:
 		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)

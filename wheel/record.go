@@ -39,7 +39,7 @@ func decodeMessage(b []byte, intern map[string]string) (Message, error) {
 		return Message{}, fmt.Errorf("%w: message record version %d", ErrCorruptCommand, v)
 	}
 	id := d.id()
-	nm := d.message(intern)
+	nm := d.message(intern, intern != nil)
 	m := Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 		DeliverAtMs: nm.DeliverAtMs, TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts}
 	m.Attempts = d.i32()

@@ -144,7 +144,7 @@ func (e *encoder) scheduleSpec(sp *ScheduleSpec) {
 
 func (d *decoder) scheduleSpec() ScheduleSpec {
 	sp := ScheduleSpec{Name: d.str(), Cron: d.str(), Timezone: d.str(), EveryMs: d.varint(), StartAtMs: d.varint(), EndAtMs: d.varint()}
-	m := d.message(nil)
+	m := d.message(nil, false)
 	sp.Topic, sp.Body, sp.Headers, sp.Priority, sp.TTRMs, sp.MaxAttempts = m.Topic, m.Body, m.Headers, m.Priority, m.TTRMs, m.MaxAttempts
 	if m.Key != "" || m.DeliverAtMs != 0 {
 		d.fail("schedule spec")
