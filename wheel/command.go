@@ -279,7 +279,9 @@ func EncodeCommands(cmds []Command) []byte {
 	return e.b
 }
 
-// DecodeCommands decodes a log entry written by EncodeCommands.
+// DecodeCommands decodes a log entry written by EncodeCommands. A
+// Schedule's message bodies alias b: b must not change while the commands
+// are in use.
 func DecodeCommands(b []byte) ([]Command, error) {
 	d := &decoder{b: b}
 	if v := d.byte(); d.err == nil && v != entryVersion {

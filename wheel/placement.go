@@ -42,8 +42,8 @@ func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
 			t.setMeta(m.ID, &mt)
 		}
 		if sec <= t.follows {
-			// The event keeps its own copy, body included: m stays the
-			// caller's, on its stack, and its body may alias the entry.
+			// put keeps neither m nor its body, which may alias the log
+			// entry (DecodeCommands): the event takes its own copy.
 			mc := *m
 			mc.Body = bytes.Clone(m.Body)
 			t.event(Event{Kind: EventPlaced, Second: sec, ID: m.ID, Msg: &mc, Lease: typ == segment.TypeLease})

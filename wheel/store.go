@@ -185,9 +185,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	defer cache.Unref()
 	// Most index keys live for seconds (a message's meta and key, a
 	// schedule's calendar): level 0 gathers many flushes before a
-	// compaction (L0CompactionThreshold), so that a key's set and its
-	// delete meet in one and both go, and the base level is rewritten less
-	// often.
+	// compaction (L0CompactionThreshold; Pebble compacts it at about half
+	// that many sublevels), so that more sets meet the deletes that shadow
+	// them and are dropped, and the base level is rewritten less often.
 	po := &pebble.Options{
 		FS:                          opts.FS,
 		Cache:                       cache,
