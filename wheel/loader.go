@@ -47,7 +47,7 @@ type Event struct {
 	Kind   EventKind
 	Second int64
 	ID     ID
-	Msg    *Message
+	Msg    *Message // EventPlaced: the event's own copy, as the batch left it; nothing changes it after
 	Lease  bool
 	Topic  string
 }
@@ -338,10 +338,6 @@ func (l *Loader) applied(events []Event) {
 			continue
 		}
 		if ld := l.loadingOf(e.Second); ld != nil {
-			if e.Msg != nil {
-				m := *e.Msg // the message as the batch left it, as push keeps it
-				e.Msg = &m
-			}
 			ld.events = append(ld.events, e)
 		} else {
 			l.follow(e)
