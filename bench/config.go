@@ -67,8 +67,11 @@ type Config struct {
 	Rate       int           // fire, failover: messages coming due per second
 	Duration   time.Duration // fire, failover: how long messages come due
 	Consumers  int
-	ReserveMax int    // most messages per reserve
-	Consume    string // delaywheel consumers: ConsumeReserve (default), ConsumeStream or ConsumeWebhook
+	ReserveMax int // most messages per reserve
+	// MaxInflight is each delaywheel stream's window (ConsumeStream): its
+	// deliveries handed out and not yet acked; 0: the server's default.
+	MaxInflight int
+	Consume     string // delaywheel consumers: ConsumeReserve (default), ConsumeStream or ConsumeWebhook
 	// WebhookFailRate is the share of requests the webhook receiver
 	// answers 500, at random (ConsumeWebhook).
 	WebhookFailRate float64
@@ -253,6 +256,9 @@ func (cfg Config) validate() error {
 	positive("--rate", cfg.Rate, 10_000_000)
 	positive("--consumers", cfg.Consumers, 1024)
 	positive("--reserve-max", cfg.ReserveMax, 1000)
+	if cfg.MaxInflight < 0 || cfg.MaxInflight > 100_000 {
+		errs = append(errs, fmt.Errorf("--max-inflight must be between 0 (the server's default) and 100000, got %d", cfg.MaxInflight))
+	}
 	positive("--groups", cfg.Groups, wheel.MaxGroups)
 	positive("--topics", cfg.Topics, 10_000)
 	if cfg.Groups > 1 && cfg.Spawn == 0 {

@@ -41,9 +41,10 @@ type dwTarget struct {
 	cluster   *dwCluster   // nil when the harness did not spawn it
 	logger    *slog.Logger
 
-	reserveMax int
-	waitMs     int64
-	ttrMs      *int64
+	reserveMax  int
+	maxInflight int // a stream's window; 0: the server's default
+	waitMs      int64
+	ttrMs       *int64
 	// maxAttempts is the messages' max_attempts (nil: the server's default).
 	maxAttempts *int32
 	consume     string // ConsumeReserve, ConsumeStream or ConsumeWebhook
@@ -69,15 +70,16 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		WriteBufferSize:     client.WriteBufferSize,
 	}
 	t := &dwTarget{
-		name:       TargetDelaywheel,
-		topics:     []string{"bench." + cfg.runID},
-		hc:         &http.Client{Transport: tr},
-		token:      token,
-		cluster:    cluster,
-		logger:     cfg.logger,
-		reserveMax: cfg.ReserveMax,
-		waitMs:     cfg.Wait.Milliseconds(),
-		consume:    cfg.Consume,
+		name:        TargetDelaywheel,
+		topics:      []string{"bench." + cfg.runID},
+		hc:          &http.Client{Transport: tr},
+		token:       token,
+		cluster:     cluster,
+		logger:      cfg.logger,
+		reserveMax:  cfg.ReserveMax,
+		waitMs:      cfg.Wait.Milliseconds(),
+		consume:     cfg.Consume,
+		maxInflight: cfg.MaxInflight,
 
 		webhookFailRate: cfg.WebhookFailRate,
 		webhookHang:     cfg.WebhookHang,

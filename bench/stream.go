@@ -57,6 +57,7 @@ func (c *dwStreamConsumer) open() {
 		c.errs.Add(1)
 		c.lastErr.Store(&err)
 	}}
+	opt.MaxInflight = c.t.maxInflight
 	if c.t.ttrMs != nil {
 		opt.TTRMs = *c.t.ttrMs
 	}

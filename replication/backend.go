@@ -242,15 +242,31 @@ func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions
 	return d.Stream(topic, opt)
 }
 
-// settled counts an ack or nack and, once it has committed, tells the
-// streams that handed out its receipts that their leases ended: acked,
-// nacked, or over already.
+// settled proposes an ack or nack and, as soon as it is in the log's
+// order, tells the streams that handed out its receipts that their leases
+// ended: acked, nacked, or over already. A stream's window bounds what its
+// consumer holds unsettled, and a consumer that sent an ack holds nothing
+// more; freeing the room then, not once the entry has applied, keeps the
+// deliveries independent of how far the apply trails the commit. An ack
+// that does not commit lost the leadership, which ends every stream; one
+// that finds its lease over changes nothing a freed window depends on (the
+// lease's end brings the message back on its own).
 func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []wheel.Receipt) (wheel.Counted, error) {
-	c, err := n.counted(ctx, cmd)
-	if d := n.dispatcher(); err == nil && d != nil {
+	p, err := n.submit(ctx, false, cmd)
+	if err != nil {
+		return wheel.Counted{}, err
+	}
+	if d := n.dispatcher(); d != nil {
 		d.Settled(rs)
 	}
-	return c, err
+	res, err := p.wait()
+	if err != nil {
+		return wheel.Counted{}, err
+	}
+	if res[0].Err != nil {
+		return wheel.Counted{}, res[0].Err
+	}
+	return res[0].Value.(wheel.Counted), nil
 }
 
 // Ack finishes reserved messages.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,13 +31,28 @@ func answeredAtCommit(t *testing.T, n *Node) uint64 {
 // holds an entry past after waits until gate is closed. Entries logged
 // before the hold still apply, so none of them queues the held one behind it.
 type applyHold struct {
-	gate  atomic.Pointer[chan struct{}]
-	after atomic.Uint64
+	gate atomic.Pointer[chan struct{}]
+	from atomic.Uint64
 }
 
 func (h *applyHold) wait(logs []*raft.Log) {
-	if g := h.gate.Load(); g != nil && len(logs) > 0 && logs[len(logs)-1].Index > h.after.Load() {
+	if g := h.gate.Load(); g != nil && len(logs) > 0 && logs[len(logs)-1].Index > h.from.Load() {
 		<-*g
+	}
+}
+
+// after holds every batch of entries past index until release, which may
+// be called more than once.
+func (h *applyHold) after(index uint64) (release func()) {
+	gate := make(chan struct{})
+	h.from.Store(index)
+	h.gate.Store(&gate)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.gate.Store(nil)
+			close(gate)
+		})
 	}
 }
 
@@ -82,22 +98,12 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			})
 			// Hold the leader's state machine: nothing logged from here on
 			// can be applied.
-			gate := make(chan struct{})
 			mark := n.raft.LastIndex()
-			hold.after.Store(mark)
-			hold.gate.Store(&gate)
+			release := hold.after(mark)
+			defer release()
 			WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
 				return n.raft.AppliedIndex() >= mark
 			})
-			held := true
-			release := func() {
-				if held {
-					held = false
-					hold.gate.Store(nil)
-					close(gate)
-				}
-			}
-			defer release()
 			before := n.store().AppliedIndex()
 			done := make(chan struct{})
 			var res []wheel.Enqueued
@@ -394,18 +400,25 @@ func TestSoloVoterRefresh(t *testing.T) {
 	}
 }
 
-// A reserve answered before its Lease is applied (one node holds the
-// leadership lease) is followed by reads on that node that see the lease:
-// while the Lease waits in the state machine, a read of the message waits
-// for it rather than answering the state before the hand-off.
-func TestReadOwnLease(t *testing.T) {
+// heldNode starts a one-node cluster on a fake clock whose state machine
+// a test can hold (applyHold.after).
+func heldNode(t *testing.T) (*Node, *wheel.FakeClock, *applyHold) {
+	t.Helper()
 	hold := &applyHold{}
 	clock := wheel.NewFakeClock(time.Now())
 	c := NewTestCluster(t, 1, func(cfg *Config) {
 		cfg.Clock = clock
 		cfg.beforeApply = hold.wait
 	})
-	n := c.Leader().Node
+	return c.Leader().Node, clock, hold
+}
+
+// A reserve answered before its Lease is applied (one node holds the
+// leadership lease) is followed by reads on that node that see the lease:
+// while the Lease waits in the state machine, a read of the message waits
+// for it rather than answering the state before the hand-off.
+func TestReadOwnLease(t *testing.T) {
+	n, clock, hold := heldNode(t)
 	ctx := context.Background()
 	res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte("a"), DeliverAtMs: clock.Now().UnixMilli() - 5, MaxAttempts: 3}})
 	if err != nil {
@@ -416,23 +429,13 @@ func TestReadOwnLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Hold the state machine: the Lease the reserve proposes is not applied.
-	gate := make(chan struct{})
-	hold.after.Store(n.raft.LastIndex())
-	hold.gate.Store(&gate)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			hold.gate.Store(nil)
-			close(gate)
-		}
-	}
+	release := hold.after(n.raft.LastIndex())
 	defer release()
 	ds, err := n.Reserve(ctx, "t", 1, 10*time.Second, time.Minute)
 	if err != nil || len(ds) != 1 || ds[0].ID != id {
 		t.Fatalf("reserve = %+v, %v; want message %s", ds, err, id)
 	}
-	if applied := n.store().AppliedIndex(); applied > hold.after.Load() {
+	if applied := n.store().AppliedIndex(); applied > hold.from.Load() {
 		t.Fatalf("the Lease was applied (index %d) before the reserve was answered: the test holds nothing", applied)
 	}
 	// While the Lease is held, a read must not answer the state before it.
@@ -449,5 +452,62 @@ func TestReadOwnLease(t *testing.T) {
 	v, err = n.Get(ctx, id)
 	if err != nil || v.State != wheel.StateReserved || v.Attempts != 1 {
 		t.Fatalf("Get after the reserve = %+v, %v; want reserved, attempt 1", v, err)
+	}
+}
+
+// An ack frees its stream's window once it is in the log's order: while
+// the state machine holds the ack's entry, the stream hands out the next
+// message, and the ack is answered only after its apply.
+func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
+	n, clock, hold := heldNode(t)
+	ctx := t.Context()
+	due := clock.Now().UnixMilli() - 5
+	res, err := n.Enqueue(ctx, []wheel.NewMessage{
+		{Topic: "t", Body: []byte("a"), DeliverAtMs: due, MaxAttempts: 3},
+		{Topic: "t", Body: []byte("b"), DeliverAtMs: due, MaxAttempts: 3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Get(ctx, res[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.Stream(ctx, "t", wheel.StreamOptions{MaxInflight: 1, TTR: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first, err := st.Next(ctx)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("first delivery = %+v, %v", first, err)
+	}
+	// Hold the state machine: the ack's entry commits but is not applied.
+	release := hold.after(n.raft.LastIndex())
+	defer release()
+	acked := make(chan error, 1)
+	go func() {
+		_, err := n.Ack(context.WithoutCancel(ctx), []wheel.Receipt{first[0].Receipt})
+		acked <- err
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	second, err := st.Next(wctx)
+	if err != nil || len(second) != 1 || second[0].ID == first[0].ID {
+		t.Fatalf("second delivery = %+v, %v; want the other message while the ack waits for its apply", second, err)
+	}
+	if applied := n.store().AppliedIndex(); applied > hold.from.Load() {
+		t.Fatalf("the ack was applied (index %d) before the window freed: the test holds nothing", applied)
+	}
+	select {
+	case err := <-acked:
+		t.Fatalf("the ack was answered (%v) before its apply", err)
+	default:
+	}
+	release()
+	if err := <-acked; err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if _, err := n.Get(ctx, first[0].ID); !errors.Is(err, wheel.ErrNotFound) {
+		t.Fatalf("the acked message after the apply: %v; want not found", err)
 	}
 }

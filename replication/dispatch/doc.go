@@ -41,9 +41,10 @@
 // at-least-once reasoning as above. The dispatcher never waits on a
 // stream: a waiter's channel is buffered, and a stream whose reader is
 // slow stops asking. A delivery leaves the window when the node reports
-// that an ack or nack of its receipt committed (Settled; the dispatcher
-// maps each unsettled receipt to its stream, so memory is bounded by the
-// windows), or when its lease has ended, which the stream reads from the
+// that an ack or nack of its receipt is in the log's order (Settled,
+// ahead of the commit, so that how far the apply trails never holds
+// deliveries back; the dispatcher maps each unsettled receipt to its
+// stream, so memory is bounded by the windows), or when its lease has ended, which the stream reads from the
 // store (a touch may have moved it). Closing a stream proposes a Nack
 // with no delay for its unsettled receipts: they come due at once, and
 // the attempt they were handed out for counts. A stream ends with

@@ -38,7 +38,7 @@ const releaseBatch = 10000
 // loop takes deliveries with the same Reserve every long-poll uses, for as
 // many as its window and its buffer have room, so a delivery is a
 // reserve's hand-off. It learns that a delivery is settled from the node
-// (Settled, after an ack or nack commits) or, at the lease's end, from the
+// (Settled, once an ack or nack is in the log's order) or, at the lease's end, from the
 // store, so it holds at most its window of receipts.
 type stream struct {
 	d      *Dispatcher
@@ -384,7 +384,8 @@ func (d *Dispatcher) releaseNow(rs []wheel.Receipt) {
 }
 
 // Settled tells the streams that the leases of rs ended: the node calls
-// it once an ack or nack of them has committed.
+// it once an ack or nack of them is in the log's order, ahead of its
+// commit.
 func (d *Dispatcher) Settled(rs []wheel.Receipt) {
 	by := map[*stream][]wheel.Receipt{}
 	d.smu.Lock()
@@ -397,5 +398,25 @@ func (d *Dispatcher) Settled(rs []wheel.Receipt) {
 	d.smu.Unlock()
 	for s, rs := range by {
 		s.settle(rs)
+	}
+}
+
+// Settling frees the window of the receipts of rs this stream handed out:
+// its consumer sent their acks or nacks up the stream itself, and those
+// are proposed apart (the transport settles them in order, as any ack).
+// A consumer that sent an ack holds the delivery no more; the room comes
+// back at once, not once the ack has gone through the log.
+func (s *stream) Settling(rs []wheel.Receipt) {
+	var own []wheel.Receipt
+	s.d.smu.Lock()
+	for _, r := range rs {
+		if s.d.streams[r] == s {
+			delete(s.d.streams, r)
+			own = append(own, r)
+		}
+	}
+	s.d.smu.Unlock()
+	if len(own) > 0 {
+		s.settle(own)
 	}
 }

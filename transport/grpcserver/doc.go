@@ -16,7 +16,9 @@
 // # Followers
 //
 // Subscribe streams a topic's deliveries on the backend's Stream, as the
-// HTTP stream does, and settles the acks and nacks sent up the stream. A
+// HTTP stream does, and settles the acks and nacks sent up the stream:
+// each frees its room in the stream's window as it is read, and is then
+// proposed, one call at a time, batched with those read meanwhile. A
 // follower refuses it NOT_LEADER (a stream is not forwarded), and it ends
 // so when leadership moves; the Go client then subscribes again.
 //

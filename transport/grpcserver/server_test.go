@@ -478,3 +478,51 @@ func TestShutdownEndsStreams(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 }
+
+// heldAcks is a backend whose acks wait until release is closed.
+type heldAcks struct {
+	transport.Backend
+	release chan struct{}
+	calls   chan struct{}
+}
+
+func (h heldAcks) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+	h.calls <- struct{}{}
+	<-h.release
+	return h.Backend.Ack(ctx, rs)
+}
+
+// TestSubscribeAckFreesTheWindowAsRead: an ack sent up a Subscribe stream
+// frees the stream's window as soon as the server reads it, so the next
+// delivery comes while the ack itself still waits to be proposed.
+func TestSubscribeAckFreesTheWindowAsRead(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	b := heldAcks{Backend: kn.Node, release: make(chan struct{}), calls: make(chan struct{}, 4)}
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, b, nil))
+	ctx, cancel := context.WithTimeout(authed(t.Context(), token), 10*time.Second)
+	defer cancel()
+	get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "w", Body: []byte("1")}, {Topic: "w", Body: []byte("2")}}}))(t, "enqueue")
+	st, err := c.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Topic: "w", MaxInflight: proto32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	first := get(st.Recv())(t, "the first delivery")
+	if len(first.Messages) != 1 {
+		t.Fatalf("first answer %v; want one delivery (window 1)", first.Messages)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Ack: []string{first.Messages[0].Receipt}}); err != nil {
+		t.Fatal(err)
+	}
+	<-b.calls // the ack reached the backend, which holds it
+	second := get(st.Recv())(t, "the second delivery")
+	if len(second.Messages) != 1 || second.Messages[0].Id == first.Messages[0].Id {
+		t.Fatalf("second answer %v; want the other message while the ack is held", second.Messages)
+	}
+	close(b.release)
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+}

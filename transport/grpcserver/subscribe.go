@@ -68,7 +68,17 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	// what one commit can carry, and settling them one commit each would
 	// fall behind the deliveries and fill the window.
 	pending := make(chan settlement, settleQueue)
-	pending <- firstSettle
+	// What the client settles frees the stream's window as it is read,
+	// ahead of its ack going through the log (see windowFreer).
+	free, _ := st.(windowFreer)
+	read := func(set settlement) settlement {
+		if free != nil {
+			free.Settling(set.acks)
+			free.Settling(set.nacks)
+		}
+		return set
+	}
+	pending <- read(firstSettle)
 	settled := make(chan struct{}) // closed when the settling ends
 	var readErr error              // why reading ended; written before pending closes
 	go func() {
@@ -84,7 +94,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 				return
 			}
 			select {
-			case pending <- set:
+			case pending <- read(set):
 			case <-settled:
 				return
 			}
@@ -136,6 +146,12 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 			return err
 		}
 	}
+}
+
+// windowFreer is a stream that frees its window for the receipts its own
+// consumer settles up the stream, before their ack or nack is proposed.
+type windowFreer interface {
+	Settling(rs []wheel.Receipt)
 }
 
 // settleQueue bounds the client's requests read and not yet settled; past
