@@ -242,29 +242,31 @@ func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions
 	return d.Stream(topic, opt)
 }
 
-// settled proposes an ack or nack and, as soon as it is in the log's
-// order, tells the streams that handed out its receipts that their leases
-// ended: acked, nacked, or over already. A stream's window bounds what its
-// consumer holds unsettled, and a consumer that sent an ack holds nothing
-// more; freeing the room then, not once the entry has applied, keeps the
-// deliveries independent of how far the apply trails the commit. An ack
-// that does not commit lost the leadership, which ends every stream; one
-// that finds its lease over changes nothing a freed window depends on (the
-// lease's end brings the message back on its own).
+// settled proposes an ack or nack and tells the streams that handed out
+// its receipts: once it is in the log's order, that the room they take in
+// their windows is free (a consumer that sent an ack holds nothing more,
+// and a state machine that trails the commit must not hold deliveries
+// back); once it has applied, that their leases ended. Should it fail
+// between the two, a stream that closes still releases them, and its sweep
+// forgets them once their leases end.
 func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []wheel.Receipt) (wheel.Counted, error) {
 	p, err := n.submit(ctx, false, cmd)
 	if err != nil {
 		return wheel.Counted{}, err
 	}
-	if d := n.dispatcher(); d != nil {
-		d.Settled(rs)
+	d := n.dispatcher()
+	if d != nil {
+		d.Settling(rs)
 	}
 	res, err := p.wait()
+	if err == nil {
+		err = res[0].Err
+	}
 	if err != nil {
 		return wheel.Counted{}, err
 	}
-	if res[0].Err != nil {
-		return wheel.Counted{}, res[0].Err
+	if d != nil {
+		d.Settled(rs)
 	}
 	return res[0].Value.(wheel.Counted), nil
 }

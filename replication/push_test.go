@@ -46,7 +46,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	if _, err := l.Node.Ack(ctx, []wheel.Receipt{ds[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
-	// The committed ack frees the stream's window at once.
+	// An answered ack has freed the stream's window.
 	if v := metricValue(t, reg, "delaywheel_stream_inflight", nil); v != 0 {
 		t.Fatalf("stream_inflight after the ack = %v", v)
 	}

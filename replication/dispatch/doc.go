@@ -40,14 +40,17 @@
 // delivery is a reserve's delivery, with the same receipt, lease and
 // at-least-once reasoning as above. The dispatcher never waits on a
 // stream: a waiter's channel is buffered, and a stream whose reader is
-// slow stops asking. A delivery leaves the window when the node reports
-// that an ack or nack of its receipt is in the log's order (Settled,
-// ahead of the commit, so that how far the apply trails never holds
-// deliveries back; the dispatcher maps each unsettled receipt to its
-// stream, so memory is bounded by the windows), or when its lease has ended, which the stream reads from the
-// store (a touch may have moved it). Closing a stream proposes a Nack
-// with no delay for its unsettled receipts: they come due at once, and
-// the attempt they were handed out for counts. A stream ends with
+// slow stops asking. A delivery leaves the window as soon as its
+// consumer's ack or nack is on its way: read up the stream by the
+// transport, or submitted to the log by the node (Settling), so that how
+// far the apply trails the commit never holds deliveries back; or when its
+// lease has ended, which the stream reads from the store (a touch may have
+// moved it). The stream keeps a settling receipt apart until the node
+// reports its ack applied (Settled; the dispatcher maps each receipt to
+// its stream). Closing a stream proposes a Nack with no delay for its
+// unsettled and settling receipts: they come due at once, and the attempt
+// they were handed out for counts; a settling one whose ack applied first
+// finds its lease over, and the nack changes nothing. A stream ends with
 // ErrNotLeader when the dispatcher stops; its leases then end on their
 // own and the next leader redelivers.
 //

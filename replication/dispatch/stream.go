@@ -37,9 +37,11 @@ const releaseBatch = 10000
 // stream is a long-lived consumer of one topic (see wheel.Stream). Its
 // loop takes deliveries with the same Reserve every long-poll uses, for as
 // many as its window and its buffer have room, so a delivery is a
-// reserve's hand-off. It learns that a delivery is settled from the node
-// (Settled, once an ack or nack is in the log's order) or, at the lease's end, from the
-// store, so it holds at most its window of receipts.
+// reserve's hand-off. A delivery leaves the window once its consumer's ack
+// or nack is on its way (Settling: read up the stream, or submitted to the
+// log) and is forgotten once that ack applied (Settled) or, at the lease's
+// end, once the store says it ended, so the stream holds at most its
+// window of receipts that nobody settled.
 type stream struct {
 	d      *Dispatcher
 	topic  string
@@ -52,8 +54,13 @@ type stream struct {
 	mu       sync.Mutex
 	queue    []wheel.Delivery        // handed out, not read yet
 	inflight map[wheel.Receipt]int64 // unsettled deliveries: lease end
-	minExp   int64                   // no lease in inflight ends before
-	err      error                   // why the stream ended
+	// settling holds the deliveries whose ack or nack is on its way and
+	// not applied yet, out of the window: their lease end. Should that
+	// ack fail, finish still releases them (a nack after an applied ack
+	// finds its lease over and changes nothing).
+	settling map[wheel.Receipt]int64
+	minExp   int64 // no lease in inflight or settling ends before
+	err      error // why the stream ended
 	ended    bool
 	sealed   error // why Seal ended it, set before its cancel
 
@@ -113,7 +120,7 @@ func (d *Dispatcher) stream(topic string, opt wheel.StreamOptions, sender bool) 
 	}
 	s := &stream{
 		d: d, topic: topic, opt: opt, sender: sender, done: make(chan struct{}),
-		inflight: map[wheel.Receipt]int64{}, minExp: -1,
+		inflight: map[wheel.Receipt]int64{}, settling: map[wheel.Receipt]int64{}, minExp: -1,
 		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(d.ctx)
@@ -217,14 +224,37 @@ func (s *stream) push(ds []wheel.Delivery) {
 	signal(s.ready)
 }
 
-// settle frees the window of receipts the node saw settled.
+// settle forgets receipts the node saw settled.
 func (s *stream) settle(rs []wheel.Receipt) {
 	s.mu.Lock()
 	for _, r := range rs {
 		delete(s.inflight, r)
+		delete(s.settling, r)
 	}
 	s.mu.Unlock()
 	signal(s.room)
+}
+
+// Settling takes the receipts of rs this stream handed out out of its
+// window: its consumer sent their acks or nacks, which are on their way
+// through the log. A consumer that sent an ack holds the delivery no
+// more, so the room comes back at once, not once the ack has applied.
+// They stay the stream's until Settled, for finish to release should the
+// ack fail.
+func (s *stream) Settling(rs []wheel.Receipt) {
+	moved := false
+	s.mu.Lock()
+	for _, r := range rs {
+		if exp, ok := s.inflight[r]; ok {
+			delete(s.inflight, r)
+			s.settling[r] = exp
+			moved = true
+		}
+	}
+	s.mu.Unlock()
+	if moved {
+		signal(s.room)
+	}
 }
 
 // sweep frees the window of leases that ended unsettled. A lease touched
@@ -237,9 +267,11 @@ func (s *stream) sweep() {
 		return
 	}
 	var ended []wheel.Receipt
-	for r, exp := range s.inflight {
-		if exp < now {
-			ended = append(ended, r)
+	for _, held := range []map[wheel.Receipt]int64{s.inflight, s.settling} {
+		for r, exp := range held {
+			if exp < now {
+				ended = append(ended, r)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -256,18 +288,20 @@ func (s *stream) sweep() {
 	}
 	s.forget(gone)
 	s.mu.Lock()
-	for r, exp := range later {
-		if _, ok := s.inflight[r]; ok {
-			s.inflight[r] = exp
-		}
-	}
-	for _, r := range gone {
-		delete(s.inflight, r)
-	}
 	s.minExp = -1
-	for _, exp := range s.inflight {
-		if s.minExp < 0 || exp < s.minExp {
-			s.minExp = exp
+	for _, held := range []map[wheel.Receipt]int64{s.inflight, s.settling} {
+		for r, exp := range later {
+			if _, ok := held[r]; ok {
+				held[r] = exp
+			}
+		}
+		for _, r := range gone {
+			delete(held, r)
+		}
+		for _, exp := range held {
+			if s.minExp < 0 || exp < s.minExp {
+				s.minExp = exp
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -289,11 +323,15 @@ func (s *stream) forget(rs []wheel.Receipt) {
 // wakes the reader.
 func (s *stream) finish(err error) {
 	s.mu.Lock()
-	rs := make([]wheel.Receipt, 0, len(s.inflight))
+	rs := make([]wheel.Receipt, 0, len(s.inflight)+len(s.settling))
 	for r := range s.inflight {
 		rs = append(rs, r)
 	}
+	for r := range s.settling {
+		rs = append(rs, r)
+	}
 	clear(s.inflight)
+	clear(s.settling)
 	s.queue = nil
 	if err == nil && s.d.ctx.Err() != nil {
 		err = wheel.ErrNotLeader
@@ -383,9 +421,25 @@ func (d *Dispatcher) releaseNow(rs []wheel.Receipt) {
 	}
 }
 
+// Settling tells the streams that handed out rs that an ack or nack of
+// them is in the log's order: they free its room (stream.Settling). The
+// node calls it once it has submitted the ack, and Settled once it applied.
+func (d *Dispatcher) Settling(rs []wheel.Receipt) {
+	by := map[*stream][]wheel.Receipt{}
+	d.smu.Lock()
+	for _, r := range rs {
+		if s, ok := d.streams[r]; ok {
+			by[s] = append(by[s], r)
+		}
+	}
+	d.smu.Unlock()
+	for s, rs := range by {
+		s.Settling(rs)
+	}
+}
+
 // Settled tells the streams that the leases of rs ended: the node calls
-// it once an ack or nack of them is in the log's order, ahead of its
-// commit.
+// it once an ack or nack of them has applied.
 func (d *Dispatcher) Settled(rs []wheel.Receipt) {
 	by := map[*stream][]wheel.Receipt{}
 	d.smu.Lock()
@@ -398,25 +452,5 @@ func (d *Dispatcher) Settled(rs []wheel.Receipt) {
 	d.smu.Unlock()
 	for s, rs := range by {
 		s.settle(rs)
-	}
-}
-
-// Settling frees the window of the receipts of rs this stream handed out:
-// its consumer sent their acks or nacks up the stream itself, and those
-// are proposed apart (the transport settles them in order, as any ack).
-// A consumer that sent an ack holds the delivery no more; the room comes
-// back at once, not once the ack has gone through the log.
-func (s *stream) Settling(rs []wheel.Receipt) {
-	var own []wheel.Receipt
-	s.d.smu.Lock()
-	for _, r := range rs {
-		if s.d.streams[r] == s {
-			delete(s.d.streams, r)
-			own = append(own, r)
-		}
-	}
-	s.d.smu.Unlock()
-	if len(own) > 0 {
-		s.settle(own)
 	}
 }

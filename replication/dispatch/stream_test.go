@@ -138,37 +138,43 @@ func TestSealEndsConsumersButNotTheSender(t *testing.T) {
 	}
 }
 
-// Settling frees the window of the stream's own receipts at once, before
-// any ack is applied, and leaves receipts it did not hand out alone.
+// Settling takes the stream's own receipts out of its window at once,
+// before any ack is applied, and leaves another stream's alone; a stream
+// that closes still releases a settling receipt (its ack may have failed).
 func TestStreamSettlingFreesItsOwnWindow(t *testing.T) {
 	d, n, clk := startFake(t)
-	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
-	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
-	s, queued := openStream(t, d, 1)
-	if ds := nextOrNone(t, s); len(ds) != 1 || ds[0].Receipt != queued[0].Receipt {
+	for range 3 {
+		enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	}
+	a, queued := openStream(t, d, 1)
+	b, other := openStream(t, d, 1)
+	if ds := nextOrNone(t, a); len(ds) != 1 || ds[0].Receipt != queued[0].Receipt {
 		t.Fatalf("next got %+v, want the first delivery", ds)
 	}
-	foreign := queued[0].Receipt
-	foreign.Nonce += 2
-	s.Settling([]wheel.Receipt{foreign})
-	if ds := nextOrNone(t, s); len(ds) != 0 {
-		t.Fatalf("next got %+v after settling a receipt the stream never handed out; want nothing, the window is full", ds)
+	a.Settling([]wheel.Receipt{other[0].Receipt})
+	if ds := nextOrNone(t, a); len(ds) != 0 {
+		t.Fatalf("next got %+v after settling another stream's receipt; want nothing, the window is full", ds)
 	}
-	s.Settling([]wheel.Receipt{queued[0].Receipt})
+	b.mu.Lock()
+	_, held := b.inflight[other[0].Receipt]
+	b.mu.Unlock()
+	if !held {
+		t.Fatal("settling a receipt on the wrong stream took it out of its own stream's window")
+	}
+	a.Settling([]wheel.Receipt{queued[0].Receipt})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	ds, err := s.Next(ctx)
-	if err != nil || len(ds) != 1 || ds[0].ID == queued[0].ID {
-		t.Fatalf("next got %+v, %v; want the second message once the first is settling", ds, err)
+	ds, err := a.Next(ctx)
+	if err != nil || len(ds) != 1 || ds[0].ID == queued[0].ID || ds[0].ID == other[0].ID {
+		t.Fatalf("next got %+v, %v; want the third message once the first is settling", ds, err)
 	}
-	d.smu.Lock()
-	_, mapped := d.streams[queued[0].Receipt]
-	d.smu.Unlock()
-	if mapped {
-		t.Fatal("the settling receipt is still mapped to its stream")
-	}
-	// Nothing was acked: the window alone moved.
+	// Nothing was acked: the window alone moved, and closing releases the
+	// settling delivery for redelivery.
 	if v, err := n.st.Get(queued[0].ID); err != nil || v.State != wheel.StateReserved {
 		t.Fatalf("first message = %+v, %v; want still reserved (no ack was proposed)", v, err)
+	}
+	a.Close()
+	if v, err := n.st.Get(queued[0].ID); err != nil || v.State == wheel.StateReserved || v.Attempts != 1 {
+		t.Fatalf("first message after its stream closed = %+v, %v; want released, attempt 1 counted", v, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -498,6 +499,8 @@ func (h heldAcks) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, e
 func TestSubscribeAckFreesTheWindowAsRead(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
 	b := heldAcks{Backend: kn.Node, release: make(chan struct{}), calls: make(chan struct{}, 4)}
+	release := sync.OnceFunc(func() { close(b.release) })
+	t.Cleanup(release)
 	c := pb.NewDelaywheelClient(serveGRPC(t, kn, b, nil))
 	ctx, cancel := context.WithTimeout(authed(t.Context(), token), 10*time.Second)
 	defer cancel()
@@ -516,12 +519,16 @@ func TestSubscribeAckFreesTheWindowAsRead(t *testing.T) {
 	if err := st.Send(&pb.SubscribeRequest{Ack: []string{first.Messages[0].Receipt}}); err != nil {
 		t.Fatal(err)
 	}
-	<-b.calls // the ack reached the backend, which holds it
+	select {
+	case <-b.calls: // the ack reached the backend, which holds it
+	case <-ctx.Done():
+		t.Fatal("the ack never reached the backend")
+	}
 	second := get(st.Recv())(t, "the second delivery")
 	if len(second.Messages) != 1 || second.Messages[0].Id == first.Messages[0].Id {
 		t.Fatalf("second answer %v; want the other message while the ack is held", second.Messages)
 	}
-	close(b.release)
+	release()
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
