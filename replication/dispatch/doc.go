@@ -48,9 +48,12 @@
 // moved it). The stream keeps a settling receipt apart until the node
 // reports its ack applied (Settled; the dispatcher maps each receipt to
 // its stream). Closing a stream proposes a Nack with no delay for its
-// unsettled and settling receipts: they come due at once, and the attempt
-// they were handed out for counts; a settling one whose ack applied first
-// finds its lease over, and the nack changes nothing. A stream ends with
+// unsettled receipts: they come due at once, and the attempt they were
+// handed out for counts. Its owner's Close (which comes once the acks it
+// read are in the log) releases the settling ones too, whose nack then
+// finds an applied ack's lease over and changes nothing, or brings back a
+// delivery whose ack failed; an end the dispatcher brings (Seal) leaves
+// them to their acks, which may still be on their way. A stream ends with
 // ErrNotLeader when the dispatcher stops; its leases then end on their
 // own and the next leader redelivers.
 //

@@ -320,15 +320,26 @@ func (s *stream) forget(rs []wheel.Receipt) {
 
 // finish ends the stream: it releases the unsettled deliveries (while the
 // dispatcher still runs; otherwise their leases end on their own) and
-// wakes the reader.
+// wakes the reader. The settling ones are released only when the stream's
+// owner closed it: an owner closes once the acks it read are in the log,
+// so a release follows them and finds their leases over, whereas an end
+// the dispatcher brings (Seal) may come before acks still on their way,
+// and would undo them; those are left to their acks, or to their leases'
+// end should the acks fail.
 func (s *stream) finish(err error) {
 	s.mu.Lock()
+	owner := err == nil && s.sealed == nil
 	rs := make([]wheel.Receipt, 0, len(s.inflight)+len(s.settling))
 	for r := range s.inflight {
 		rs = append(rs, r)
 	}
+	unsettled := len(rs)
 	for r := range s.settling {
 		rs = append(rs, r)
+	}
+	release := rs[:unsettled]
+	if owner {
+		release = rs
 	}
 	clear(s.inflight)
 	clear(s.settling)
@@ -351,7 +362,7 @@ func (s *stream) finish(err error) {
 	delete(s.d.running, s)
 	s.d.smu.Unlock()
 	if s.d.ctx.Err() == nil {
-		s.d.releaseNow(rs)
+		s.d.releaseNow(release)
 	}
 }
 

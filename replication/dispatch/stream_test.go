@@ -43,10 +43,7 @@ func nextOrNone(t *testing.T, s *stream) []wheel.Delivery {
 
 // A queued delivery settled before it was read is not handed out.
 func TestStreamDropsQueuedDeliverySettled(t *testing.T) {
-	d, n, clk := startFake(t)
-	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
-	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
-	s, queued := openStream(t, d, 2)
+	d, _, _, s, queued := streamOf(t, 2)
 	d.Settled([]wheel.Receipt{queued[0].Receipt})
 	ds := nextOrNone(t, s)
 	if len(ds) != 1 || ds[0].Receipt != queued[1].Receipt {
@@ -176,5 +173,83 @@ func TestStreamSettlingFreesItsOwnWindow(t *testing.T) {
 	a.Close()
 	if v, err := n.st.Get(queued[0].ID); err != nil || v.State == wheel.StateReserved || v.Attempts != 1 {
 		t.Fatalf("first message after its stream closed = %+v, %v; want released, attempt 1 counted", v, err)
+	}
+}
+
+// where reports whether a stream holds r in its window, as settling, and
+// whether the dispatcher still routes r to it.
+func where(s *stream, r wheel.Receipt) (inflight, settling, routed bool) {
+	s.mu.Lock()
+	_, inflight = s.inflight[r]
+	_, settling = s.settling[r]
+	s.mu.Unlock()
+	s.d.smu.Lock()
+	routed = s.d.streams[r] == s
+	s.d.smu.Unlock()
+	return inflight, settling, routed
+}
+
+// wantForgotten fails the test unless the stream holds r nowhere.
+func wantForgotten(t *testing.T, s *stream, r wheel.Receipt, when string) {
+	t.Helper()
+	if in, settling, routed := where(s, r); in || settling || routed {
+		t.Fatalf("%s: in the window %v, settling %v, routed %v; want forgotten", when, in, settling, routed)
+	}
+}
+
+// streamOf starts a dispatcher with k messages due, and a stream of
+// window k that holds their deliveries.
+func streamOf(t *testing.T, k int) (*Dispatcher, *fakeNode, *wheel.FakeClock, *stream, []wheel.Delivery) {
+	t.Helper()
+	d, n, clk := startFake(t)
+	for range k {
+		enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	}
+	s, queued := openStream(t, d, k)
+	return d, n, clk, s, queued
+}
+
+// The node's Settling (an ack submitted) keeps the receipt the stream's,
+// out of its window, and Settled (the ack applied) forgets it.
+func TestDispatcherSettlingThenSettled(t *testing.T) {
+	d, _, _, s, queued := streamOf(t, 1)
+	r := queued[0].Receipt
+	d.Settling([]wheel.Receipt{r})
+	if in, settling, routed := where(s, r); in || !settling || !routed {
+		t.Fatalf("after Settling: in the window %v, settling %v, routed %v; want settling and routed only", in, settling, routed)
+	}
+	d.Settled([]wheel.Receipt{r})
+	wantForgotten(t, s, r, "after Settled")
+}
+
+// A settling receipt whose ack never applied is forgotten once its lease
+// ended, as an unsettled one is.
+func TestStreamSweepForgetsSettlingLeasesThatEnded(t *testing.T) {
+	_, _, clk, s, queued := streamOf(t, 1)
+	r := queued[0].Receipt
+	s.Settling([]wheel.Receipt{r})
+	clk.Set(time.UnixMilli(queued[0].LeaseExpiresMs + 1))
+	s.sweep()
+	wantForgotten(t, s, r, "after its lease ended")
+}
+
+// A stream the dispatcher ends (Seal) releases its unsettled deliveries
+// but leaves its settling ones to their acks, which may still be on their
+// way through the log.
+func TestSealLeavesSettlingDeliveriesToTheirAcks(t *testing.T) {
+	d, n, _, s, queued := streamOf(t, 2)
+	s.Settling([]wheel.Receipt{queued[0].Receipt})
+	d.Seal("t", errors.New("a webhook took the topic"))
+	<-s.done
+	if v, err := n.st.Get(queued[0].ID); err != nil || v.State != wheel.StateReserved {
+		t.Fatalf("settling delivery after the seal = %+v, %v; want still reserved, for its ack", v, err)
+	}
+	if v, err := n.st.Get(queued[1].ID); err != nil || v.State == wheel.StateReserved {
+		t.Fatalf("unsettled delivery after the seal = %+v, %v; want released", v, err)
+	}
+	for _, dl := range queued {
+		if _, _, routed := where(s, dl.Receipt); routed {
+			t.Fatalf("receipt %v still routed to the ended stream", dl.Receipt)
+		}
 	}
 }
