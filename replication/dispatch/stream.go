@@ -56,8 +56,7 @@ type stream struct {
 	inflight map[wheel.Receipt]int64 // unsettled deliveries: lease end
 	// settling holds the deliveries whose ack or nack is on its way and
 	// not applied yet, out of the window: their lease end. Should that
-	// ack fail, finish still releases them (a nack after an applied ack
-	// finds its lease over and changes nothing).
+	// ack fail, the owner's close still releases them (see finish).
 	settling map[wheel.Receipt]int64
 	minExp   int64 // no lease in inflight or settling ends before
 	err      error // why the stream ended
@@ -436,15 +435,7 @@ func (d *Dispatcher) releaseNow(rs []wheel.Receipt) {
 // them is in the log's order: they free its room (stream.Settling). The
 // node calls it once it has submitted the ack, and Settled once it applied.
 func (d *Dispatcher) Settling(rs []wheel.Receipt) {
-	by := map[*stream][]wheel.Receipt{}
-	d.smu.Lock()
-	for _, r := range rs {
-		if s, ok := d.streams[r]; ok {
-			by[s] = append(by[s], r)
-		}
-	}
-	d.smu.Unlock()
-	for s, rs := range by {
+	for s, rs := range d.byStream(rs, false) {
 		s.Settling(rs)
 	}
 }
@@ -452,16 +443,24 @@ func (d *Dispatcher) Settling(rs []wheel.Receipt) {
 // Settled tells the streams that the leases of rs ended: the node calls
 // it once an ack or nack of them has applied.
 func (d *Dispatcher) Settled(rs []wheel.Receipt) {
+	for s, rs := range d.byStream(rs, true) {
+		s.settle(rs)
+	}
+}
+
+// byStream groups the receipts of rs that a stream handed out by that
+// stream; with forget, the dispatcher stops routing them.
+func (d *Dispatcher) byStream(rs []wheel.Receipt, forget bool) map[*stream][]wheel.Receipt {
 	by := map[*stream][]wheel.Receipt{}
 	d.smu.Lock()
+	defer d.smu.Unlock()
 	for _, r := range rs {
 		if s, ok := d.streams[r]; ok {
-			delete(d.streams, r)
+			if forget {
+				delete(d.streams, r)
+			}
 			by[s] = append(by[s], r)
 		}
 	}
-	d.smu.Unlock()
-	for s, rs := range by {
-		s.settle(rs)
-	}
+	return by
 }

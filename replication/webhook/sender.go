@@ -177,9 +177,9 @@ type settlement struct {
 // every Ack or Nack is one Raft entry, committed on a majority (the
 // stream's window frees its room once the entry is submitted), so one
 // entry per request would spend the leader's CPU on entries rather than
-// requests. A settler takes whatever
-// answers are waiting, up to maxSettleBatch, as one entry; while it waits
-// for the commit, the next answers gather for another settler.
+// requests. A settler takes whatever answers are waiting, up to
+// maxSettleBatch, as one entry; while it waits for the commit, the next
+// answers gather for another settler.
 const (
 	settlers       = 4
 	maxSettleBatch = 1000
