@@ -729,14 +729,28 @@ func segmentTails(t *testing.T, dataDir string) (sizes, covered map[string]int64
 	if err != nil {
 		t.Fatal(err)
 	}
-	sizes, covered = map[string]int64{}, map[string]int64{}
+	sizes = map[string]int64{}
 	for _, f := range files {
 		if fi, err := os.Stat(f); err == nil {
 			sizes[filepath.Base(f)] = fi.Size()
 		}
 	}
+	return sizes, checkpointCover(dataDir, false)
+}
+
+// checkpointCover returns the length of each segment file that a node's
+// kept checkpoints cover. With finished, only the checkpoints of snapshots
+// Raft has finished count: a checkpoint is kept before Raft writes its
+// snapshot's metadata, and a node killed in between restarts without that
+// snapshot, replaying its log instead.
+func checkpointCover(dataDir string, finished bool) map[string]int64 {
+	covered := map[string]int64{}
 	lens, _ := filepath.Glob(filepath.Join(dataDir, "raft", "checkpoints", "*", "segments", "lengths"))
 	for _, lf := range lens {
+		id := filepath.Base(filepath.Dir(filepath.Dir(lf)))
+		if _, err := os.Stat(filepath.Join(dataDir, "raft", "snapshots", id, "meta.json")); finished && err != nil {
+			continue
+		}
 		data, err := os.ReadFile(lf)
 		if err != nil {
 			continue
@@ -750,7 +764,7 @@ func segmentTails(t *testing.T, dataDir string) (sizes, covered map[string]int64
 			covered[name] = max(covered[name], n)
 		}
 	}
-	return sizes, covered
+	return covered
 }
 
 func truncateBy(t *testing.T, path string, n int64) {

@@ -128,9 +128,9 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		wantCleanRefusal(t, n, "raft.db", "raft log")
 	})
 
-	// A segment cut into bytes the snapshot covers: those were synced, so
-	// no crash tears them. The snapshot's checkpoint hard-links the live
-	// segment files, so it is damaged too and cannot be restored.
+	// A segment cut into bytes a finished snapshot covers: those were
+	// synced, so no crash tears them. The snapshot's checkpoint hard-links
+	// the live segment files, so it is damaged too and cannot be restored.
 	t.Run("SegmentCutIntoItsSnapshot", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1, Flags: SnapshotFlags})
@@ -145,13 +145,13 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		}
 		name := segment.FileName(at / 1000)
 		err := Eventually(ctxFor(t, 60*time.Second), 100*time.Millisecond, func() error {
-			_, covered := segmentTails(t, n.DataDir)
+			covered := checkpointCover(n.DataDir, true)
 			fi, err := os.Stat(filepath.Join(n.DataDir, "fsm", "segments", name))
 			if err != nil {
 				return err
 			}
 			if covered[name] != fi.Size() {
-				return fmt.Errorf("snapshot covers %d of %s's %d bytes", covered[name], name, fi.Size())
+				return fmt.Errorf("finished snapshots cover %d of %s's %d bytes", covered[name], name, fi.Size())
 			}
 			return nil
 		})
