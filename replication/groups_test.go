@@ -164,21 +164,29 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 		return slices.Equal(c.Leaders(), preferred)
 	})
 
-	terms := func(tn *TestGroupsNode) []uint64 {
-		var out []uint64
+	// Each group's term as its leader, node g, has it; a follower may
+	// not have heard of the last election yet, so wait until all agree.
+	leaderTerm := func(g int) uint64 { return c.Nodes[g].Groups.Node(g).Raft().CurrentTerm() }
+	var before []uint64
+	WaitFor(t, 10*time.Second, "every node at each group leader's term", func() bool {
+		before = before[:0]
 		for g := range c.Count {
-			out = append(out, tn.Groups.Node(g).Raft().CurrentTerm())
+			before = append(before, leaderTerm(g))
+			for _, tn := range c.Nodes {
+				if tn.Groups.Node(g).Raft().CurrentTerm() != before[g] {
+					return false
+				}
+			}
 		}
-		return out
-	}
-	before := terms(c.Nodes[0])
+		return slices.Equal(c.Leaders(), preferred)
+	})
 	c.Stop(2)
 	WaitFor(t, 20*time.Second, "group 2 to elect another leader", func() bool {
 		l := c.Leaders()[2]
 		return l == "n1" || l == "n2"
 	})
 	c.Leader(2)
-	after := terms(c.Nodes[0])
+	after := []uint64{leaderTerm(0), leaderTerm(1)}
 	if l := c.Leaders(); l[0] != "n1" || l[1] != "n2" || after[0] != before[0] || after[1] != before[1] {
 		t.Fatalf("after n3 stopped: leaders %v, terms %v (before %v); groups 0 and 1 must keep theirs", l, after, before)
 	}

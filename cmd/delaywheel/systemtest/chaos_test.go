@@ -375,13 +375,20 @@ const leadershipLeaseMs = 500
 
 // noStaleAnswers fails if node ("": any) answered a delivery, or (with
 // settles) an ack or nack that settled something, to a call sent in
-// [sentFrom, sentTo] and answered in [doneFrom, doneTo]: while it cannot
-// commit it must answer neither. only, when not nil, restricts the check
+// [sentFrom, sentTo] and answered in [doneFrom, doneTo] (a delivery: also
+// handed out at doneFrom or later): while it cannot commit it must answer
+// neither. only, when not nil, restricts the check
 // to the messages whose ids it keeps (an ack or nack, to those with a
 // receipt of such a message).
 func (e *chaosEnv) noStaleAnswers(node string, settles bool, only func(id string) bool, sentFrom, sentTo, doneFrom, doneTo int64) {
 	e.t.Helper()
 	ds, ss, calls := e.h.AnsweredVia(node, sentFrom, sentTo, doneFrom, doneTo)
+	// A delivery counts from when the node handed it out (its lease's
+	// start: every message of the chaos tests has the workload's TTR, and
+	// the node's clock is this host's), not from when its answer arrived:
+	// a hand-off decided under a valid lease may reach a client late on a
+	// loaded machine. A stale hand-off is handed out late, and still caught.
+	ds = slices.DeleteFunc(ds, func(d Delivery) bool { return d.LeaseExpiresMs-e.w.TTR.Milliseconds() < doneFrom })
 	if !settles {
 		ss = nil
 	}
@@ -583,7 +590,7 @@ func (e *chaosEnv) parkProbes(l *Node, topic string) *probes {
 	for i := 0; i < 30; i++ {
 		tok := fmt.Sprintf("%s#%d", topic, i)
 		tokens = append(tokens, tok)
-		msgs = append(msgs, api.Message{Topic: topic, Payload: api.TextBody(tok), DelayMs: api.Ptr(int64(1500)), TTRMs: api.Ptr(int64(3000))})
+		msgs = append(msgs, api.Message{Topic: topic, Payload: api.TextBody(tok), DelayMs: api.Ptr(int64(1500)), TTRMs: api.Ptr(e.w.TTR.Milliseconds())})
 	}
 	sent := NowMs()
 	e.h.EnqueueSent(tokens, sent)
@@ -710,8 +717,9 @@ func TestChaosPartitionLeader(t *testing.T) {
 func (e *chaosEnv) waitSnapshot(n *Node) {
 	e.t.Helper()
 	err := Eventually(e.within(120*time.Second), 200*time.Millisecond, func() error {
-		if !n.LogContains("snapshot taken") {
-			return fmt.Errorf("%s has taken no snapshot yet", n.ID)
+		// Finished: its metadata written, the log compacted up to it.
+		if m, _ := filepath.Glob(filepath.Join(n.DataDir, "raft", "snapshots", "*", "meta.json")); len(m) == 0 {
+			return fmt.Errorf("%s has finished no snapshot yet", n.ID)
 		}
 		return nil
 	})
@@ -735,36 +743,41 @@ func segmentTails(t *testing.T, dataDir string) (sizes, covered map[string]int64
 			sizes[filepath.Base(f)] = fi.Size()
 		}
 	}
-	return sizes, checkpointCover(dataDir, false)
+	covered = map[string]int64{}
+	covers, _ := checkpointLens(dataDir)
+	for _, cover := range covers {
+		for name, n := range cover {
+			covered[name] = max(covered[name], n)
+		}
+	}
+	return sizes, covered
 }
 
-// checkpointCover returns the length of each segment file that a node's
-// kept checkpoints cover. With finished, only the checkpoints of snapshots
-// Raft has finished count: a checkpoint is kept before Raft writes its
+// checkpointLens returns, for each checkpoint a node keeps (by snapshot
+// id), the length of each segment file it covers, and whether Raft
+// finished that snapshot: a checkpoint is kept before Raft writes the
 // snapshot's metadata, and a node killed in between restarts without that
 // snapshot, replaying its log instead.
-func checkpointCover(dataDir string, finished bool) map[string]int64 {
-	covered := map[string]int64{}
+func checkpointLens(dataDir string) (covers map[string]map[string]int64, finished map[string]bool) {
+	covers, finished = map[string]map[string]int64{}, map[string]bool{}
 	lens, _ := filepath.Glob(filepath.Join(dataDir, "raft", "checkpoints", "*", "segments", "lengths"))
 	for _, lf := range lens {
-		id := filepath.Base(filepath.Dir(filepath.Dir(lf)))
-		if _, err := os.Stat(filepath.Join(dataDir, "raft", "snapshots", id, "meta.json")); finished && err != nil {
-			continue
-		}
 		data, err := os.ReadFile(lf)
 		if err != nil {
 			continue
 		}
+		id := filepath.Base(filepath.Dir(filepath.Dir(lf)))
+		_, err = os.Stat(filepath.Join(dataDir, "raft", "snapshots", id, "meta.json"))
+		finished[id] = err == nil
+		covers[id] = map[string]int64{}
 		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 			var sec, n int64
-			if _, err := fmt.Sscanf(line, "%d %d", &sec, &n); err != nil {
-				continue
+			if _, err := fmt.Sscanf(line, "%d %d", &sec, &n); err == nil {
+				covers[id][segment.FileName(sec)] = n
 			}
-			name := segment.FileName(sec)
-			covered[name] = max(covered[name], n)
 		}
 	}
-	return covered
+	return covers, finished
 }
 
 func truncateBy(t *testing.T, path string, n int64) {
