@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,7 @@ func Open(cfg Config) (*Node, error) {
 		return fail(err)
 	}
 	n.logs = logs
+	snaps.logFirst = logs.FirstIndex
 	n.ids, n.commits = newProposalIDs(), newCommitWaiters()
 	n.solo = &soloVoter{self: raft.ServerID(cfg.ID)}
 	n.reconf = make(chan struct{}, 1)
@@ -353,6 +355,10 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		n.trans.Close()
 		f.Store().Close()
+		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
+			// hashicorp/raft logs why each snapshot failed and returns only this.
+			err = fmt.Errorf("%w: no snapshot of this node could be restored (each one's reason is logged above); replace it by an empty node", err)
+		}
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	n.raft = r

@@ -37,6 +37,9 @@ type snapStore struct {
 	opened func(index uint64)
 	// guard, when set, is told of each sink opened and closed (stall.go).
 	guard *stallGuard
+	// logFirst, when set, returns the Raft log's first index: a snapshot
+	// that ends before the entry preceding it is refused (see Open).
+	logFirst func() (uint64, error)
 }
 
 func newSnapStore(raftDir string, retain int, log *slog.Logger, hl hclog.Logger) (*snapStore, error) {
@@ -137,11 +140,21 @@ func (s *snapStore) prune() {
 
 // Open returns a snapshot's tar: its bytes, or, for a reference, a tar built
 // from the kept checkpoint into a temporary file (Raft needs the exact size
-// up front to send it).
+// up front to send it). A snapshot older than the log's head is refused.
 func (s *snapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.FileSnapshotStore.Open(id)
 	if err != nil {
 		return nil, nil, err
+	}
+	// Raft falls back to an older snapshot when the newest cannot be
+	// opened; one that ends before the log's first entry would resume the
+	// log after entries neither holds. Refused, Raft fails to start with
+	// the reasons logged, rather than stopping at the gap.
+	if s.logFirst != nil {
+		if first, ferr := s.logFirst(); ferr == nil && first > meta.Index+1 {
+			rc.Close()
+			return nil, nil, fmt.Errorf("snapshot %s ends at entry %d and the Raft log starts at entry %d: restored, it would leave entries out", id, meta.Index, first)
+		}
 	}
 	if s.opened != nil {
 		s.opened(meta.Index)

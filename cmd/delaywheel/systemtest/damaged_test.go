@@ -2,9 +2,12 @@ package systemtest
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +180,85 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		}
 		wantCleanRefusal(t, n, name)
 	})
+
+	// A segment cut into bytes only the newest snapshot covers: Raft
+	// cannot open that one and falls back to the older, whose bytes are
+	// intact but which ends before the log's first entry (the log was
+	// compacted up to the newest). The node must refuse to start, not
+	// resume after entries neither holds.
+	t.Run("NewestSnapshotCutOlderBehindTheLog", func(t *testing.T) {
+		t.Parallel()
+		c := NewCluster(t, binary(t), Options{Nodes: 1, Flags: SnapshotFlags})
+		n := c.Nodes()[0]
+		at := NowMs() + 3_600_000
+		name := segment.FileName(at / 1000)
+		path := filepath.Join(n.DataDir, "fsm", "segments", name)
+		enqueue := func(from int) int64 {
+			t.Helper()
+			ctx := ctxFor(t, 30*time.Second)
+			for i := from; i < from+70; i++ {
+				msgs := []api.Message{{Topic: "damaged", Payload: api.TextBody(fmt.Sprint("m", i)), DeliverAtMs: api.Ptr(at)}}
+				if _, err := n.Client.Enqueue(ctx, msgs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fi.Size()
+		}
+		// finishedCovers returns what each finished snapshot covers of the
+		// segment, newest first (snapshot ids sort by term, then index).
+		finishedCovers := func() (ids []string, covered []int64) {
+			covers, finished := checkpointLens(n.DataDir)
+			for id := range covers {
+				if finished[id] {
+					ids = append(ids, id)
+				}
+			}
+			slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(snapshotIndex(b), snapshotIndex(a)) })
+			for _, id := range ids {
+				covered = append(covered, covers[id][name])
+			}
+			return ids, covered
+		}
+		first := enqueue(0)
+		err := Eventually(ctxFor(t, 90*time.Second), 100*time.Millisecond, func() error {
+			if ids, covered := finishedCovers(); len(ids) == 0 || covered[0] != first {
+				return fmt.Errorf("finished snapshots %v cover %v of %s's %d bytes", ids, covered, name, first)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := enqueue(70)
+		err = Eventually(ctxFor(t, 90*time.Second), 100*time.Millisecond, func() error {
+			ids, covered := finishedCovers()
+			if len(ids) != 2 || covered[0] != size || covered[1] > size-3 {
+				return fmt.Errorf("finished snapshots %v cover %v of %s's %d bytes; want the newest all of it, the older less", ids, covered, name, size)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Kill()
+		truncateBy(t, path, 3)
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wantCleanRefusal(t, n, name)
+	})
+}
+
+// snapshotIndex returns the index in a Raft snapshot id (term-index-ms).
+func snapshotIndex(id string) uint64 {
+	parts := strings.Split(id, "-")
+	if len(parts) != 3 {
+		return 0
+	}
+	i, _ := strconv.ParseUint(parts[1], 10, 64)
+	return i
 }
