@@ -142,6 +142,18 @@ func (n *Node) caughtUp(ctx context.Context) error {
 	return nil
 }
 
+// readable is caughtUp for the reads of messages, topics, schedules and
+// webhooks: a node that knows no leader cannot tell whether its state is
+// current (it may be cut off, or never have caught up), so it answers
+// ErrUnavailable rather than, say, not-found for a message it has not
+// seen. The operator's views of the local wheel answer regardless.
+func (n *Node) readable(ctx context.Context) error {
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return fmt.Errorf("%w: no leader is known (an election is in progress, or this node is cut off)", wheel.ErrUnavailable)
+	}
+	return n.caughtUp(ctx)
+}
+
 // Settled waits until this node has applied everything it answered ahead
 // of the apply (caughtUp) and returns its applied index: the leader sends
 // it with its answer to a write a follower forwarded, whose reads then
@@ -167,7 +179,7 @@ func (n *Node) ReadAfter(index uint64) {
 
 // Get returns a message from local state.
 func (n *Node) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return wheel.View{}, err
 	}
 	v, err := n.store().Get(id)
@@ -288,7 +300,7 @@ func (n *Node) Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, er
 
 // Topics returns local per-topic counts.
 func (n *Node) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return nil, err
 	}
 	return n.store().TopicsAt(n.clock.Now().UnixMilli())
@@ -296,7 +308,7 @@ func (n *Node) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
 
 // Dead lists dead messages from local state.
 func (n *Node) Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return nil, err
 	}
 	return n.store().Dead(topic, limit)

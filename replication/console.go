@@ -17,7 +17,7 @@ func (n *Node) Overflow(ctx context.Context, bucketMs int64, limit int) (wheel.O
 // GetByKey returns the pending message of topic that holds key
 // (GET /v1/topics/{topic}/keys/{key}).
 func (n *Node) GetByKey(ctx context.Context, topic, key string) (wheel.View, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return wheel.View{}, err
 	}
 	id, err := n.store().KeyID(topic, key)

@@ -39,7 +39,7 @@ func (n *Node) DeleteSchedule(ctx context.Context, name string) error {
 
 // Schedule returns a stored schedule.
 func (n *Node) Schedule(ctx context.Context, name string) (wheel.ScheduleInfo, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return wheel.ScheduleInfo{}, err
 	}
 	return n.store().Schedule(name)
@@ -47,7 +47,7 @@ func (n *Node) Schedule(ctx context.Context, name string) (wheel.ScheduleInfo, e
 
 // Schedules returns up to limit schedules whose names sort after after.
 func (n *Node) Schedules(ctx context.Context, after string, limit int) ([]wheel.ScheduleInfo, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return nil, err
 	}
 	return n.store().Schedules(after, limit)

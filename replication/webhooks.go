@@ -33,7 +33,7 @@ func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
 
 // Webhook returns a topic's webhook from local state.
 func (n *Node) Webhook(ctx context.Context, topic string) (wheel.Webhook, error) {
-	if err := n.caughtUp(ctx); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return wheel.Webhook{}, err
 	}
 	w, ok := n.store().Webhook(topic)
