@@ -238,6 +238,11 @@ func (s *Server) redrive(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if req.IDs != nil && len(req.IDs) == 0 {
+		// "ids": [] names no message; only leaving ids out means all of
+		// them, so a client's filter that matched nothing redrives nothing.
+		return api.RedriveResponse{}, nil
+	}
 	ids, err := parseIDs(req.IDs, s.cfg.Limits)
 	if err != nil {
 		return nil, err

@@ -170,11 +170,19 @@ func TestDeadAndRedrive(t *testing.T) {
 	n, err := e.c.Redrive(ctx, "d", []string{res[0].ID})
 	check(t, "redrive one", err)
 	equal(t, "redriven", n, 1)
+	// "ids": [] names no message: nothing is redriven (only leaving ids
+	// out means all).
+	a := e.do(http.MethodPost, "/v1/topics/d/dead/redrive", `{"ids":[]}`)
+	equal(t, "redrive of ids: [] status", a.status, http.StatusOK)
+	equal(t, "redrive of ids: []", strings.TrimSpace(string(a.body)), `{"redriven":0}`)
+	dead, err = e.c.Dead(ctx, "d", 0)
+	check(t, "dead", err)
+	equal(t, "dead after a redrive of ids: []", len(dead), 1)
 	n, err = e.c.Redrive(ctx, "d", nil)
 	check(t, "redrive all", err)
 	equal(t, "redriven all", n, 1)
 	// An empty body means all as well.
-	a := e.do(http.MethodPost, "/v1/topics/d/dead/redrive", "")
+	a = e.do(http.MethodPost, "/v1/topics/d/dead/redrive", "")
 	equal(t, "empty redrive body", a.status, http.StatusOK)
 }
 
