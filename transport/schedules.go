@@ -67,7 +67,7 @@ func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs in
 	spec := wheel.ScheduleSpec{Name: name, Topic: nm.Topic, Cron: req.Cron, Timezone: req.Timezone, EveryMs: req.EveryMs,
 		StartAtMs: req.StartAtMs, EndAtMs: req.EndAtMs, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 		TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts}
-	if err := wheel.ValidateSchedule(&spec); err != nil {
+	if err := wheel.ValidateSchedule(&spec, nowMs); err != nil {
 		return spec, invalidFrom(err)
 	}
 	return spec, nil

@@ -103,11 +103,31 @@ func (plainZones) cron(expr string) (*cron.SpecSchedule, error) {
 	return spec, nil
 }
 
-// ValidateSchedule checks a spec as a client sent it: the error wraps
-// ErrInvalid and names the field and the limit.
-func ValidateSchedule(sp *ScheduleSpec) error {
-	_, err := newRecurrence(plainZones{}, sp, sp.StartAtMs)
-	return err
+// ValidateSchedule checks a spec as a client sent it at nowMs: the error
+// wraps ErrInvalid and names the field and the limit. A schedule that
+// would never fire, set at nowMs (an end already past, a cron expression
+// that matches no date, such as February 30), is refused too.
+func ValidateSchedule(sp *ScheduleSpec, nowMs int64) error {
+	r, err := newRecurrence(plainZones{}, sp, nowMs)
+	if err != nil {
+		return err
+	}
+	if r.after(max(r.start, nowMs)-1) != 0 {
+		return nil
+	}
+	unbounded := *r
+	unbounded.end = 0
+	first := unbounded.after(max(r.start, nowMs) - 1)
+	switch {
+	case first == 0 && sp.Cron != "":
+		return fmt.Errorf("%w: cron: %q never fires: it matches no date within five years of %d", ErrInvalid, sp.Cron, max(r.start, nowMs))
+	case first == 0:
+		return fmt.Errorf("%w: start_at_ms: the first occurrence would come after %d", ErrInvalid, int64(MaxDueMs))
+	case sp.EndAtMs < nowMs:
+		return fmt.Errorf("%w: end_at_ms: %d is already past (now %d): the schedule would never fire", ErrInvalid, sp.EndAtMs, nowMs)
+	default:
+		return fmt.Errorf("%w: end_at_ms: %d is before the first occurrence, %d: the schedule would never fire", ErrInvalid, sp.EndAtMs, first)
+	}
 }
 
 // newRecurrence checks sp and returns its calendar; start stands for
@@ -126,7 +146,7 @@ func newRecurrence(zs zoneSource, sp *ScheduleSpec, start int64) (*recurrence, e
 	case sp.Cron != "" && sp.EveryMs != 0:
 		return nil, bad("cron, every_ms: set one of them, not both")
 	case sp.Cron == "" && sp.EveryMs == 0:
-		return nil, bad("cron, every_ms: one of them is required")
+		return nil, bad("cron, every_ms: one of them is required (every_ms at least %d)", MinEveryMs)
 	case sp.Cron == "" && (sp.EveryMs < MinEveryMs || sp.EveryMs > MaxDueMs):
 		return nil, bad("every_ms: %d is outside [%d, %d]", sp.EveryMs, MinEveryMs, int64(MaxDueMs))
 	case sp.Cron == "" && sp.Timezone != "":
@@ -151,7 +171,7 @@ func newRecurrence(zs zoneSource, sp *ScheduleSpec, start int64) (*recurrence, e
 	}
 	spec, err := zs.cron(sp.Cron)
 	if err != nil {
-		return nil, bad("cron: %q: %v", sp.Cron, err)
+		return nil, bad("cron: %q: %v (want five fields, minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; or six with seconds 0-59 first; or @yearly, @monthly, @weekly, @daily, @hourly)", sp.Cron, err)
 	}
 	r.spec, r.loc = spec, loc
 	return r, nil

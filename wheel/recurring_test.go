@@ -211,7 +211,8 @@ func TestEndAt(t *testing.T) {
 
 func TestValidateSchedule(t *testing.T) {
 	good := ScheduleSpec{Name: "a-b_c.1", Topic: "t", Cron: "0 9 * * *", Timezone: "Europe/Berlin"}
-	if err := ValidateSchedule(&good); err != nil {
+	now := at(t, "UTC", "2026-01-01 00:00:00")
+	if err := ValidateSchedule(&good, now); err != nil {
 		t.Fatalf("valid spec: %v", err)
 	}
 	for _, tc := range []struct {
@@ -231,10 +232,14 @@ func TestValidateSchedule(t *testing.T) {
 		{"name", func(s *ScheduleSpec) { s.Name = "a/b" }},
 		{"name", func(s *ScheduleSpec) { s.Name = strings.Repeat("x", MaxScheduleName+1) }},
 		{"topic", func(s *ScheduleSpec) { s.Topic = "" }},
+		// Schedules that would never fire.
+		{"cron", func(s *ScheduleSpec) { s.Cron = "0 0 30 2 *" }},
+		{"end_at_ms", func(s *ScheduleSpec) { s.Cron, s.Timezone, s.EveryMs, s.EndAtMs = "", "", 1000, now-1 }},
+		{"end_at_ms", func(s *ScheduleSpec) { s.StartAtMs, s.EndAtMs = now, now+1000 }},
 	} {
 		sp := good
 		tc.edit(&sp)
-		err := ValidateSchedule(&sp)
+		err := ValidateSchedule(&sp, now)
 		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), ErrInvalid.Error()+": "+tc.field+":") {
 			t.Errorf("%+v: err = %v; want ErrInvalid naming %s", sp, err, tc.field)
 		}
