@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,4 +318,60 @@ func TestEndedStreamIsReopened(t *testing.T) {
 	if len(n.acks) != 1 || len(n.opts) != 2 || n.opts[1] != n.opts[0] {
 		t.Fatalf("%d acks, stream options %+v; want 1 ack and a second stream like the first", len(n.acks), n.opts)
 	}
+}
+
+// A message header HTTP cannot carry (a name that is no token, a value
+// with CR or LF) or that the client writes itself is left out of the
+// request, with a warning, and the rest is delivered: the client would
+// refuse the whole request, and every attempt would fail alike until the
+// message went dead.
+func TestUnsendableHeadersAreLeftOut(t *testing.T) {
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	defer srv.Close()
+	var logged strings.Builder
+	var logMu sync.Mutex
+	n := newFake()
+	s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	d := delivery(1)
+	d.Headers = map[string]string{"a b": "v", "X-Injected": "a\r\nEvil: 1", "Content-Length": "99", "X-Ok": "yes"}
+	n.st.ch <- []wheel.Delivery{d}
+	n.settled(t)
+	var h http.Header
+	select {
+	case h = <-got:
+	default:
+		t.Fatal("the message was settled without a request reaching the receiver")
+	}
+	if h.Get("X-Ok") != "yes" || h.Get("X-Injected") != "" || h.Get("Evil") != "" || h.Get("Content-Length") == "99" {
+		t.Fatalf("request headers %v", h)
+	}
+	n.mu.Lock()
+	acks := len(n.acks)
+	n.mu.Unlock()
+	if acks != 1 {
+		t.Fatalf("%d acks, want 1", acks)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	for _, name := range []string{`header="a b"`, "header=X-Injected", "header=Content-Length"} {
+		if !strings.Contains(logged.String(), name) {
+			t.Errorf("no warning naming %s in %q", name, logged.String())
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
