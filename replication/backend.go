@@ -41,8 +41,8 @@ func (n *Node) Ready() error {
 	if n.removed.Load() {
 		return ErrRemoved
 	}
-	if _, id := n.raft.LeaderWithID(); id == "" {
-		return errors.New("no leader is known (an election is in progress, or this node is cut off)")
+	if err := n.noLeader(); err != nil {
+		return err
 	}
 	if n.raft.State() == raft.Leader && n.dispatcher() == nil {
 		return errors.New("elected leader, still applying the log before serving")
@@ -148,10 +148,18 @@ func (n *Node) caughtUp(ctx context.Context) error {
 // ErrUnavailable rather than, say, not-found for a message it has not
 // seen. The operator's views of the local wheel answer regardless.
 func (n *Node) readable(ctx context.Context) error {
-	if _, id := n.raft.LeaderWithID(); id == "" {
-		return fmt.Errorf("%w: no leader is known (an election is in progress, or this node is cut off)", wheel.ErrUnavailable)
+	if err := n.noLeader(); err != nil {
+		return fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
 	}
 	return n.caughtUp(ctx)
+}
+
+// noLeader says that this node knows no leader, or returns nil.
+func (n *Node) noLeader() error {
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return errors.New("no leader is known (an election is in progress, or this node is cut off)")
+	}
+	return nil
 }
 
 // Settled waits until this node has applied everything it answered ahead

@@ -112,12 +112,12 @@ func ValidateSchedule(sp *ScheduleSpec, nowMs int64) error {
 	if err != nil {
 		return err
 	}
-	if r.after(max(r.start, nowMs)-1) != 0 {
+	if r.first(nowMs) != 0 {
 		return nil
 	}
 	unbounded := *r
 	unbounded.end = 0
-	first := unbounded.after(max(r.start, nowMs) - 1)
+	first := unbounded.first(nowMs)
 	switch {
 	case first == 0 && sp.Cron != "":
 		return fmt.Errorf("%w: cron: %q never fires: it matches no date within five years of %d", ErrInvalid, sp.Cron, max(r.start, nowMs))
@@ -189,6 +189,10 @@ func validScheduleName(name string) error {
 	}
 	return nil
 }
+
+// first returns the first occurrence of a schedule set at nowMs: its
+// start, or the first after nowMs; 0 when there is none.
+func (r *recurrence) first(nowMs int64) int64 { return r.after(max(r.start, nowMs) - 1) }
 
 // after returns the first occurrence later than ms, or 0 when there is
 // none (past end_at_ms, or a cron expression that never matches).

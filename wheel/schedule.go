@@ -328,7 +328,7 @@ func (t *tx) setSchedule(c SetSchedule) Result {
 	}
 	info := ScheduleInfo{ScheduleSpec: c.Spec, CreatedMs: c.NowMs}
 	info.StartAtMs = r.start
-	info.NextMs = r.after(max(r.start, c.NowMs) - 1)
+	info.NextMs = r.first(c.NowMs)
 	t.putSchedule(&info, true)
 	return Result{Value: info}
 }

@@ -154,19 +154,14 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			covers, finished := checkpointLens(n.DataDir)
-			kept := 0
-			for id, cover := range covers {
-				if !finished[id] {
-					continue
-				}
-				kept++
-				if cover[name] != fi.Size() {
-					return fmt.Errorf("snapshot %s covers %d of %s's %d bytes", id, cover[name], name, fi.Size())
-				}
-			}
-			if kept == 0 {
+			ids, covered := finishedCovers(n.DataDir, name)
+			if len(ids) == 0 {
 				return fmt.Errorf("no finished snapshot yet")
+			}
+			for i, id := range ids {
+				if covered[i] != fi.Size() {
+					return fmt.Errorf("snapshot %s covers %d of %s's %d bytes", id, covered[i], name, fi.Size())
+				}
 			}
 			return nil
 		})
@@ -208,24 +203,9 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 			}
 			return fi.Size()
 		}
-		// finishedCovers returns what each finished snapshot covers of the
-		// segment, newest first (snapshot ids sort by term, then index).
-		finishedCovers := func() (ids []string, covered []int64) {
-			covers, finished := checkpointLens(n.DataDir)
-			for id := range covers {
-				if finished[id] {
-					ids = append(ids, id)
-				}
-			}
-			slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(snapshotIndex(b), snapshotIndex(a)) })
-			for _, id := range ids {
-				covered = append(covered, covers[id][name])
-			}
-			return ids, covered
-		}
 		first := enqueue(0)
 		err := Eventually(ctxFor(t, 90*time.Second), 100*time.Millisecond, func() error {
-			if ids, covered := finishedCovers(); len(ids) == 0 || covered[0] != first {
+			if ids, covered := finishedCovers(n.DataDir, name); len(ids) == 0 || covered[0] != first {
 				return fmt.Errorf("finished snapshots %v cover %v of %s's %d bytes", ids, covered, name, first)
 			}
 			return nil
@@ -235,7 +215,7 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		}
 		size := enqueue(70)
 		err = Eventually(ctxFor(t, 90*time.Second), 100*time.Millisecond, func() error {
-			ids, covered := finishedCovers()
+			ids, covered := finishedCovers(n.DataDir, name)
 			if len(ids) != 2 || covered[0] != size || covered[1] > size-3 {
 				return fmt.Errorf("finished snapshots %v cover %v of %s's %d bytes; want the newest all of it, the older less", ids, covered, name, size)
 			}
@@ -251,6 +231,22 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		}
 		wantCleanRefusal(t, n, name)
 	})
+}
+
+// finishedCovers returns the node's finished snapshots, newest first, and
+// how many bytes of segment file name each covers.
+func finishedCovers(dataDir, name string) (ids []string, covered []int64) {
+	covers, finished := checkpointLens(dataDir)
+	for id := range covers {
+		if finished[id] {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(snapshotIndex(b), snapshotIndex(a)) })
+	for _, id := range ids {
+		covered = append(covered, covers[id][name])
+	}
+	return ids, covered
 }
 
 // snapshotIndex returns the index in a Raft snapshot id (term-index-ms).
