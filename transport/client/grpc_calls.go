@@ -113,7 +113,7 @@ func (g *GRPC) Dead(ctx context.Context, topic string, limit int) ([]api.Message
 // Redrive moves dead messages back to ready (all of topic's when ids is
 // empty) and returns how many moved.
 func (g *GRPC) Redrive(ctx context.Context, topic string, ids []string) (int, error) {
-	in := &pb.RedriveRequest{Topic: topic, Ids: ids}
+	in := &pb.RedriveRequest{Topic: topic, Ids: ids, All: len(ids) == 0}
 	return invoke(ctx, g, "Redrive", bind(pb.DelaywheelClient.Redrive, in), func(r *pb.RedriveResponse) int { return int(r.GetRedriven()) }, func(n int) any { return api.RedriveResponse{Redriven: n} })
 }
 

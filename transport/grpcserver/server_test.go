@@ -130,7 +130,17 @@ func TestEveryCall(t *testing.T) {
 	if dead.Messages[0].State != "dead" {
 		t.Fatalf("dead %v", dead.Messages)
 	}
-	if r := get(c.Redrive(ctx, &pb.RedriveRequest{Topic: "t"}))(t, "redrive"); r.Redriven != 1 {
+	// An empty list names none (a filter that matched nothing); all with
+	// ids is refused; all moves every dead message.
+	if r := get(c.Redrive(ctx, &pb.RedriveRequest{Topic: "t"}))(t, "redrive of no ids"); r.Redriven != 0 {
+		t.Fatalf("redriven without ids or all: %v", r)
+	}
+	_, err := c.Redrive(ctx, &pb.RedriveRequest{Topic: "t", All: true, Ids: []string{dead.Messages[0].Id}})
+	wantCode(t, "redrive of all and ids", err, codes.InvalidArgument, "ids: 1 given with all set")
+	if still := get(c.DeadLetters(ctx, &pb.DeadLettersRequest{Topic: "t"}))(t, "dead letters"); len(still.Messages) != 1 {
+		t.Fatalf("dead after refused redrives: %v", still.Messages)
+	}
+	if r := get(c.Redrive(ctx, &pb.RedriveRequest{Topic: "t", All: true}))(t, "redrive"); r.Redriven != 1 {
 		t.Fatalf("redriven %v", r)
 	}
 	d = get(c.Reserve(ctx, &pb.ReserveRequest{Topic: "t", WaitMs: 10}))(t, "reserve again")

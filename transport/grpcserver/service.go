@@ -193,10 +193,18 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 	return out, nil
 }
 
-// Redrive moves dead messages back to ready.
+// Redrive moves dead messages back to ready: the listed ids, or with all
+// every one of the topic's. An empty list without all names none, as
+// HTTP's "ids": [] does.
 func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.RedriveResponse, error) {
 	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
+	}
+	switch {
+	case req.GetAll() && len(req.GetIds()) > 0:
+		return nil, transport.Invalid("ids: %d given with all set; send either the ids or all", len(req.GetIds()))
+	case !req.GetAll() && len(req.GetIds()) == 0:
+		return &pb.RedriveResponse{}, nil
 	}
 	ids, err := transport.ParseIDs(req.GetIds(), s.cfg.Limits)
 	if err != nil {

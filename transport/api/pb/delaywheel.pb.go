@@ -1316,10 +1316,15 @@ func (x *DeadLettersResponse) GetMessages() []*MessageView {
 	return nil
 }
 
+// RedriveRequest names the dead messages to move back to ready: the
+// listed ids, or with all set (and ids empty) every dead message of the
+// topic. proto3 cannot tell an empty list from an absent one, so "all" is
+// said, never implied: a list that filtered down to nothing moves none.
 type RedriveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	All           bool                   `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1366,6 +1371,13 @@ func (x *RedriveRequest) GetIds() []string {
 		return x.Ids
 	}
 	return nil
+}
+
+func (x *RedriveRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 type RedriveResponse struct {
@@ -2437,10 +2449,11 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"M\n" +
 	"\x13DeadLettersResponse\x126\n" +
-	"\bmessages\x18\x01 \x03(\v2\x1a.delaywheel.v1.MessageViewR\bmessages\"8\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1a.delaywheel.v1.MessageViewR\bmessages\"J\n" +
 	"\x0eRedriveRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x10\n" +
-	"\x03ids\x18\x02 \x03(\tR\x03ids\"-\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x10\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\"-\n" +
 	"\x0fRedriveResponse\x12\x1a\n" +
 	"\bredriven\x18\x01 \x01(\x03R\bredriven\"$\n" +
 	"\fWheelRequest\x12\x14\n" +

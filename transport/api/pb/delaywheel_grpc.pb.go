@@ -90,8 +90,8 @@ type DelaywheelClient interface {
 	Topics(ctx context.Context, in *TopicsRequest, opts ...grpc.CallOption) (*TopicsResponse, error)
 	// DeadLetters lists a topic's dead messages.
 	DeadLetters(ctx context.Context, in *DeadLettersRequest, opts ...grpc.CallOption) (*DeadLettersResponse, error)
-	// Redrive moves dead messages back to ready (all of the topic's when
-	// ids is empty).
+	// Redrive moves dead messages back to ready: those ids names, or with
+	// all every one of the topic's (an empty ids without all moves none).
 	Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error)
 	// Wheel describes the timing wheel (of one group).
 	Wheel(ctx context.Context, in *WheelRequest, opts ...grpc.CallOption) (*WheelResponse, error)
@@ -305,8 +305,8 @@ type DelaywheelServer interface {
 	Topics(context.Context, *TopicsRequest) (*TopicsResponse, error)
 	// DeadLetters lists a topic's dead messages.
 	DeadLetters(context.Context, *DeadLettersRequest) (*DeadLettersResponse, error)
-	// Redrive moves dead messages back to ready (all of the topic's when
-	// ids is empty).
+	// Redrive moves dead messages back to ready: those ids names, or with
+	// all every one of the topic's (an empty ids without all moves none).
 	Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error)
 	// Wheel describes the timing wheel (of one group).
 	Wheel(context.Context, *WheelRequest) (*WheelResponse, error)
