@@ -49,6 +49,10 @@ type Config struct {
 	// WebhookAllow restricts where webhooks may point: host names, IP
 	// addresses and CIDRs. Empty: anywhere.
 	WebhookAllow []string
+	// Slots are the long-poll and stream slots; the node's HTTP and gRPC
+	// servers share one, so the limits bound the node. Default: a pool of
+	// this server's own, sized by Limits.
+	Slots *Slots
 }
 
 // Limits bound what a request may ask for. A zero field takes its default.
@@ -176,6 +180,9 @@ func (c Config) withDefaults() Config {
 	orDuration(&c.ShutdownTimeout, 15*time.Second)
 	orDuration(&c.StreamKeepalive, 15*time.Second)
 	c.Limits = c.Limits.withDefaults()
+	if c.Slots == nil {
+		c.Slots = NewSlots(c.Limits)
+	}
 	return c
 }
 

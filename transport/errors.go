@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
@@ -67,8 +68,14 @@ func toError(err error) *Error {
 	}
 	status, code, retry := classify(err)
 	msg := err.Error()
-	if status == http.StatusInternalServerError {
+	switch {
+	case status == http.StatusInternalServerError:
 		msg = "internal error; see the server log"
+	case errors.Is(err, wheel.ErrInvalid):
+		// "[group g: ]invalid argument: <field>: …": the code already says
+		// the class, and the message names, as every other refusal's, the
+		// field. The class's words come before any of the caller's.
+		msg = strings.Replace(msg, wheel.ErrInvalid.Error()+": ", "", 1)
 	}
 	return &Error{Status: status, Code: code, Message: msg, RetryAfter: retry, Err: err}
 }

@@ -59,13 +59,13 @@ func ValidateKey(key string, lim Limits) error {
 	return nil
 }
 
-// ValidateDeadLimit checks the limit of a dead-letter listing; 0 is the
-// default.
-func ValidateDeadLimit(limit int, lim Limits) (int, error) {
-	if limit == 0 {
+// ValidateDeadLimit checks the limit of a dead-letter listing; nil (left
+// out) is the default, and an explicit 0 is out of range, as ?limit=0 is.
+func ValidateDeadLimit(limit *int32, lim Limits) (int, error) {
+	if limit == nil {
 		return lim.DefaultDeadLimit, nil
 	}
-	return limit, inRange("limit", int64(limit), 1, int64(lim.MaxDeadLimit), "")
+	return int(*limit), inRange("limit", int64(*limit), 1, int64(lim.MaxDeadLimit), "")
 }
 
 // ValidateSlot checks a slot number; an unknown slot is a 404.

@@ -113,7 +113,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 		return nil, err
 	}
 	if waitMs > 0 {
-		release, err := s.acquireWaiter()
+		release, err := s.slots.AcquireWaiter()
 		if err != nil {
 			return nil, err
 		}
@@ -129,16 +129,6 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 		return nil, unavailable("this node is shutting down; retry on another node")
 	}
 	return api.ReserveResponse{Messages: deliveriesOf(ds)}, err
-}
-
-// acquireWaiter takes a long-poll slot, or answers 429 when all are taken.
-func (s *Server) acquireWaiter() (release func(), err error) {
-	select {
-	case s.waiters <- struct{}{}:
-		return func() { <-s.waiters }, nil
-	default:
-		return nil, Overloaded(cap(s.waiters))
-	}
 }
 
 func (s *Server) ack(r *http.Request) (any, error) { return s.settle(r, acking()) }

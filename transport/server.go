@@ -35,8 +35,7 @@ type Server struct {
 	routes   map[string]route      // by pattern, for requests spanning groups
 	log      *slog.Logger
 	handler  http.Handler
-	waiters  chan struct{} // one token per running long-poll
-	streams  chan struct{} // one token per open stream
+	slots    *Slots
 	tokenSum [sha256.Size]byte
 	metrics  *CallMetrics // nil without a Registerer
 
@@ -64,6 +63,10 @@ type route struct {
 	h       handlerFunc
 }
 
+// Slots are the server's long-poll and stream slots, to share with the
+// node's other API.
+func (s *Server) Slots() *Slots { return s.cfg.Slots }
+
 // NewServer returns a server for b; unset fields of cfg take their defaults.
 func NewServer(cfg Config, b Backend) *Server {
 	cfg = cfg.withDefaults()
@@ -71,8 +74,7 @@ func NewServer(cfg Config, b Backend) *Server {
 		cfg:      cfg,
 		b:        b,
 		log:      cfg.Logger.With("component", "http"),
-		waiters:  make(chan struct{}, cfg.Limits.MaxWaiters),
-		streams:  make(chan struct{}, cfg.Limits.MaxStreams),
+		slots:    cfg.Slots,
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}

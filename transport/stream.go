@@ -31,7 +31,7 @@ func (s *Server) streamTopic(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.acquireStream()
+	release, err := s.slots.AcquireStream()
 	if err != nil {
 		return nil, err
 	}
@@ -52,16 +52,6 @@ func (s *Server) streamTopic(r *http.Request) (any, error) {
 		defer st.Close()
 		return s.writeStream(ctx, w, st)
 	}), nil
-}
-
-// acquireStream takes a stream slot, or answers 429 when all are taken.
-func (s *Server) acquireStream() (release func(), err error) {
-	select {
-	case s.streams <- struct{}{}:
-		return func() { <-s.streams }, nil
-	default:
-		return nil, StreamsFull(cap(s.streams))
-	}
 }
 
 // writeStream writes st's deliveries as NDJSON until ctx ends or st ends.

@@ -38,6 +38,7 @@ func serveGRPC(ctx context.Context, ln net.Listener, tcfg transport.Config, serv
 	if ln == nil {
 		return func() error { return nil }
 	}
+	tcfg.Slots = srv.Slots()
 	cfg := grpcserver.Config{HTTP: tcfg, TLS: serverTLS, Cluster: srv.ClusterView, LeaderGRPC: srv.LeaderGRPC}
 	if tr, ok := tcfg.LeaderTransport.(*http.Transport); ok && serverTLS != nil {
 		cfg.LeaderTLS = tr.TLSClientConfig // nil: the system's roots

@@ -2,13 +2,23 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/client"
 )
 
 // TestCommandsOverGRPC runs commands against --addr grpc://, with the
@@ -64,5 +74,76 @@ func TestGRPCOff(t *testing.T) {
 		if err != nil || ln != nil || bound != "" || serveGRPC(t.Context(), ln, transport.Config{}, nil, nil, nil)() != nil {
 			t.Fatalf("--grpc-addr %q: %v %q %v", addr, ln, bound, err)
 		}
+	}
+}
+
+// The node's HTTP and gRPC APIs take long-poll and stream slots from one
+// pool, as serveGRPC wires them: --max-waiters and --max-streams bound the
+// node, not each API.
+func TestAPIsShareSlots(t *testing.T) {
+	n := newNode(t, "")
+	b := n.Node.Node
+	tcfg := transport.Config{Clock: n.Clock.Now, Limits: transport.Limits{MaxWaiters: 1, MaxStreams: 1}}
+	srv := transport.NewServer(tcfg, b)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	ln, bound, err := listenGRPC("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := serveGRPC(ctx, ln, tcfg, nil, srv, b)
+	t.Cleanup(func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Errorf("gRPC shutdown: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient(bound, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	pc := pb.NewDelaywheelClient(conn)
+
+	// An HTTP long-poll holds the one waiter slot (the fake clock never
+	// ends its wait): a gRPC long-poll is refused at once.
+	hctx, hcancel := context.WithCancel(t.Context())
+	polled := make(chan error, 1)
+	go func() {
+		_, err := client.New(hs.URL).Reserve(hctx, "a", api.ReserveRequest{WaitMs: 60000})
+		polled <- err
+	}()
+	n.Node.Eventually(t, "a gRPC long-poll refused while an HTTP one runs", func() bool {
+		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer ccancel()
+		_, err := pc.Reserve(cctx, &pb.ReserveRequest{Topic: "b", WaitMs: 60000})
+		return status.Code(err) == codes.ResourceExhausted
+	})
+	hcancel()
+	<-polled
+
+	// An HTTP stream holds the one stream slot: a gRPC Subscribe is refused.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL+"/v1/topics/s/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP stream: %s", resp.Status)
+	}
+	sub, err := pc.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Send(&pb.SubscribeRequest{Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many streams") {
+		t.Fatalf("gRPC Subscribe while an HTTP stream is open: %v", err)
 	}
 }

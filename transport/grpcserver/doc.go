@@ -64,5 +64,7 @@
 // The HTTP API's limits apply as they are, with one addition: a call's
 // message is at most Limits.MaxRequestBytes (larger ones are refused by
 // gRPC itself with RESOURCE_EXHAUSTED). Long-polls (Reserve with wait_ms)
-// count against a pool of Limits.MaxWaiters of their own.
+// and Subscribe streams take their slots from the pool the node's HTTP API
+// takes its own from (transport.Config.Slots), so Limits.MaxWaiters and
+// Limits.MaxStreams bound the node, not each API.
 package grpcserver

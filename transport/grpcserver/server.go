@@ -63,8 +63,6 @@ type Server struct {
 	cluster  func(ctx context.Context, auth string) (api.Cluster, error)
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
-	waiters  chan struct{} // one token per running long-poll
-	streams  chan struct{} // one token per open Subscribe
 	gs       *grpc.Server
 	health   *health.Server
 	fwd      *forwarder             // nil: no forwarding
@@ -85,8 +83,6 @@ func New(cfg Config, b transport.Backend) *Server {
 		cluster:  cfg.Cluster,
 		log:      hc.Logger.With("component", "grpc"),
 		tokenSum: sha256.Sum256([]byte(hc.AuthToken)),
-		waiters:  make(chan struct{}, hc.Limits.MaxWaiters),
-		streams:  make(chan struct{}, hc.Limits.MaxStreams),
 		health:   health.NewServer(),
 		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),

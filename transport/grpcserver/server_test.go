@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
@@ -140,6 +141,9 @@ func TestEveryCall(t *testing.T) {
 	if still := get(c.DeadLetters(ctx, &pb.DeadLettersRequest{Topic: "t"}))(t, "dead letters"); len(still.Messages) != 1 {
 		t.Fatalf("dead after refused redrives: %v", still.Messages)
 	}
+	// A limit set to 0 is out of range, as HTTP's ?limit=0; left out, the default.
+	_, err = c.DeadLetters(ctx, &pb.DeadLettersRequest{Topic: "t", Limit: proto.Int32(0)})
+	wantCode(t, "dead letters, limit 0", err, codes.InvalidArgument, "limit: must be between 1 and 1000, got 0")
 	if r := get(c.Redrive(ctx, &pb.RedriveRequest{Topic: "t", All: true}))(t, "redrive"); r.Redriven != 1 {
 		t.Fatalf("redriven %v", r)
 	}
@@ -199,6 +203,10 @@ func TestErrorCodes(t *testing.T) {
 	wantCode(t, "malformed id", err, codes.InvalidArgument, "id: must be a message id")
 	_, err = c.Get(ctx, &pb.GetRequest{Id: "000000000000000100000000"})
 	wantCode(t, "unknown id", err, codes.NotFound, "")
+	_, err = c.Cancel(ctx, &pb.CancelRequest{Id: "000000000000000100000000", Topic: "t", Key: "k"})
+	wantCode(t, "cancel by id and key", err, codes.InvalidArgument, "topic, key: must be empty when cancelling by id")
+	_, err = c.Cancel(ctx, &pb.CancelRequest{Key: "k"})
+	wantCode(t, "cancel by key without a topic", err, codes.InvalidArgument, "topic: required to cancel by key")
 	_, err = c.Slot(ctx, &pb.SlotRequest{Slot: -1})
 	wantCode(t, "unknown slot", err, codes.NotFound, "slot -1: no such slot")
 	_, err = c.Reschedule(ctx, &pb.RescheduleRequest{Id: "000000000000000100000000"})

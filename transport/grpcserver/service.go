@@ -46,14 +46,23 @@ func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, 
 	return viewOf(v), nil
 }
 
-// Cancel removes a message by id, or by topic and key.
+// Cancel removes a message by id, or by topic and key; a request naming
+// both ways, or a key without its topic, is refused rather than read one
+// way.
 func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	var c wheel.Cancel
 	var err error
-	if req.GetId() != "" || req.GetTopic() == "" {
+	switch {
+	case req.GetId() != "" && (req.GetTopic() != "" || req.GetKey() != ""):
+		err = transport.Invalid("topic, key: must be empty when cancelling by id (cancel by id, or by topic and key)")
+	case req.GetTopic() == "" && req.GetKey() != "":
+		err = transport.Invalid("topic: required to cancel by key (cancel by id, or by topic and key)")
+	case req.GetTopic() == "":
 		c.ID, err = transport.ParseID("id", req.GetId())
-	} else if err = transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
-		c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), transport.ValidateKey(req.GetKey(), s.cfg.Limits)
+	default:
+		if err = transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
+			c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), transport.ValidateKey(req.GetKey(), s.cfg.Limits)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -96,12 +105,11 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 		return nil, err
 	}
 	if waitMs > 0 {
-		select {
-		case s.waiters <- struct{}{}:
-			defer func() { <-s.waiters }()
-		default:
-			return nil, transport.Overloaded(cap(s.waiters))
+		release, err := s.cfg.Slots.AcquireWaiter()
+		if err != nil {
+			return nil, err
 		}
+		defer release()
 	}
 	caller := ctx
 	ctx, cancel := context.WithCancel(ctx)
@@ -178,7 +186,7 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
-	limit, err := transport.ValidateDeadLimit(int(req.GetLimit()), s.cfg.Limits)
+	limit, err := transport.ValidateDeadLimit(req.Limit, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}

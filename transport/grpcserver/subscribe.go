@@ -49,12 +49,11 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case s.streams <- struct{}{}:
-		defer func() { <-s.streams }()
-	default:
-		return transport.StreamsFull(cap(s.streams))
+	release, err := s.cfg.Slots.AcquireStream()
+	if err != nil {
+		return err
 	}
+	defer release()
 	ctx, cancel := context.WithCancel(caller)
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
