@@ -156,6 +156,27 @@ func withCommonFlags(cmd *cli.Command) *cli.Command {
 	return cmd
 }
 
+// withHTTPFlags is withCommonFlags for a command the gRPC API does not
+// serve: its --addr is a node's HTTP address, and one of grpc:// is
+// refused before anything is sent.
+func withHTTPFlags(cmd *cli.Command) *cli.Command {
+	withCommonFlags(cmd)
+	for i, f := range cmd.Flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "addr" {
+			http := *sf
+			http.Usage = "HTTP address of any node (this command is served over HTTP only)"
+			cmd.Flags[i] = &http
+		}
+	}
+	cmd.Before = func(c *cli.Context) error {
+		if addr := c.String("addr"); client.IsGRPC(addr) {
+			return fmt.Errorf("--addr %s: %s is served over HTTP only; give a node's HTTP address (http://host:7070)", addr, c.Command.HelpName)
+		}
+		return nil
+	}
+	return cmd
+}
+
 // session is one command's connection and output.
 type session struct {
 	c   *cli.Context

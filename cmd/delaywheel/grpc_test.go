@@ -25,19 +25,7 @@ import (
 // token, on the gRPC API as the server command serves it.
 func TestCommandsOverGRPC(t *testing.T) {
 	n := newNode(t, "tok")
-	ctx, cancel := context.WithCancel(context.Background())
-	tcfg := transport.Config{Clock: n.Clock.Now, AuthToken: "tok"}
-	ln, bound, err := listenGRPC("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := serveGRPC(ctx, ln, tcfg, nil, transport.NewServer(tcfg, n.Node.Node), n.Node.Node)
-	t.Cleanup(func() {
-		cancel()
-		if err := wait(); err != nil {
-			t.Errorf("gRPC shutdown: %v", err)
-		}
-	})
+	bound := serveNodeGRPC(t, n, "tok")
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -77,6 +65,42 @@ func TestGRPCOff(t *testing.T) {
 	}
 }
 
+// serveNodeGRPC serves n's gRPC API, with token, as the server command
+// does, until the test ends, and returns its address.
+func serveNodeGRPC(t *testing.T, n *node, token string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tcfg := transport.Config{Clock: n.Clock.Now, AuthToken: token}
+	ln, bound, err := listenGRPC("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := serveGRPC(ctx, ln, tcfg, nil, transport.NewServer(tcfg, n.Node.Node), n.Node.Node)
+	t.Cleanup(func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Errorf("gRPC shutdown: %v", err)
+		}
+	})
+	return bound
+}
+
+// Commands the gRPC API does not serve refuse an --addr of grpc:// before
+// sending anything, naming the command and what to give instead.
+func TestHTTPOnlyCommandsRefuseGRPC(t *testing.T) {
+	for _, args := range [][]string{
+		{"schedule", "ls"}, {"schedule", "get", "s"}, {"schedule", "rm", "s"},
+		{"schedule", "set", "s", "--topic", "t", "--every", "1m", "x"},
+		{"webhook", "get", "t"}, {"webhook", "rm", "t"}, {"webhook", "set", "t", "--url", "https://h.example/in"},
+	} {
+		_, err := run(t, append(args, "--addr", "grpc://127.0.0.1:1")...)
+		want := "--addr grpc://127.0.0.1:1: delaywheel " + strings.Join(args[:2], " ") + " is served over HTTP only"
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("%v over gRPC: %v; want %q", args, err, want)
+		}
+	}
+}
+
 // The node's HTTP and gRPC APIs take long-poll and stream slots from one
 // pool, as serveGRPC wires them: --max-waiters and --max-streams bound the
 // node, not each API.
@@ -107,15 +131,21 @@ func TestAPIsShareSlots(t *testing.T) {
 	pc := pb.NewDelaywheelClient(conn)
 
 	// An HTTP long-poll holds the one waiter slot (the fake clock never
-	// ends its wait): a gRPC long-poll is refused at once.
+	// ends its wait): a gRPC long-poll is refused at once. The HTTP one is
+	// asked again when a gRPC probe held the slot at that moment.
 	hctx, hcancel := context.WithCancel(t.Context())
 	polled := make(chan error, 1)
 	go func() {
-		_, err := client.New(hs.URL).Reserve(hctx, "a", api.ReserveRequest{WaitMs: 60000})
-		polled <- err
+		for {
+			_, err := client.New(hs.URL).Reserve(hctx, "a", api.ReserveRequest{WaitMs: 60000})
+			if err == nil || !strings.Contains(err.Error(), "429 overloaded") {
+				polled <- err
+				return
+			}
+		}
 	}()
 	n.Node.Eventually(t, "a gRPC long-poll refused while an HTTP one runs", func() bool {
-		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		cctx, ccancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer ccancel()
 		_, err := pc.Reserve(cctx, &pb.ReserveRequest{Topic: "b", WaitMs: 60000})
 		return status.Code(err) == codes.ResourceExhausted

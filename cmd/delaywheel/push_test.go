@@ -11,7 +11,18 @@ import (
 )
 
 func TestTailAcks(t *testing.T) {
+	for _, proto := range []string{"http", "grpc"} {
+		t.Run(proto, func(t *testing.T) { testTailAcks(t, proto) })
+	}
+}
+
+// testTailAcks tails a topic with --ack over proto.
+func testTailAcks(t *testing.T, proto string) {
 	n := newNode(t, "")
+	addr := n.addr
+	if proto == "grpc" {
+		addr = "grpc://" + serveNodeGRPC(t, n, "")
+	}
 	res, err := n.Client.Enqueue(t.Context(), []api.Message{
 		{Topic: "tt", Payload: api.TextBody("one")}, {Topic: "tt", Payload: api.TextBody("two")},
 	})
@@ -24,7 +35,7 @@ func TestTailAcks(t *testing.T) {
 	out := &replication.SyncBuffer{}
 	app.Writer, app.ErrWriter = out, io.Discard
 	done := make(chan error, 1)
-	go func() { done <- runCLI(ctx, app, []string{"delaywheel", "tail", "tt", "--ack", "--addr", n.addr}) }()
+	go func() { done <- runCLI(ctx, app, []string{"delaywheel", "tail", "tt", "--ack", "--addr", addr}) }()
 	n.Eventually(t, "both deliveries printed and acked", func() bool {
 		ts, err := n.Client.Topics(t.Context())
 		if err != nil {

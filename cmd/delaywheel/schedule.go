@@ -18,7 +18,7 @@ func scheduleCommand() *cli.Command {
 	return &cli.Command{
 		Name: "schedule", Usage: "set, list, show and remove recurring schedules",
 		Subcommands: []*cli.Command{
-			withCommonFlags(&cli.Command{
+			withHTTPFlags(&cli.Command{
 				Name: "set", Usage: "create or replace a schedule: each occurrence enqueues BODY to --topic",
 				ArgsUsage: "NAME --topic T (--cron EXPR [--tz ZONE] | --every D) BODY (BODY - reads stdin)",
 				Flags: append([]cli.Flag{
@@ -31,7 +31,7 @@ func scheduleCommand() *cli.Command {
 				}, messageFlags()...),
 				Action: a.scheduleSet,
 			}),
-			withCommonFlags(&cli.Command{
+			withHTTPFlags(&cli.Command{
 				Name: "ls", Usage: "list schedules in name order",
 				Flags: []cli.Flag{
 					&cli.IntFlag{Name: "limit", Usage: "at most this many", DefaultText: "100, set by the server"},
@@ -39,8 +39,8 @@ func scheduleCommand() *cli.Command {
 				},
 				Action: a.scheduleList,
 			}),
-			withCommonFlags(&cli.Command{Name: "get", Usage: "show a schedule with its last and next occurrence", ArgsUsage: "NAME", Action: a.scheduleGet}),
-			withCommonFlags(&cli.Command{Name: "rm", Usage: "remove a schedule (occurrences already enqueued stay)", ArgsUsage: "NAME", Action: a.scheduleRemove}),
+			withHTTPFlags(&cli.Command{Name: "get", Usage: "show a schedule with its last and next occurrence", ArgsUsage: "NAME", Action: a.scheduleGet}),
+			withHTTPFlags(&cli.Command{Name: "rm", Usage: "remove a schedule (occurrences already enqueued stay)", ArgsUsage: "NAME", Action: a.scheduleRemove}),
 		},
 	}
 }

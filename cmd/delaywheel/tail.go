@@ -8,8 +8,17 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
+
+// subscription is a stream of deliveries over HTTP or gRPC.
+type subscription interface {
+	Deliveries() <-chan api.Delivery
+	Ack(d api.Delivery)
+	Close(ctx context.Context) error
+	Err() error
+}
 
 // tailCommand is `delaywheel tail TOPIC`: it streams a topic's deliveries
 // as they come due, one line each, until interrupted.
@@ -37,11 +46,20 @@ func (a *admin) tail(c *cli.Context) error {
 	// A subscription acks from several goroutines at once, and tail prints
 	// no raw answer: its client records none (the session's records each
 	// answer in the session, for commands that make one call at a time).
-	cl := client.New(c.String("addr"), client.WithToken(s.token))
-	sub := cl.Subscribe(c.Context, topic, client.SubscribeOptions{
+	opt := client.SubscribeOptions{
 		MaxInflight: c.Int("max-inflight"), TTRMs: c.Duration("ttr").Milliseconds(),
 		OnError: func(err error) { fmt.Fprintln(c.App.ErrWriter, cleanError(err)) },
-	})
+	}
+	var sub subscription
+	if addr := c.String("addr"); client.IsGRPC(addr) {
+		g, err := client.NewGRPC(addr, client.WithGRPCToken(s.token))
+		if err != nil {
+			return fmt.Errorf("--addr: %w", err)
+		}
+		sub = g.Subscribe(c.Context, topic, opt)
+	} else {
+		sub = client.New(addr, client.WithToken(s.token)).Subscribe(c.Context, topic, opt)
+	}
 	out := c.App.Writer
 	for d := range sub.Deliveries() {
 		if c.Bool("json") {

@@ -16,7 +16,7 @@ func (a *admin) webhookCommand() *cli.Command {
 	return &cli.Command{
 		Name: "webhook", Usage: "set, show or remove a topic's webhook (its due messages are POSTed there)",
 		Subcommands: []*cli.Command{
-			withCommonFlags(&cli.Command{
+			withHTTPFlags(&cli.Command{
 				Name: "set", Usage: "set or replace a topic's webhook", ArgsUsage: "TOPIC",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "url", Usage: "the http or https `URL` to POST each message to", Required: true},
@@ -27,8 +27,8 @@ func (a *admin) webhookCommand() *cli.Command {
 				},
 				Action: a.webhookSet,
 			}),
-			withCommonFlags(&cli.Command{Name: "get", Usage: "show a topic's webhook", ArgsUsage: "TOPIC", Action: a.webhookGet}),
-			withCommonFlags(&cli.Command{Name: "rm", Usage: "remove a topic's webhook", ArgsUsage: "TOPIC", Action: a.webhookRm}),
+			withHTTPFlags(&cli.Command{Name: "get", Usage: "show a topic's webhook", ArgsUsage: "TOPIC", Action: a.webhookGet}),
+			withHTTPFlags(&cli.Command{Name: "rm", Usage: "remove a topic's webhook", ArgsUsage: "TOPIC", Action: a.webhookRm}),
 		},
 	}
 }

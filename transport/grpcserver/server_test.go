@@ -551,3 +551,44 @@ func TestSubscribeAckFreesTheWindowAsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSubscribeHalfCloseEnds: closing the send side is a Subscribe's
+// graceful end. The acks sent before it are settled, the deliveries not
+// acked go back to ready, and the stream ends OK.
+func TestSubscribeHalfCloseEnds(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, nil))
+	ctx, cancel := context.WithTimeout(authed(t.Context(), token), 10*time.Second)
+	defer cancel()
+	get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "h", Body: []byte("1")}, {Topic: "h", Body: []byte("2")}}}))(t, "enqueue")
+	st, err := c.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Topic: "h", MaxInflight: proto32(2)}); err != nil {
+		t.Fatal(err)
+	}
+	var ds []*pb.Delivery
+	for len(ds) < 2 {
+		ds = append(ds, get(st.Recv())(t, "deliveries").Messages...)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Ack: []string{ds[0].Receipt}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the half-close: %v; want the stream ended OK", err)
+	}
+	_, err = c.Get(ctx, &pb.GetRequest{Id: ds[0].Id})
+	wantCode(t, "the acked message", err, codes.NotFound, "")
+	var again *pb.ReserveResponse
+	kn.Eventually(t, "the unacked delivery ready again", func() bool {
+		again = get(c.Reserve(ctx, &pb.ReserveRequest{Topic: "h"}))(t, "reserve")
+		return len(again.Messages) == 1
+	})
+	if again.Messages[0].Id != ds[1].Id {
+		t.Fatalf("ready again: %v; want %s", again.Messages[0].Id, ds[1].Id)
+	}
+}

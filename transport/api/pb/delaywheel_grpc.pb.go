@@ -107,7 +107,11 @@ type DelaywheelClient interface {
 	// window again. Only the leader (of the topic's group) streams, and only
 	// acks and nacks of that group are taken: a follower refuses, and a
 	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
-	// its unsettled deliveries; the client then subscribes again.
+	// its unsettled deliveries; the client then subscribes again. Closing
+	// the send side (half-close) is the graceful end: the stream settles
+	// every ack and nack sent, releases the rest, and ends OK. A consumer
+	// that acks by the Ack call keeps its send side open while it streams
+	// (grpcurl: -d @, the first request on standard input, left open).
 	Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeRequest, SubscribeResponse], error)
 }
 
@@ -322,7 +326,11 @@ type DelaywheelServer interface {
 	// window again. Only the leader (of the topic's group) streams, and only
 	// acks and nacks of that group are taken: a follower refuses, and a
 	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
-	// its unsettled deliveries; the client then subscribes again.
+	// its unsettled deliveries; the client then subscribes again. Closing
+	// the send side (half-close) is the graceful end: the stream settles
+	// every ack and nack sent, releases the rest, and ends OK. A consumer
+	// that acks by the Ack call keeps its send side open while it streams
+	// (grpcurl: -d @, the first request on standard input, left open).
 	Subscribe(grpc.BidiStreamingServer[SubscribeRequest, SubscribeResponse]) error
 	mustEmbedUnimplementedDelaywheelServer()
 }
