@@ -8,8 +8,9 @@ type Slots struct {
 	streams chan struct{} // one token per open stream
 }
 
-// NewSlots returns the pools of lim (after its defaults).
+// NewSlots returns the pools of lim; its zero fields take their defaults.
 func NewSlots(lim Limits) *Slots {
+	lim = lim.withDefaults()
 	return &Slots{waiters: make(chan struct{}, lim.MaxWaiters), streams: make(chan struct{}, lim.MaxStreams)}
 }
 

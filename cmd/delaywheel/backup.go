@@ -48,6 +48,9 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if addr := c.String("addr"); client.IsGRPC(addr) {
+		return fmt.Errorf("--addr %s: backup is served over HTTP only; give the node's HTTP address (http://host:7070)", addr)
+	}
 	cl := client.New(baseURL(c.String("addr")), client.WithToken(token))
 	v, err := cl.Cluster(c.Context)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -175,5 +176,18 @@ func TestAPIsShareSlots(t *testing.T) {
 	}
 	if _, err := sub.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many streams") {
 		t.Fatalf("gRPC Subscribe while an HTTP stream is open: %v", err)
+	}
+}
+
+// backup takes a checkpoint over HTTP only: an --addr of grpc:// is
+// refused before anything is written.
+func TestBackupRefusesGRPC(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "b.tar")
+	_, err := run(t, "backup", "--out", out, "--addr", "grpc://127.0.0.1:1")
+	if err == nil || !strings.HasPrefix(err.Error(), "--addr grpc://127.0.0.1:1: backup is served over HTTP only") {
+		t.Fatalf("backup over gRPC: %v", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("backup over gRPC left %s: %v", out, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -80,5 +81,45 @@ func TestGRPCClient(t *testing.T) {
 	defer bad.Close()
 	if _, err := bad.Topics(ctx); !client.HasCode(err, api.CodeUnauthenticated) {
 		t.Fatalf("wrong token: %v", err)
+	}
+}
+
+// TestGRPCRedriveAll: the client's Redrive without ids asks for every dead
+// message (all), as the HTTP client's does, and with ids for those alone.
+func TestGRPCRedriveAll(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	g, err := client.NewGRPC("grpc://" + serveGRPC(t, kn, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx := t.Context()
+	msgs := messages(3, "d")
+	for i := range msgs {
+		msgs[i].MaxAttempts = api.Ptr(int32(1))
+	}
+	if _, err := g.Enqueue(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := g.Reserve(ctx, "d", api.ReserveRequest{Max: api.Ptr(3)})
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("reserve: %v %v", ds, err)
+	}
+	var receipts []string
+	for _, d := range ds {
+		receipts = append(receipts, d.Receipt)
+	}
+	if _, err := g.Nack(ctx, receipts, 0); err != nil {
+		t.Fatal(err)
+	}
+	kn.AdvanceUntil(t, 100*time.Millisecond, "three dead letters", func() bool {
+		dead, err := g.Dead(ctx, "d", 10)
+		return err == nil && len(dead) == 3
+	})
+	if n, err := g.Redrive(ctx, "d", []string{ds[0].ID}); err != nil || n != 1 {
+		t.Fatalf("redrive of one id: %d %v", n, err)
+	}
+	if n, err := g.Redrive(ctx, "d", nil); err != nil || n != 2 {
+		t.Fatalf("redrive without ids: %d %v; want the other 2", n, err)
 	}
 }
