@@ -24,7 +24,7 @@ type subscription interface {
 // as they come due, one line each, until interrupted.
 func (a *admin) tailCommand() *cli.Command {
 	return withCommonFlags(&cli.Command{
-		Name: "tail", Usage: "print a topic's deliveries as they come due (a streaming consumer; over grpc:// give every node's address, only the leader streams)", ArgsUsage: "TOPIC",
+		Name: "tail", Usage: "print a topic's deliveries as they come due (a streaming consumer)", ArgsUsage: "TOPIC",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "ack", Usage: "ack each delivery once printed (otherwise each is released when tail ends)"},
 			&cli.IntFlag{Name: "max-inflight", Value: 1000, Usage: "at most `N` deliveries unacked"},
@@ -52,8 +52,6 @@ func (a *admin) tail(c *cli.Context) error {
 	}
 	var sub subscription
 	if addr := c.String("addr"); client.IsGRPC(addr) {
-		// Only a leader streams over gRPC, and the client moves through
-		// the addresses it was given to find it: name every node.
 		g, err := client.NewGRPC(addr, client.WithGRPCToken(s.token))
 		if err != nil {
 			return fmt.Errorf("--addr: %w", err)

@@ -19,8 +19,10 @@
 // HTTP stream does, and settles the acks and nacks sent up the stream:
 // each frees its room in the stream's window as it is read, and is then
 // proposed, one call at a time, batched with those read meanwhile. A
-// follower refuses it NOT_LEADER (a stream is not forwarded), and it ends
-// so when leadership moves; the Go client then subscribes again.
+// follower that finds the leader's gRPC API passes the stream on to it,
+// requests up and deliveries down (one that cannot refuses NOT_LEADER),
+// and a stream ends NOT_LEADER when leadership moves; the Go client then
+// subscribes again.
 //
 // Calls that change state, and Reserve, are answered by the leader. A
 // follower forwards them to the leader's gRPC API with the caller's

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
@@ -102,6 +103,71 @@ func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req 
 		index, _ = strconv.ParseUint(v[0], 10, 64)
 	}
 	return forwardedReply{reply: reply, index: index}, err
+}
+
+// subscribe passes a Subscribe stream, whose first request (read) is
+// first, on to the leader at leaderHTTP with the caller's authorization:
+// the requests up, the deliveries down, until either side ends or drain
+// does. The leader's status ends the stream as it is (NOT_LEADER once
+// leadership moves on: the client subscribes again); a half-close is
+// passed on, so the leader settles what was sent and ends OK. It returns
+// errNoForward, having sent nothing, when the stream cannot be forwarded.
+func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, leaderHTTP string, drain context.Context) error {
+	ctx := ss.Context()
+	if f == nil || forwarded(ctx) || leaderHTTP == "" {
+		return errNoForward
+	}
+	auth := authorization(ctx)
+	conn, err := f.conn(ctx, leaderHTTP, auth)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNoForward, err)
+	}
+	out := metadata.Pairs(ForwardedKey, "1")
+	if auth != "" {
+		out.Set("authorization", auth)
+	}
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, out))
+	defer cancel()
+	defer context.AfterFunc(drain, cancel)()
+	up, err := pb.NewDelaywheelClient(conn).Subscribe(ctx)
+	if err == nil {
+		err = up.Send(first)
+	}
+	if err != nil {
+		f.forget(leaderHTTP)
+		return fmt.Errorf("%w: %w", errNoForward, err)
+	}
+	go func() {
+		for {
+			req, err := ss.Recv()
+			if errors.Is(err, io.EOF) {
+				up.CloseSend()
+				return
+			}
+			if err != nil {
+				cancel() // the client went away
+				return
+			}
+			if up.Send(req) != nil {
+				return // the leader's stream ended; Recv below says why
+			}
+		}
+	}()
+	for {
+		resp, err := up.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if status.Code(err) == codes.Unavailable {
+				f.forget(leaderHTTP) // the address may be stale; ask again next time
+			}
+			return err
+		}
+		if err := ss.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 // conn returns the connection to the gRPC API of the leader at leaderHTTP.

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
@@ -237,9 +238,10 @@ func TestGroupsReserveAndSettleSpanGroups(t *testing.T) {
 	}
 }
 
-// A topic's stream is served by its group's leader only: another node,
-// though it leads another group, refuses it NOT_LEADER naming the topic's
-// group's leader. The stream takes acks of its group only.
+// A Subscribe stream is served by its topic's group's leader: opened at
+// another node, it is passed on there (deliveries down, acks up, the
+// leader's refusals as they are); a stream another node already passed on
+// is refused NOT_LEADER, naming the group's leader, and not passed again.
 func TestGroupsSubscribe(t *testing.T) {
 	const groups = 3
 	gg := startGroupsGRPC(t, groups)
@@ -247,31 +249,34 @@ func TestGroupsSubscribe(t *testing.T) {
 	leaders := gg.c.Leaders()
 	topic := topicOf(1, groups)
 	at, other := gg.index(t, leaders[1]), gg.index(t, leaders[0])
-	err := subscribeErr(ctx, gg.clients[other], topic)
-	st := wantCode(t, "subscribe at another group's leader", err, codes.Unavailable, "not the leader")
+	loop := metadata.AppendToOutgoingContext(ctx, grpcserver.ForwardedKey, "1")
+	err := subscribeErr(loop, gg.clients[other], topic)
+	st := wantCode(t, "a passed-on subscribe at another group's leader", err, codes.Unavailable, "not the leader")
 	if info := errorInfo(st); info == nil || info.Reason != grpcserver.ReasonNotLeader || info.Metadata[grpcserver.MetaLeaderHTTP] != gg.c.Nodes[at].Addr {
 		t.Fatalf("error info %v, want group 1's leader at %s", info, gg.c.Nodes[at].Addr)
 	}
 
-	sub := get(gg.clients[at].Subscribe(ctx))(t, "subscribe at the topic's group's leader")
-	get(0, sub.Send(&pb.SubscribeRequest{Topic: topic}))(t, "open the stream")
-	res := get(gg.clients[other].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topic, Body: []byte("hi")}}}))(t, "enqueue")
-	d := get(sub.Recv())(t, "a delivery")
-	if len(d.Messages) != 1 || d.Messages[0].Id != res.Results[0].Id {
-		t.Fatalf("delivered %v, want %s", d.Messages, res.Results[0].Id)
-	}
-	get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{d.Messages[0].Receipt}}))(t, "ack up the stream")
-	gg.c.Nodes[at].Eventually(t, "the acked message gone", func() bool {
-		_, err := gg.clients[at].Get(ctx, &pb.GetRequest{Id: res.Results[0].Id})
-		return err != nil
-	})
-	// A receipt of another group ends the stream INVALID_ARGUMENT.
-	foreign := "000000000000000100000000.dff9db1391163e6f" // group 0
-	get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{foreign}}))(t, "ack of another group")
-	for {
-		if _, err := sub.Recv(); err != nil {
-			wantCode(t, "ack of another group", err, codes.InvalidArgument, "ack[0]: receipt names group 0; this stream's topic is in group 1")
-			break
+	for _, via := range []int{at, other} {
+		sub := get(gg.clients[via].Subscribe(ctx))(t, "subscribe")
+		get(0, sub.Send(&pb.SubscribeRequest{Topic: topic}))(t, "open the stream")
+		res := get(gg.clients[other].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topic, Body: []byte("hi")}}}))(t, "enqueue")
+		d := get(sub.Recv())(t, "a delivery")
+		if len(d.Messages) != 1 || d.Messages[0].Id != res.Results[0].Id {
+			t.Fatalf("delivered through node %d: %v, want %s", via, d.Messages, res.Results[0].Id)
+		}
+		get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{d.Messages[0].Receipt}}))(t, "ack up the stream")
+		gg.c.Nodes[at].Eventually(t, "the acked message gone", func() bool {
+			_, err := gg.clients[at].Get(ctx, &pb.GetRequest{Id: res.Results[0].Id})
+			return err != nil
+		})
+		// A receipt of another group ends the stream INVALID_ARGUMENT.
+		foreign := "000000000000000100000000.dff9db1391163e6f" // group 0
+		get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{foreign}}))(t, "ack of another group")
+		for {
+			if _, err := sub.Recv(); err != nil {
+				wantCode(t, "ack of another group", err, codes.InvalidArgument, "ack[0]: receipt names group 0; this stream's topic is in group 1")
+				break
+			}
 		}
 	}
 }

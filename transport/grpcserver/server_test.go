@@ -421,6 +421,22 @@ func TestFollower(t *testing.T) {
 	}
 	_, err = fwd.Enqueue(authed(t.Context(), "wrong"), &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
 	wantCode(t, "wrong token at the forwarding follower", err, codes.Unauthenticated, "wrong bearer token")
+	// A Subscribe is passed on to the leader: deliveries down, acks up, and
+	// a half-close ends it once the ack is settled.
+	sub := get(fwd.Subscribe(ctx))(t, "subscribe at the forwarding follower")
+	get(0, sub.Send(&pb.SubscribeRequest{Topic: "fs"}))(t, "open the stream")
+	sres := get(lc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "fs"}}}))(t, "enqueue for the stream")
+	d := get(sub.Recv())(t, "a delivery through the follower")
+	if len(d.Messages) != 1 || d.Messages[0].Id != sres.Results[0].Id {
+		t.Fatalf("delivered %v, want %s", d.Messages, sres.Results[0].Id)
+	}
+	get(0, sub.Send(&pb.SubscribeRequest{Ack: []string{d.Messages[0].Receipt}}))(t, "ack up the passed-on stream")
+	get(0, sub.CloseSend())(t, "half-close")
+	if _, err := sub.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the passed-on stream after its half-close: %v; want it ended OK", err)
+	}
+	_, err = lc.Get(ctx, &pb.GetRequest{Id: sres.Results[0].Id})
+	wantCode(t, "the message acked through the follower", err, codes.NotFound, "")
 	// A call another node forwarded is not forwarded again.
 	loop := metadata.AppendToOutgoingContext(ctx, grpcserver.ForwardedKey, "1")
 	_, err = fwd.Enqueue(loop, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})

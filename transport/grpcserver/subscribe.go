@@ -36,13 +36,13 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		return err
 	}
 	// On a node of many groups, the stream is its topic's group's, and
-	// only that group's leader streams it (one group: guardStream checked).
+	// only that group's leader streams it.
 	g, b := 0, s.b
 	if s.grouped != nil {
 		g = wheel.GroupOf(first.GetTopic(), s.groups)
 		b = s.group(g)
-		if err := streamable(b); err != nil {
-			return err
+		if err := b.Removed(); err != nil {
+			return unavailable(err.Error())
 		}
 	}
 	firstSettle, err := s.checkSettlement(first, g)
@@ -54,6 +54,21 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		return err
 	}
 	defer release()
+	if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
+		// A follower passes the stream on to the leader when it can find
+		// the leader's gRPC API, as the HTTP stream is passed on.
+		if !known {
+			return notLeader(addr, known)
+		}
+		err := s.fwd.subscribe(ss, first, addr, s.drain)
+		switch {
+		case errors.Is(err, errNoForward):
+			return notLeader(addr, known)
+		case s.drain.Err() != nil && caller.Err() == nil:
+			return unavailable("this node is shutting down; subscribe again at another node")
+		}
+		return err
+	}
 	ctx, cancel := context.WithCancel(caller)
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
@@ -270,23 +285,11 @@ func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamH
 		}
 	}
 	if s.grouped == nil {
-		if err := streamable(s.b); err != nil {
-			return err
+		if err := s.b.Removed(); err != nil {
+			return unavailable(err.Error())
 		}
 	}
 	return handler(srv, ss)
-}
-
-// streamable refuses a stream of b's group when this node is removed from
-// it or does not lead it.
-func streamable(b transport.Backend) error {
-	if err := b.Removed(); err != nil {
-		return unavailable(err.Error())
-	}
-	if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
-		return notLeader(addr, known)
-	}
-	return nil
 }
 
 func deliveryOf(d wheel.Delivery) *pb.Delivery {

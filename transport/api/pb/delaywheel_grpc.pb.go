@@ -105,9 +105,11 @@ type DelaywheelClient interface {
 	// (max_inflight: deliveries handed out and not yet settled); every request
 	// may carry acks and nacks, which settle deliveries and so open the
 	// window again. Only the leader (of the topic's group) streams, and only
-	// acks and nacks of that group are taken: a follower refuses, and a
-	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
-	// its unsettled deliveries; the client then subscribes again. Closing
+	// acks and nacks of that group are taken: another node passes the stream
+	// on to it (or, when it cannot find the leader's gRPC API, refuses
+	// NOT_LEADER), and a stream ends UNAVAILABLE (NOT_LEADER) when
+	// leadership moves, releasing its unsettled deliveries; the client then
+	// subscribes again. Closing
 	// the send side (half-close) is the graceful end: the stream settles
 	// every ack and nack sent, releases the rest, and ends OK. A consumer
 	// that acks by the Ack call keeps its send side open while it streams
@@ -324,9 +326,11 @@ type DelaywheelServer interface {
 	// (max_inflight: deliveries handed out and not yet settled); every request
 	// may carry acks and nacks, which settle deliveries and so open the
 	// window again. Only the leader (of the topic's group) streams, and only
-	// acks and nacks of that group are taken: a follower refuses, and a
-	// stream ends UNAVAILABLE (NOT_LEADER) when leadership moves, releasing
-	// its unsettled deliveries; the client then subscribes again. Closing
+	// acks and nacks of that group are taken: another node passes the stream
+	// on to it (or, when it cannot find the leader's gRPC API, refuses
+	// NOT_LEADER), and a stream ends UNAVAILABLE (NOT_LEADER) when
+	// leadership moves, releasing its unsettled deliveries; the client then
+	// subscribes again. Closing
 	// the send side (half-close) is the graceful end: the stream settles
 	// every ack and nack sent, releases the rest, and ends OK. A consumer
 	// that acks by the Ack call keeps its send side open while it streams
