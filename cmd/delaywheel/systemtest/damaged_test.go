@@ -188,14 +188,24 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 		at := NowMs() + 3_600_000
 		name := segment.FileName(at / 1000)
 		path := filepath.Join(n.DataDir, "fsm", "segments", name)
+		// enqueue enqueues 70 messages into the segment and returns its
+		// size once the last is applied: an enqueue is answered at commit,
+		// before its apply writes the segment, and a read of the message
+		// waits for the apply.
 		enqueue := func(from int) int64 {
 			t.Helper()
 			ctx := ctxFor(t, 30*time.Second)
+			var last string
 			for i := from; i < from+70; i++ {
 				msgs := []api.Message{{Topic: "damaged", Payload: api.TextBody(fmt.Sprint("m", i)), DeliverAtMs: api.Ptr(at)}}
-				if _, err := n.Client.Enqueue(ctx, msgs); err != nil {
+				res, err := n.Client.Enqueue(ctx, msgs)
+				if err != nil {
 					t.Fatal(err)
 				}
+				last = res[0].ID
+			}
+			if _, err := n.Client.Get(ctx, last); err != nil {
+				t.Fatalf("the last message enqueued: %v", err)
 			}
 			fi, err := os.Stat(path)
 			if err != nil {
