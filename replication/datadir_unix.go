@@ -38,7 +38,8 @@ func lockDataDir(dir string) (io.Closer, error) {
 		}
 		return nil, fmt.Errorf("data dir lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {

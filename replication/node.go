@@ -188,7 +188,6 @@ type Node struct {
 	closed    bool
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	observer  *raft.Observer
 }
 
 // rpcTimeout bounds each Raft RPC on a hung connection (and so a shutdown

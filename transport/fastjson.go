@@ -68,7 +68,6 @@ type fastDecoder struct {
 	topic string   // the last topic, which the next message likely repeats
 	ints  []int64  // backing of the optional numbers
 	strs  []string // backing of the bodies
-	bad   bool
 }
 
 // space skips JSON whitespace.

@@ -369,13 +369,6 @@ func (l *Loader) expire(second int64) {
 	}
 }
 
-func (l *Loader) secondOf(id ID) int64 {
-	if it := l.byID[id]; it != nil {
-		return it.second
-	}
-	return -1
-}
-
 // TakeReadyTopics returns and clears the topics that received ready
 // messages since the last call.
 func (l *Loader) TakeReadyTopics() []string {

@@ -148,12 +148,7 @@ func (s *Store) HasTopic(topic string) bool {
 	return ok
 }
 
-// iterPrefix calls fn for committed keys with prefix p until fn returns false.
-func (s *Store) iterPrefix(p []byte, fn func(k, v []byte) (bool, error)) error {
-	return s.iterRange(p, prefixEnd(p), fn)
-}
-
-// iterRange is iterPrefix over the keys in [lo, hi).
+// iterRange calls fn for committed keys in [lo, hi) until fn returns false.
 func (s *Store) iterRange(lo, hi []byte, fn func(k, v []byte) (bool, error)) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {

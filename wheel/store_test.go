@@ -205,7 +205,7 @@ func TestScheduleDefaults(t *testing.T) {
 	if v.State != StateDelayed || !reflect.DeepEqual(v.Message, want) {
 		t.Fatalf("got %+v %s\nwant %+v", v.Message, v.State, want)
 	}
-	if v := k.get(enq[1].ID); v.TTRMs != 5000 || v.MaxAttempts != 2 || v.Body != nil && len(v.Body) != 0 {
+	if v := k.get(enq[1].ID); v.TTRMs != 5000 || v.MaxAttempts != 2 || len(v.Body) != 0 {
 		t.Fatalf("explicit ttr/max: %+v", v.Message)
 	}
 	k.wantCounts(TopicCounts{Topic: "orders", Delayed: 2})

@@ -185,6 +185,15 @@ func TestAckNackTouchReschedule(t *testing.T) {
 	if len(rr.Messages) != 3 {
 		t.Fatalf("reserve: %+v", rr)
 	}
+	var reserved []string
+	for _, d := range rr.Messages {
+		reserved = append(reserved, d.ID)
+	}
+	slices.Sort(ids)
+	slices.Sort(reserved)
+	if !slices.Equal(reserved, ids) {
+		t.Fatalf("reserved %v; want the pushed %v", reserved, ids)
+	}
 	receipt := func(i int) string { return rr.Messages[i].Receipt }
 
 	out := n.mustRun(t, "touch", receipt(0), receipt(1))
