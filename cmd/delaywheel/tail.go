@@ -50,6 +50,11 @@ func (a *admin) tail(c *cli.Context) error {
 		MaxInflight: c.Int("max-inflight"), TTRMs: c.Duration("ttr").Milliseconds(),
 		OnError: func(err error) { fmt.Fprintln(c.App.ErrWriter, cleanError(err)) },
 	}
+	// The subscription outlives the command's context: when that ends
+	// (an interrupt), Close below sends the acks still queued and ends
+	// the stream so that the server settles them before it releases the
+	// deliveries left.
+	subCtx := context.WithoutCancel(c.Context)
 	var sub subscription
 	if addr := c.String("addr"); client.IsGRPC(addr) {
 		g, err := client.NewGRPC(addr, client.WithGRPCToken(s.token))
@@ -57,12 +62,23 @@ func (a *admin) tail(c *cli.Context) error {
 			return fmt.Errorf("--addr: %w", err)
 		}
 		defer g.Close()
-		sub = g.Subscribe(c.Context, topic, opt)
+		sub = g.Subscribe(subCtx, topic, opt)
 	} else {
-		sub = client.New(c.String("addr"), client.WithToken(s.token)).Subscribe(c.Context, topic, opt)
+		sub = client.New(c.String("addr"), client.WithToken(s.token)).Subscribe(subCtx, topic, opt)
 	}
 	out := c.App.Writer
-	for d := range sub.Deliveries() {
+read:
+	for {
+		var d api.Delivery
+		select {
+		case <-c.Context.Done():
+			break read
+		case next, ok := <-sub.Deliveries():
+			if !ok {
+				break read
+			}
+			d = next
+		}
 		if c.Bool("json") {
 			b, err := json.Marshal(d)
 			if err != nil {

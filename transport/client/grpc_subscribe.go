@@ -92,9 +92,10 @@ func (s *GRPCSubscription) Err() error {
 	return s.err
 }
 
-// Close sends the acks queued so far (waiting up to ctx for them), then
-// ends the stream: the server releases the deliveries not acked for
-// redelivery. Ack must not be called after Close.
+// Close sends the acks queued so far, then half-closes the stream and
+// waits for the server to end it (all within ctx): the server settles
+// every ack sent up the stream before it ends it, and releases the
+// deliveries not acked for redelivery. Ack must not be called after Close.
 func (s *GRPCSubscription) Close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
@@ -105,6 +106,20 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 		case <-flushed:
 		case <-ctx.Done():
 			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, ctx.Err())
+		}
+		s.mu.Lock()
+		st := s.stream
+		s.mu.Unlock()
+		if st != nil && err == nil {
+			// The sender is done: nothing else sends on st.
+			if st.CloseSend() == nil {
+				ended := make(chan struct{})
+				go func() { s.reader.Wait(); close(ended) }()
+				select {
+				case <-ended:
+				case <-ctx.Done():
+				}
+			}
 		}
 		s.cancel()
 		s.reader.Wait()
@@ -123,6 +138,11 @@ func (s *GRPCSubscription) read() {
 		got, err := s.readOnce()
 		if s.ctx.Err() != nil {
 			return
+		}
+		select {
+		case <-s.closing:
+			return // Close ended the stream, or it ended while closing
+		default:
 		}
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.Unauthenticated, codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
@@ -184,10 +204,15 @@ func (s *GRPCSubscription) readOnce() (got bool, err error) {
 		if err != nil {
 			return got, err
 		}
+	deliver:
 		for _, d := range resp.GetMessages() {
 			got = true
 			select {
 			case s.out <- deliveryOfProto(d):
+			case <-s.closing:
+				// Read on to the stream's end without handing out: the
+				// server releases what was not acked once it ends it.
+				break deliver
 			case <-s.ctx.Done():
 				return got, nil
 			}

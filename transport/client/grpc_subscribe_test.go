@@ -45,6 +45,49 @@ func TestGRPCSubscribeAcksUpTheStream(t *testing.T) {
 	})
 }
 
+// TestSubscribeCloseSettlesAcks: acks given right before Close are
+// settled, not lost to the stream's end (which would release their
+// deliveries back to ready), over gRPC (Close half-closes the stream and
+// waits for the server to end it) and over HTTP (Close waits for the ack
+// calls, answered once applied).
+func TestSubscribeCloseSettlesAcks(t *testing.T) {
+	type subscription interface {
+		transporttest.Subscriber
+		Close(ctx context.Context) error
+	}
+	for _, proto := range []string{"grpc", "http"} {
+		t.Run(proto, func(t *testing.T) {
+			kn, g := startGRPC(t)
+			ctx := t.Context()
+			subscribe := func() subscription {
+				opt := client.SubscribeOptions{MaxInflight: 2000}
+				if proto == "grpc" {
+					return g.Subscribe(ctx, "close", opt)
+				}
+				return kn.Client.Subscribe(ctx, "close", opt)
+			}
+			const n = 2000
+			for i := 0; i < n; i += 500 {
+				if _, err := g.Enqueue(ctx, messages(500, "close")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 3 {
+				sub := subscribe()
+				transporttest.Receive(t, sub, n/4)
+				if err := sub.Close(ctx); err != nil || sub.Err() != nil {
+					t.Fatalf("round %d: close: %v, %v", round, err, sub.Err())
+				}
+				want := api.TopicCounts{Topic: "close", Ready: int64(n - (round+1)*n/4)}
+				kn.Eventually(t, "every delivery handed out acked, the rest ready", func() bool {
+					ts, err := g.Topics(ctx)
+					return err == nil && len(ts) == 1 && ts[0] == want
+				})
+			}
+		})
+	}
+}
+
 func TestGRPCSubscribeRefusedForGood(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
 	addr := serveGRPC(t, kn, "tok")

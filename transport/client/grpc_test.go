@@ -21,6 +21,19 @@ func serveGRPC(t *testing.T, kn *transporttest.Node, token string) string {
 	return addr
 }
 
+// startGRPC starts a node and a gRPC client of it, without a token, that
+// closes at the end of the test.
+func startGRPC(t *testing.T) (*transporttest.Node, *client.GRPC) {
+	t.Helper()
+	kn := transporttest.Start(t, transporttest.Options{})
+	g, err := client.NewGRPC("grpc://" + serveGRPC(t, kn, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return kn, g
+}
+
 // TestGRPCClient calls a three-node cluster through a follower first: the
 // client moves on to the leader for the leader's calls, reads anywhere, and
 // gives errors as *Error with the API's codes.
@@ -87,12 +100,7 @@ func TestGRPCClient(t *testing.T) {
 // TestGRPCRedriveAll: the client's Redrive without ids asks for every dead
 // message (all), as the HTTP client's does, and with ids for those alone.
 func TestGRPCRedriveAll(t *testing.T) {
-	kn := transporttest.Start(t, transporttest.Options{})
-	g, err := client.NewGRPC("grpc://" + serveGRPC(t, kn, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	kn, g := startGRPC(t)
 	ctx := t.Context()
 	msgs := messages(3, "d")
 	for i := range msgs {
