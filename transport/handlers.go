@@ -113,7 +113,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 		return nil, err
 	}
 	if waitMs > 0 {
-		release, err := s.slots.AcquireWaiter()
+		release, err := s.cfg.Slots.AcquireWaiter()
 		if err != nil {
 			return nil, err
 		}

@@ -35,7 +35,6 @@ type Server struct {
 	routes   map[string]route      // by pattern, for requests spanning groups
 	log      *slog.Logger
 	handler  http.Handler
-	slots    *Slots
 	tokenSum [sha256.Size]byte
 	metrics  *CallMetrics // nil without a Registerer
 
@@ -74,7 +73,6 @@ func NewServer(cfg Config, b Backend) *Server {
 		cfg:      cfg,
 		b:        b,
 		log:      cfg.Logger.With("component", "http"),
-		slots:    cfg.Slots,
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}

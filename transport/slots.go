@@ -16,22 +16,19 @@ func NewSlots(lim Limits) *Slots {
 
 // AcquireWaiter takes a long-poll slot, or answers overloaded (429,
 // RESOURCE_EXHAUSTED) when all are taken. release gives it back.
-func (p *Slots) AcquireWaiter() (release func(), err error) {
-	select {
-	case p.waiters <- struct{}{}:
-		return func() { <-p.waiters }, nil
-	default:
-		return nil, Overloaded(cap(p.waiters))
-	}
-}
+func (p *Slots) AcquireWaiter() (release func(), err error) { return acquire(p.waiters, Overloaded) }
 
 // AcquireStream takes a stream slot, or answers overloaded when all are
 // taken. release gives it back.
-func (p *Slots) AcquireStream() (release func(), err error) {
+func (p *Slots) AcquireStream() (release func(), err error) { return acquire(p.streams, StreamsFull) }
+
+// acquire takes a slot of pool, or answers full(its size) when all are
+// taken.
+func acquire(pool chan struct{}, full func(limit int) *Error) (release func(), err error) {
 	select {
-	case p.streams <- struct{}{}:
-		return func() { <-p.streams }, nil
+	case pool <- struct{}{}:
+		return func() { <-pool }, nil
 	default:
-		return nil, StreamsFull(cap(p.streams))
+		return nil, full(cap(pool))
 	}
 }

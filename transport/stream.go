@@ -31,7 +31,7 @@ func (s *Server) streamTopic(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.slots.AcquireStream()
+	release, err := s.cfg.Slots.AcquireStream()
 	if err != nil {
 		return nil, err
 	}

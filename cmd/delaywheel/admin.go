@@ -168,13 +168,17 @@ func withHTTPFlags(cmd *cli.Command) *cli.Command {
 			cmd.Flags[i] = &http
 		}
 	}
-	cmd.Before = func(c *cli.Context) error {
-		if addr := c.String("addr"); client.IsGRPC(addr) {
-			return fmt.Errorf("--addr %s: %s is served over HTTP only; give a node's HTTP address (http://host:7070)", addr, c.Command.HelpName)
-		}
-		return nil
-	}
+	cmd.Before = func(c *cli.Context) error { return httpOnly(c.String("addr"), c.Command.HelpName) }
 	return cmd
+}
+
+// httpOnly refuses an --addr of grpc:// for command, which the gRPC API
+// does not serve.
+func httpOnly(addr, command string) error {
+	if client.IsGRPC(addr) {
+		return fmt.Errorf("--addr %s: %s is served over HTTP only; give a node's HTTP address (http://host:7070)", addr, command)
+	}
+	return nil
 }
 
 // session is one command's connection and output.

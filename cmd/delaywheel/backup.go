@@ -48,8 +48,8 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if addr := c.String("addr"); client.IsGRPC(addr) {
-		return fmt.Errorf("--addr %s: backup is served over HTTP only; give the node's HTTP address (http://host:7070)", addr)
+	if err := httpOnly(c.String("addr"), "backup"); err != nil {
+		return err
 	}
 	cl := client.New(baseURL(c.String("addr")), client.WithToken(token))
 	v, err := cl.Cluster(c.Context)

@@ -100,12 +100,8 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
 		close(s.closing)
-		flushed := make(chan struct{})
-		go func() { s.sender.Wait(); close(flushed) }()
-		select {
-		case <-flushed:
-		case <-ctx.Done():
-			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, ctx.Err())
+		if werr := waitWithin(ctx, &s.sender); werr != nil {
+			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, werr)
 		}
 		s.mu.Lock()
 		st := s.stream
@@ -113,12 +109,7 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 		if st != nil && err == nil {
 			// The sender is done: nothing else sends on st.
 			if st.CloseSend() == nil {
-				ended := make(chan struct{})
-				go func() { s.reader.Wait(); close(ended) }()
-				select {
-				case <-ended:
-				case <-ctx.Done():
-				}
+				_ = waitWithin(ctx, &s.reader) // at ctx's end, cut below
 			}
 		}
 		s.cancel()

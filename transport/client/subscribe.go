@@ -166,22 +166,28 @@ func (s *Subscription) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.end()
-		flushed := make(chan struct{})
-		go func() {
-			s.ackers.Wait()
-			close(flushed)
-		}()
-		select {
-		case <-flushed:
-		case <-ctx.Done():
-			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, ctx.Err())
+		if werr := waitWithin(ctx, &s.ackers); werr != nil {
+			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, werr)
 		}
 		s.stopRead()
 		s.reader.Wait()
 		s.stopAcks()
-		<-flushed
+		s.ackers.Wait()
 	})
 	return err
+}
+
+// waitWithin waits for wg until ctx ends; it returns ctx's error when ctx
+// ended first.
+func waitWithin(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // read opens the stream again each time it ends, with a growing pause

@@ -527,6 +527,14 @@ func (h heldAcks) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, e
 	return h.Backend.Ack(ctx, rs)
 }
 
+// subscribeTo opens a Subscribe stream of topic with a window of window.
+func subscribeTo(t *testing.T, ctx context.Context, c pb.DelaywheelClient, topic string, window int32) pb.Delaywheel_SubscribeClient {
+	t.Helper()
+	st := get(c.Subscribe(ctx))(t, "subscribe to "+topic)
+	get(0, st.Send(&pb.SubscribeRequest{Topic: topic, MaxInflight: proto32(window)}))(t, "open the stream of "+topic)
+	return st
+}
+
 // TestSubscribeAckFreesTheWindowAsRead: an ack sent up a Subscribe stream
 // frees the stream's window as soon as the server reads it, so the next
 // delivery comes while the ack itself still waits to be proposed.
@@ -539,13 +547,7 @@ func TestSubscribeAckFreesTheWindowAsRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(authed(t.Context(), token), 10*time.Second)
 	defer cancel()
 	get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "w", Body: []byte("1")}, {Topic: "w", Body: []byte("2")}}}))(t, "enqueue")
-	st, err := c.Subscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&pb.SubscribeRequest{Topic: "w", MaxInflight: proto32(1)}); err != nil {
-		t.Fatal(err)
-	}
+	st := subscribeTo(t, ctx, c, "w", 1)
 	first := get(st.Recv())(t, "the first delivery")
 	if len(first.Messages) != 1 {
 		t.Fatalf("first answer %v; want one delivery (window 1)", first.Messages)
@@ -577,13 +579,7 @@ func TestSubscribeHalfCloseEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(authed(t.Context(), token), 10*time.Second)
 	defer cancel()
 	get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "h", Body: []byte("1")}, {Topic: "h", Body: []byte("2")}}}))(t, "enqueue")
-	st, err := c.Subscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&pb.SubscribeRequest{Topic: "h", MaxInflight: proto32(2)}); err != nil {
-		t.Fatal(err)
-	}
+	st := subscribeTo(t, ctx, c, "h", 2)
 	var ds []*pb.Delivery
 	for len(ds) < 2 {
 		ds = append(ds, get(st.Recv())(t, "deliveries").Messages...)
@@ -597,7 +593,7 @@ func TestSubscribeHalfCloseEnds(t *testing.T) {
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the half-close: %v; want the stream ended OK", err)
 	}
-	_, err = c.Get(ctx, &pb.GetRequest{Id: ds[0].Id})
+	_, err := c.Get(ctx, &pb.GetRequest{Id: ds[0].Id})
 	wantCode(t, "the acked message", err, codes.NotFound, "")
 	var again *pb.ReserveResponse
 	kn.Eventually(t, "the unacked delivery ready again", func() bool {
