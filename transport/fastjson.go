@@ -21,7 +21,7 @@ import (
 // another case, a duplicate key, a number that is not a plain integer, a
 // string that is not valid UTF-8, malformed JSON — it answers ok=false
 // and the caller decodes the body with encoding/json, whose errors are the
-// ones API.md gives. FuzzDecodeEnqueue holds it to this.
+// ones the API gives. FuzzDecodeEnqueue holds it to this.
 //
 // maxBatch bounds what it reserves ahead for the batch: a body of nothing
 // but '{' must not make it allocate for millions of messages.
