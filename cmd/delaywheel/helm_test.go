@@ -450,9 +450,10 @@ func TestHelmChart(t *testing.T) {
 	}
 }
 
-// TestHelmChartGroupsBound renders the chart at the binary's largest
-// --groups and one past it: the chart refuses what the server would.
-func TestHelmChartGroupsBound(t *testing.T) {
+// TestHelmChartRefuses renders the chart at the binary's largest --groups
+// and one past it, where the chart refuses what the server would, and
+// refuses a new cluster of fewer pods than its initial members.
+func TestHelmChartRefuses(t *testing.T) {
 	helm := helmBinary(t)
 	if _, err := renderErr(helm, "dw", "q", fmt.Sprintf("groups=%d", wheel.MaxGroups)); err != nil {
 		t.Errorf("groups=%d: %v", wheel.MaxGroups, err)
@@ -462,6 +463,12 @@ func TestHelmChartGroupsBound(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("groups %d: want 1 to %d", bad, wheel.MaxGroups)) {
 			t.Errorf("groups=%d: %v; want it refused naming the bound %d", bad, err, wheel.MaxGroups)
 		}
+	}
+	if _, err := renderErr(helm, "dw", "q", "replicas=2"); err == nil || !strings.Contains(err.Error(), "replicas 2 is below initialMembers 3") {
+		t.Errorf("replicas=2: %v; want it refused: a new cluster of 3 members needs 3 pods", err)
+	}
+	if _, err := renderErr(helm, "dw", "q", "replicas=1", "initialMembers=1"); err != nil {
+		t.Errorf("a single node (replicas=1, initialMembers=1): %v", err)
 	}
 }
 

@@ -47,7 +47,7 @@ delaywheel.checkValues fails the render on values that cannot work, and on
 an upgrade that changes what is fixed when the cluster is created: groups
 and initialMembers, recorded in the cluster ConfigMap at install (lookup
 finds nothing under helm template or lint, where only the values are
-checked).
+checked). A new cluster needs its initialMembers pods.
 */}}
 {{- define "delaywheel.checkValues" -}}
 {{- $groups := int .Values.groups -}}
@@ -74,5 +74,7 @@ checked).
 {{- if and $wasMembers (ne $wasMembers (toString (int .Values.initialMembers))) -}}
 {{- fail (printf "initialMembers is fixed when the cluster is created: this release's cluster was created by %s nodes, so it cannot become %d; change the size with replicas" $wasMembers (int .Values.initialMembers)) -}}
 {{- end -}}
+{{- else if lt (int .Values.replicas) (int .Values.initialMembers) -}}
+{{- fail (printf "replicas %d is below initialMembers %d: a new cluster starts with its initialMembers pods (set initialMembers=%d to start with fewer)" (int .Values.replicas) (int .Values.initialMembers) (int .Values.replicas)) -}}
 {{- end -}}
 {{- end -}}
