@@ -35,9 +35,12 @@ func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
 
 // Indexes returns the highest log index this node has applied and the
 // commit index it knows of. A follower's commit index never passes its
-// own last log entry, so it is not the cluster's.
+// own last log entry, so it is not the cluster's; nor is it below what
+// the node applied, which Raft's is after a restart until the leader's
+// entries reach the node's log (a follower catching up from a snapshot).
 func (n *Node) Indexes() (applied, commit uint64) {
-	return n.fsm.appliedIndex(), n.raft.CommitIndex()
+	applied = n.fsm.appliedIndex()
+	return applied, max(applied, n.raft.CommitIndex())
 }
 
 // result unwraps the single result of a one-command proposal.
