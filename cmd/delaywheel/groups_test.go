@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +100,57 @@ func TestServerGroupsCluster(t *testing.T) {
 	for g := range groups {
 		if !strings.Contains(string(body), fmt.Sprintf(`group="%d"`, g)) {
 			t.Fatalf("no series of group %d in /metrics", g)
+		}
+	}
+	if want := fmt.Sprintf(`goversion=%q`, runtime.Version()); !strings.Contains(string(body), "delaywheel_build_info{") || !strings.Contains(string(body), want) {
+		t.Fatalf("no delaywheel_build_info with %s in /metrics", want)
+	}
+
+	// `cluster` prints a row per group; --addr takes a list over HTTP
+	// and calls the first node that answers.
+	down := replication.FreeAddr(t)
+	out, err := run(t, "cluster", "--addr", down+", http://"+httpAddrs[2])
+	if err != nil {
+		t.Fatalf("cluster: %v\n%s", err, out)
+	}
+	hasRow(t, out, "GROUP", "LEADER", "TERM", "COMMIT", "LAG")
+	v, err := cls[2].Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, out, "answered by:", "n3")
+	rows := map[string]bool{}
+	for _, r := range fields(out) {
+		if len(r) == 5 {
+			rows[strings.Join(r[:3], " ")] = true
+		}
+	}
+	for _, g := range v.Groups {
+		if want := fmt.Sprintf("%d %s %d", g.Group, g.Leader, g.Term); !rows[want] {
+			t.Fatalf("no group row starting %q in:\n%s", want, out)
+		}
+	}
+}
+
+// With no node of an --addr list answering, a command fails at once,
+// naming every address and the last error, where tail retried forever.
+func TestAddrListNoneAnswers(t *testing.T) {
+	down := replication.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, cmd := range [][]string{{"tail", "t"}, {"topics"}} {
+		app := newApp()
+		var out, errOut strings.Builder
+		app.Writer, app.ErrWriter = &out, &errOut
+		args := append([]string{"delaywheel", cmd[0], "--addr", down + ",http://127.0.0.1:bad"}, cmd[1:]...)
+		err := runCLI(ctx, app, args)
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("%s: %v (context: %v); want a refusal before the deadline", cmd[0], err, ctx.Err())
+		}
+		for _, want := range []string{"--addr: no node answers at", down, "http://127.0.0.1:bad", "invalid port"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%s: %v; want it to say %q", cmd[0], err, want)
+			}
 		}
 	}
 }

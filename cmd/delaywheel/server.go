@@ -320,7 +320,7 @@ func runServer(c *cli.Context) error {
 	defer mem.apply(logger)()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 
 	gs, err := replication.OpenGroups(replication.Config{
 		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr,

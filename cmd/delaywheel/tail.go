@@ -35,7 +35,9 @@ func (a *admin) tailCommand() *cli.Command {
 }
 
 func (a *admin) tail(c *cli.Context) error {
-	s, err := newSession(c, 1, 1)
+	// A subscription retries its node until it answers: one that never
+	// does is refused here, naming it, rather than retried forever.
+	s, err := openSession(c, 1, 1, true)
 	if err != nil {
 		return err
 	}
@@ -64,7 +66,7 @@ func (a *admin) tail(c *cli.Context) error {
 		defer g.Close()
 		sub = g.Subscribe(subCtx, topic, opt)
 	} else {
-		sub = client.New(c.String("addr"), client.WithToken(s.token)).Subscribe(subCtx, topic, opt)
+		sub = client.New(s.addr, client.WithToken(s.token)).Subscribe(subCtx, topic, opt)
 	}
 	out := c.App.Writer
 read:
