@@ -187,8 +187,8 @@ type session struct {
 	cl  *client.Client // the HTTP API, for the calls only it has
 	api nodeAPI        // cl, or the gRPC client for an --addr of grpc://
 	raw []byte         // the last JSON answer
-	// addr is the HTTP address the session calls (of --addr's list, the
-	// first that answered); "" over gRPC.
+	// addr is what the session calls: of --addr's list, the first HTTP
+	// address that answered, or the gRPC list from the first that did.
 	addr string
 	// token is the bearer token of --token-file ("" without one).
 	token string
@@ -219,8 +219,8 @@ func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 	return openSession(c, minArgs, maxArgs, false)
 }
 
-// openSession is newSession; probe makes it ask a single HTTP address
-// whether it answers, as a list's are asked (pickHTTP).
+// openSession is newSession; probe makes it ask a single address
+// whether it answers, as a list's are asked (pickHTTP, pickGRPC).
 func openSession(c *cli.Context, minArgs, maxArgs int, probe bool) (*session, error) {
 	if n := c.NArg(); n < minArgs || (maxArgs >= 0 && n > maxArgs) {
 		return nil, fmt.Errorf("usage: %s %s [flags] %s (see %s %s --help)", c.App.Name, c.Command.Name, c.Command.ArgsUsage, c.App.Name, c.Command.Name)
@@ -236,6 +236,11 @@ func openSession(c *cli.Context, minArgs, maxArgs int, probe bool) (*session, er
 		s.token = token
 	}
 	if addr := c.String("addr"); client.IsGRPC(addr) {
+		addr, err := pickGRPC(c.Context, addr, token, probe)
+		if err != nil {
+			return nil, err
+		}
+		s.addr = addr
 		g, err := client.NewGRPC(addr, client.WithGRPCToken(token), client.WithGRPCRawResponse(func(b []byte) { s.raw = b }))
 		if err != nil {
 			return nil, fmt.Errorf("--addr: %w", err)

@@ -138,18 +138,24 @@ func TestAddrListNoneAnswers(t *testing.T) {
 	down := replication.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	for _, cmd := range [][]string{{"tail", "t"}, {"topics"}} {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"tail", "--addr", down + ",http://127.0.0.1:bad", "t"}, []string{down, "http://127.0.0.1:bad", "invalid port"}},
+		{[]string{"topics", "--addr", down + ",http://127.0.0.1:bad"}, []string{down, "http://127.0.0.1:bad", "invalid port"}},
+		{[]string{"tail", "--addr", "grpc://" + down, "t"}, []string{down, "unavailable"}},
+	} {
 		app := newApp()
 		var out, errOut strings.Builder
 		app.Writer, app.ErrWriter = &out, &errOut
-		args := append([]string{"delaywheel", cmd[0], "--addr", down + ",http://127.0.0.1:bad"}, cmd[1:]...)
-		err := runCLI(ctx, app, args)
+		err := runCLI(ctx, app, append([]string{"delaywheel"}, c.args...))
 		if err == nil || ctx.Err() != nil {
-			t.Fatalf("%s: %v (context: %v); want a refusal before the deadline", cmd[0], err, ctx.Err())
+			t.Fatalf("%v: %v (context: %v); want a refusal before the deadline", c.args, err, ctx.Err())
 		}
-		for _, want := range []string{"--addr: no node answers at", down, "http://127.0.0.1:bad", "invalid port"} {
+		for _, want := range append(c.want, "--addr: no node answers at ") {
 			if !strings.Contains(err.Error(), want) {
-				t.Fatalf("%s: %v; want it to say %q", cmd[0], err, want)
+				t.Fatalf("%v: %v; want it to say %q", c.args, err, want)
 			}
 		}
 	}

@@ -58,8 +58,8 @@ func (a *admin) tail(c *cli.Context) error {
 	// deliveries left.
 	subCtx := context.WithoutCancel(c.Context)
 	var sub subscription
-	if addr := c.String("addr"); client.IsGRPC(addr) {
-		g, err := client.NewGRPC(addr, client.WithGRPCToken(s.token))
+	if client.IsGRPC(s.addr) {
+		g, err := client.NewGRPC(s.addr, client.WithGRPCToken(s.token))
 		if err != nil {
 			return fmt.Errorf("--addr: %w", err)
 		}
