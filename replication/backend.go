@@ -33,28 +33,14 @@ func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
 	return "", false, false
 }
 
-// Ready returns nil when this node can serve as far as it can tell on its
-// own: it knows a leader, and, leading, runs its dispatcher. Otherwise it
-// says why. A follower is ready once it has also applied the leader's
-// commit index, which only the leader knows (transport asks it).
-func (n *Node) Ready() error {
-	if n.removed.Load() {
-		return ErrRemoved
-	}
-	if err := n.noLeader(); err != nil {
-		return err
-	}
-	if n.raft.State() == raft.Leader && n.dispatcher() == nil {
-		return errors.New("elected leader, still applying the log before serving")
-	}
-	return nil
-}
-
 // Indexes returns the highest log index this node has applied and the
 // commit index it knows of. A follower's commit index never passes its
-// own last log entry, so it is not the cluster's.
+// own last log entry, so it is not the cluster's; nor is it below what
+// the node applied, which Raft's is after a restart until the leader's
+// entries reach the node's log (a follower catching up from a snapshot).
 func (n *Node) Indexes() (applied, commit uint64) {
-	return n.fsm.appliedIndex(), n.raft.CommitIndex()
+	applied = n.fsm.appliedIndex()
+	return applied, max(applied, n.raft.CommitIndex())
 }
 
 // result unwraps the single result of a one-command proposal.

@@ -115,7 +115,7 @@ func (n *Node) Cluster(context.Context) (view.Cluster, error) {
 		case string(s.ID) == n.cfg.ID:
 			ns.State = stateName(n.raft.State())
 			ns.AppliedIndex, ns.CommitIndex = n.Indexes()
-			ns.Reachable = ptr(isLeader || leader != "")
+			ns.Reachable = ptr(true) // to itself, leader or not, elected or not
 			if !isLeader && leader != "" {
 				ns.LastContactMs = ptr(time.Since(n.raft.LastContact()).Milliseconds())
 			}

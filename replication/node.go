@@ -70,6 +70,9 @@ type Config struct {
 	MaxTopics       int // distinct topics
 	MaxPendingApply int // proposals in flight before enqueues answer 429
 	MaxLeaseBatch   int // hand-offs per Lease entry
+	// ReadyMaxLag is how many log entries a node that has caught up may
+	// trail the leader's commit index by and stay ready (Ready).
+	ReadyMaxLag uint64
 
 	// RaftAdvertise is the Raft address peers dial (default RaftAddr), for a
 	// node behind NAT or a proxy.
@@ -120,6 +123,7 @@ func DefaultConfig() Config {
 		MaxTopics:         10000,
 		MaxPendingApply:   4096,
 		MaxLeaseBatch:     1024,
+		ReadyMaxLag:       DefaultReadyMaxLag,
 	}
 }
 
@@ -140,6 +144,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxTopics, d.MaxTopics)
 	orDefault(&c.MaxPendingApply, d.MaxPendingApply)
 	orDefault(&c.MaxLeaseBatch, d.MaxLeaseBatch)
+	orDefault(&c.ReadyMaxLag, d.ReadyMaxLag)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -165,6 +170,8 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans *raft.NetworkTransport
+	watch *commitWatch // trans as Raft sees it: the leader's commit index (ready.go)
+	ready readiness    // (ready.go)
 	guard *stallGuard  // bounds snapshot streams' stalls (stall.go)
 	logs  *raftlog.Log // the log's entries, and the term and vote
 	lock  io.Closer    // the data dir's lock, held while open
@@ -350,8 +357,10 @@ func Open(cfg Config) (*Node, error) {
 		st.Close()
 		return fail(fmt.Errorf("raft state: %w", err))
 	}
-	r, err := raft.NewRaft(rc, f, cache, logs.Stable(), snaps, n.trans)
+	n.watch = newCommitWatch(n.trans)
+	r, err := raft.NewRaft(rc, f, cache, logs.Stable(), snaps, n.watch)
 	if err != nil {
+		n.watch.close()
 		n.trans.Close()
 		f.Store().Close()
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
@@ -404,6 +413,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	n.closed = true
 	n.mu.Unlock()
+	n.Stopping()
 	if n.raft != nil && n.raft.State() == raft.Leader && n.multiVoter() {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
@@ -418,6 +428,9 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	if n.raft != nil {
 		errs = append(errs, n.raft.Shutdown().Error())
+	}
+	if n.watch != nil {
+		n.watch.close()
 	}
 	if n.trans != nil {
 		errs = append(errs, n.trans.Close())

@@ -18,10 +18,10 @@ type Backend interface {
 	// LeaderHTTP returns the leader's HTTP address ("host:port"), whether
 	// this node is the leader, and whether a leader is known.
 	LeaderHTTP() (addr string, isLeader, known bool)
-	// Ready returns nil when the node can serve as far as it can tell on
-	// its own (it knows a leader; leading, it runs its dispatcher), or an
-	// error saying why not. /readyz also checks a follower's applied index
-	// against the leader's commit index.
+	// Ready returns nil when the node should take client traffic (/readyz
+	// answers 200): it knows a leader, has caught up once since it
+	// started and does not trail the leader by more than its bound; or an
+	// error saying why not.
 	Ready() error
 	// Removed returns an error saying so while the node is not a member of
 	// its cluster; the server then refuses every request but /healthz.

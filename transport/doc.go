@@ -3,8 +3,9 @@
 // status codes, leader forwarding (a follower reverse-proxies writes and
 // reserves to the leader), the long-poll limit, the cluster view (the
 // leader's, which it assembles by asking each member; cluster.go), and the
-// health, readiness and metrics endpoints (a follower's readiness asks the
-// leader for its commit index; readyz.go). A node removed from its cluster
+// health, readiness and metrics endpoints (readiness is what the node
+// knows by itself: a leader, and that it has caught up; readyz.go). A node
+// removed from its cluster
 // refuses every request but /healthz.
 //
 // It talks to the rest of the server only through the [Backend] interface,

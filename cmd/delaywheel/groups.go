@@ -64,8 +64,13 @@ func appliedSum(gs *replication.Groups) func() uint64 {
 	}
 }
 
-// stepDown hands the leadership of every group this node leads over.
+// stepDown marks every group as shutting down (so /readyz answers 503
+// from here on), then hands the leadership of every group this node leads
+// over.
 func stepDown(gs *replication.Groups) {
+	for g := range gs.Count() {
+		gs.Node(g).Stopping()
+	}
 	for g := range gs.Count() {
 		gs.Node(g).StepDown()
 	}

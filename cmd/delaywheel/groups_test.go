@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +82,63 @@ func TestServerGroupsCluster(t *testing.T) {
 	for g := range groups {
 		if !strings.Contains(string(body), fmt.Sprintf(`group="%d"`, g)) {
 			t.Fatalf("no series of group %d in /metrics", g)
+		}
+	}
+	if want := fmt.Sprintf(`goversion=%q`, runtime.Version()); !strings.Contains(string(body), "delaywheel_build_info{") || !strings.Contains(string(body), want) {
+		t.Fatalf("no delaywheel_build_info with %s in /metrics", want)
+	}
+
+	// `cluster` prints a row per group; --addr takes a list over HTTP
+	// and calls the first node that answers.
+	down := replication.FreeAddr(t)
+	out, err := run(t, "cluster", "--addr", down+", http://"+httpAddrs[2])
+	if err != nil {
+		t.Fatalf("cluster: %v\n%s", err, out)
+	}
+	hasRow(t, out, "GROUP", "LEADER", "TERM", "COMMIT", "LAG")
+	v, err := cls[2].Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, out, "answered by:", "n3")
+	rows := map[string]bool{}
+	for _, r := range fields(out) {
+		if len(r) == 5 {
+			rows[strings.Join(r[:3], " ")] = true
+		}
+	}
+	for _, g := range v.Groups {
+		if want := fmt.Sprintf("%d %s %d", g.Group, g.Leader, g.Term); !rows[want] {
+			t.Fatalf("no group row starting %q in:\n%s", want, out)
+		}
+	}
+}
+
+// With no node of an --addr list answering, a command fails at once,
+// naming every address and the last error, where tail retried forever.
+func TestAddrListNoneAnswers(t *testing.T) {
+	down := replication.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"tail", "--addr", down + ",http://127.0.0.1:bad", "t"}, []string{down, "http://127.0.0.1:bad", "invalid port"}},
+		{[]string{"topics", "--addr", down + ",http://127.0.0.1:bad"}, []string{down, "http://127.0.0.1:bad", "invalid port"}},
+		{[]string{"tail", "--addr", "grpc://" + down, "t"}, []string{down, "unavailable"}},
+	} {
+		app := newApp()
+		var out, errOut strings.Builder
+		app.Writer, app.ErrWriter = &out, &errOut
+		err := runCLI(ctx, app, append([]string{"delaywheel"}, c.args...))
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("%v: %v (context: %v); want a refusal before the deadline", c.args, err, ctx.Err())
+		}
+		for _, want := range append(c.want, "--addr: no node answers at ") {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%v: %v; want it to say %q", c.args, err, want)
+			}
 		}
 	}
 }

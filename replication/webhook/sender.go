@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/delaywheel/delaywheel/replication/logrepeat"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -72,10 +73,14 @@ type Config struct {
 
 // Sender sends the due messages of every topic with a webhook.
 type Sender struct {
-	n      Node
-	cfg    Config
-	mu     sync.Mutex
-	topics map[string]*topicSender
+	n   Node
+	cfg Config
+	// repeats logs each cause of a per-delivery warning (a header left
+	// out, a host not allowed) at most once a second, with the count of
+	// those left out: every message of a topic may carry it.
+	repeats *logrepeat.Limiter
+	mu      sync.Mutex
+	topics  map[string]*topicSender
 }
 
 // New returns a sender with no topic; Reconcile starts them.
@@ -108,7 +113,7 @@ func New(n Node, cfg Config) *Sender {
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = 10 * time.Second
 	}
-	return &Sender{n: n, cfg: cfg, topics: map[string]*topicSender{}}
+	return &Sender{n: n, cfg: cfg, repeats: logrepeat.New(time.Second, cfg.Clock.Now), topics: map[string]*topicSender{}}
 }
 
 // Reconcile makes the running topic senders those current returns: it
@@ -423,13 +428,15 @@ func (ts *topicSender) post(d wheel.Delivery) string {
 	}
 	if allow := ts.s.cfg.Allow; allow != nil {
 		if err := allow(req.URL.Hostname()); err != nil {
-			ts.s.cfg.Logger.Warn("webhook host not allowed", "topic", h.Topic, "err", err)
+			ts.s.repeats.Log(ts.s.cfg.Logger, slog.LevelWarn, "host\x00"+h.Topic+"\x00"+err.Error(),
+				"webhook host not allowed", "topic", h.Topic, "err", err)
 			return OutcomeRefused
 		}
 	}
 	for k, v := range d.Headers {
 		if why := unsendable(k, v); why != "" {
-			ts.s.cfg.Logger.Warn("webhook: a message header is left out of the request", "topic", h.Topic,
+			ts.s.repeats.Log(ts.s.cfg.Logger, slog.LevelWarn, "header\x00"+h.Topic+"\x00"+k+"\x00"+why,
+				"webhook: a message header is left out of the request", "topic", h.Topic,
 				"id", d.ID.String(), "header", k, "why", why)
 			continue
 		}
