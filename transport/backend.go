@@ -18,6 +18,10 @@ type Backend interface {
 	// LeaderHTTP returns the leader's HTTP address ("host:port"), whether
 	// this node is the leader, and whether a leader is known.
 	LeaderHTTP() (addr string, isLeader, known bool)
+	// Leader returns the leader's member record (its HTTP address as
+	// LeaderHTTP's; its gRPC address, empty when it recorded none),
+	// whether this node is the leader, and whether a leader is known.
+	Leader() (m wheel.Node, isLeader, known bool)
 	// Ready returns nil when the node can serve as far as it can tell on
 	// its own (it knows a leader; leading, it runs its dispatcher), or an
 	// error saying why not. /readyz also checks a follower's applied index

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -112,19 +111,6 @@ func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, err
 		s.allGroups(ctx, auth, &view)
 	}
 	return view, err
-}
-
-// LeaderGRPC asks the leader, at its HTTP address leaderHTTP, for its gRPC
-// address; auth is the Authorization to send.
-func (s *Server) LeaderGRPC(ctx context.Context, leaderHTTP, auth string) (string, error) {
-	var lv api.Cluster
-	if err := s.ask(ctx, leaderHTTP, "/v1/cluster?local=true", auth, &lv); err != nil {
-		return "", fmt.Errorf("asking the leader at %s for its gRPC address: %w", leaderHTTP, err)
-	}
-	if lv.GRPCAddr == "" {
-		return "", fmt.Errorf("the leader at %s serves no gRPC", leaderHTTP)
-	}
-	return lv.GRPCAddr, nil
 }
 
 // ValidateStream checks the options of a stream (max_inflight and ttr_ms,

@@ -267,7 +267,7 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n, s.be(r).AddNode(r.Context(), wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr})
+	return n, s.be(r).AddNode(r.Context(), wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr})
 }
 
 // nodeBody decodes and validates the node of POST /v1/cluster/nodes.

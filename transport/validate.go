@@ -299,7 +299,10 @@ func validateNode(n api.Node, lim Limits) error {
 	if n.ID == "" || len(n.ID) > lim.MaxKeyLen {
 		return invalid("id: must be 1 to %d bytes, got %d", lim.MaxKeyLen, len(n.ID))
 	}
-	for _, a := range [...]struct{ name, addr string }{{"raft_addr", n.RaftAddr}, {"http_addr", n.HTTPAddr}} {
+	for _, a := range [...]struct{ name, addr string }{{"raft_addr", n.RaftAddr}, {"http_addr", n.HTTPAddr}, {"grpc_addr", n.GRPCAddr}} {
+		if a.addr == "" && a.name == "grpc_addr" {
+			continue // optional: a node that serves no gRPC
+		}
 		if host, port, err := net.SplitHostPort(a.addr); err != nil || host == "" || port == "" {
 			return invalid("%s: must be host:port, got %s", a.name, quoteShort(a.addr))
 		}

@@ -27,12 +27,11 @@
 // Calls that change state, and Reserve, are answered by the leader. A
 // follower forwards them to the leader's gRPC API with the caller's
 // authorization and marks them (ForwardedKey), so that a node that is not
-// the leader any more answers instead of forwarding again. The replicated
-// member metadata holds raft and HTTP addresses only, so the follower asks
-// the leader's HTTP API for its gRPC address (GET /v1/cluster?local=true
-// reports it as grpc_addr) and keeps it, and a connection to it, until a
-// forwarded call fails UNAVAILABLE. When it cannot forward (no leader known,
-// no gRPC at the leader, a call already forwarded) it answers UNAVAILABLE
+// the leader any more answers instead of forwarding again. The follower
+// finds the leader's gRPC address in the leader's replicated member record
+// (next to its Raft and HTTP addresses) and keeps a connection to it. When
+// it cannot forward (no leader known, no gRPC address in the leader's
+// record, a call already forwarded, Config.Forward off) it answers UNAVAILABLE
 // with an ErrorInfo of reason NOT_LEADER whose metadata gives the leader's
 // HTTP address (leader_http_addr) when one is known; the Go client then
 // moves on to the next gRPC address it was given. Reads (Get, Topics,

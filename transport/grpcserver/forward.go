@@ -12,11 +12,9 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
@@ -27,24 +25,22 @@ import (
 // UNAVAILABLE instead of forwarding it again, so forwarding never loops.
 const ForwardedKey = "x-delaywheel-forwarded"
 
-// forwarder passes the leader's calls on from a follower. Its connections
-// to leaders are kept, one per address, until close.
+// forwarder passes the leader's calls on from a follower, to the gRPC
+// address the leader's member record holds. Its connections to leaders
+// are kept, one per address, until close.
 type forwarder struct {
-	resolve func(ctx context.Context, leaderHTTP, auth string) (string, error)
 	creds   credentials.TransportCredentials
 	replies map[string]reflect.Type // full method → answer type
 
 	mu    sync.Mutex
-	addrs map[string]string // leader HTTP address → its gRPC address
 	conns map[string]*grpc.ClientConn
 }
 
-func newForwarder(resolve func(ctx context.Context, leaderHTTP, auth string) (string, error), clientTLS *tls.Config) *forwarder {
-	if resolve == nil {
+func newForwarder(on bool, clientTLS *tls.Config) *forwarder {
+	if !on {
 		return nil
 	}
-	f := &forwarder{resolve: resolve, creds: insecure.NewCredentials(), replies: map[string]reflect.Type{},
-		addrs: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
+	f := &forwarder{creds: insecure.NewCredentials(), replies: map[string]reflect.Type{}, conns: map[string]*grpc.ClientConn{}}
 	if clientTLS != nil {
 		f.creds = credentials.NewTLS(clientTLS)
 	}
@@ -72,11 +68,11 @@ type forwardedReply struct {
 // NOT_LEADER.
 var errNoForward = errors.New("not forwarded")
 
-// forward makes the call method with req at the leader, whose HTTP address
-// is leaderHTTP, with the caller's authorization, and returns its answer
+// forward makes the call method with req at the leader, whose gRPC address
+// is leaderGRPC, with the caller's authorization, and returns its answer
 // or its status error untouched.
-func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req any) (forwardedReply, error) {
-	if f == nil || forwarded(ctx) {
+func (f *forwarder) forward(ctx context.Context, leaderGRPC, method string, req any) (forwardedReply, error) {
+	if f == nil || forwarded(ctx) || leaderGRPC == "" {
 		return forwardedReply{}, errNoForward
 	}
 	replyType, ok := f.replies[method]
@@ -84,7 +80,7 @@ func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req 
 		return forwardedReply{}, errNoForward
 	}
 	auth := authorization(ctx)
-	conn, err := f.conn(ctx, leaderHTTP, auth)
+	conn, err := f.conn(leaderGRPC)
 	if err != nil {
 		return forwardedReply{}, fmt.Errorf("%w: %w", errNoForward, err)
 	}
@@ -95,9 +91,6 @@ func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req 
 	reply := reflect.New(replyType).Interface()
 	var header metadata.MD
 	err = conn.Invoke(metadata.NewOutgoingContext(ctx, out), method, req, reply, grpc.Header(&header))
-	if status.Code(err) == codes.Unavailable {
-		f.forget(leaderHTTP) // the address may be stale; ask again next time
-	}
 	var index uint64
 	if v := header.Get(appliedIndexKey); len(v) > 0 {
 		index, _ = strconv.ParseUint(v[0], 10, 64)
@@ -106,19 +99,19 @@ func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req 
 }
 
 // subscribe passes a Subscribe stream, whose first request (read) is
-// first, on to the leader at leaderHTTP with the caller's authorization:
+// first, on to the leader at leaderGRPC with the caller's authorization:
 // the requests up, the deliveries down, until either side ends or drain
 // does. The leader's status ends the stream as it is (NOT_LEADER once
 // leadership moves on: the client subscribes again); a half-close is
 // passed on, so the leader settles what was sent and ends OK. It returns
 // errNoForward, having sent nothing, when the stream cannot be forwarded.
-func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, leaderHTTP string, drain context.Context) error {
+func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, leaderGRPC string, drain context.Context) error {
 	ctx := ss.Context()
-	if f == nil || forwarded(ctx) || leaderHTTP == "" {
+	if f == nil || forwarded(ctx) || leaderGRPC == "" {
 		return errNoForward
 	}
 	auth := authorization(ctx)
-	conn, err := f.conn(ctx, leaderHTTP, auth)
+	conn, err := f.conn(leaderGRPC)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNoForward, err)
 	}
@@ -134,7 +127,6 @@ func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.Subscr
 		err = up.Send(first)
 	}
 	if err != nil {
-		f.forget(leaderHTTP)
 		return fmt.Errorf("%w: %w", errNoForward, err)
 	}
 	go func() {
@@ -159,9 +151,6 @@ func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.Subscr
 			return nil
 		}
 		if err != nil {
-			if status.Code(err) == codes.Unavailable {
-				f.forget(leaderHTTP) // the address may be stale; ask again next time
-			}
 			return err
 		}
 		if err := ss.Send(resp); err != nil {
@@ -170,20 +159,10 @@ func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.Subscr
 	}
 }
 
-// conn returns the connection to the gRPC API of the leader at leaderHTTP.
-func (f *forwarder) conn(ctx context.Context, leaderHTTP, auth string) (*grpc.ClientConn, error) {
-	f.mu.Lock()
-	addr, known := f.addrs[leaderHTTP]
-	f.mu.Unlock()
-	if !known {
-		var err error
-		if addr, err = f.resolve(ctx, leaderHTTP, auth); err != nil {
-			return nil, err
-		}
-	}
+// conn returns the connection to the gRPC API at addr, a leader's.
+func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.addrs[leaderHTTP] = addr
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
@@ -193,12 +172,6 @@ func (f *forwarder) conn(ctx context.Context, leaderHTTP, auth string) (*grpc.Cl
 	}
 	f.conns[addr] = c
 	return c, nil
-}
-
-func (f *forwarder) forget(leaderHTTP string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.addrs, leaderHTTP)
 }
 
 // close closes the connections to leaders.

@@ -39,11 +39,10 @@ type Config struct {
 	// Cluster answers the Cluster call with the view the HTTP API gives;
 	// nil: the backend's own view. auth is the caller's authorization.
 	Cluster func(ctx context.Context, auth string) (api.Cluster, error)
-	// LeaderGRPC, when set, finds the gRPC address of the leader whose HTTP
-	// address is leaderHTTP (transport.Server.LeaderGRPC asks it), and a
-	// follower forwards the leader's calls there; nil: a follower answers
-	// them UNAVAILABLE (NOT_LEADER). auth is the caller's authorization.
-	LeaderGRPC func(ctx context.Context, leaderHTTP, auth string) (string, error)
+	// Forward makes a follower forward the leader's calls to the gRPC
+	// address the leader's member record holds; off, or when the record
+	// holds none, a follower answers them UNAVAILABLE (NOT_LEADER).
+	Forward bool
 	// LeaderTLS is the client TLS configuration of forwarded calls; nil:
 	// plaintext.
 	LeaderTLS *tls.Config
@@ -84,7 +83,7 @@ func New(cfg Config, b transport.Backend) *Server {
 		log:      hc.Logger.With("component", "grpc"),
 		tokenSum: sha256.Sum256([]byte(hc.AuthToken)),
 		health:   health.NewServer(),
-		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
+		fwd:      newForwarder(cfg.Forward, cfg.LeaderTLS),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),
 		every:    cfg.ReadyInterval,
 	}
@@ -230,11 +229,12 @@ func (s *Server) within(ctx context.Context, g int, method string, req any, hand
 		return nil, unavailable(err.Error())
 	}
 	if leaderOnly[method] {
-		if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
+		if m, isLeader, known := b.Leader(); !isLeader {
+			addr := m.HTTPAddr
 			if !known || addr == "" {
 				return nil, notLeader(addr, known)
 			}
-			resp, err := s.fwd.forward(ctx, addr, method, req)
+			resp, err := s.fwd.forward(ctx, m.GRPCAddr, method, req)
 			switch {
 			case errors.Is(err, errNoForward):
 				s.log.Debug("not forwarding to the leader", "group", g, "leader", addr, "err", err)

@@ -54,13 +54,14 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		return err
 	}
 	defer release()
-	if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
-		// A follower passes the stream on to the leader when it can find
-		// the leader's gRPC API, as the HTTP stream is passed on.
+	if m, isLeader, known := b.Leader(); !isLeader {
+		// A follower passes the stream on to the leader when its member
+		// record holds its gRPC address, as the HTTP stream is passed on.
+		addr := m.HTTPAddr
 		if !known {
 			return notLeader(addr, known)
 		}
-		err := s.fwd.subscribe(ss, first, addr, s.drain)
+		err := s.fwd.subscribe(ss, first, m.GRPCAddr, s.drain)
 		switch {
 		case errors.Is(err, errNoForward):
 			return notLeader(addr, known)
