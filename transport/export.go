@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -148,45 +147,6 @@ func Unauthenticated(missing bool) *Error {
 	return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated, Message: "wrong bearer token"}
 }
 
-// The split of calls over many Raft groups (groupspan.go), for other front
-// ends of a Grouped backend.
-
 // Invalid is a 400 invalid_argument answer; its message names the field
 // and the limit.
 func Invalid(format string, args ...any) *Error { return invalid(format, args...) }
-
-// ValidateGroup checks a group number g given as field group, of a cluster
-// of n groups.
-func ValidateGroup(g, n int) error {
-	if g < 0 || g >= n {
-		return groupOutOfRange(n, strconv.Itoa(g))
-	}
-	return nil
-}
-
-// GroupOfID returns the group id names, or an *Error naming field when a
-// cluster of n groups has no such group.
-func GroupOfID(field string, id wheel.ID, n int) (int, error) { return groupOfID(field, id, n) }
-
-// SplitMessages sorts the indexes of a batch by the group, of n, of each
-// message's topic. It returns the groups that have messages, in order,
-// and each one's indexes, in the batch's order.
-func SplitMessages(msgs []wheel.NewMessage, n int) (groups []int, parts map[int][]int) {
-	return splitMessages(msgs, n)
-}
-
-// SplitReceipts sorts the indexes of receipts, given as field, by the
-// group their ids name, as SplitMessages does; a receipt of a group a
-// cluster of n groups does not have is refused, naming field[i].
-func SplitReceipts(field string, rs []wheel.Receipt, n int) (groups []int, parts map[int][]int, err error) {
-	return splitReceipts(field, rs, n)
-}
-
-// EachGroup runs do for the groups gs at once and returns the error of
-// the first group, in gs's order, that failed.
-func EachGroup(gs []int, do func(g int) error) error { return eachGroup(gs, do) }
-
-// MergedTopics lists the topics of every group of gr, by name.
-func MergedTopics(ctx context.Context, gr Grouped) ([]wheel.TopicCounts, error) {
-	return mergedTopics(ctx, gr.GroupCount(), gr.Group)
-}

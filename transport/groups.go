@@ -214,3 +214,18 @@ func (s *Server) groupQuery(sep string, g int) string {
 	}
 	return sep + "group=" + strconv.Itoa(g)
 }
+
+// GroupsOfBackend lists the groups b serves, group g at g: b alone, or,
+// when b is Grouped with more than one group, each group's backend.
+func GroupsOfBackend(b Backend) []Backend {
+	g, ok := b.(Grouped)
+	if !ok || g.GroupCount() <= 1 {
+		return []Backend{b}
+	}
+	out := make([]Backend, g.GroupCount())
+	for i := range out {
+		out[i] = g.Group(i)
+	}
+	out[0] = b
+	return out
+}

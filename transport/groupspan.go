@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -152,48 +153,6 @@ func (w *bufferWriter) Write(p []byte) (int, error) {
 	return w.body.Write(p)
 }
 
-// eachGroup runs do for the groups gs at once and returns the error of
-// the first group, in gs's order, that failed.
-func eachGroup(gs []int, do func(g int) error) error {
-	errs := make([]error, len(gs))
-	var wg sync.WaitGroup
-	for i, g := range gs {
-		wg.Go(func() { errs[i] = do(g) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// all lists the groups 0 to n-1.
-func all(n int) []int {
-	gs := make([]int, n)
-	for g := range gs {
-		gs[g] = g
-	}
-	return gs
-}
-
-// split sorts the indexes 0..len-1 of a list by the group of each
-// element: groupAt(i) is element i's. It returns the groups that have
-// elements, in order, and each one's indexes.
-func split(count int, groupAt func(i int) int) (groups []int, parts map[int][]int) {
-	parts = map[int][]int{}
-	for i := range count {
-		g := groupAt(i)
-		if _, ok := parts[g]; !ok {
-			groups = append(groups, g)
-		}
-		parts[g] = append(parts[g], i)
-	}
-	slices.Sort(groups)
-	return groups, parts
-}
-
 // enqueueSpan enqueues a batch over many groups: each group's messages,
 // their due times made absolute here, as one enqueue of that group; the
 // results come back in the batch's order.
@@ -212,7 +171,7 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 		return enqueued(r, res), nil
 	}
 	res := make([]wheel.Enqueued, len(msgs))
-	err = eachGroup(groups, func(g int) error {
+	err = service.EachGroup(groups, func(g int) error {
 		idx := parts[g]
 		req := api.EnqueueRequest{Messages: make([]api.Message, len(idx))}
 		for j, i := range idx {
@@ -243,7 +202,7 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 // splitMessages splits a batch by the group of each message's topic, of
 // n groups (split).
 func splitMessages(msgs []wheel.NewMessage, n int) (groups []int, parts map[int][]int) {
-	return split(len(msgs), func(i int) int { return wheel.GroupOf(msgs[i].Topic, n) })
+	return service.Split(len(msgs), func(i int) int { return wheel.GroupOf(msgs[i].Topic, n) })
 }
 
 // splitReceipts splits receipts, given as field, by the group their ids
@@ -255,7 +214,7 @@ func splitReceipts(field string, rs []wheel.Receipt, n int) (groups []int, parts
 			return nil, nil, invalid("%s: receipt names group %d; this cluster has groups 0 to %d", index(field, i), g, n-1)
 		}
 	}
-	groups, parts = split(len(rs), func(i int) int { return rs[i].ID.Group() })
+	groups, parts = service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
 	return groups, parts, nil
 }
 
@@ -291,7 +250,7 @@ func (s *Server) settleSpan(r *http.Request, st settlement) (any, error) {
 	}
 	var mu sync.Mutex
 	var sum wheel.Counted
-	err = eachGroup(groups, func(g int) error {
+	err = service.EachGroup(groups, func(g int) error {
 		part := make([]string, len(parts[g]))
 		for j, i := range parts[g] {
 			part[j] = (*st.receipts)[i]
@@ -325,7 +284,7 @@ func (s *Server) topicsSpan(r *http.Request) (any, error) {
 // backend) in one list, by name.
 func mergedTopics(ctx context.Context, n int, group func(g int) Backend) ([]wheel.TopicCounts, error) {
 	per := make([][]wheel.TopicCounts, n)
-	err := eachGroup(all(n), func(g int) (err error) {
+	err := service.EachGroup(service.All(n), func(g int) (err error) {
 		per[g], err = group(g).Topics(ctx)
 		return err
 	})
@@ -338,7 +297,7 @@ func mergedTopics(ctx context.Context, n int, group func(g int) Backend) ([]whee
 func (s *Server) readyzSpan(r *http.Request) (any, error) {
 	n := s.groupCount()
 	st := make([]api.Status, n)
-	err := eachGroup(all(n), func(g int) (err error) {
+	err := service.EachGroup(service.All(n), func(g int) (err error) {
 		if st[g], err = s.readyGroup(r, s.group(g), g); err != nil {
 			e := toError(err)
 			e.Message = fmt.Sprintf("group %d: %s", g, e.Message)
@@ -421,7 +380,7 @@ func (s *Server) clusterSpan(r *http.Request) (any, error) {
 func (s *Server) allGroups(ctx context.Context, auth string, view *api.Cluster) {
 	n := s.groupCount()
 	view.Groups = make([]api.Group, n)
-	_ = eachGroup(all(n), func(g int) error {
+	_ = service.EachGroup(service.All(n), func(g int) error {
 		view.Groups[g] = s.groupStatus(ctx, g, auth)
 		return nil
 	})
@@ -456,7 +415,7 @@ func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group 
 func (s *Server) holder(ctx context.Context, name string) (int, error) {
 	n := s.groupCount()
 	found := make([]bool, n)
-	err := eachGroup(all(n), func(g int) error {
+	err := service.EachGroup(service.All(n), func(g int) error {
 		sb, err := schedulerOf(s.group(g))
 		if err != nil {
 			return err
@@ -543,7 +502,7 @@ func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
 	n := s.groupCount()
 	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
 		per := make([][]wheel.ScheduleInfo, n)
-		err := eachGroup(all(n), func(g int) error {
+		err := service.EachGroup(service.All(n), func(g int) error {
 			sb, err := schedulerOf(s.group(g))
 			if err != nil {
 				return err

@@ -323,10 +323,7 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 
 // backup streams a tar of the node's state: a checkpoint of its store.
 func (s *Server) backup(r *http.Request) (any, error) {
-	b, ok := s.be(r).(Backuper)
-	if !ok {
-		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node cannot take backups"}
-	}
+	b := s.be(r)
 	return stream(func(w http.ResponseWriter) error {
 		w.Header().Set("Content-Type", "application/x-tar")
 		w.WriteHeader(http.StatusOK)

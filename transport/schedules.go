@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -10,33 +9,14 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// Scheduler is implemented by backends that keep recurring schedules
-// (/v1/schedules).
-type Scheduler interface {
-	// SetSchedule creates or replaces a schedule and returns it as stored.
-	SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.ScheduleInfo, error)
-	// DeleteSchedule removes a schedule; occurrences already enqueued stay.
-	DeleteSchedule(ctx context.Context, name string) error
-	// Schedule returns a stored schedule.
-	Schedule(ctx context.Context, name string) (wheel.ScheduleInfo, error)
-	// Schedules returns up to limit schedules whose names sort after after.
-	Schedules(ctx context.Context, after string, limit int) ([]wheel.ScheduleInfo, error)
-}
-
 // Page sizes of GET /v1/schedules.
 const (
 	defaultScheduleLimit = 100
 	maxScheduleLimit     = 1000
 )
 
-// schedulerOf returns b as a Scheduler, or a 501 when it keeps no schedules.
-func schedulerOf(b Backend) (Scheduler, error) {
-	sb, ok := b.(Scheduler)
-	if !ok {
-		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node keeps no schedules"}
-	}
-	return sb, nil
-}
+// schedulerOf returns b, which keeps the schedules of its group.
+func schedulerOf(b Backend) (Backend, error) { return b, nil }
 
 func (s *Server) putSchedule(r *http.Request) (any, error) {
 	sb, err := schedulerOf(s.be(r))

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,17 +11,6 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
-
-// Webhooker is implemented by backends that forward topics to webhooks
-// (PUT, GET and DELETE /v1/topics/{topic}/webhook).
-type Webhooker interface {
-	// SetWebhook sets or replaces a topic's webhook.
-	SetWebhook(ctx context.Context, w wheel.Webhook) error
-	// Webhook returns a topic's webhook (wheel.ErrNotFound: none).
-	Webhook(ctx context.Context, topic string) (wheel.Webhook, error)
-	// DeleteWebhook removes a topic's webhook (wheel.ErrNotFound: none).
-	DeleteWebhook(ctx context.Context, topic string) error
-}
 
 // Webhook limits.
 const (
@@ -35,13 +23,7 @@ const (
 	maxWebhookSecretLen       = 1024
 )
 
-func (s *Server) webhooker(r *http.Request) (Webhooker, error) {
-	w, ok := s.be(r).(Webhooker)
-	if !ok {
-		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node has no webhooks"}
-	}
-	return w, nil
-}
+func (s *Server) webhooker(r *http.Request) (Backend, error) { return s.be(r), nil }
 
 func (s *Server) putWebhook(r *http.Request) (any, error) {
 	var req api.WebhookRequest
@@ -61,7 +43,7 @@ func (s *Server) putWebhook(r *http.Request) (any, error) {
 }
 
 // topicWebhooker checks the {topic} of the path and returns the backend's webhooks.
-func (s *Server) topicWebhooker(r *http.Request) (string, Webhooker, error) {
+func (s *Server) topicWebhooker(r *http.Request) (string, Backend, error) {
 	topic, err := s.pathTopic(r)
 	if err != nil {
 		return "", nil, err

@@ -7,6 +7,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -20,7 +21,7 @@ func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.Enque
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.be(ctx).Enqueue(ctx, msgs)
+	res, err := s.svc.Enqueue(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +40,11 @@ func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, 
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.be(ctx).Get(ctx, id)
+	b, err := s.byID(id)
+	if err != nil {
+		return nil, err
+	}
+	v, err := b.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +72,7 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.be(ctx).Cancel(ctx, c)
+	id, err := s.svc.Cancel(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +89,7 @@ func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	got, err := s.be(ctx).Reschedule(ctx, id, at)
+	got, err := s.svc.Reschedule(ctx, id, at)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +109,9 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	if err != nil {
 		return nil, err
 	}
-	if waitMs > 0 {
+	// A long-poll takes a slot where it waits: at the leader, not at the
+	// follower that forwards it.
+	if waitMs > 0 && s.svc.Leads(s.svc.GroupOfTopic(req.GetTopic())) {
 		release, err := s.cfg.Slots.AcquireWaiter()
 		if err != nil {
 			return nil, err
@@ -115,7 +122,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := s.be(ctx).Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	ds, err := s.svc.Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
 	// A long-poll the shutdown cut short sends its client to another node.
 	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && caller.Err() == nil {
 		return nil, unavailable("this node is shutting down; retry on another node")
@@ -132,7 +139,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 
 // Ack finishes reserved messages.
 func (s *Server) Ack(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
-	return s.settle(ctx, req.GetReceipts(), s.be(ctx).Ack)
+	return s.settle(ctx, req.GetReceipts(), service.OpAck, 0)
 }
 
 // Nack returns reserved messages to delayed.
@@ -140,22 +147,20 @@ func (s *Server) Nack(ctx context.Context, req *pb.NackRequest) (*pb.SettleRespo
 	if err := transport.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, req.GetReceipts(), func(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-		return s.be(ctx).Nack(ctx, rs, req.GetDelayMs())
-	})
+	return s.settle(ctx, req.GetReceipts(), service.OpNack, req.GetDelayMs())
 }
 
 // Touch extends leases.
 func (s *Server) Touch(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
-	return s.settle(ctx, req.GetReceipts(), s.be(ctx).Touch)
+	return s.settle(ctx, req.GetReceipts(), service.OpTouch, 0)
 }
 
-func (s *Server) settle(ctx context.Context, list []string, do func(context.Context, []wheel.Receipt) (wheel.Counted, error)) (*pb.SettleResponse, error) {
+func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackDelayMs int64) (*pb.SettleResponse, error) {
 	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
-	c, err := do(ctx, rs)
+	c, err := s.svc.Settle(ctx, "receipts", op, rs, nackDelayMs)
 	if err != nil {
 		return nil, err
 	}
@@ -164,13 +169,10 @@ func (s *Server) settle(ctx context.Context, list []string, do func(context.Cont
 
 // Topics lists every topic's counts, of every group.
 func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsResponse, error) {
-	var ts []wheel.TopicCounts
-	var err error
-	if s.grouped == nil {
-		ts, err = s.b.Topics(ctx)
-	} else {
-		ts, err = transport.MergedTopics(ctx, s.grouped)
+	if _, err := s.svc.Local(0); err != nil {
+		return nil, err
 	}
+	ts, err := s.svc.Topics(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +192,11 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	vs, err := s.be(ctx).Dead(ctx, req.GetTopic(), limit)
+	b, err := s.svc.Local(s.svc.GroupOfTopic(req.GetTopic()))
+	if err != nil {
+		return nil, err
+	}
+	vs, err := b.Dead(ctx, req.GetTopic(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +224,7 @@ func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.Redri
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.be(ctx).Redrive(ctx, req.GetTopic(), ids)
+	n, err := s.svc.Redrive(ctx, req.GetTopic(), ids)
 	if err != nil {
 		return nil, err
 	}
@@ -227,10 +233,11 @@ func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.Redri
 
 // Wheel describes the timing wheel of a group.
 func (s *Server) Wheel(ctx context.Context, req *pb.WheelRequest) (*pb.WheelResponse, error) {
-	if err := transport.ValidateGroup(int(req.GetGroup()), s.groups); err != nil {
+	b, err := s.groupOf(int(req.GetGroup()))
+	if err != nil {
 		return nil, err
 	}
-	w, err := s.be(ctx).Wheel(ctx)
+	w, err := b.Wheel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -245,13 +252,14 @@ func (s *Server) Wheel(ctx context.Context, req *pb.WheelRequest) (*pb.WheelResp
 
 // Slot describes one slot of the wheel of a group.
 func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotResponse, error) {
-	if err := transport.ValidateGroup(int(req.GetGroup()), s.groups); err != nil {
+	b, err := s.groupOf(int(req.GetGroup()))
+	if err != nil {
 		return nil, err
 	}
 	if err := transport.ValidateSlot(int(req.GetSlot())); err != nil {
 		return nil, err
 	}
-	si, err := s.be(ctx).Slot(ctx, int(req.GetSlot()), req.GetRecords())
+	si, err := b.Slot(ctx, int(req.GetSlot()), req.GetRecords())
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +274,9 @@ func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotRespons
 
 // Cluster returns the leader's view of the members, and every group.
 func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.ClusterResponse, error) {
+	if _, err := s.svc.Local(0); err != nil {
+		return nil, err
+	}
 	c, err := s.cluster(ctx, authorization(ctx))
 	if err != nil {
 		return nil, err
@@ -285,4 +296,22 @@ func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.Cluster
 func viewOf(v wheel.View) *pb.MessageView {
 	return &pb.MessageView{Id: v.ID.String(), Topic: v.Topic, State: v.State.String(), DeliverAtMs: v.DeliverAtMs,
 		EnqueuedMs: v.EnqueuedMs, Attempts: v.Attempts, Key: v.Key, Priority: v.Priority, Headers: v.Headers, Body: v.Body}
+}
+
+// byID returns the backend of the group id names, to read from.
+func (s *Server) byID(id wheel.ID) (transport.Backend, error) {
+	g, err := s.svc.GroupOfID("id", id)
+	if err != nil {
+		return nil, err
+	}
+	return s.svc.Local(g)
+}
+
+// groupOf returns the backend of group g, given as field group, to read
+// from.
+func (s *Server) groupOf(g int) (transport.Backend, error) {
+	if err := s.svc.CheckGroup(g); err != nil {
+		return nil, err
+	}
+	return s.svc.Local(g)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -37,13 +38,10 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	}
 	// On a node of many groups, the stream is its topic's group's, and
 	// only that group's leader streams it.
-	g, b := 0, s.b
-	if s.grouped != nil {
-		g = wheel.GroupOf(first.GetTopic(), s.groups)
-		b = s.group(g)
-		if err := b.Removed(); err != nil {
-			return unavailable(err.Error())
-		}
+	g := s.svc.GroupOfTopic(first.GetTopic())
+	b, err := s.svc.Local(g)
+	if err != nil {
+		return err
 	}
 	firstSettle, err := s.checkSettlement(first, g)
 	if err != nil {
@@ -63,7 +61,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		}
 		err := s.fwd.subscribe(ss, first, m.GRPCAddr, s.drain)
 		switch {
-		case errors.Is(err, errNoForward):
+		case errors.Is(err, service.ErrNoForward):
 			return notLeader(addr, known)
 		case s.drain.Err() != nil && caller.Err() == nil:
 			return unavailable("this node is shutting down; subscribe again at another node")
@@ -209,7 +207,7 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 // of group g settles.
 func (s *Server) streamReceipts(field string, list []string, g int) ([]wheel.Receipt, error) {
 	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
-	if err != nil || s.grouped == nil {
+	if err != nil || s.svc.Count() == 1 {
 		return rs, err
 	}
 	for i, rc := range rs {
@@ -285,9 +283,9 @@ func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamH
 			return err
 		}
 	}
-	if s.grouped == nil {
-		if err := s.b.Removed(); err != nil {
-			return unavailable(err.Error())
+	if s.svc.Count() == 1 {
+		if _, err := s.svc.Local(0); err != nil {
+			return err
 		}
 	}
 	return handler(srv, ss)
