@@ -54,12 +54,18 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 		},
 		ModifyResponse: func(resp *http.Response) error { return readAfterLeaderIndex(b, resp) },
 	}
-	// A leader that stops answering (paused, cut off) is replaced by an
-	// election; the client should then retry at the new leader instead of
-	// waiting out its own timeout, so the forward is cancelled once this
-	// node sees another leader.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := untilNewLeader(r.Context(), b, addr)
 	defer cancel()
+	proxy.ServeHTTP(w, r.WithContext(ctx))
+	return true
+}
+
+// untilNewLeader returns a context that ends with ctx or once b sees a
+// leader other than addr: a leader that stops answering (paused, cut off)
+// is replaced by an election, and the client should then retry at the new
+// leader instead of waiting out its own timeout. cancel must be called.
+func untilNewLeader(ctx context.Context, b Backend, addr string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -75,8 +81,7 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 			}
 		}
 	}()
-	proxy.ServeHTTP(w, r.WithContext(ctx))
-	return true
+	return ctx, cancel
 }
 
 // readAfterLeaderIndex makes this node's reads wait for the index the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/console"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
@@ -32,7 +33,8 @@ type Server struct {
 	b        Backend
 	grouped  Grouped               // nil unless b runs more than one group
 	scopes   map[string]groupRoute // by route pattern
-	routes   map[string]route      // by pattern, for requests spanning groups
+	svc      *service.Router       // routes the requests that span groups
+	parts    parts                 // forwards their parts
 	log      *slog.Logger
 	handler  http.Handler
 	tokenSum [sha256.Size]byte
@@ -80,6 +82,8 @@ func NewServer(cfg Config, b Backend) *Server {
 		s.grouped = g
 	}
 	s.scopes = s.groupScopes()
+	s.parts = parts{s: s, client: &http.Client{Transport: cfg.LeaderTransport}}
+	s.svc = service.NewRouter(GroupsOfBackend(b), s.parts).NamingGroups()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.handler = s.newMux()
 	return s
@@ -160,9 +164,7 @@ func (s *Server) routeList() []route {
 func (s *Server) newMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	methods := map[string][]string{}
-	s.routes = map[string]route{}
 	for _, rt := range s.routeList() {
-		s.routes[rt.pattern] = rt
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		methods[path] = append(methods[path], method)
 		mux.Handle(rt.pattern, s.wrap(rt))

@@ -45,12 +45,23 @@ const (
 type Router struct {
 	groups []Backend
 	fwd    Forwarder // nil: a part of a group led elsewhere is NotLeaderError
+	named  bool      // every part's error is a GroupError, even of a request of one group
 }
 
 // NewRouter routes over groups (group g is groups[g]; at least one),
 // forwarding through fwd (nil: never).
 func NewRouter(groups []Backend, fwd Forwarder) *Router {
 	return &Router{groups: groups, fwd: fwd}
+}
+
+// NamingGroups returns a router like r whose answer to a request of many
+// groups names the group of a part that failed even when all its parts
+// are of one group (as an API that answers every such request part by
+// part does).
+func (r *Router) NamingGroups() *Router {
+	c := *r
+	c.named = len(r.groups) > 1
+	return &c
 }
 
 // Count is the number of groups.
@@ -142,9 +153,11 @@ func (r *Router) Reachable(ctx context.Context, g int) error {
 	return &NotLeaderError{Leader: m, Known: known}
 }
 
-// call serves a part of group g: with local on g's backend when this node
-// leads g, else with remote at g's leader.
-func call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T, error), remote func(f Forwarder, to wheel.Node) (T, uint64, error)) (T, error) {
+// Call serves a part of group g: with local on g's backend when this node
+// leads g, else with remote at g's leader (through the router's
+// Forwarder). A front end calls it for a request the router has no
+// method for.
+func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T, error), remote func(f Forwarder, to wheel.Node) (T, uint64, error)) (T, error) {
 	var zero T
 	b := r.groups[g]
 	if err := b.Removed(); err != nil {
@@ -181,10 +194,10 @@ func call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T
 func (r *Router) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
 	groups, parts := Split(len(msgs), func(i int) int { return r.GroupOfTopic(msgs[i].Topic) })
 	in := func(g int, part []wheel.NewMessage) ([]wheel.Enqueued, error) {
-		return call(ctx, r, g, func(b Backend) ([]wheel.Enqueued, error) { return b.Enqueue(ctx, part) },
+		return Call(ctx, r, g, func(b Backend) ([]wheel.Enqueued, error) { return b.Enqueue(ctx, part) },
 			func(f Forwarder, to wheel.Node) ([]wheel.Enqueued, uint64, error) { return f.Enqueue(ctx, to, part) })
 	}
-	if len(groups) <= 1 {
+	if len(groups) <= 1 && !r.named {
 		return in(r.GroupOfTopic(first(msgs).Topic), msgs)
 	}
 	res := make([]wheel.Enqueued, len(msgs))
@@ -226,27 +239,17 @@ func first[T any](s []T) T {
 // A receipt of a group this cluster does not have is refused, naming
 // field[i].
 func (r *Router) Settle(ctx context.Context, field string, op Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, error) {
-	n := len(r.groups)
-	for i, rc := range rs {
-		if g := rc.ID.Group(); g >= n {
-			return wheel.Counted{}, refuse(wheel.ErrInvalid, "%s[%d]: receipt names group %d; this cluster has groups 0 to %d", field, i, g, n-1)
-		}
+	if err := r.CheckReceipts(field, rs); err != nil {
+		return wheel.Counted{}, err
 	}
 	groups, parts := Split(len(rs), func(i int) int { return rs[i].ID.Group() })
 	in := func(g int, part []wheel.Receipt) (wheel.Counted, error) {
-		return call(ctx, r, g, func(b Backend) (wheel.Counted, error) {
-			switch op {
-			case OpNack:
-				return b.Nack(ctx, part, nackDelayMs)
-			case OpTouch:
-				return b.Touch(ctx, part)
-			}
-			return b.Ack(ctx, part)
-		}, func(f Forwarder, to wheel.Node) (wheel.Counted, uint64, error) {
-			return f.Settle(ctx, to, op, part, nackDelayMs)
-		})
+		return Call(ctx, r, g, func(b Backend) (wheel.Counted, error) { return SettleOn(ctx, b, op, part, nackDelayMs) },
+			func(f Forwarder, to wheel.Node) (wheel.Counted, uint64, error) {
+				return f.Settle(ctx, to, op, part, nackDelayMs)
+			})
 	}
-	if len(groups) <= 1 {
+	if len(groups) <= 1 && !r.named {
 		return in(first(rs).ID.Group(), rs)
 	}
 	var mu sync.Mutex
@@ -269,6 +272,29 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []wheel.Rec
 	return sum, err
 }
 
+// CheckReceipts refuses a receipt of a group this cluster does not have,
+// naming field[i].
+func (r *Router) CheckReceipts(field string, rs []wheel.Receipt) error {
+	n := len(r.groups)
+	for i, rc := range rs {
+		if g := rc.ID.Group(); g >= n {
+			return refuse(wheel.ErrInvalid, "%s[%d]: receipt names group %d; this cluster has groups 0 to %d", field, i, g, n-1)
+		}
+	}
+	return nil
+}
+
+// SettleOn acks, nacks (due nackDelayMs from now) or touches rs on b.
+func SettleOn(ctx context.Context, b Backend, op Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, error) {
+	switch op {
+	case OpNack:
+		return b.Nack(ctx, rs, nackDelayMs)
+	case OpTouch:
+		return b.Touch(ctx, rs)
+	}
+	return b.Ack(ctx, rs)
+}
+
 // Cancel removes a delayed or ready message by id, or by topic and key,
 // in its group.
 func (r *Router) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
@@ -279,7 +305,7 @@ func (r *Router) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
 			return wheel.ID{}, err
 		}
 	}
-	return call(ctx, r, g, func(b Backend) (wheel.ID, error) { return b.Cancel(ctx, c) },
+	return Call(ctx, r, g, func(b Backend) (wheel.ID, error) { return b.Cancel(ctx, c) },
 		func(f Forwarder, to wheel.Node) (wheel.ID, uint64, error) { return f.Cancel(ctx, to, c) })
 }
 
@@ -289,14 +315,14 @@ func (r *Router) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64)
 	if err != nil {
 		return 0, err
 	}
-	return call(ctx, r, g, func(b Backend) (int64, error) { return b.Reschedule(ctx, id, deliverAtMs) },
+	return Call(ctx, r, g, func(b Backend) (int64, error) { return b.Reschedule(ctx, id, deliverAtMs) },
 		func(f Forwarder, to wheel.Node) (int64, uint64, error) { return f.Reschedule(ctx, to, id, deliverAtMs) })
 }
 
 // Reserve leases up to max due messages of topic, in its group, waiting
 // up to wait for the first.
 func (r *Router) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
-	return call(ctx, r, r.GroupOfTopic(topic), func(b Backend) ([]wheel.Delivery, error) { return b.Reserve(ctx, topic, max, wait, ttr) },
+	return Call(ctx, r, r.GroupOfTopic(topic), func(b Backend) ([]wheel.Delivery, error) { return b.Reserve(ctx, topic, max, wait, ttr) },
 		func(f Forwarder, to wheel.Node) ([]wheel.Delivery, uint64, error) {
 			return f.Reserve(ctx, to, topic, max, wait, ttr)
 		})
@@ -305,7 +331,7 @@ func (r *Router) Reserve(ctx context.Context, topic string, max int, wait, ttr t
 // Redrive moves dead messages of topic back to ready (all of them when
 // ids is empty), in the topic's group.
 func (r *Router) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error) {
-	return call(ctx, r, r.GroupOfTopic(topic), func(b Backend) (int, error) { return b.Redrive(ctx, topic, ids) },
+	return Call(ctx, r, r.GroupOfTopic(topic), func(b Backend) (int, error) { return b.Redrive(ctx, topic, ids) },
 		func(f Forwarder, to wheel.Node) (int, uint64, error) { return f.Redrive(ctx, to, topic, ids) })
 }
 
