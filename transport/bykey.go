@@ -2,6 +2,8 @@ package transport
 
 import (
 	"net/http"
+
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // getKey answers GET /v1/topics/{topic}/keys/{key} with the message, as
@@ -21,7 +23,7 @@ func (s *Server) pathTopicKey(r *http.Request) (topic, key string, err error) {
 		return "", "", err
 	}
 	key = r.PathValue("key")
-	if err := ValidateKey(key, s.cfg.Limits); err != nil {
+	if err := service.ValidateKey(key, s.cfg.Limits); err != nil {
 		return "", "", err
 	}
 	return topic, key, nil

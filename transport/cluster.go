@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // memberAskTimeout bounds the questions behind one cluster view: a member
@@ -25,7 +26,7 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	if q := r.URL.Query().Get("local"); q != "" {
 		var err error
 		if local, err = strconv.ParseBool(q); err != nil {
-			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
+			return nil, invalid("local: must be true or false, got %s", service.QuoteShort(q))
 		}
 	}
 	view, err := s.clusterView(r.Context(), groupOf(r), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
@@ -211,4 +212,19 @@ func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ClusterView returns the cluster view GET /v1/cluster answers: on the
+// leader, what each member says of itself; on a follower, the leader's
+// view, or its own when no leader can be asked. auth is the Authorization
+// header to send to the other members.
+//
+// On a node of many groups, it is GET /v1/cluster's view of group 0 with
+// every group in Groups.
+func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, error) {
+	view, err := s.clusterView(ctx, 0, false, false, auth)
+	if err == nil && s.grouped != nil {
+		s.allGroups(ctx, auth, &view)
+	}
+	return view, err
 }

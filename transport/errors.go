@@ -78,6 +78,11 @@ func toError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	var se *service.Error
+	if errors.As(err, &se) {
+		status, code, retry := classify(se.Class)
+		return &Error{Status: status, Code: code, Message: se.Msg, RetryAfter: retry}
+	}
 	status, code, retry := classify(err)
 	msg := err.Error()
 	switch {
@@ -112,3 +117,8 @@ func classify(err error) (status int, code string, retryAfter int) {
 		return http.StatusInternalServerError, api.CodeInternal, 0
 	}
 }
+
+// ToError maps any error to the answer the HTTP API gives it: an *Error
+// stays as it is, a backend error is classified with errors.Is, anything
+// else is a 500 that does not leak its text.
+func ToError(err error) *Error { return toError(err) }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -24,9 +25,8 @@ type Grouped interface {
 
 // GroupsOf is the Grouped half of a backend of many groups, over the
 // node's groups as a list of B (replication's Groups: Count, and Node for
-// each). Embedded beside group 0's backend, which keeps that backend's
-// optional capabilities (Backuper, AppliedWaiter…), it makes the backend
-// a server of many groups serves.
+// each). Embedded beside group 0's backend, it makes the backend a server
+// of many groups serves.
 type GroupsOf[B Backend] struct {
 	Groups interface {
 		Count() int
@@ -156,7 +156,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 		if q := r.URL.Query().Get("group"); q != "" {
 			g, err := strconv.Atoi(q)
 			if err != nil || g < 0 || g >= n {
-				return nil, 0, false, groupOutOfRange(n, quoteShort(q))
+				return nil, 0, false, groupOutOfRange(n, service.QuoteShort(q))
 			}
 			return s.group(g), g, false, nil
 		}

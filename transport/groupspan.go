@@ -77,7 +77,7 @@ func (s *Server) settleSpan(r *http.Request, op service.Op) (any, error) {
 		return nil, err
 	}
 	if op == service.OpNack {
-		if err := ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
+		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
 			// Refused as each group's part is: naming the first group.
 			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
 			return nil, groupError(groups[0], toError(err))

@@ -95,7 +95,7 @@ func (s *Server) reschedule(r *http.Request) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	at, err := resolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
+	at, err := service.ResolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, waitMs, ttrMs, err := validateReserve(req, s.cfg.Limits)
+	n, waitMs, ttrMs, err := service.ValidateReserve(req, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 		return nil, err
 	}
 	if op == service.OpNack {
-		if err := ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
+		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
 			return nil, err
 		}
 	}
@@ -188,7 +188,7 @@ func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []wheel.Receipt,
 	if err != nil {
 		return nil, 0, err
 	}
-	rs, err = parseReceipts(req.Receipts, s.cfg.Limits)
+	rs, err = service.ParseReceipts(req.Receipts, s.cfg.Limits)
 	return rs, req.DelayMs, err
 }
 
@@ -222,7 +222,7 @@ func (s *Server) redrive(r *http.Request) (any, error) {
 		// them, so a client's filter that matched nothing redrives nothing.
 		return api.RedriveResponse{}, nil
 	}
-	ids, err := parseIDs(req.IDs, s.cfg.Limits)
+	ids, err := service.ParseIDs(req.IDs, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -239,12 +239,12 @@ func (s *Server) slot(r *http.Request) (any, error) {
 	raw := r.PathValue("slot")
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < 0 || n >= wheel.Slots {
-		return nil, notFound("slot %s: no such slot (slots are 0 to %d)", quoteShort(raw), wheel.Slots-1)
+		return nil, notFound("slot %s: no such slot (slots are 0 to %d)", service.QuoteShort(raw), wheel.Slots-1)
 	}
 	records := false
 	if q := r.URL.Query().Get("records"); q != "" {
 		if records, err = strconv.ParseBool(q); err != nil {
-			return nil, invalid("records: must be true or false, got %s", quoteShort(q))
+			return nil, invalid("records: must be true or false, got %s", service.QuoteShort(q))
 		}
 	}
 	si, err := s.be(r).Slot(r.Context(), n, records)
@@ -270,7 +270,7 @@ func (s *Server) nodeBody(r *http.Request) (api.Node, error) {
 	if err := decodeBody(r, &n, false); err != nil {
 		return n, err
 	}
-	return n, validateNode(n, s.cfg.Limits)
+	return n, service.ValidateNode(n, s.cfg.Limits)
 }
 
 func (s *Server) removeNode(r *http.Request) (any, error) {
@@ -283,13 +283,13 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
 // distinct from a well-formed id that names no message (404).
 func pathID(r *http.Request) (wheel.ID, error) {
-	return ParseID("id", r.PathValue("id"))
+	return service.ParseID("id", r.PathValue("id"))
 }
 
 // pathTopic checks the {topic} of the path.
 func (s *Server) pathTopic(r *http.Request) (string, error) {
 	topic := r.PathValue("topic")
-	return topic, validateTopic("topic", topic, s.cfg.Limits)
+	return topic, service.ValidateTopic("topic", topic, s.cfg.Limits)
 }
 
 // topicAndBody checks the {topic} of the path and decodes the optional
@@ -310,9 +310,9 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 	}
 	v, err := strconv.Atoi(q)
 	if err != nil {
-		return 0, invalid("%s: must be an integer between %d and %d, got %s", name, lo, hi, quoteShort(q))
+		return 0, invalid("%s: must be an integer between %d and %d, got %s", name, lo, hi, service.QuoteShort(q))
 	}
-	return v, inRange(name, int64(v), int64(lo), int64(hi), "")
+	return v, service.InRange(name, int64(v), int64(lo), int64(hi), "")
 }
 
 // backup streams a tar of the node's state: a checkpoint of its store.

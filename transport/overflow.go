@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -23,7 +24,7 @@ func (s *Server) overflow(r *http.Request) (any, error) {
 		v, err := strconv.ParseInt(q, 10, 64)
 		if err != nil || v < wheel.OverflowHourMs || v > maxOverflowBucketMs || v%wheel.OverflowHourMs != 0 {
 			return nil, invalid("bucket_ms: must be a multiple of %d (1 hour) between %d and %d (366 days), got %s",
-				wheel.OverflowHourMs, wheel.OverflowHourMs, maxOverflowBucketMs, quoteShort(q))
+				wheel.OverflowHourMs, wheel.OverflowHourMs, maxOverflowBucketMs, service.QuoteShort(q))
 		}
 		bucketMs = v
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -40,7 +41,7 @@ func (s *Server) putSchedule(r *http.Request) (any, error) {
 func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs int64) (wheel.ScheduleSpec, error) {
 	m := api.Message{Topic: req.Topic, Payload: req.Payload, Priority: req.Priority, TTRMs: req.TTRMs,
 		MaxAttempts: req.MaxAttempts, Headers: req.Headers}
-	nm, err := validateMessage(&m, "", lim, nowMs)
+	nm, err := service.ValidateMessage(&m, "", lim, nowMs)
 	if err != nil {
 		return wheel.ScheduleSpec{}, err
 	}
@@ -107,7 +108,7 @@ func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) (
 	}
 	q := r.URL.Query()
 	if q.Has("topic") {
-		if err := validateTopic("topic", q.Get("topic"), s.cfg.Limits); err != nil {
+		if err := service.ValidateTopic("topic", q.Get("topic"), s.cfg.Limits); err != nil {
 			return nil, err
 		}
 	}

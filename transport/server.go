@@ -70,7 +70,7 @@ func (s *Server) Slots() *Slots { return s.cfg.Slots }
 
 // NewServer returns a server for b; unset fields of cfg take their defaults.
 func NewServer(cfg Config, b Backend) *Server {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	s := &Server{
 		cfg:      cfg,
 		b:        b,
@@ -358,3 +358,13 @@ func (w *recorder) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Unauthenticated is the 401 answer of a call without the right token;
+// its message says which.
+func Unauthenticated(missing bool) *Error {
+	if missing {
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+			Message: "missing bearer token: send \"Authorization: Bearer <token>\""}
+	}
+	return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated, Message: "wrong bearer token"}
+}

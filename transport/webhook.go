@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -86,7 +87,7 @@ func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (wheel.We
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return w, invalid("url: must be an absolute http or https URL with a host, got %s", quoteShort(req.URL))
+		return w, invalid("url: must be an absolute http or https URL with a host, got %s", service.QuoteShort(req.URL))
 	}
 	if err := s.allowHost(u.Hostname()); err != nil {
 		return w, err
@@ -95,19 +96,19 @@ func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (wheel.We
 		return w, invalid("secret: at most %d bytes, got %d", maxWebhookSecretLen, len(req.Secret))
 	}
 	if req.TimeoutMs != nil {
-		if err := inRange("timeout_ms", *req.TimeoutMs, 1, maxWebhookTimeoutMs, ""); err != nil {
+		if err := service.InRange("timeout_ms", *req.TimeoutMs, 1, maxWebhookTimeoutMs, ""); err != nil {
 			return w, err
 		}
 		w.TimeoutMs = *req.TimeoutMs
 	}
 	if req.MaxConcurrency != nil {
-		if err := inRange("max_concurrency", *req.MaxConcurrency, 1, maxWebhookConcurrency, ""); err != nil {
+		if err := service.InRange("max_concurrency", *req.MaxConcurrency, 1, maxWebhookConcurrency, ""); err != nil {
 			return w, err
 		}
 		w.MaxConcurrency = *req.MaxConcurrency
 	}
 	if req.RatePerS != nil {
-		if err := inRange("rate_per_s", *req.RatePerS, 0, maxWebhookRate, "0: no limit"); err != nil {
+		if err := service.InRange("rate_per_s", *req.RatePerS, 0, maxWebhookRate, "0: no limit"); err != nil {
 			return w, err
 		}
 		w.RatePerS = *req.RatePerS
@@ -142,7 +143,7 @@ func WebhookHostAllowed(allow []string, host string) error {
 			return nil
 		}
 	}
-	return invalid("url: host %s is not allowed by --webhook-allow (%s)", quoteShort(host), strings.Join(allow, ","))
+	return invalid("url: host %s is not allowed by --webhook-allow (%s)", service.QuoteShort(host), strings.Join(allow, ","))
 }
 
 // ParseWebhookAllow checks a --webhook-allow list: host names, IP

@@ -1,9 +1,11 @@
 // Package grpcserver serves the gRPC API of delaywheel (the Delaywheel
-// service of transport/api/delaywheel.proto) on the same transport.Backend
-// as the HTTP server, with the HTTP API's validation, limits, errors and
-// token: it owns only what is particular to gRPC — the mapping of the
-// generated types, of answers to status codes, the interceptor that checks
-// the token and the leader, grpc.health.v1 and reflection.
+// service of transport/api/delaywheel.proto) on the same backends as the
+// HTTP server, through the service core (package transport/service: its
+// validation, its router over the groups) with the HTTP API's limits,
+// errors and token: it owns only what is particular to gRPC — the mapping
+// of the generated types, of answers to status codes, the interceptor that
+// checks the token, the forwarding of calls between nodes over gRPC (the
+// service's Forwarder, forward.go), grpc.health.v1 and reflection.
 //
 // # Status codes
 //
@@ -41,14 +43,14 @@
 // # Groups
 //
 // A backend of many Raft groups (transport.Grouped, --groups N) is served
-// as the HTTP API serves it (groups.go). A call about a topic (Reserve,
+// as the HTTP API serves it, by the service's router. A call about a topic (Reserve,
 // Subscribe, Cancel by key, DeadLetters, Redrive) is answered in the
 // topic's group, a call about a message id (Get, Cancel, Reschedule) in
 // the group the id names (an id of a group the cluster does not have is
 // INVALID_ARGUMENT naming id and the range), Wheel and Slot in the group
 // their request names (default 0). "The leader" above is that group's: a
 // follower of the group forwards to the group's leader, whose gRPC
-// address it learns from that leader's HTTP API. An Enqueue whose topics
+// address that leader's member record holds. An Enqueue whose topics
 // are of many groups is validated whole, then split by group; likewise
 // Ack, Nack and Touch by the groups of their receipts; each part is
 // answered in its group (forwarded when this node does not lead it), and

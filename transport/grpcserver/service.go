@@ -17,7 +17,7 @@ import (
 
 // Enqueue schedules a batch of messages.
 func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
-	msgs, err := transport.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())
+	msgs, err := service.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.Enque
 
 // Get returns a pending message.
 func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, error) {
-	id, err := transport.ParseID("id", req.GetId())
+	id, err := service.ParseID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -59,14 +59,14 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	var err error
 	switch {
 	case req.GetId() != "" && (req.GetTopic() != "" || req.GetKey() != ""):
-		err = transport.Invalid("topic, key: must be empty when cancelling by id (cancel by id, or by topic and key)")
+		err = service.Invalid("topic, key: must be empty when cancelling by id (cancel by id, or by topic and key)")
 	case req.GetTopic() == "" && req.GetKey() != "":
-		err = transport.Invalid("topic: required to cancel by key (cancel by id, or by topic and key)")
+		err = service.Invalid("topic: required to cancel by key (cancel by id, or by topic and key)")
 	case req.GetTopic() == "":
-		c.ID, err = transport.ParseID("id", req.GetId())
+		c.ID, err = service.ParseID("id", req.GetId())
 	default:
-		if err = transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
-			c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), transport.ValidateKey(req.GetKey(), s.cfg.Limits)
+		if err = service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
+			c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), service.ValidateKey(req.GetKey(), s.cfg.Limits)
 		}
 	}
 	if err != nil {
@@ -81,11 +81,11 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 
 // Reschedule moves a delayed or ready message.
 func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb.RescheduleResponse, error) {
-	id, err := transport.ParseID("id", req.GetId())
+	id, err := service.ParseID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
-	at, err := transport.ValidateReschedule(req.DelayMs, req.DeliverAtMs, s.cfg.Limits, s.nowMs())
+	at, err := service.ValidateReschedule(req.DelayMs, req.DeliverAtMs, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
@@ -98,14 +98,14 @@ func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb
 
 // Reserve leases due messages of a topic, waiting up to wait_ms.
 func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
-	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
 	r := api.ReserveRequest{WaitMs: req.GetWaitMs(), TTRMs: req.TtrMs}
 	if req.Max != nil {
 		r.Max = api.Ptr(int(req.GetMax()))
 	}
-	n, waitMs, ttrMs, err := transport.ValidateReserve(r, s.cfg.Limits)
+	n, waitMs, ttrMs, err := service.ValidateReserve(r, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (s *Server) Ack(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleRe
 
 // Nack returns reserved messages to delayed.
 func (s *Server) Nack(ctx context.Context, req *pb.NackRequest) (*pb.SettleResponse, error) {
-	if err := transport.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
+	if err := service.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
 	return s.settle(ctx, req.GetReceipts(), service.OpNack, req.GetDelayMs())
@@ -156,7 +156,7 @@ func (s *Server) Touch(ctx context.Context, req *pb.ReceiptsRequest) (*pb.Settle
 }
 
 func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackDelayMs int64) (*pb.SettleResponse, error) {
-	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
+	rs, err := service.ParseReceipts(list, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -185,10 +185,10 @@ func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsRes
 
 // DeadLetters lists a topic's dead messages.
 func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*pb.DeadLettersResponse, error) {
-	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
-	limit, err := transport.ValidateDeadLimit(req.Limit, s.cfg.Limits)
+	limit, err := service.ValidateDeadLimit(req.Limit, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -211,16 +211,16 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 // every one of the topic's. An empty list without all names none, as
 // HTTP's "ids": [] does.
 func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.RedriveResponse, error) {
-	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
 	switch {
 	case req.GetAll() && len(req.GetIds()) > 0:
-		return nil, transport.Invalid("ids: %d given with all set; send either the ids or all", len(req.GetIds()))
+		return nil, service.Invalid("ids: %d given with all set; send either the ids or all", len(req.GetIds()))
 	case !req.GetAll() && len(req.GetIds()) == 0:
 		return &pb.RedriveResponse{}, nil
 	}
-	ids, err := transport.ParseIDs(req.GetIds(), s.cfg.Limits)
+	ids, err := service.ParseIDs(req.GetIds(), s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +256,7 @@ func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotRespons
 	if err != nil {
 		return nil, err
 	}
-	if err := transport.ValidateSlot(int(req.GetSlot())); err != nil {
+	if err := service.ValidateSlot(int(req.GetSlot())); err != nil {
 		return nil, err
 	}
 	si, err := b.Slot(ctx, int(req.GetSlot()), req.GetRecords())

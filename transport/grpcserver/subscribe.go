@@ -24,7 +24,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if err != nil {
 		return err // the client went away before it asked for anything
 	}
-	if err := transport.ValidateTopic("topic", first.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", first.GetTopic(), s.cfg.Limits); err != nil {
 		return err
 	}
 	var window *int64
@@ -32,7 +32,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		window = new(int64)
 		*window = int64(first.GetMaxInflight())
 	}
-	opt, err := transport.ValidateStream(window, first.TtrMs, s.cfg.Limits)
+	opt, err := service.ValidateStream(window, first.TtrMs, s.cfg.Limits)
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 		set.acks = rs
 	}
 	if len(req.GetNack()) > 0 {
-		if err := transport.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
+		if err := service.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
 			return settlement{}, err
 		}
 		rs, err := s.streamReceipts("nack", req.GetNack(), g)
@@ -206,13 +206,13 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 // streamReceipts parses the receipts list, given as field, that a stream
 // of group g settles.
 func (s *Server) streamReceipts(field string, list []string, g int) ([]wheel.Receipt, error) {
-	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
+	rs, err := service.ParseReceipts(list, s.cfg.Limits)
 	if err != nil || s.svc.Count() == 1 {
 		return rs, err
 	}
 	for i, rc := range rs {
 		if rc.ID.Group() != g {
-			return nil, transport.Invalid("%s[%d]: receipt names group %d; this stream's topic is in group %d (settle it with Ack or Nack)",
+			return nil, service.Invalid("%s[%d]: receipt names group %d; this stream's topic is in group %d (settle it with Ack or Nack)",
 				field, i, rc.ID.Group(), g)
 		}
 	}
