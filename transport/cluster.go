@@ -38,7 +38,7 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 // when local, the group leader's otherwise; forwarded says the question
 // came from another node, which must not be asked back.
 func (s *Server) clusterView(ctx context.Context, g int, local, forwarded bool, auth string) (api.Cluster, error) {
-	b := s.group(g)
+	b := s.svc.Group(g)
 	view, err := b.Cluster(ctx)
 	if err != nil {
 		return view, err
@@ -197,7 +197,7 @@ func (s *Server) memberHolds(ctx context.Context, g int, id string, index uint64
 // member id, waiting until it records one or ctx ends.
 func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, error) {
 	for {
-		view, err := s.group(g).Cluster(ctx)
+		view, err := s.svc.Group(g).Cluster(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -223,7 +223,7 @@ func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, erro
 // every group in Groups.
 func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, error) {
 	view, err := s.clusterView(ctx, 0, false, false, auth)
-	if err == nil && s.grouped != nil {
+	if err == nil && s.svc.Count() > 1 {
 		s.allGroups(ctx, auth, &view)
 	}
 	return view, err

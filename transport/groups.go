@@ -102,22 +102,6 @@ func (s *Server) groupScopes() map[string]groupRoute {
 	}
 }
 
-// groupCount is the number of groups the backend runs.
-func (s *Server) groupCount() int {
-	if s.grouped == nil {
-		return 1
-	}
-	return s.grouped.GroupCount()
-}
-
-// group returns group g's backend; group 0's is the server's backend.
-func (s *Server) group(g int) Backend {
-	if g == 0 || s.grouped == nil {
-		return s.b
-	}
-	return s.grouped.Group(g)
-}
-
 // picked is the group pick chose for a request, in its context.
 type picked struct {
 	b Backend
@@ -148,7 +132,7 @@ func groupOf(r *http.Request) int {
 // group instead (its span handler). With one group, only a ?group= other
 // than 0 changes the answer: it is refused.
 func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bool, err error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	if rt.scope == scopeNone {
 		return s.b, 0, false, nil
 	}
@@ -158,7 +142,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 			if err != nil || g < 0 || g >= n {
 				return nil, 0, false, groupOutOfRange(n, service.QuoteShort(q))
 			}
-			return s.group(g), g, false, nil
+			return s.svc.Group(g), g, false, nil
 		}
 	}
 	if n == 1 {
@@ -177,7 +161,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	case scopeSpan:
 		return s.b, 0, true, nil
 	}
-	return s.group(g), g, false, nil
+	return s.svc.Group(g), g, false, nil
 }
 
 // groupOutOfRange refuses a group outside [0, n), given as got.
@@ -209,7 +193,7 @@ func withGroup(r *http.Request, b Backend, g int) *http.Request {
 // node ("" with one group, so that a node of one group asks as it always
 // did), with sep its first character.
 func (s *Server) groupQuery(sep string, g int) string {
-	if s.grouped == nil {
+	if s.svc.Count() == 1 {
 		return ""
 	}
 	return sep + "group=" + strconv.Itoa(g)

@@ -101,10 +101,10 @@ func (s *Server) topicsSpan(r *http.Request) (any, error) {
 
 // readyzSpan is ready when every group is, each as readyz defines it.
 func (s *Server) readyzSpan(r *http.Request) (any, error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	st := make([]api.Status, n)
 	err := service.EachGroup(service.All(n), func(g int) (err error) {
-		if st[g], err = s.readyGroup(r, s.group(g), g); err != nil {
+		if st[g], err = s.readyGroup(r, s.svc.Group(g), g); err != nil {
 			e := toError(err)
 			e.Message = fmt.Sprintf("group %d: %s", g, e.Message)
 			return e
@@ -121,7 +121,7 @@ func (s *Server) addNodeSpan(r *http.Request) (any, error) {
 		return nil, err
 	}
 	ctx := withCaller(r)
-	for g := range s.groupCount() {
+	for g := range s.svc.Count() {
 		_, err := inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
 			http.MethodPost, "/v1/cluster/nodes", n)
 		if err != nil {
@@ -143,7 +143,7 @@ func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 	auth := r.Header.Get("Authorization")
 	ctx, cancel := context.WithTimeout(withCaller(r), removeRetryTimeout)
 	defer cancel()
-	for g := range s.groupCount() {
+	for g := range s.svc.Count() {
 		remove := func(b Backend) (api.NodeRemoved, error) {
 			confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
 			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
@@ -191,7 +191,7 @@ func (s *Server) clusterSpan(r *http.Request) (any, error) {
 // allGroups sets view's groups to every group as this node sees it
 // (groupStatus); auth is the Authorization to send.
 func (s *Server) allGroups(ctx context.Context, auth string, view *api.Cluster) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	view.Groups = make([]api.Group, n)
 	_ = service.EachGroup(service.All(n), func(g int) error {
 		view.Groups[g] = s.groupStatus(ctx, g, auth)
@@ -202,7 +202,7 @@ func (s *Server) allGroups(ctx context.Context, auth string, view *api.Cluster) 
 // groupStatus is group g as this node sees it, with its leader's indexes:
 // its own when it leads g, else what the leader says of itself.
 func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group {
-	b := s.group(g)
+	b := s.svc.Group(g)
 	own, err := b.Cluster(ctx)
 	if err != nil {
 		return api.Group{Group: g}
@@ -226,10 +226,10 @@ func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group 
 
 // holder returns the group whose local store holds schedule name, or -1.
 func (s *Server) holder(ctx context.Context, name string) (int, error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	found := make([]bool, n)
 	err := service.EachGroup(service.All(n), func(g int) error {
-		sb, err := schedulerOf(s.group(g))
+		sb, err := schedulerOf(s.svc.Group(g))
 		if err != nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	}
 	_ = json.Unmarshal(data, &head)
 	name := r.PathValue("name")
-	g := wheel.GroupOf(head.Topic, s.groupCount())
+	g := wheel.GroupOf(head.Topic, s.svc.Count())
 	was, err := s.holder(r.Context(), name)
 	if err != nil {
 		return nil, err
@@ -298,7 +298,7 @@ func (s *Server) getScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.getSchedule(withGroup(r, s.group(max(g, 0)), max(g, 0)))
+	return s.getSchedule(withGroup(r, s.svc.Group(max(g, 0)), max(g, 0)))
 }
 
 // deleteScheduleSpan deletes a schedule in the group that holds it (none
@@ -317,11 +317,11 @@ func (s *Server) deleteScheduleSpan(r *http.Request) (any, error) {
 // listSchedules pages one group's: each read takes the first n after a
 // name from every group and keeps the first n of their union.
 func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
 		per := make([][]wheel.ScheduleInfo, n)
 		err := service.EachGroup(service.All(n), func(g int) error {
-			sb, err := schedulerOf(s.group(g))
+			sb, err := schedulerOf(s.svc.Group(g))
 			if err != nil {
 				return err
 			}

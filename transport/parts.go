@@ -73,7 +73,7 @@ func (p parts) do(ctx context.Context, to wheel.Node, g int, method, path string
 		}
 		rd = bytes.NewReader(data)
 	}
-	ctx, cancel := untilNewLeader(ctx, p.s.group(g), to.HTTPAddr)
+	ctx, cancel := untilNewLeader(ctx, p.s.svc.Group(g), to.HTTPAddr)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, p.s.cfg.LeaderScheme+"://"+to.HTTPAddr+path+p.s.groupQuery("?", g), rd)
 	if err != nil {
@@ -122,7 +122,7 @@ func (p parts) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessa
 	for i, m := range msgs {
 		req.Messages[i] = messageOf(m)
 	}
-	g := wheel.GroupOf(msgs[0].Topic, p.s.groupCount())
+	g := wheel.GroupOf(msgs[0].Topic, p.s.svc.Count())
 	var out api.EnqueueResponse
 	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/messages", req, &out)
 	if err != nil {

@@ -31,7 +31,6 @@ const ForwardedHeader = "X-Delaywheel-Forwarded"
 type Server struct {
 	cfg      Config
 	b        Backend
-	grouped  Grouped               // nil unless b runs more than one group
 	scopes   map[string]groupRoute // by route pattern
 	svc      *service.Router       // routes the requests that span groups
 	parts    parts                 // forwards their parts
@@ -77,9 +76,6 @@ func NewServer(cfg Config, b Backend) *Server {
 		log:      cfg.Logger.With("component", "http"),
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
-	}
-	if g, ok := b.(Grouped); ok && g.GroupCount() > 1 {
-		s.grouped = g
 	}
 	s.scopes = s.groupScopes()
 	s.parts = parts{s: s, client: &http.Client{Transport: cfg.LeaderTransport}}
