@@ -291,3 +291,14 @@ func authorization(ctx context.Context) string {
 }
 
 func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }
+
+// ready reports whether every group is ready and none counts this node
+// removed.
+func (s *Server) ready() bool {
+	for g := range s.svc.Count() {
+		if b := s.svc.Group(g); b.Ready() != nil || b.Removed() != nil {
+			return false
+		}
+	}
+	return true
+}
