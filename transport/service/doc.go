@@ -11,8 +11,17 @@
 // succeeded stay done, and the answer is the failed part's error, naming
 // its group ([GroupError]).
 //
-// It speaks plain Go types of package wheel and context.Context, and
-// classifies its refusals with the wheel errors (errors.Is with
-// wheel.ErrInvalid, wheel.ErrUnavailable, wheel.ErrNotLeader…): a front
-// end maps them to its own statuses.
+// It also holds the validation every front end shares (validate.go: each
+// refusal names the field, the index within a batch and the limit) and
+// the limits (limits.go). It speaks plain Go types of package wheel and
+// context.Context, and classifies its refusals with the wheel errors
+// (errors.Is with wheel.ErrInvalid, wheel.ErrUnavailable,
+// wheel.ErrNotLeader…): a front end maps them to its own statuses.
+//
+// Each front end gives the router the wire it forwards over: the gRPC API
+// forwards parts over gRPC, to the address the leader's member record
+// holds; the HTTP API over HTTP, which every node serves (gRPC may be off).
+// Authentication stays with the front ends, since each protocol carries
+// its credentials its own way (a bearer header, call metadata, none): a
+// front end calls the service once it has authorized the caller.
 package service
