@@ -18,19 +18,28 @@ import (
 // LeaderHTTP returns the leader's HTTP address, whether this node leads,
 // and whether a leader is known.
 func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
+	m, isLeader, known := n.Leader()
+	return m.HTTPAddr, isLeader, known
+}
+
+// Leader returns the leader's member record (its addresses; a GRPCAddr
+// it did not record is empty), whether this node leads, and whether a
+// leader is known: known needs the leader's HTTP address, as forwarding
+// does.
+func (n *Node) Leader() (m wheel.Node, isLeader, known bool) {
 	_, id := n.raft.LeaderWithID()
 	if id == "" {
-		return "", false, false
+		return wheel.Node{}, false, false
 	}
 	if string(id) == n.cfg.ID {
-		return n.cfg.HTTPAddr, n.raft.State() == raft.Leader, true
+		return n.cfg.self(), n.raft.State() == raft.Leader, true
 	}
 	for _, m := range n.store().Nodes() {
 		if m.ID == string(id) && m.HTTPAddr != "" {
-			return m.HTTPAddr, false, true
+			return m, false, true
 		}
 	}
-	return "", false, false
+	return wheel.Node{}, false, false
 }
 
 // Indexes returns the highest log index this node has applied and the
@@ -343,7 +352,7 @@ func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 	}
 	_, err := n.result(ctx, wheel.SetNode{Node: m})
 	if err == nil {
-		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr)
+		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr, "grpc_addr", m.GRPCAddr)
 	}
 	return err
 }

@@ -107,7 +107,7 @@ func (n *Node) Cluster(context.Context) (view.Cluster, error) {
 	defer n.peers.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		m := meta[string(s.ID)]
-		ns := view.NodeStatus{Node: view.Node{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr}, Suffrage: "voter", State: "unknown"}
+		ns := view.NodeStatus{Node: view.Node{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr, GRPCAddr: m.GRPCAddr}, Suffrage: "voter", State: "unknown"}
 		if s.Suffrage != raft.Voter {
 			ns.Suffrage = "nonvoter"
 		}

@@ -31,6 +31,10 @@ type Config struct {
 	DataDir  string
 	RaftAddr string // listen and advertised Raft address
 	HTTPAddr string // advertised client API address, replicated as metadata
+	// GRPCAddr is the advertised gRPC API address, replicated next to
+	// HTTPAddr so that followers forward gRPC calls to the leader's. Empty:
+	// the node serves no gRPC.
+	GRPCAddr string
 
 	// InitialCluster lists every member of a new cluster (id → Raft address).
 	// Empty with no Join: a single-node cluster of this node.
@@ -104,6 +108,11 @@ func (c *Config) advertised() string {
 		return c.RaftAdvertise
 	}
 	return c.RaftAddr
+}
+
+// self is the node's member record: its id and advertised addresses.
+func (c *Config) self() wheel.Node {
+	return wheel.Node{ID: c.ID, RaftAddr: c.advertised(), HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr}
 }
 
 // DefaultConfig returns the default of every tuning field: Open takes it
@@ -487,7 +496,7 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 func (n *Node) HasSelf() bool {
 	for _, m := range n.store().Nodes() {
 		if m.ID == n.cfg.ID {
-			return m.HTTPAddr == n.cfg.HTTPAddr && m.RaftAddr == n.cfg.advertised()
+			return m == n.cfg.self()
 		}
 	}
 	return false

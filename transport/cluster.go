@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // memberAskTimeout bounds the questions behind one cluster view: a member
@@ -28,7 +29,7 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	if q := r.URL.Query().Get("local"); q != "" {
 		var err error
 		if local, err = strconv.ParseBool(q); err != nil {
-			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
+			return nil, invalid("local: must be true or false, got %s", service.QuoteShort(q))
 		}
 	}
 	view, err := s.clusterView(r.Context(), groupOf(r), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
@@ -40,7 +41,7 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 // when local, the group leader's otherwise; forwarded says the question
 // came from another node, which must not be asked back.
 func (s *Server) clusterView(ctx context.Context, g int, local, forwarded bool, auth string) (api.Cluster, error) {
-	b := s.group(g)
+	b := s.svc.Group(g)
 	view, err := b.Cluster(ctx)
 	if err != nil {
 		return view, err
@@ -213,7 +214,7 @@ func (s *Server) memberHolds(ctx context.Context, g int, id string, index uint64
 // member id, waiting until it records one or ctx ends.
 func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, error) {
 	for {
-		view, err := s.group(g).Cluster(ctx)
+		view, err := s.svc.Group(g).Cluster(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -262,4 +263,19 @@ func (s *Server) ask(ctx context.Context, addr, path, auth string, out any) erro
 		return fmt.Errorf("decoding the answer: %w", err)
 	}
 	return nil
+}
+
+// ClusterView returns the cluster view GET /v1/cluster answers: on the
+// leader, what each member says of itself; on a follower, the leader's
+// view, or its own when no leader can be asked. auth is the Authorization
+// header to send to the other members.
+//
+// On a node of many groups, it is GET /v1/cluster's view of group 0 with
+// every group in Groups.
+func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, error) {
+	view, err := s.clusterView(ctx, 0, false, false, auth)
+	if err == nil && s.svc.Count() > 1 {
+		s.allGroups(ctx, auth, &view)
+	}
+	return view, err
 }

@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // readBody reads the request body, which the server has already bounded with
@@ -20,7 +22,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge("request body: over the limit of %d bytes (%s)", mbe.Limit, humanBytes(mbe.Limit))
+			return nil, tooLarge("request body: over the limit of %d bytes (%s)", mbe.Limit, service.HumanBytes(mbe.Limit))
 		}
 		return nil, invalid("request body: could not be read: %v", err)
 	}
@@ -119,20 +121,8 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// fieldPath joins a location and a field name: "messages[3]" and "delay_ms"
-// give "messages[3].delay_ms". With neither it names the request body.
-func fieldPath(where, field string) string {
-	switch {
-	case where != "" && field != "":
-		return where + "." + field
-	case where != "":
-		return where
-	case field != "":
-		return field
-	default:
-		return "request body"
-	}
-}
+// fieldPath joins a location and a field name (service.FieldPath).
+func fieldPath(where, field string) string { return service.FieldPath(where, field) }
 
 // isMediaType reports whether a Content-Type header names the media type
 // want, ignoring parameters and case.

@@ -1,5 +1,6 @@
 // Package transport owns the HTTP API of api/API.md: routing, authentication,
-// strict decoding and validation of requests, the mapping of domain errors to
+// strict decoding of requests (their validation is package
+// transport/service's, which every API shares), the mapping of errors to
 // status codes, leader forwarding (a follower reverse-proxies writes and
 // reserves to the leader), the long-poll limit, the cluster view (the
 // leader's, which it assembles by asking each member; cluster.go), and the
@@ -13,8 +14,8 @@
 // segment files. The JSON wire types live in package transport/api and the Go
 // client in transport/client. Tests run the API against real nodes started
 // by package transport/transporttest, which only tests import. The gRPC API
-// (package transport/grpcserver) validates with the functions export.go
-// makes public, so that both APIs answer a request alike.
+// (package transport/grpcserver) validates with package transport/service
+// too, and maps the same errors, so that both APIs answer a request alike.
 //
 // The JSON enqueue, the call producers make most, decodes its common shape
 // with a decoder of its own (fastjson.go) and leaves anything else, and
@@ -57,7 +58,7 @@
 // route; the proxy flushes each chunk, and ends when the follower sees
 // another leader. Webhook configs (webhook.go) are validated here, host
 // included (--webhook-allow, [Config].WebhookAllow), and stored through
-// the optional [Webhooker] capability of the backend.
+// the backend.
 //
 // # Groups
 //
@@ -68,10 +69,11 @@
 // group). That group's backend answers, its leader is the one forwarded
 // to, and the forwarded request keeps its path and query, so the leader
 // picks the same group. Requests that span the groups (groupspan.go) are
-// split and each part served as the same route with ?group=g: a batch
+// decoded and validated once and split by the service's router: a batch
 // by topic, receipts by id, node additions and removals to every group;
-// a batch or receipts all of one group that this node leads go to that
-// group's backend at once, answered as the part would be. Reads (topics,
+// each part goes to its group's backend when this node leads the group,
+// else to the group's leader as the same route with ?group=g (parts.go),
+// and an error names the part's group. Reads (topics,
 // schedules, the cluster view's groups) merge each group's local answer,
 // and /readyz is ready when every group is. A batch that spans groups is
 // atomic per group only. A backend of one group is served exactly as

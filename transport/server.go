@@ -19,6 +19,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/console"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
@@ -30,9 +31,9 @@ const ForwardedHeader = "X-Delaywheel-Forwarded"
 type Server struct {
 	cfg      Config
 	b        Backend
-	grouped  Grouped               // nil unless b runs more than one group
 	scopes   map[string]groupRoute // by route pattern
-	routes   map[string]route      // by pattern, for requests spanning groups
+	svc      *service.Router       // routes the requests that span groups
+	parts    parts                 // forwards their parts
 	log      *slog.Logger
 	handler  http.Handler
 	tokenSum [sha256.Size]byte
@@ -68,7 +69,7 @@ func (s *Server) Slots() *Slots { return s.cfg.Slots }
 
 // NewServer returns a server for b; unset fields of cfg take their defaults.
 func NewServer(cfg Config, b Backend) *Server {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	s := &Server{
 		cfg:      cfg,
 		b:        b,
@@ -76,10 +77,9 @@ func NewServer(cfg Config, b Backend) *Server {
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
-	if g, ok := b.(Grouped); ok && g.GroupCount() > 1 {
-		s.grouped = g
-	}
 	s.scopes = s.groupScopes()
+	s.parts = parts{s: s, client: &http.Client{Transport: cfg.LeaderTransport}}
+	s.svc = service.NewRouter(GroupsOfBackend(b), s.parts).NamingGroups()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.handler = s.newMux()
 	return s
@@ -160,9 +160,7 @@ func (s *Server) routeList() []route {
 func (s *Server) newMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	methods := map[string][]string{}
-	s.routes = map[string]route{}
 	for _, rt := range s.routeList() {
-		s.routes[rt.pattern] = rt
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		methods[path] = append(methods[path], method)
 		mux.Handle(rt.pattern, s.wrap(rt))
@@ -356,3 +354,13 @@ func (w *recorder) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Unauthenticated is the 401 answer of a call without the right token;
+// its message says which.
+func Unauthenticated(missing bool) *Error {
+	if missing {
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+			Message: "missing bearer token: send \"Authorization: Bearer <token>\""}
+	}
+	return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated, Message: "wrong bearer token"}
+}

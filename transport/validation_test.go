@@ -138,6 +138,7 @@ func otherCases() []badRequest {
 		inv("add node no id", post, "/v1/cluster/nodes", `{"raft_addr":"h:1","http_addr":"h:2"}`, "id: must be 1 to 256 bytes"),
 		inv("add node bad raft addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h","http_addr":"h:2"}`, `raft_addr: must be host:port, got "h"`),
 		inv("add node bad http addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":""}`, "http_addr: must be host:port"),
+		inv("add node bad grpc addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","grpc_addr":"h"}`, `grpc_addr: must be host:port, got "h"`),
 		inv("add node unknown field", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","voter":true}`, `unknown field "voter"`),
 	}
 }

@@ -13,8 +13,7 @@ import (
 )
 
 // groupsBackend serves a node of many Raft groups through one HTTP and
-// one gRPC server: it is group 0's node (embedded, with its optional
-// capabilities), and transport.Grouped over every group, so the server
+// one gRPC server: it is group 0's node (embedded), and transport.Grouped over every group, so the server
 // picks each request's group. It lives here because replication must not
 // import transport.
 type groupsBackend struct {

@@ -316,6 +316,12 @@ func runServer(c *cli.Context) error {
 		}
 	}
 	tcfg.GRPCAddr = grpcAddr
+	// The member record holds the gRPC address followers forward to: one
+	// that names no host (":7072") is unknown there.
+	memberGRPC := grpcAddr
+	if host, _, _ := net.SplitHostPort(grpcAddr); host == "" {
+		memberGRPC = ""
+	}
 	httpAddr := c.String("http-addr")
 	defer mem.apply(logger)()
 
@@ -323,7 +329,7 @@ func runServer(c *cli.Context) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 
 	gs, err := replication.OpenGroups(replication.Config{
-		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr,
+		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC,
 		InitialCluster: members, Join: c.String("join"), Logger: logger,
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
 		WebhookAllow: func(host string) error { return transport.WebhookHostAllowed(tcfg.WebhookAllow, host) },
@@ -362,7 +368,7 @@ func runServer(c *cli.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
 	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
-	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr}
+	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv
 	}

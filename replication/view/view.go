@@ -5,6 +5,9 @@ type Node struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
+	// GRPCAddr is the member's gRPC address; empty (left out): it serves
+	// none, or has not recorded it.
+	GRPCAddr string `json:"grpc_addr,omitempty"`
 }
 
 // NodeStatus is a member as GET /v1/cluster reports it. Unknown values

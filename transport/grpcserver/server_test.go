@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
@@ -353,16 +355,24 @@ func TestAuthOnEveryCall(t *testing.T) {
 
 func TestFollower(t *testing.T) {
 	t.Parallel() // a cluster spends its start waiting for an election
-	cl := transporttest.StartCluster(t, 3, transporttest.Options{})
+	// Each node records the gRPC address it listens on.
+	lns := map[string]net.Listener{}
+	for i := range 3 {
+		lns[fmt.Sprintf("n%d", i+1)] = transporttest.ListenGRPC(t)
+	}
+	cl := transporttest.StartCluster(t, 3, transporttest.Options{Replication: func(c *replication.Config) {
+		c.GRPCAddr = lns[c.ID].Addr().String()
+	}})
 	leader, f := cl.Leader(), cl.Follower()
-	lconn := serveGRPC(t, leader, nil, nil)
-	lc := pb.NewDelaywheelClient(lconn)
+	laddr, _ := transporttest.ServeGRPCOn(t, lns[leader.ID], leader.Node, grpcserver.Config{
+		HTTP: transport.Config{Clock: leader.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond})
+	lc := pb.NewDelaywheelClient(dial(t, laddr))
 	fc := pb.NewDelaywheelClient(serveGRPC(t, f, nil, nil))
 	ctx := authed(t.Context(), token)
 	res := get(lc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", DelayMs: proto64(1000)}}}))(t, "enqueue at the leader")
 
-	// Without a way to find the leader's gRPC address, a follower answers
-	// the leader's calls NOT_LEADER, naming the leader's HTTP address.
+	// A follower that does not forward answers the leader's calls
+	// NOT_LEADER, naming the leader's HTTP address.
 	_, err := fc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
 	st := wantCode(t, "enqueue at a follower", err, codes.Unavailable, "not the leader")
 	info := errorInfo(st)
@@ -383,24 +393,16 @@ func TestFollower(t *testing.T) {
 		t.Fatalf("cluster %v", v)
 	}
 
-	// A follower that finds the leader's gRPC address forwards to it; the
-	// leader's refusals come back as they are.
-	asked := make(chan string, 10)
-	fwd := pb.NewDelaywheelClient(serveGRPC(t, f, nil, func(c *grpcserver.Config) {
-		c.LeaderGRPC = func(_ context.Context, leaderHTTP, auth string) (string, error) {
-			asked <- auth
-			if leaderHTTP != leader.Addr {
-				return "", fmt.Errorf("no leader at %s", leaderHTTP)
-			}
-			return lconn.Target(), nil
-		}
-	}))
+	// A follower that forwards finds the leader's gRPC address in its
+	// member record and forwards to it; the leader's refusals come back
+	// as they are.
+	if m, _, _ := f.Node.Leader(); m.GRPCAddr != laddr {
+		t.Fatalf("the follower's record of the leader: %+v; want gRPC at %s", m, laddr)
+	}
+	fwd := pb.NewDelaywheelClient(serveGRPC(t, f, nil, func(c *grpcserver.Config) { c.Forward = true }))
 	fres := get(fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", Key: "k"}}}))(t, "enqueue forwarded")
 	if len(fres.Results) != 1 || fres.Results[0].Duplicate {
 		t.Fatalf("forwarded enqueue %v", fres)
-	}
-	if a := <-asked; a != "Bearer "+token {
-		t.Fatalf("the leader was asked with %q", a)
 	}
 	get(lc.Get(ctx, &pb.GetRequest{Id: fres.Results[0].Id}))(t, "the forwarded message at the leader")
 	// The follower answers a forwarded write once it holds it: the caller
