@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/delaywheel/delaywheel/transport"
@@ -230,25 +231,24 @@ func pmsgs(ms ...pw) string {
 }
 
 // jsonOnlyCases are the enqueueCases that the protobuf form cannot express:
-// JSON syntax and JSON types, and the choice between body and body_base64.
+// JSON syntax and JSON types, names given twice or in another case,
+// strings that are not UTF-8 (protoCases sends those its own way), and
+// the choice between body and body_base64.
 // protoCases holds their protobuf counterparts.
 var jsonOnlyCases = []string{
 	"malformed JSON", "syntax error", "empty body", "not an object", "two values", "unknown top field",
 	"unknown message field", "topic not a string", "body and base64", "bad base64", "fractional delay",
 	"string delay", "huge delay", "max_attempts overflow", "priority not int", "header value not string",
+	"field twice", "messages twice", "header twice", "field in another case", "body not UTF-8",
+	"body half a surrogate pair", "key not UTF-8", "header value not UTF-8",
 }
 
 // asProto turns a JSON enqueue case's body into protobuf, or reports that
 // the protobuf form cannot express it.
 func asProto(body string) (string, bool) {
 	var req api.EnqueueRequest
-	dec := json.NewDecoder(strings.NewReader(body))
-	dec.DisallowUnknownFields()
-	if dec.Decode(&req) != nil || dec.More() {
+	if jsonv2.Unmarshal([]byte(body), &req, jsonv2.RejectUnknownMembers(true)) != nil {
 		return "", false
-	}
-	if _, err := dec.Token(); err == nil {
-		return "", false // a second value
 	}
 	b, err := api.AppendEnqueueRequest(nil, req)
 	if err != nil {

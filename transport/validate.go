@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -62,33 +61,19 @@ func validateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wh
 	return out, nil
 }
 
-// parseEnqueue decodes an enqueue request strictly, one message at a time so
-// that an error names the message's index. A batch over lim.MaxBatch is a
-// 413 too_large.
+// parseEnqueue decodes an enqueue request strictly (see decodeStrict); an
+// error names the field and the message's index. A batch over lim.MaxBatch
+// is a 413 too_large.
 func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
-	// One strict pass decodes a good request; only a bad one is decoded
-	// again message by message, so that the error can name its index.
 	req, ok := fastEnqueue(data, lim.MaxBatch)
-	if ok || decodeStrict(data, &req, "") == nil {
-		if err := checkCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
+	if !ok {
+		req = api.EnqueueRequest{}
+		if err := decodeStrict(data, &req); err != nil {
 			return api.EnqueueRequest{}, err
 		}
-		return req, nil
 	}
-	var raw struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := decodeStrict(data, &raw, ""); err != nil {
+	if err := checkCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
 		return api.EnqueueRequest{}, err
-	}
-	if err := checkCount("messages", len(raw.Messages), lim.MaxBatch, false); err != nil {
-		return api.EnqueueRequest{}, err
-	}
-	req = api.EnqueueRequest{Messages: make([]api.Message, len(raw.Messages))}
-	for i, m := range raw.Messages {
-		if err := decodeStrict(m, &req.Messages[i], index("messages", i)); err != nil {
-			return api.EnqueueRequest{}, err
-		}
 	}
 	return req, nil
 }
@@ -229,7 +214,8 @@ func validateTTR(name string, ttrMs int64, lim Limits) error {
 	return inRange(name, ttrMs, lim.MinTTRMs, lim.MaxTTRMs, humanMs(lim.MinTTRMs)+" to "+humanMs(lim.MaxTTRMs))
 }
 
-// validateHeaders checks the count and the sizes of a message's headers.
+// validateHeaders checks the count and the sizes of a message's headers,
+// and that each can be sent as an HTTP header (api.CheckHeader).
 func validateHeaders(name string, h map[string]string, lim Limits) error {
 	if len(h) > lim.MaxHeaders {
 		return invalid("%s: at most %d headers, got %d", name, lim.MaxHeaders, len(h))
@@ -240,6 +226,9 @@ func validateHeaders(name string, h map[string]string, lim Limits) error {
 		}
 		if len(v) > lim.MaxHeaderValueLen {
 			return invalid("%s[%s]: value must be at most %d bytes, got %d", name, quoteShort(k), lim.MaxHeaderValueLen, len(v))
+		}
+		if err := api.CheckHeader(k, v); err != nil {
+			return invalid("%s[%s]: %v", name, quoteShort(k), err)
 		}
 	}
 	return nil

@@ -86,6 +86,26 @@ func enqueueCases() []badRequest {
 		bad("empty header key", msgs(`{"topic":"t","headers":{"":"v"}}`), b, "messages[0].headers: key \"\" must be 1 to 256 bytes"),
 		bad("header value too long", msgs(`{"topic":"t","headers":{"k":"`+strings.Repeat("v", 4097)+`"}}`), b, `messages[0].headers["k"]: value must be at most 4096 bytes`),
 		bad("header value not string", msgs(`{"topic":"t","headers":{"k":1}}`), b, "messages[0].headers", "must be a string"),
+		// Strict input: nothing is read one way when it could be read
+		// another, and a header must be sendable as an HTTP header.
+		bad("field twice", msgs(okMsg, `{"topic":"t","body":"x","topic":"u"}`), b, "messages[1].topic: given more than once"),
+		bad("messages twice", `{"messages":[`+okMsg+`],"messages":[`+okMsg+`]}`, b, "messages: given more than once"),
+		bad("header twice", msgs(okMsg, okMsg, `{"topic":"t","headers":{"X-A":"1","X-A":"2"}}`), b, `messages[2].headers["X-A"]: given more than once`),
+		bad("field in another case", msgs(`{"topic":"t","Body":"x"}`), b, `messages[0]: unknown field "Body"`),
+		bad("body not UTF-8", msgs(okMsg, okMsg, `{"topic":"t","body":"a`+"\xff"+`b"}`), b, `messages[2].body: must be valid UTF-8; send other bytes as "body_base64"`),
+		bad("body half a surrogate pair", msgs(`{"topic":"t","body":"\ud800"}`), b, `messages[0].body: must be valid UTF-8; send other bytes as "body_base64"`),
+		bad("key not UTF-8", msgs(`{"topic":"t","key":"`+"\xc3\x28"+`"}`), b, "messages[0].key: must be valid UTF-8"),
+		bad("header value not UTF-8", msgs(`{"topic":"t","headers":{"X-A":"`+"\xff"+`"}}`), b, `messages[0].headers["X-A"]: must be valid UTF-8`),
+		bad("header name not a token", msgs(`{"topic":"t","headers":{"X A":"v"}}`), b, `messages[0].headers["X A"]: name is not an HTTP token`),
+		bad("header name with a colon", msgs(okMsg, `{"topic":"t","headers":{"X-A:":"v"}}`), b, `messages[1].headers["X-A:"]: name is not an HTTP token`),
+		bad("header value with CR LF", msgs(`{"topic":"t","headers":{"X-A":"a\r\nInjected: 1"}}`), b, `messages[0].headers["X-A"]: value holds a character HTTP does not allow`),
+		bad("header value with LF", msgs(`{"topic":"t","headers":{"X-A":"a\nb"}}`), b, `messages[0].headers["X-A"]: value holds`),
+		bad("header value with NUL", msgs(`{"topic":"t","headers":{"X-A":"a\u0000b"}}`), b, `messages[0].headers["X-A"]: value holds`),
+		bad("header Host", msgs(`{"topic":"t","headers":{"Host":"example.com"}}`), b, `messages[0].headers["Host"]: name is reserved: the HTTP client sets Host itself`),
+		bad("header Content-Length", msgs(`{"topic":"t","headers":{"content-length":"5"}}`), b, `messages[0].headers["content-length"]: name is reserved`),
+		bad("header Transfer-Encoding", msgs(`{"topic":"t","headers":{"Transfer-Encoding":"chunked"}}`), b, `messages[0].headers["Transfer-Encoding"]: name is reserved`),
+		bad("header Connection", msgs(`{"topic":"t","headers":{"CONNECTION":"close"}}`), b, `messages[0].headers["CONNECTION"]: name is reserved`),
+		bad("header Trailer", msgs(`{"topic":"t","headers":{"Trailer":"X"}}`), b, `messages[0].headers["Trailer"]: name is reserved`),
 	}
 }
 
