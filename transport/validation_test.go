@@ -159,6 +159,15 @@ func otherCases() []badRequest {
 		inv("add node bad raft addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h","http_addr":"h:2"}`, `raft_addr: must be host:port, got "h"`),
 		inv("add node bad http addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":""}`, "http_addr: must be host:port"),
 		inv("add node unknown field", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","voter":true}`, `unknown field "voter"`),
+		// Strict input on every body.
+		inv("add node id twice", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","id":"n3"}`, "id: given more than once"),
+		inv("add node id not UTF-8", post, "/v1/cluster/nodes", `{"id":"n`+"\xff"+`","raft_addr":"h:1","http_addr":"h:2"}`, "id: must be valid UTF-8"),
+		inv("reschedule delay twice", post, "/v1/messages/"+msgID+"/reschedule", `{"delay_ms":1,"delay_ms":2}`, "delay_ms: given more than once"),
+		inv("reserve max twice", post, "/v1/topics/t/reserve", `{"max":1,"max":1000}`, "max: given more than once"),
+		inv("reserve in another case", post, "/v1/topics/t/reserve", `{"MAX":1}`, `request body: unknown field "MAX"`),
+		inv("ack receipts twice", post, "/v1/ack", `{"receipts":["`+goodRec+`"],"receipts":[]}`, "receipts: given more than once"),
+		inv("nack receipt not UTF-8", post, "/v1/nack", `{"receipts":["`+goodRec+`","`+"\xff"+`"]}`, "receipts[1]: must be valid UTF-8"),
+		inv("redrive ids twice", post, "/v1/topics/t/dead/redrive", `{"ids":[],"ids":["`+msgID+`"]}`, "ids: given more than once"),
 	}
 }
 
@@ -180,7 +189,25 @@ func TestValidation(t *testing.T) {
 					t.Errorf("message %q does not contain %q", got.Message, w)
 				}
 			}
+			// Fields are named as the API names them, never as Go does.
+			for _, goName := range []string{"Payload", "Go ", "api."} {
+				if strings.Contains(got.Message, goName) {
+					t.Errorf("message %q names a Go field or type (%q)", got.Message, goName)
+				}
+			}
 		})
+	}
+	equal(t, "topics after refusals", e.topicCount(), 0)
+}
+
+// TestErrorsNotHTMLEscaped: an error body quotes the input as it was
+// sent: '<', '>' and '&' are not escaped.
+func TestErrorsNotHTMLEscaped(t *testing.T) {
+	e := newEnv(t)
+	a := e.do(http.MethodPost, "/v1/messages", msgs(`{"topic":"t","headers":{"<a&b>":"v"}}`))
+	equal(t, "status", a.status, http.StatusBadRequest)
+	if want := `messages[0].headers[\"<a&b>\"]: name is not an HTTP token`; !strings.Contains(string(a.body), want) {
+		t.Fatalf("error body %s does not hold %s", a.body, want)
 	}
 	equal(t, "topics after refusals", e.topicCount(), 0)
 }
