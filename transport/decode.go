@@ -13,6 +13,8 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/delaywheel/delaywheel/transport/api"
 )
 
 // readBody reads the request body, which the server has already bounded with
@@ -68,9 +70,9 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 // or an escaped half of a surrogate pair), which encoding/json would store
 // changed, as U+FFFD. An error names the field as the API does
 // ("messages[2].body", "messages[0].headers[\"X-A\"]").
-func decodeStrict(data []byte, v any) error {
+func decodeStrict(data []byte, v any, opts ...jsonv2.Options) error {
 	dec := jsontext.NewDecoder(bytes.NewReader(data))
-	if err := jsonv2.UnmarshalDecode(dec, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+	if err := jsonv2.UnmarshalDecode(dec, v, append(opts, jsonv2.RejectUnknownMembers(true))...); err != nil {
 		return jsonError(err)
 	}
 	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
@@ -87,13 +89,48 @@ func notUTF8(err error) bool {
 	return err != nil && (err.Error() == "invalid UTF-8" || strings.HasPrefix(err.Error(), "invalid surrogate pair"))
 }
 
+// messagesUpTo decodes a list of messages (an enqueue's) of up to max
+// messages; a longer one is a 413 too_large, and its messages past max are
+// only counted, not decoded: a batch over the limit costs no more memory
+// than one at it.
+func messagesUpTo(max int) jsonv2.Options {
+	return jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, msgs *[]api.Message) error {
+		if dec.PeekKind() != '[' {
+			return jsonv2.SkipFunc // null or the wrong type: the default decoding reads or refuses it
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		n := 0
+		for ; dec.PeekKind() != ']'; n++ {
+			if n >= max {
+				if err := dec.SkipValue(); err != nil {
+					return err
+				}
+				continue
+			}
+			*msgs = append(*msgs, api.Message{})
+			if err := jsonv2.UnmarshalDecode(dec, &(*msgs)[n]); err != nil {
+				return err
+			}
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		return checkCount("messages", n, max, true)
+	}))
+}
+
 // jsonError turns a decoding error into a 400 that names the field.
 func jsonError(err error) *Error {
 	var (
 		syn *jsontext.SyntacticError
 		sem *jsonv2.SemanticError
+		own *Error
 	)
 	switch {
+	case errors.As(err, &own):
+		return own // a decoder of this package's refused the value
 	case errors.Is(err, io.EOF):
 		return invalid("request body: is empty; expected a JSON object")
 	case errors.As(err, &syn):

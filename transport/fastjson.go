@@ -23,8 +23,8 @@ import (
 // the body with decodeStrict, which refuses it or reads it, and whose
 // errors name the field. FuzzDecodeEnqueue holds it to this.
 //
-// maxBatch bounds what it reserves ahead for the batch: a body of nothing
-// but '{' must not make it allocate for millions of messages.
+// It takes up to maxBatch messages, and reserves no more ahead: a body of
+// nothing but '{' must not make it allocate for millions of messages.
 func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 	d := fastDecoder{data: data, all: string(data)}
 	if !d.byte('{') || d.key() != "messages" || !d.byte(':') || !d.byte('[') {
@@ -42,8 +42,8 @@ func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 	} else {
 		for {
 			req.Messages = append(req.Messages, api.Message{})
-			if !d.message(&req.Messages[len(req.Messages)-1]) {
-				return req, false
+			if len(req.Messages) > maxBatch || !d.message(&req.Messages[len(req.Messages)-1]) {
+				return req, false // too many: messagesUpTo counts them without keeping them
 			}
 			if d.byte(']') {
 				break

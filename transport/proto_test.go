@@ -240,7 +240,7 @@ var jsonOnlyCases = []string{
 	"unknown message field", "topic not a string", "body and base64", "bad base64", "fractional delay",
 	"string delay", "huge delay", "max_attempts overflow", "priority not int", "header value not string",
 	"field twice", "messages twice", "header twice", "field in another case", "body not UTF-8",
-	"body half a surrogate pair", "key not UTF-8", "header value not UTF-8",
+	"body half a surrogate pair", "key not UTF-8", "header value not UTF-8", "batch over limit, bad past it",
 }
 
 // asProto turns a JSON enqueue case's body into protobuf, or reports that

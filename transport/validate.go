@@ -68,7 +68,7 @@ func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 	req, ok := fastEnqueue(data, lim.MaxBatch)
 	if !ok {
 		req = api.EnqueueRequest{}
-		if err := decodeStrict(data, &req); err != nil {
+		if err := decodeStrict(data, &req, messagesUpTo(lim.MaxBatch)); err != nil {
 			return api.EnqueueRequest{}, err
 		}
 	}
