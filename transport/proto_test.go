@@ -280,7 +280,7 @@ func protoCases() []badRequest {
 		bad("topic not UTF-8", pmsgs(pw(nil).str(1, "t\xff")), b, "messages[0].topic: must be valid UTF-8"),
 		bad("key not UTF-8", pmsgs(ok.str(5, "\xc3\x28")), b, "messages[0].key: must be valid UTF-8"),
 		bad("header value not UTF-8", pmsgs(ok.str(9, string(pw(nil).str(1, "k").str(2, "\xff")))), b, `messages[0].headers["k"]: must be valid UTF-8`),
-		bad("duplicate header key", pmsgs(ok.str(9, string(pw(nil).str(1, "k"))).str(9, string(pw(nil).str(1, "k")))), b, `messages[0].headers: key "k" given more than once`),
+		bad("duplicate header key", pmsgs(ok.str(9, string(pw(nil).str(1, "k"))).str(9, string(pw(nil).str(1, "k")))), b, `messages[0].headers["k"]: given more than once`),
 		bad("max_attempts overflow", pmsgs(ok.varint(8, 1<<32)), b, "messages[0].max_attempts: must be an integer that fits int32, got 4294967296"),
 		bad("max_attempts negative", pmsgs(ok.varint(8, uint64(1<<64-1))), b, "messages[0].max_attempts: must be between 1 and 1000", "got -1"),
 		bad("delay over int64", pmsgs(ok.varint(3, 1<<63)), b, "messages[0].delay_ms: must be between 0 and 315360000000"),
