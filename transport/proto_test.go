@@ -241,6 +241,7 @@ var jsonOnlyCases = []string{
 	"string delay", "huge delay", "max_attempts overflow", "priority not int", "header value not string",
 	"field twice", "messages twice", "header twice", "field in another case", "body not UTF-8",
 	"body half a surrogate pair", "key not UTF-8", "header value not UTF-8", "batch over limit, bad past it",
+	"body not a string",
 }
 
 // asProto turns a JSON enqueue case's body into protobuf, or reports that

@@ -64,6 +64,7 @@ func enqueueCases() []badRequest {
 		bad("topic bad char", msgs(`{"topic":"a b"}`), b, `messages[0].topic`, `"a b"`),
 		bad("topic too long", msgs(`{"topic":"`+strings.Repeat("a", 201)+`"}`), b, "messages[0].topic: must be 1 to 200"),
 		bad("topic not a string", msgs(`{"topic":5}`), b, "messages[0].topic: must be a string"),
+		bad("body not a string", msgs(okMsg, okMsg, `{"topic":"t","body":5}`), b, "messages[2].body: must be a string, got JSON number"),
 		bad("body and base64", msgs(`{"topic":"t","body":"x","body_base64":"eA=="}`), b, `messages[0]: set "body" or "body_base64", not both`),
 		bad("bad base64", msgs(`{"topic":"t","body_base64":"!!"}`), b, "messages[0].body_base64: not valid standard base64"),
 		bad("body over limit", msgs(`{"topic":"t","body":"`+strings.Repeat("x", 1<<20+1)+`"}`), big, "messages[0].body: 1048577 bytes is over the limit of 1048576 bytes (1 MiB)"),
