@@ -1,4 +1,4 @@
-// Package transport owns the HTTP API of API.md: routing, authentication,
+// Package transport owns the HTTP API of api/API.md: routing, authentication,
 // strict decoding and validation of requests, the mapping of domain errors to
 // status codes, leader forwarding (a follower reverse-proxies writes and
 // reserves to the leader), the long-poll limit, the cluster view (the
@@ -34,7 +34,7 @@
 // header must be sendable as an HTTP header (api.CheckHeader), on every
 // API. Answers are JSON without HTML escapes.
 //
-// Choices beyond API.md:
+// Choices beyond the API's reference:
 //   - A list over its limit (more than [Limits].MaxBatch messages, receipts
 //     or ids), a body over MaxBodyBytes and a request over MaxRequestBytes are
 //     413 too_large; an empty list is 400.

@@ -27,7 +27,7 @@ import (
 // again, so forwarding never loops.
 const ForwardedHeader = "X-Delaywheel-Forwarded"
 
-// Server serves the HTTP API of API.md on top of a Backend.
+// Server serves the HTTP API of api/API.md on top of a Backend.
 type Server struct {
 	cfg      Config
 	b        Backend
@@ -181,7 +181,7 @@ func (s *Server) newMux() *http.ServeMux {
 	mux.Handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
-		return nil, notFound("no route %s %s; see API.md for the endpoints", r.Method, r.URL.Path)
+		return nil, notFound("no route %s %s; the endpoints are listed in transport/api/API.md", r.Method, r.URL.Path)
 	}}))
 	return mux
 }

@@ -21,7 +21,7 @@ import (
 // v1Route is one /v1 endpoint with a valid request.
 type v1Route struct{ method, path, body string }
 
-// v1Routes lists every /v1 endpoint of API.md.
+// v1Routes lists /v1 endpoints, each with a valid request.
 func v1Routes() []v1Route {
 	const post, get, del = http.MethodPost, http.MethodGet, http.MethodDelete
 	return []v1Route{

@@ -50,27 +50,9 @@ func TestServerGroupsFlag(t *testing.T) {
 // through one lands in every group, each group's metrics carry its
 // label, and each shuts down cleanly.
 func TestServerGroupsCluster(t *testing.T) {
-	const n, groups = 3, 3
-	var raft, httpAddrs, members []string
-	for i := range n {
-		raft = append(raft, replication.FreeAddr(t))
-		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
-		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
-	}
-	for i := range n {
-		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
-			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups))
-	}
+	const groups = 3
+	httpAddrs, cls := startCluster(t, 3, groups)
 	ctx := t.Context()
-	var cls []*client.Client
-	for _, addr := range httpAddrs {
-		cl := client.New("http://" + addr)
-		cls = append(cls, cl)
-		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
-			v, err := cl.Cluster(ctx)
-			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
-		})
-	}
 	var msgs []api.Message
 	for i := range 30 {
 		msgs = append(msgs, api.Message{Topic: fmt.Sprintf("t%d", i), Payload: api.TextBody("x")})
@@ -101,6 +83,33 @@ func TestServerGroupsCluster(t *testing.T) {
 			t.Fatalf("no series of group %d in /metrics", g)
 		}
 	}
+}
+
+// startCluster starts n servers n1, n2, … with --groups groups and the
+// same --initial-cluster, waits until each is ready in every group, and
+// returns their HTTP addresses and clients.
+func startCluster(t *testing.T, n, groups int) (httpAddrs []string, cls []*client.Client) {
+	t.Helper()
+	var raft, members []string
+	for i := range n {
+		raft = append(raft, replication.FreeAddr(t))
+		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
+	}
+	for i := range n {
+		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
+			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups))
+	}
+	ctx := t.Context()
+	for _, addr := range httpAddrs {
+		cl := client.New("http://" + addr)
+		cls = append(cls, cl)
+		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
+			v, err := cl.Cluster(ctx)
+			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
+		})
+	}
+	return httpAddrs, cls
 }
 
 // startServer runs `delaywheel server` in the background with its HTTP API

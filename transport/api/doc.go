@@ -1,5 +1,5 @@
 // Package api owns the wire types of the delaywheel HTTP API described in
-// API.md: the JSON request and response bodies, the error body and its
+// API.md, beside it: the JSON request and response bodies, the error body and its
 // codes, and the protobuf form of the enqueue call (delaywheel.proto).
 // Both the server (package transport) and the Go client (package
 // transport/client) use these types, so the two cannot drift apart.

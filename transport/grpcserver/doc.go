@@ -11,7 +11,7 @@
 // UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 413 and 429
 // RESOURCE_EXHAUSTED (429, which may be retried, with a RetryInfo), 503
 // UNAVAILABLE (with a RetryInfo), 500 INTERNAL. Every error carries an
-// ErrorInfo whose reason is the API.md code ("too_large", "overloaded").
+// ErrorInfo whose reason is the HTTP API's code ("too_large", "overloaded").
 //
 // # Followers
 //
