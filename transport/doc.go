@@ -17,17 +17,24 @@
 // (package transport/grpcserver) validates with package transport/service
 // too, and maps the same errors, so that both APIs answer a request alike.
 //
-// The JSON enqueue, the call producers make most, decodes its common shape
-// with a decoder of its own (fastjson.go) and leaves anything else, and
-// every error, to encoding/json; it writes its answer by hand.
+// Every JSON body is decoded by one strict decoder (decode.go, on
+// github.com/go-json-experiment/json). The JSON enqueue, the call producers
+// make most, decodes its common shape with a decoder of its own
+// (fastjson.go) and leaves anything else, and every error, to it; it
+// writes its answer by hand.
 //
 // # Answers
 //
-// Requests are decoded strictly (unknown fields, trailing data and
-// malformed JSON are 400 invalid_argument) and validated whole before the
-// backend is called, so a 4xx never changes anything. Messages name the
-// field, the index within the batch and the limit, for example
-// "messages[3].delay_ms: must be between 0 and 315360000000 (10 years), got -1".
+// Requests are decoded strictly (unknown fields, names in another case, a
+// name given twice at any depth, a string that is not valid UTF-8,
+// trailing data and malformed JSON are 400 invalid_argument) and validated
+// whole before the backend is called, so a 4xx never changes anything.
+// Messages name the field as the API does, with the index within the batch
+// and the limit, for example
+// "messages[3].delay_ms: must be between 0 and 315360000000 (10 years), got -1"
+// or "messages[0].headers[\"X-A\"]: given more than once". A message
+// header must be sendable as an HTTP header (api.CheckHeader), on every
+// API. Answers are JSON without HTML escapes.
 //
 // Choices beyond the API's reference:
 //   - A list over its limit (more than [Limits].MaxBatch messages, receipts

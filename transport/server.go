@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -256,9 +257,14 @@ func (s *Server) authorize(r *http.Request) error {
 // SHA-256 of the token. Both sides are hashed so that the constant-time
 // comparison does not leak the length.
 func CheckBearer(header string, tokenSum [sha256.Size]byte) error {
+	if strings.TrimSpace(header) == "" {
+		return Unauthenticated(true)
+	}
 	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return Unauthenticated(true)
+		// The value is not echoed: it may be the token itself.
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+			Message: "authorization: expected \"Bearer <token>\"; the value sent does not start with the scheme \"Bearer \""}
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
 	if subtle.ConstantTimeCompare(sum[:], tokenSum[:]) != 1 {
@@ -287,12 +293,23 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 
 // writeJSON writes v with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeInternal, Message: "could not encode the answer"}})
+		b, _ = marshalJSON(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeInternal, Message: "could not encode the answer"}})
 	}
-	_ = writeBody(w, status, "application/json", append(b, '\n'))
+	_ = writeBody(w, status, "application/json", b)
+}
+
+// marshalJSON encodes v as a line of JSON (ending in a newline). '<', '>'
+// and '&' stay as they are: an answer is data, not HTML, and an error
+// message quoting the input must read as it was sent.
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(v)
+	return b.Bytes(), err
 }
 
 // writeBody writes b, of the given media type, with the given status.

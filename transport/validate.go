@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"encoding/json"
 	"errors"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -52,33 +51,19 @@ func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessag
 	return msgs, asError(err)
 }
 
-// parseEnqueue decodes an enqueue request strictly, one message at a time so
-// that an error names the message's index. A batch over lim.MaxBatch is a
-// 413 too_large.
+// parseEnqueue decodes an enqueue request strictly (see decodeStrict); an
+// error names the field and the message's index. A batch over lim.MaxBatch
+// is a 413 too_large.
 func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
-	// One strict pass decodes a good request; only a bad one is decoded
-	// again message by message, so that the error can name its index.
 	req, ok := fastEnqueue(data, lim.MaxBatch)
-	if ok || decodeStrict(data, &req, "") == nil {
-		if err := service.CheckCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
-			return api.EnqueueRequest{}, toError(err)
-		}
-		return req, nil
-	}
-	var raw struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := decodeStrict(data, &raw, ""); err != nil {
-		return api.EnqueueRequest{}, err
-	}
-	if err := service.CheckCount("messages", len(raw.Messages), lim.MaxBatch, false); err != nil {
-		return api.EnqueueRequest{}, toError(err)
-	}
-	req = api.EnqueueRequest{Messages: make([]api.Message, len(raw.Messages))}
-	for i, m := range raw.Messages {
-		if err := decodeStrict(m, &req.Messages[i], service.Index("messages", i)); err != nil {
+	if !ok {
+		req = api.EnqueueRequest{}
+		if err := decodeStrict(data, &req, messagesUpTo(lim.MaxBatch)); err != nil {
 			return api.EnqueueRequest{}, err
 		}
+	}
+	if err := service.CheckCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
+		return api.EnqueueRequest{}, toError(err)
 	}
 	return req, nil
 }

@@ -14,9 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/delaywheel/delaywheel/replication/logrepeat"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -398,25 +397,6 @@ func (ts *topicSender) backoff(attempt int32) time.Duration {
 	return min(b, ts.s.cfg.MaxBackoff)
 }
 
-// unsendable says why a message header cannot go into the request as it
-// is, or "" when it can: HTTP carries only token names and values without
-// control characters (the client would refuse the whole request, and every
-// attempt would fail alike), and the client writes the framing headers
-// itself.
-func unsendable(name, value string) string {
-	switch {
-	case !httpguts.ValidHeaderFieldName(name):
-		return "not a valid HTTP header name"
-	case !httpguts.ValidHeaderFieldValue(value):
-		return "its value holds characters HTTP does not allow (CR, LF, NUL or other controls)"
-	}
-	switch http.CanonicalHeaderKey(name) {
-	case "Host", "Content-Length", "Transfer-Encoding", "Trailer", "Connection":
-		return "the HTTP client sets it"
-	}
-	return ""
-}
-
 // post sends the request and classifies its outcome.
 func (ts *topicSender) post(d wheel.Delivery) string {
 	h := ts.hook
@@ -434,7 +414,10 @@ func (ts *topicSender) post(d wheel.Delivery) string {
 		}
 	}
 	for k, v := range d.Headers {
-		if why := unsendable(k, v); why != "" {
+		// The enqueue refuses such a header; one stored before the rule is
+		// left out, as the client would refuse the whole request for it.
+		if err := api.CheckHeader(k, v); err != nil {
+			why := err.Error()
 			ts.s.repeats.Log(ts.s.cfg.Logger, slog.LevelWarn, "header\x00"+h.Topic+"\x00"+k+"\x00"+why,
 				"webhook: a message header is left out of the request", "topic", h.Topic,
 				"id", d.ID.String(), "header", k, "why", why)

@@ -24,8 +24,13 @@
 // not UTF-8, naming the field. Answers skip unknown fields, so a newer
 // server's answer still decodes.
 //
-// It depends on the standard library and the protobuf runtime only, so
-// that the Go client does not pull in the server's storage. It must not hold behaviour
+// It also says which message headers the API takes ([CheckHeader]): each
+// must be sendable as an HTTP header, the rule the enqueue enforces on
+// every API and the webhook sender follows.
+//
+// It depends on the standard library, the protobuf runtime and
+// golang.org/x/net/http/httpguts only, so that the Go client does not pull
+// in the server's storage. It must not hold behaviour
 // beyond small helpers on the types themselves: validation and conversion
 // from the domain types live in package transport.
 package api

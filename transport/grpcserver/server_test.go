@@ -237,6 +237,41 @@ func TestErrorCodes(t *testing.T) {
 	}
 }
 
+// TestEnqueueRefusesUnsendableHeaders: a header HTTP cannot carry, or one
+// the HTTP client sets itself, is refused at enqueue as over HTTP, naming
+// it, and nothing is stored; a token sent without its scheme is told so.
+func TestEnqueueRefusesUnsendableHeaders(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, nil))
+	ctx := authed(t.Context(), token)
+	for _, tc := range []struct{ name, value, want string }{
+		{"X A", "v", `messages[1].headers["X A"]: name is not an HTTP token`},
+		{"X-A:", "v", `messages[1].headers["X-A:"]: name is not an HTTP token`},
+		{"X-A", "a\r\nInjected: 1", `messages[1].headers["X-A"]: value holds a character HTTP does not allow`},
+		{"X-A", "a\nb", `messages[1].headers["X-A"]: value holds`},
+		{"X-A", "a\x00b", `messages[1].headers["X-A"]: value holds`},
+		{"Host", "example.com", `messages[1].headers["Host"]: name is reserved`},
+		{"content-length", "5", `messages[1].headers["content-length"]: name is reserved`},
+		{"Transfer-Encoding", "chunked", `messages[1].headers["Transfer-Encoding"]: name is reserved`},
+		{"CONNECTION", "close", `messages[1].headers["CONNECTION"]: name is reserved`},
+		{"Trailer", "X", `messages[1].headers["Trailer"]: name is reserved`},
+	} {
+		_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{
+			{Topic: "t", Headers: map[string]string{"X-Ok": "v"}},
+			{Topic: "t", Headers: map[string]string{"X-Ok": "v", tc.name: tc.value}},
+		}})
+		wantCode(t, fmt.Sprintf("header %q: %q", tc.name, tc.value), err, codes.InvalidArgument, tc.want)
+	}
+	if tp := get(c.Topics(ctx, &pb.TopicsRequest{}))(t, "topics"); len(tp.Topics) != 0 {
+		t.Fatalf("refused enqueues stored %v", tp.Topics)
+	}
+	_, err := c.Topics(metadata.AppendToOutgoingContext(t.Context(), "authorization", token), &pb.TopicsRequest{})
+	st := wantCode(t, "token without its scheme", err, codes.Unauthenticated, `authorization: expected "Bearer <token>"`)
+	if strings.Contains(st.Message(), token) {
+		t.Fatalf("the refusal echoes the token: %q", st.Message())
+	}
+}
+
 // callsCounted is the count of calls of method answered with code.
 func callsCounted(t *testing.T, reg *prometheus.Registry, method, code string) float64 {
 	t.Helper()

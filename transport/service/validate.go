@@ -186,7 +186,8 @@ func ValidateTTR(name string, ttrMs int64, lim Limits) error {
 	return InRange(name, ttrMs, lim.MinTTRMs, lim.MaxTTRMs, HumanMs(lim.MinTTRMs)+" to "+HumanMs(lim.MaxTTRMs))
 }
 
-// validateHeaders checks the count and the sizes of a message's headers.
+// validateHeaders checks the count and the sizes of a message's headers,
+// and that each can be sent as an HTTP header (api.CheckHeader).
 func validateHeaders(name string, h map[string]string, lim Limits) error {
 	if len(h) > lim.MaxHeaders {
 		return Invalid("%s: at most %d headers, got %d", name, lim.MaxHeaders, len(h))
@@ -197,6 +198,9 @@ func validateHeaders(name string, h map[string]string, lim Limits) error {
 		}
 		if len(v) > lim.MaxHeaderValueLen {
 			return Invalid("%s[%s]: value must be at most %d bytes, got %d", name, QuoteShort(k), lim.MaxHeaderValueLen, len(v))
+		}
+		if err := api.CheckHeader(k, v); err != nil {
+			return Invalid("%s[%s]: %v", name, QuoteShort(k), err)
 		}
 	}
 	return nil
