@@ -33,6 +33,7 @@ const (
 	KindSetSchedule      CommandKind = 17
 	KindDeleteSchedule   CommandKind = 18
 	KindAdvanceSchedules CommandKind = 19
+	KindDeadLetter       CommandKind = 20
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -117,6 +118,15 @@ type Bury struct {
 	Receipts []Receipt
 }
 
+// DeadLetter moves reserved messages to their topics' dead letters at
+// once, whatever their attempts: a consumer's refusal of a message
+// (beanstalkd's bury). A receipt that no longer holds its message is
+// counted stale and changes nothing.
+type DeadLetter struct {
+	NowMs    int64
+	Receipts []Receipt
+}
+
 // Expire fires every slot whose second is before Before: their remaining
 // messages move to ready (or dead), and the files are deleted. The cursor
 // moves to Before.
@@ -158,6 +168,7 @@ func (Redrive) Kind() CommandKind    { return KindRedrive }
 func (SetNode) Kind() CommandKind    { return KindSetNode }
 func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
 func (Bury) Kind() CommandKind       { return KindBury }
+func (DeadLetter) Kind() CommandKind { return KindDeadLetter }
 
 // Result is what applying one command produced: a value (for Schedule,
 // []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease, []bool
@@ -242,6 +253,9 @@ func EncodeCommands(cmds []Command) []byte {
 		case Bury:
 			e.varint(c.NowMs)
 			e.receipts(c.Receipts)
+		case DeadLetter:
+			e.varint(c.NowMs)
+			e.receipts(c.Receipts)
 		case Expire:
 			e.varint(c.Before)
 		case Promote:
@@ -323,6 +337,8 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, Touch{NowMs: d.varint(), Receipts: d.receipts()})
 		case KindBury:
 			cmds = append(cmds, Bury{NowMs: d.varint(), Receipts: d.receipts()})
+		case KindDeadLetter:
+			cmds = append(cmds, DeadLetter{NowMs: d.varint(), Receipts: d.receipts()})
 		case KindExpire:
 			cmds = append(cmds, Expire{Before: d.varint()})
 		case KindPromote:

@@ -268,7 +268,8 @@ func (c *conn) put(cmd Command) error {
 		c.reply("BAD_FORMAT")
 		return nil
 	}
-	ttr := min(max(time.Duration(cmd.TTR)*time.Second, c.s.cfg.MinTTR), c.s.cfg.MaxTTR)
+	// beanstalkd makes a ttr of 0 one second.
+	ttr := min(max(time.Duration(max(cmd.TTR, 1))*time.Second, c.s.cfg.MinTTR), c.s.cfg.MaxTTR)
 	if len(body) == 0 {
 		body = nil
 	}

@@ -1,6 +1,7 @@
 package beanstalkd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -193,7 +194,9 @@ func (c *conn) hold(d wheel.Delivery) bool {
 		c.s.log.Warn("beanstalkd: a message whose id does not pack into a job id went to the dead letters", "id", d.ID.String(), "topic", d.Topic, "err", err)
 		return false
 	}
-	lease := time.Duration(d.LeaseMs) * time.Millisecond
+	// The lease a touch renews: its own length, which a reserve that sets
+	// no ttr makes the message's time-to-run.
+	lease := time.Duration(cmp.Or(d.LeaseMs, d.TTRMs)) * time.Millisecond
 	c.held[job] = heldJob{r: d.Receipt, topic: d.Topic, leaseEnd: time.UnixMilli(d.LeaseExpiresMs), lease: lease}
 	c.job("RESERVED", job, d.Body)
 	return true

@@ -153,6 +153,11 @@ func TestPutReserveDelete(t *testing.T) {
 	if got := f.puts[0]; got.Topic != "jobs" || got.Priority != PriorityOf(10) || got.TTRMs != 60000 || got.MaxAttempts != 1000 {
 		t.Fatalf("put as %+v", got)
 	}
+	c.put(0, 0, 0, "")
+	if got := f.puts[1]; got.TTRMs != 1000 || got.Body != nil || got.Priority != 1024 {
+		t.Fatalf("put with ttr 0 as %+v; want a ttr of one second", got)
+	}
+	c.do("delete 524288", "DELETED") // a ready job, cancelled
 	_, body := c.data("peek "+id, "FOUND "+id)
 	if body != "hello" {
 		t.Fatalf("peek: %q", body)
