@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/bench"
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -61,4 +63,25 @@ func startBeanstalkdNode(ctx context.Context, t *testing.T) string {
 	cl := client.New("http://" + httpAddr)
 	replication.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })
 	return bsAddr
+}
+
+// bench fire drives a node's beanstalkd port as its beanstalkd target
+// (--beanstalkd-target-addr): every job is delivered, none early.
+func TestBenchBeanstalkdTargetAddr(t *testing.T) {
+	addr := startBeanstalkdNode(t.Context(), t)
+	out, err := run(t, "bench", "fire", "--targets", "beanstalkd", "--beanstalkd-target-addr", addr, "--json",
+		"--rate", "100", "--duration", "2s", "--grace", "5s", "--producers", "1", "--consumers", "2", "--wait", "1s")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Fire == nil {
+		t.Fatalf("report: %s", out)
+	}
+	if f := rep.Results[0].Fire; f.Sent != 200 || f.Received != 200 || f.Lost != 0 || f.Early != 0 {
+		t.Fatalf("fire through the beanstalkd port: %+v", f)
+	}
 }
