@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -47,7 +49,7 @@ func (b *beanstalkdBackend) route(g int) (*replication.Node, *client.Client, err
 	case isLeader:
 		return n, nil, nil
 	case !known || addr == "":
-		return nil, nil, fmt.Errorf("%w: group %d has no leader", wheel.ErrUnavailable, g)
+		return nil, nil, fmt.Errorf("%w: %w: group %d has no leader", beanstalkd.ErrNotSent, wheel.ErrUnavailable, g)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -105,6 +107,11 @@ func (b *beanstalkdBackend) topicGroup(topic string) int { return wheel.GroupOf(
 func remoteErr(err error) error {
 	var e *client.Error
 	if !errors.As(err, &e) {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			// The leader's address refused the connection: it has gone.
+			return fmt.Errorf("%w: %w: forward to the leader: %w", beanstalkd.ErrNotSent, wheel.ErrUnavailable, err)
+		}
 		return fmt.Errorf("%w: forward to the leader: %w", wheel.ErrUnavailable, err)
 	}
 	for _, m := range []struct {
@@ -128,8 +135,13 @@ func (b *beanstalkdBackend) Put(ctx context.Context, m wheel.NewMessage) (wheel.
 		}
 		if n != nil {
 			res, err := n.Enqueue(ctx, []wheel.NewMessage{m})
-			if errors.Is(err, wheel.ErrNotLeader) && attempt == 0 {
-				continue // Raft refused it before the log: the leader moved
+			// A proposal refused before the log was never made; one whose
+			// leadership was lost after its append may still commit.
+			if errors.Is(err, wheel.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+				if attempt == 0 {
+					continue // Raft refused it before the log: the leader moved
+				}
+				err = fmt.Errorf("%w: %w", beanstalkd.ErrNotSent, err)
 			}
 			if err != nil {
 				return wheel.ID{}, err

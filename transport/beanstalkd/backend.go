@@ -2,15 +2,23 @@ package beanstalkd
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
+// ErrNotSent wraps a Backend's error when the call surely reached no
+// leader (none is known, or its address refused the connection): the
+// server then asks again, until its command timeout, so that a
+// connection outlives a change of leader without a write made twice.
+var ErrNotSent = errors.New("not sent to a leader")
+
 // Backend is what the server needs of the node. Every call may return the
 // wheel errors (ErrNotFound, ErrConflict, ErrInvalid, ErrTooLarge,
-// ErrOverloaded, ErrUnavailable, ErrNotLeader), and must route by itself:
-// a topic's calls and an id's calls go to the leader of their group.
+// ErrOverloaded, ErrUnavailable, ErrNotLeader), wrapped in ErrNotSent
+// when the call surely changed nothing, and must route by itself: a
+// topic's calls and an id's calls go to the leader of their group.
 type Backend interface {
 	// Put enqueues one message and returns its id once the message is
 	// committed.

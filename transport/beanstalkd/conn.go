@@ -273,11 +273,13 @@ func (c *conn) put(cmd Command) error {
 	if len(body) == 0 {
 		body = nil
 	}
+	// Due at the first millisecond not before now + delay: never early.
+	due := c.s.cfg.Now().Add(delay + time.Millisecond - 1).UnixMilli()
 	m := wheel.NewMessage{Topic: c.use, Body: body, Priority: PriorityOf(cmd.Pri),
-		DeliverAtMs: c.s.cfg.Now().Add(delay).UnixMilli(), TTRMs: ttr.Milliseconds(), MaxAttempts: c.s.cfg.MaxAttempts}
+		DeliverAtMs: due, TTRMs: ttr.Milliseconds(), MaxAttempts: c.s.cfg.MaxAttempts}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	id, err := c.s.be.Put(ctx, m)
+	id, err := retrying(c, ctx, func() (wheel.ID, error) { return c.s.be.Put(ctx, m) })
 	if err != nil {
 		c.fail("put", err)
 		return nil

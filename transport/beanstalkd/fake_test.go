@@ -22,6 +22,7 @@ type fakeBackend struct {
 	changed chan struct{} // closed and replaced at every change
 	group   func(topic string) int
 	err     error // when set, every call fails with it
+	unsent  int   // how many puts fail with ErrNotSent before one is taken
 	puts    []wheel.NewMessage
 }
 
@@ -63,6 +64,10 @@ func (f *fakeBackend) Put(_ context.Context, m wheel.NewMessage) (wheel.ID, erro
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return wheel.ID{}, f.err
+	}
+	if f.unsent > 0 {
+		f.unsent--
+		return wheel.ID{}, fmt.Errorf("%w: %w: no leader", ErrNotSent, wheel.ErrUnavailable)
 	}
 	f.index++
 	id := wheel.ID{Index: f.index, Seq: uint32(f.group(m.Topic)) << 24}

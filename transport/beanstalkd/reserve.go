@@ -84,6 +84,18 @@ func (c *conn) reserve(cmd Command) {
 	}
 }
 
+// retrying runs call again while it fails with ErrNotSent, until ctx
+// ends or the server drains.
+func retrying[T any](c *conn, ctx context.Context, call func() (T, error)) (T, error) {
+	for {
+		v, err := call()
+		if !errors.Is(err, ErrNotSent) || ctx.Err() != nil || c.ctx.Err() != nil {
+			return v, err
+		}
+		c.sleep(retryPause)
+	}
+}
+
 // waiting counts this connection among the waiters of its watched tubes.
 func (c *conn) waiting(n int) {
 	c.s.tubesChange(func(tube func(string) *tubeState) {
@@ -209,7 +221,7 @@ func (c *conn) deleteJob(job uint64) {
 	defer cancel()
 	if h, ok := c.held[job]; ok {
 		delete(c.held, job)
-		done, err := c.s.be.Ack(ctx, h.r)
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Ack(ctx, h.r) })
 		c.settled("delete", done, err, "DELETED", h.topic)
 		return
 	}
@@ -223,7 +235,7 @@ func (c *conn) deleteJob(job uint64) {
 		c.reply("NOT_FOUND") // another connection holds it
 		return
 	}
-	if err := c.s.be.Cancel(ctx, id); err != nil {
+	if _, err := retrying(c, ctx, func() (bool, error) { return true, c.s.be.Cancel(ctx, id) }); err != nil {
 		c.fail("delete", err)
 		return
 	}
@@ -271,14 +283,14 @@ func (c *conn) settle(cmd Command) {
 			return
 		}
 		delete(c.held, cmd.ID)
-		done, err := c.s.be.Nack(ctx, h.r, delay.Milliseconds())
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Nack(ctx, h.r, delay.Milliseconds()) })
 		c.settled("release", done, err, "RELEASED", h.topic)
 	case OpBury:
 		delete(c.held, cmd.ID)
-		done, err := c.s.be.Bury(ctx, h.r)
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Bury(ctx, h.r) })
 		c.settled("bury", done, err, "BURIED", h.topic)
 	case OpTouch:
-		done, err := c.s.be.Touch(ctx, h.r)
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Touch(ctx, h.r) })
 		if err == nil && done {
 			h.leaseEnd = c.s.cfg.Now().Add(h.lease)
 			c.held[cmd.ID] = h

@@ -83,6 +83,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// acceptPause is how long Serve waits after a failed accept.
+const acceptPause = 50 * time.Millisecond
+
 // Server serves the beanstalkd protocol over a Backend.
 type Server struct {
 	cfg   Config
@@ -129,15 +132,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer wg.Wait()
 	for {
 		nc, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, net.ErrClosed):
+			s.drain()
 			return fmt.Errorf("beanstalkd: accept: %w", err)
+		default:
+			// Out of file descriptors, or a connection reset before it was
+			// taken: the listener stays open, so try again shortly.
+			s.log.Warn("beanstalkd: accept", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(acceptPause):
+			}
+			continue
 		}
 		select {
 		case s.slots <- struct{}{}:

@@ -3,6 +3,7 @@ package beanstalkd
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -180,6 +181,23 @@ func TestPutReserveDelete(t *testing.T) {
 	c.do("delete "+id, "DELETED")
 	c.do("delete "+id, "NOT_FOUND")
 	c.do("reserve-with-timeout 0", "TIMED_OUT")
+}
+
+// A put that reached no leader is made again, and its job is due at the
+// first millisecond not before its delay.
+func TestPutRetriesUnsentAndRoundsUp(t *testing.T) {
+	f := newFake()
+	f.unsent = 2
+	f.advance(1500 * time.Microsecond)
+	addr, _ := start(t, f, Config{})
+	c := dial(t, addr)
+	c.put(1, 1, 1, "x")
+	if len(f.puts) != 1 || f.unsent != 0 {
+		t.Fatalf("puts %d, unsent left %d", len(f.puts), f.unsent)
+	}
+	if want := f.Now().Add(time.Second).UnixMilli() + 1; f.puts[0].DeliverAtMs != want {
+		t.Fatalf("due at %d, want %d", f.puts[0].DeliverAtMs, want)
+	}
 }
 
 func TestDelayReleaseBuryKick(t *testing.T) {
@@ -395,5 +413,27 @@ func waitFor(t *testing.T, c *client, key, want string) {
 			return
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A listener closed under Serve ends it with the error, once its live
+// connections are closed.
+func TestListenerClosed(t *testing.T) {
+	f := newFake()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Config{Now: f.Now, Logger: slog.New(slog.DiscardHandler)}, f)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), ln) }()
+	c := dial(t, ln.Addr().String())
+	c.do("list-tube-used", "USING default")
+	ln.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Serve after its listener closed: %v", err)
+	}
+	if _, err := c.r.ReadString('\n'); err != io.EOF {
+		t.Fatalf("a connection stays open: %v", err)
 	}
 }
