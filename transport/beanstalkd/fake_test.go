@@ -23,6 +23,7 @@ type fakeBackend struct {
 	group   func(topic string) int
 	err     error // when set, every call fails with it
 	unsent  int   // how many puts fail with ErrNotSent before one is taken
+	bare    bool  // deliveries without their lease's length, as over HTTP
 	puts    []wheel.NewMessage
 }
 
@@ -120,6 +121,9 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Durat
 			v.LeaseMs = v.TTRMs
 			v.LeaseExpiresMs = f.now.UnixMilli() + v.TTRMs
 			d := wheel.Delivery{Message: v.Message, Attempt: v.Attempts, Receipt: wheel.Receipt{ID: v.ID, Nonce: f.nonce}}
+			if f.bare {
+				d.LeaseMs, d.TTRMs = 0, 0
+			}
 			f.mu.Unlock()
 			return d, true, nil
 		}

@@ -207,8 +207,10 @@ func (c *conn) hold(d wheel.Delivery) bool {
 		return false
 	}
 	// The lease a touch renews: its own length, which a reserve that sets
-	// no ttr makes the message's time-to-run.
-	lease := time.Duration(cmp.Or(d.LeaseMs, d.TTRMs)) * time.Millisecond
+	// no ttr makes the message's time-to-run; a delivery forwarded over
+	// HTTP carries neither, but the end of its lease.
+	leaseMs := cmp.Or(d.LeaseMs, d.TTRMs, d.LeaseExpiresMs-c.s.cfg.Now().UnixMilli())
+	lease := time.Duration(leaseMs) * time.Millisecond
 	c.held[job] = heldJob{r: d.Receipt, topic: d.Topic, leaseEnd: time.UnixMilli(d.LeaseExpiresMs), lease: lease}
 	c.job("RESERVED", job, d.Body)
 	return true

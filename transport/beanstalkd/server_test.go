@@ -354,6 +354,22 @@ func TestDeadlineSoon(t *testing.T) {
 	c.data("reserve-with-timeout 0", "RESERVED "+id)
 }
 
+// A job reserved through a leader's HTTP API carries only the end of its
+// lease: a touch keeps it held for as long again.
+func TestTouchOfAForwardedJob(t *testing.T) {
+	f := newFake()
+	f.bare = true
+	addr, _ := start(t, f, Config{})
+	c := dial(t, addr)
+	id := c.put(1, 0, 30, "x")
+	c.data("reserve", "RESERVED "+id)
+	f.advance(10 * time.Second)
+	c.do("touch "+id, "TOUCHED")
+	f.advance(10 * time.Second)
+	c.do("reserve-with-timeout 0", "TIMED_OUT")
+	c.do("delete "+id, "DELETED")
+}
+
 func TestClosedConnectionReleasesItsJobs(t *testing.T) {
 	f := newFake()
 	addr, _ := start(t, f, Config{})
