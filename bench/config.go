@@ -97,6 +97,11 @@ type Config struct {
 	// BeanstalkdFsync is beanstalkd's -f: fsync the binlog at most this
 	// often. 0 fsyncs every write, the durability of the other targets.
 	BeanstalkdFsync time.Duration
+	// BeanstalkdAddr is a running server of beanstalkd's protocol (a
+	// delaywheel node's --beanstalkd-addr, or beanstalkd) that the
+	// beanstalkd target drives instead of spawning beanstalkd; its
+	// memory, disk and restarts are then not measured.
+	BeanstalkdAddr string
 
 	KillAfter time.Duration // failover: from the first due time to the kill; 0 = a third of Duration
 	Down      time.Duration // failover: how long the killed leader stays down

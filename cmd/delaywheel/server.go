@@ -61,6 +61,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "data-dir", Value: "./data", Usage: "where segments, the index and the Raft log live", EnvVars: envs("data-dir")},
 		&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:7070", Usage: "client API listen and advertised address", EnvVars: envs("http-addr")},
 		&cli.StringFlag{Name: "grpc-addr", Value: "127.0.0.1:7072", Usage: `gRPC API listen address ("" or "off": none); same token, TLS and limits as HTTP`, EnvVars: envs("grpc-addr")},
+		&cli.StringFlag{Name: "beanstalkd-addr", Usage: "serve beanstalkd's protocol on this address, e.g. 127.0.0.1:11300 (off when empty); it has no auth and no TLS: keep it private", EnvVars: envs("beanstalkd-addr")},
 		&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:7071", Usage: "Raft listen and advertised address", EnvVars: envs("raft-addr")},
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
 		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
@@ -309,10 +310,21 @@ func runServer(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
+	bln, err := listenBeanstalkd(c.String("beanstalkd-addr"), token != "", logger)
+	if err != nil {
+		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
+		return err
+	}
 	closeListeners := func() {
 		ln.Close()
 		if gln != nil {
 			gln.Close()
+		}
+		if bln != nil {
+			bln.Close()
 		}
 	}
 	tcfg.GRPCAddr = grpcAddr
@@ -368,6 +380,7 @@ func runServer(c *cli.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
 	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
+	waitBeanstalkd := serveBeanstalkd(httpCtx, bln, logger, id, limits, newBeanstalkdBackend(gs, token, tcfg.LeaderTransport, serverTLS != nil))
 	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv
@@ -394,6 +407,9 @@ func runServer(c *cli.Context) error {
 	}
 	if err := waitGRPC(); err != nil {
 		logger.Warn("grpc shutdown", "err", err)
+	}
+	if err := waitBeanstalkd(); err != nil {
+		logger.Warn("beanstalkd shutdown", "err", err)
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
