@@ -330,6 +330,7 @@ func BenchmarkFire(b *testing.B) {
 	l := NewLoader()
 	s.AttachLoader(l)
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for i := 0; i < b.N; i++ {
 		sec := start + int64(i) + 1
 		if _, err := s.LoadThrough(sec); err != nil {
@@ -345,6 +346,7 @@ func BenchmarkFire(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*perSec)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N*perSec), "cpu-µs/msg")
 }
 
 // benchApplier returns a function that applies its commands to s as the
