@@ -103,6 +103,7 @@ func BenchmarkSchedule(b *testing.B) {
 				b.SetBytes(benchBatch * 100)
 				b.ResetTimer()
 				start := time.Now()
+				cpu0 := processCPU()
 				for i := 0; i < b.N; i++ {
 					now += 10
 					for j := range msgs {
@@ -121,6 +122,7 @@ func BenchmarkSchedule(b *testing.B) {
 				el := time.Since(start)
 				b.ReportMetric(float64(b.N*benchBatch)/el.Seconds(), "msgs/s")
 				b.ReportMetric(float64(el.Microseconds())/float64(b.N)/1000, "ms/batch")
+				b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*benchBatch)/1000, "cpu-µs/msg")
 			})
 		}
 	}
