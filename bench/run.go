@@ -268,6 +268,10 @@ func (r *Result) serverCPU() *ServerCPU {
 		return r.Fire.CPU
 	case r.Schedules != nil:
 		return r.Schedules.CPU
+	case r.Enqueue != nil:
+		return r.Enqueue.CPU
+	case r.Backlog != nil:
+		return r.Backlog.Fill.CPU
 	}
 	return nil
 }
