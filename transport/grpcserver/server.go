@@ -64,7 +64,7 @@ type Server struct {
 	tokenSum [sha256.Size]byte
 	gs       *grpc.Server
 	health   *health.Server
-	fwd      *forwarder             // nil: no forwarding
+	fwd      *forwarder // nil: no forwarding
 	codec    *strictCodec
 	metrics  *transport.CallMetrics // nil: none
 	every    time.Duration
