@@ -16,7 +16,7 @@ import (
 // reachable member with its state and indexes, and a stopped one as
 // unreachable rather than as a healthy follower.
 func TestClusterViewTellsTheTruth(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	leader := c.Leader()
 	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
@@ -77,7 +77,7 @@ func TestClusterViewTellsTheTruth(t *testing.T) {
 // A removed member stops serving at once and says why, and still does
 // after a restart on its data dir; added back, it serves again.
 func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	leader := c.Leader()
 	i := c.FollowerIndex()
@@ -138,7 +138,7 @@ func (b *addressLater) RemoveNode(ctx context.Context, id string, confirm func(c
 func TestRemoveWaitsForMemberAddress(t *testing.T) {
 	backends := map[string]*addressLater{}
 	var n atomic.Int32
-	c := transporttest.StartCluster(t, 3, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
+	c := startCluster(t, 3, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
 		id := []string{"n1", "n2", "n3"}[n.Add(1)-1] // the kit serves its nodes in order
 		backends[id] = &addressLater{Backend: b, self: id}
 		return backends[id]
@@ -165,7 +165,7 @@ func TestRemoveWaitsForMemberAddress(t *testing.T) {
 // leader, at the leader and at a follower alike; the field names are the
 // contract's.
 func TestClusterViewGroups(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	leader := c.Leader()
 	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})

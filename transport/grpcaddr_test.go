@@ -11,7 +11,7 @@ import (
 // TestLeaderGRPC: a node reports its gRPC address in its cluster view, and
 // another node's server finds it there with LeaderGRPC.
 func TestLeaderGRPC(t *testing.T) {
-	n := transporttest.Start(t, transporttest.Options{Server: func(c *transport.Config) {
+	n := startNode(t, transporttest.Options{Server: func(c *transport.Config) {
 		c.AuthToken = "tok"
 		c.GRPCAddr = "127.0.0.1:7072"
 	}})
@@ -28,7 +28,7 @@ func TestLeaderGRPC(t *testing.T) {
 		t.Fatalf("with a wrong token: %v", err)
 	}
 
-	plain := transporttest.Start(t, transporttest.Options{})
+	plain := startNode(t, transporttest.Options{})
 	if _, err := asker.LeaderGRPC(t.Context(), plain.Addr, ""); err == nil || !strings.Contains(err.Error(), "serves no gRPC") {
 		t.Fatalf("a node without gRPC: %v", err)
 	}

@@ -35,7 +35,7 @@ func TestReadyzFollowsLeadersCommit(t *testing.T) {
 		lags[b] = new(atomic.Uint64)
 		return behind{b, lags[b]}
 	}}
-	c := transporttest.StartCluster(t, 3, o)
+	c := startCluster(t, 3, o)
 	ctx := t.Context()
 	leader, f := c.Leader(), c.Follower()
 	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
@@ -80,7 +80,7 @@ func TestReadyzAfterRestartWithBacklog(t *testing.T) {
 }
 
 func testReadyzAfterRestart(t *testing.T, edit func(*replication.Config)) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{Replication: edit})
+	c := startCluster(t, 3, transporttest.Options{Replication: edit})
 	ctx := t.Context()
 	i := c.FollowerIndex()
 	f := c.Nodes[i]

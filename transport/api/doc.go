@@ -24,6 +24,14 @@
 // not UTF-8, naming the field. Answers skip unknown fields, so a newer
 // server's answer still decodes.
 //
+// # OpenAPI
+//
+// openapi.json is the OpenAPI 3.1 document of the whole HTTP API, embedded
+// and served at GET /v1/openapi.json ([OpenAPI]). It is written by hand
+// from these types and the server's routes; the tests of package transport
+// fail when a route the server registers is missing from it, and validate
+// every request and answer of their test servers against it.
+//
 // It depends on the standard library and the protobuf runtime only, so
 // that the Go client does not pull in the server's storage. It must not hold behaviour
 // beyond small helpers on the types themselves: validation and conversion
