@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -272,4 +273,65 @@ func startGroups(t testing.TB, n, groups int, o transporttest.Options) *transpor
 func startJoiner(t testing.TB, id string, o transporttest.Options) *transporttest.Node {
 	t.Helper()
 	return transporttest.StartJoiner(t, id, validatedOptions(t, o))
+}
+
+// TestValidatingFailsOnMismatch checks that the validating wrapper fails
+// a test on an answer the document does not allow, on a request it does
+// not allow, and on a route it does not have that a server answers.
+func TestValidatingFailsOnMismatch(t *testing.T) {
+	v := openAPIValidator(t)
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		answer                   string
+	}{
+		{"answer off the schema", http.MethodGet, "/healthz", "", http.StatusOK, `{"status":"fine"}`},
+		{"undocumented status", http.MethodGet, "/healthz", "", http.StatusAccepted, `{"status":"ok"}`},
+		{"request off the schema", http.MethodPost, "/v1/ack", `{"receipts":[]}`, http.StatusOK, `{"acked":0,"stale":0}`},
+		{"unknown field", http.MethodPost, "/v1/ack", `{"receipts":["000000000000000600000000.cb4c85756d97e985"],"x":1}`, http.StatusOK, `{"acked":1,"stale":0}`},
+		{"stream line off the schema", http.MethodGet, "/v1/topics/t/stream", "", http.StatusOK, "\n{\"id\":\"x\"}\n"},
+		{"route not documented", http.MethodGet, "/v1/nothing", "", http.StatusOK, `{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recordingTB{TB: t}
+			h := validating(rec, v, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ct := "application/json"
+				if strings.HasSuffix(r.URL.Path, "/stream") {
+					ct = transport.ContentTypeNDJSON
+				}
+				w.Header().Set("Content-Type", ct)
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.answer)
+			}))
+			req := httptest.NewRequestWithContext(t.Context(), tc.method, tc.path, strings.NewReader(tc.body))
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			if len(rec.errs) == 0 {
+				t.Fatalf("%s %s answered %d %s: no error", tc.method, tc.path, tc.status, tc.answer)
+			}
+		})
+	}
+	t.Run("a good exchange", func(t *testing.T) {
+		rec := &recordingTB{TB: t}
+		h := validating(rec, v, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"status":"ok"}`)
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/healthz", nil))
+		if len(rec.errs) > 0 {
+			t.Fatalf("a good answer: %v", rec.errs)
+		}
+	})
+}
+
+// recordingTB records the errors a test would fail with.
+type recordingTB struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
 }
