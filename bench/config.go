@@ -136,7 +136,7 @@ const (
 	DefaultWait            = 2 * time.Second
 	DefaultRedisPoll       = 10 * time.Millisecond
 	// DefaultMaxAttempts is the server's max_attempts of a message that
-	// sets none (API.md).
+	// sets none.
 	DefaultMaxAttempts = 10
 )
 

@@ -18,43 +18,38 @@ import (
 // LeaderHTTP returns the leader's HTTP address, whether this node leads,
 // and whether a leader is known.
 func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
+	m, isLeader, known := n.Leader()
+	return m.HTTPAddr, isLeader, known
+}
+
+// Leader returns the leader's member record (its addresses; a GRPCAddr
+// it did not record is empty), whether this node leads, and whether a
+// leader is known: known needs the leader's HTTP address, as forwarding
+// does.
+func (n *Node) Leader() (m wheel.Node, isLeader, known bool) {
 	_, id := n.raft.LeaderWithID()
 	if id == "" {
-		return "", false, false
+		return wheel.Node{}, false, false
 	}
 	if string(id) == n.cfg.ID {
-		return n.cfg.HTTPAddr, n.raft.State() == raft.Leader, true
+		return n.cfg.self(), n.raft.State() == raft.Leader, true
 	}
 	for _, m := range n.store().Nodes() {
 		if m.ID == string(id) && m.HTTPAddr != "" {
-			return m.HTTPAddr, false, true
+			return m, false, true
 		}
 	}
-	return "", false, false
-}
-
-// Ready returns nil when this node can serve as far as it can tell on its
-// own: it knows a leader, and, leading, runs its dispatcher. Otherwise it
-// says why. A follower is ready once it has also applied the leader's
-// commit index, which only the leader knows (transport asks it).
-func (n *Node) Ready() error {
-	if n.removed.Load() {
-		return ErrRemoved
-	}
-	if err := n.noLeader(); err != nil {
-		return err
-	}
-	if n.raft.State() == raft.Leader && n.dispatcher() == nil {
-		return errors.New("elected leader, still applying the log before serving")
-	}
-	return nil
+	return wheel.Node{}, false, false
 }
 
 // Indexes returns the highest log index this node has applied and the
 // commit index it knows of. A follower's commit index never passes its
-// own last log entry, so it is not the cluster's.
+// own last log entry, so it is not the cluster's; nor is it below what
+// the node applied, which Raft's is after a restart until the leader's
+// entries reach the node's log (a follower catching up from a snapshot).
 func (n *Node) Indexes() (applied, commit uint64) {
-	return n.fsm.appliedIndex(), n.raft.CommitIndex()
+	applied = n.fsm.appliedIndex()
+	return applied, max(applied, n.raft.CommitIndex())
 }
 
 // result unwraps the single result of a one-command proposal.
@@ -357,7 +352,7 @@ func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 	}
 	_, err := n.result(ctx, wheel.SetNode{Node: m})
 	if err == nil {
-		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr)
+		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr, "grpc_addr", m.GRPCAddr)
 	}
 	return err
 }

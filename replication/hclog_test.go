@@ -1,12 +1,18 @@
 package replication
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // recorder is a slog.Handler that keeps every record.
@@ -69,7 +75,7 @@ func TestRaftLoggerLevelsFieldsAndRepeats(t *testing.T) {
 	if got = rec.take(); len(got) != 1 {
 		t.Fatalf("a failure to another peer: %d records, want 1", len(got))
 	}
-	now = now.Add(repeatWindow)
+	now = now.Add(peerRepeatWindow)
 	hl.Error("failed to heartbeat to", "peer", "10.0.0.2:7071", "error", "refused")
 	got = rec.take()
 	if len(got) != 1 || attrsOf(got[0])["repeated"] != "4" {
@@ -85,5 +91,111 @@ func TestRaftLoggerLevelsFieldsAndRepeats(t *testing.T) {
 	got = rec.take()
 	if len(got) != 1 || got[0].Level != slog.LevelError {
 		t.Fatalf("a real error: %+v; want an error line", got)
+	}
+}
+
+// jsonKeys returns the top-level keys of one JSON object, in order, with
+// repeats.
+func jsonKeys(t *testing.T, line string) (keys []string, values map[string]any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("%q: not an object", line)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		keys = append(keys, tok.(string))
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+	}
+	if err := json.Unmarshal([]byte(line), &values); err != nil {
+		t.Fatal(err)
+	}
+	return keys, values
+}
+
+// Raft's lines in JSON hold each key once (its own "time" and "node"
+// arguments are renamed), keys without spaces, durations in seconds.
+func TestRaftLoggerJSONKeysAndDurations(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_700_000_000, 0)
+	hl := raftLogger(slog.New(slog.NewJSONHandler(&buf, nil)).With("node", "n1"), func() time.Time { return now })
+	hl.Warn("failed to contact", "server-id", raft.ServerID("n2"), "time", 251*time.Millisecond)
+	hl.Info("entering candidate state", "node", "Node at 127.0.0.1:1 [Candidate]", "term", 4)
+	hl.Error("failed to heartbeat to", "peer", raft.ServerAddress("127.0.0.1:2"), "backoff time", 10*time.Millisecond, "error", errors.New("refused"))
+	hl.Error("failed to appendEntries to", "peer", raft.Server{ID: "n3", Address: "127.0.0.1:3"}, "error", errors.New("EOF"))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4:\n%s", len(lines), buf.String())
+	}
+	want := []map[string]any{
+		{"raft_time": 0.251, "server-id": "n2", "node": "n1"},
+		{"raft_node": "Node at 127.0.0.1:1 [Candidate]", "node": "n1", "term": 4.0},
+		{"backoff_time": 0.01, "peer": "127.0.0.1:2", "error": "refused"},
+		{"peer": "n3@127.0.0.1:3", "error": "EOF"},
+	}
+	for i, line := range lines {
+		keys, values := jsonKeys(t, line)
+		seen := map[string]bool{}
+		for _, k := range keys {
+			if seen[k] || strings.Contains(k, " ") {
+				t.Fatalf("key %q repeated or with a space in %s", k, line)
+			}
+			seen[k] = true
+		}
+		for k, v := range want[i] {
+			if values[k] != v {
+				t.Fatalf("%s: %s = %v, want %v", line, k, values[k], v)
+			}
+		}
+	}
+}
+
+// Raft's routine messages are logged at their real level, decided by
+// message; the same message about something else keeps its level.
+func TestRaftLoggerRoutineLevels(t *testing.T) {
+	rec := &recorder{}
+	hl := raftLogger(slog.New(rec), time.Now)
+	for _, c := range []struct {
+		msg  string
+		args []any
+		want slog.Level
+	}{
+		{"failed to get log", []any{"index", 9, "error", errors.New("log not found")}, slog.LevelInfo},
+		{"failed to get log", []any{"index", 9, "error", errors.New("input/output error")}, slog.LevelError},
+		{"peer has newer term, stopping replication", []any{"peer", "n2"}, slog.LevelInfo},
+		{"appendEntries rejected, sending older logs", []any{"peer", "n2", "next", 7}, slog.LevelInfo},
+		{"clearing log suffix", []any{"from", 3, "to", 5}, slog.LevelInfo},
+	} {
+		hl.Error(c.msg, c.args...)
+		got := rec.take()
+		if len(got) != 1 || got[0].Level != c.want {
+			t.Fatalf("%s %v: %+v; want one line at %v", c.msg, c.args, got, c.want)
+		}
+	}
+}
+
+// A warning about no peer is logged at most once per repeatWindow, then
+// with the count of those left out.
+func TestRaftLoggerWarningOncePerSecond(t *testing.T) {
+	rec := &recorder{}
+	now := time.Unix(1_700_000_000, 0)
+	hl := raftLogger(slog.New(rec), func() time.Time { return now })
+	for range 3 {
+		hl.Warn("failed to contact quorum of nodes, stepping down")
+	}
+	if got := rec.take(); len(got) != 1 {
+		t.Fatalf("three warnings within a second: %d lines, want 1", len(got))
+	}
+	now = now.Add(repeatWindow)
+	hl.Warn("failed to contact quorum of nodes, stepping down")
+	got := rec.take()
+	if len(got) != 1 || attrsOf(got[0])["repeated"] != "2" {
+		t.Fatalf("after a second: %+v; want one warning with repeated=2", got)
 	}
 }

@@ -102,15 +102,15 @@ func (n *Node) stopDispatcher() {
 	}
 }
 
-// registerSelf records the leader's own HTTP address in the replicated node
-// metadata, so followers can forward to it.
+// registerSelf records the leader's own addresses (HTTP, gRPC) in the
+// replicated node metadata, so followers can forward to it.
 func (n *Node) registerSelf(ctx context.Context) {
+	self := n.cfg.self()
 	for _, m := range n.store().Nodes() {
-		if m.ID == n.cfg.ID && m.HTTPAddr == n.cfg.HTTPAddr && m.RaftAddr == n.cfg.advertised() {
+		if m == self {
 			return
 		}
 	}
-	self := wheel.Node{ID: n.cfg.ID, RaftAddr: n.cfg.advertised(), HTTPAddr: n.cfg.HTTPAddr}
 	if _, err := n.propose(ctx, wheel.SetNode{Node: self}); err != nil {
 		n.log.Warn("recording own address", "err", err)
 	}

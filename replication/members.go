@@ -107,7 +107,7 @@ func (n *Node) Cluster(context.Context) (view.Cluster, error) {
 	defer n.peers.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		m := meta[string(s.ID)]
-		ns := view.NodeStatus{Node: view.Node{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr}, Suffrage: "voter", State: "unknown"}
+		ns := view.NodeStatus{Node: view.Node{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr, GRPCAddr: m.GRPCAddr}, Suffrage: "voter", State: "unknown"}
 		if s.Suffrage != raft.Voter {
 			ns.Suffrage = "nonvoter"
 		}
@@ -115,7 +115,7 @@ func (n *Node) Cluster(context.Context) (view.Cluster, error) {
 		case string(s.ID) == n.cfg.ID:
 			ns.State = stateName(n.raft.State())
 			ns.AppliedIndex, ns.CommitIndex = n.Indexes()
-			ns.Reachable = ptr(isLeader || leader != "")
+			ns.Reachable = ptr(true) // to itself, leader or not, elected or not
 			if !isLeader && leader != "" {
 				ns.LastContactMs = ptr(time.Since(n.raft.LastContact()).Milliseconds())
 			}

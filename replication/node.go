@@ -31,6 +31,10 @@ type Config struct {
 	DataDir  string
 	RaftAddr string // listen and advertised Raft address
 	HTTPAddr string // advertised client API address, replicated as metadata
+	// GRPCAddr is the advertised gRPC API address, replicated next to
+	// HTTPAddr so that followers forward gRPC calls to the leader's. Empty:
+	// the node serves no gRPC.
+	GRPCAddr string
 
 	// InitialCluster lists every member of a new cluster (id → Raft address).
 	// Empty with no Join: a single-node cluster of this node.
@@ -70,6 +74,9 @@ type Config struct {
 	MaxTopics       int // distinct topics
 	MaxPendingApply int // proposals in flight before enqueues answer 429
 	MaxLeaseBatch   int // hand-offs per Lease entry
+	// ReadyMaxLag is how many log entries a node that has caught up may
+	// trail the leader's commit index by and stay ready (Ready).
+	ReadyMaxLag uint64
 
 	// RaftAdvertise is the Raft address peers dial (default RaftAddr), for a
 	// node behind NAT or a proxy.
@@ -103,6 +110,11 @@ func (c *Config) advertised() string {
 	return c.RaftAddr
 }
 
+// self is the node's member record: its id and advertised addresses.
+func (c *Config) self() wheel.Node {
+	return wheel.Node{ID: c.ID, RaftAddr: c.advertised(), HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr}
+}
+
 // DefaultConfig returns the default of every tuning field: Open takes it
 // for a field left zero, and the server's flags show it.
 func DefaultConfig() Config {
@@ -120,6 +132,7 @@ func DefaultConfig() Config {
 		MaxTopics:         10000,
 		MaxPendingApply:   4096,
 		MaxLeaseBatch:     1024,
+		ReadyMaxLag:       DefaultReadyMaxLag,
 	}
 }
 
@@ -140,6 +153,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxTopics, d.MaxTopics)
 	orDefault(&c.MaxPendingApply, d.MaxPendingApply)
 	orDefault(&c.MaxLeaseBatch, d.MaxLeaseBatch)
+	orDefault(&c.ReadyMaxLag, d.ReadyMaxLag)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -165,6 +179,8 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans *raft.NetworkTransport
+	watch *commitWatch // trans as Raft sees it: the leader's commit index (ready.go)
+	ready readiness    // (ready.go)
 	guard *stallGuard  // bounds snapshot streams' stalls (stall.go)
 	logs  *raftlog.Log // the log's entries, and the term and vote
 	lock  io.Closer    // the data dir's lock, held while open
@@ -350,8 +366,10 @@ func Open(cfg Config) (*Node, error) {
 		st.Close()
 		return fail(fmt.Errorf("raft state: %w", err))
 	}
-	r, err := raft.NewRaft(rc, f, cache, logs.Stable(), snaps, n.trans)
+	n.watch = newCommitWatch(n.trans)
+	r, err := raft.NewRaft(rc, f, cache, logs.Stable(), snaps, n.watch)
 	if err != nil {
+		n.watch.close()
 		n.trans.Close()
 		f.Store().Close()
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
@@ -404,6 +422,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	n.closed = true
 	n.mu.Unlock()
+	n.Stopping()
 	if n.raft != nil && n.raft.State() == raft.Leader && n.multiVoter() {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
@@ -418,6 +437,9 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	if n.raft != nil {
 		errs = append(errs, n.raft.Shutdown().Error())
+	}
+	if n.watch != nil {
+		n.watch.close()
 	}
 	if n.trans != nil {
 		errs = append(errs, n.trans.Close())
@@ -474,7 +496,7 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 func (n *Node) HasSelf() bool {
 	for _, m := range n.store().Nodes() {
 		if m.ID == n.cfg.ID {
-			return m.HTTPAddr == n.cfg.HTTPAddr && m.RaftAddr == n.cfg.advertised()
+			return m == n.cfg.self()
 		}
 	}
 	return false

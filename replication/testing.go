@@ -218,7 +218,7 @@ func (c *TestCluster) register(ctx context.Context, node *Node, cfg Config) {
 // recordAddresses asks node's leader, found by leaderNode, to record node's
 // addresses until the replicated metadata holds them or ctx is done.
 func recordAddresses(ctx context.Context, node *Node, cfg Config, leaderNode func(id string) *Node) {
-	self := wheel.Node{ID: cfg.ID, RaftAddr: cfg.advertised(), HTTPAddr: cfg.HTTPAddr}
+	self := cfg.self()
 	for !node.HasSelf() && ctx.Err() == nil {
 		if _, id := node.raft.LeaderWithID(); id != "" && string(id) != cfg.ID {
 			if leader := leaderNode(string(id)); leader != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// The methods below serve the webhooks of API.md: the replicated
+// The methods below serve the webhooks of the HTTP API: the replicated
 // per-topic config, and the sender the leader runs (package webhook).
 
 // SetWebhook sets or replaces a topic's webhook.

@@ -2,7 +2,9 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,10 +12,12 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // memberAskTimeout bounds the questions behind one cluster view: a member
-// that does not answer within it is reported as unknown.
+// that does not answer within it is reported in state unknown (and, where
+// no heartbeats say otherwise, unreachable).
 const memberAskTimeout = time.Second
 
 // cluster answers the leader's view of the members: the leader asks each
@@ -25,7 +29,7 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	if q := r.URL.Query().Get("local"); q != "" {
 		var err error
 		if local, err = strconv.ParseBool(q); err != nil {
-			return nil, invalid("local: must be true or false, got %s", quoteShort(q))
+			return nil, invalid("local: must be true or false, got %s", service.QuoteShort(q))
 		}
 	}
 	view, err := s.clusterView(r.Context(), groupOf(r), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
@@ -37,7 +41,7 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 // when local, the group leader's otherwise; forwarded says the question
 // came from another node, which must not be asked back.
 func (s *Server) clusterView(ctx context.Context, g int, local, forwarded bool, auth string) (api.Cluster, error) {
-	b := s.group(g)
+	b := s.svc.Group(g)
 	view, err := b.Cluster(ctx)
 	if err != nil {
 		return view, err
@@ -51,7 +55,10 @@ func (s *Server) clusterView(ctx context.Context, g int, local, forwarded bool, 
 	case isLeader:
 		s.askMembers(ctx, g, auth, &view)
 		return withGroups(view, own, g), nil
-	case forwarded || !known || addr == "":
+	case forwarded:
+		return withGroups(view, own, g), nil
+	case !known || addr == "":
+		s.askMembers(ctx, g, auth, &view)
 		return withGroups(view, own, g), nil
 	}
 	// The leader may itself wait out memberAskTimeout for a member.
@@ -60,6 +67,7 @@ func (s *Server) clusterView(ctx context.Context, g int, local, forwarded bool, 
 	var lv api.Cluster
 	if err := s.ask(actx, addr, "/v1/cluster"+s.groupQuery("?", g), auth, &lv); err != nil {
 		s.log.Debug("asking the leader for the cluster view", "leader", addr, "err", err)
+		s.askMembers(ctx, g, auth, &view)
 		return withGroups(view, own, g), nil
 	}
 	lv.Self = view.Self
@@ -115,7 +123,10 @@ func (s *Server) memberOwn(ctx context.Context, g int, id, addr, auth string) (o
 }
 
 // askMembers fills in, for every other member, what it says of itself,
-// and each member's lag behind the leader's commit index.
+// and each member's lag behind this node's commit index (the leader's,
+// when it leads). Where the view does not say whether a member is
+// reachable (this node does not lead, so no heartbeats tell), a member
+// that answers is reachable and one that cannot be asked is not.
 func (s *Server) askMembers(ctx context.Context, g int, auth string, view *api.Cluster) {
 	ctx, cancel := context.WithTimeout(ctx, memberAskTimeout)
 	defer cancel()
@@ -127,13 +138,20 @@ func (s *Server) askMembers(ctx context.Context, g int, auth string, view *api.C
 			commit = m.CommitIndex
 			continue
 		}
+		reached := func(ok bool) {
+			if m.Reachable == nil {
+				m.Reachable = &ok
+			}
+		}
 		if m.HTTPAddr == "" {
+			reached(false)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			own, ok, err := s.memberOwn(ctx, g, m.ID, m.HTTPAddr, auth)
+			reached(err == nil && ok)
 			if err != nil {
 				s.log.Debug("asking a member for its state", "member", m.ID, "addr", m.HTTPAddr, "err", err)
 				return
@@ -196,7 +214,7 @@ func (s *Server) memberHolds(ctx context.Context, g int, id string, index uint64
 // member id, waiting until it records one or ctx ends.
 func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, error) {
 	for {
-		view, err := s.group(g).Cluster(ctx)
+		view, err := s.svc.Group(g).Cluster(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -211,4 +229,53 @@ func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ask GETs path from the node at addr, marked forwarded so that it answers
+// itself, sending auth as the Authorization header, and decodes the JSON
+// answer into out.
+func (s *Server) ask(ctx context.Context, addr, path, auth string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.LeaderScheme+"://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(ForwardedHeader, "1")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := s.cfg.LeaderTransport.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e api.ErrorBody
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			return fmt.Errorf("answers %d: %s", resp.StatusCode, e.Error.Message)
+		}
+		return fmt.Errorf("answers %s", resp.Status)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("decoding the answer: %w", err)
+	}
+	return nil
+}
+
+// ClusterView returns the cluster view GET /v1/cluster answers: on the
+// leader, what each member says of itself; on a follower, the leader's
+// view, or its own when no leader can be asked. auth is the Authorization
+// header to send to the other members.
+//
+// On a node of many groups, it is GET /v1/cluster's view of group 0 with
+// every group in Groups.
+func (s *Server) ClusterView(ctx context.Context, auth string) (api.Cluster, error) {
+	view, err := s.clusterView(ctx, 0, false, false, auth)
+	if err == nil && s.svc.Count() > 1 {
+		s.allGroups(ctx, auth, &view)
+	}
+	return view, err
 }

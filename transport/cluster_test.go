@@ -16,11 +16,9 @@ import (
 // reachable member with its state and indexes, and a stopped one as
 // unreachable rather than as a healthy follower.
 func TestClusterViewTellsTheTruth(t *testing.T) {
-	c := startCluster(t, 3, transporttest.Options{})
+	c, leader := clusterWithMessage(t)
 	ctx := t.Context()
-	leader := c.Leader()
-	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
-	check(t, "enqueue", err)
+	var err error
 	var followers []int
 	for i, n := range c.Nodes {
 		if n != leader {
@@ -165,11 +163,9 @@ func TestRemoveWaitsForMemberAddress(t *testing.T) {
 // leader, at the leader and at a follower alike; the field names are the
 // contract's.
 func TestClusterViewGroups(t *testing.T) {
-	c := startCluster(t, 3, transporttest.Options{})
+	c, leader := clusterWithMessage(t)
 	ctx := t.Context()
-	leader := c.Leader()
-	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
-	check(t, "enqueue", err)
+	var err error
 	for _, n := range []*transporttest.Node{leader, c.Follower()} {
 		var v api.Cluster
 		n.Eventually(t, "group 0 to be reported caught up at "+n.ID, func() bool {
@@ -203,4 +199,61 @@ func TestClusterViewGroups(t *testing.T) {
 		}
 	}
 	equal(t, "leader in the JSON", string(raw.Groups[0]["leader"]), `"`+raw.Leader+`"`)
+}
+
+// A node left alone, with no leader (here restarted alone), answers its
+// own view: itself as reachable, with its own indexes, and the members it
+// cannot ask as unreachable, not unknown.
+func TestClusterViewOfALoneNode(t *testing.T) {
+	c, leader := clusterWithMessage(t)
+	ctx := t.Context()
+	var err error
+	lone := c.Follower()
+	lone.Eventually(t, "the follower to apply the enqueue", func() bool {
+		applied, _ := lone.Node.Indexes()
+		_, lc := leader.Node.Indexes()
+		return applied >= lc
+	})
+	var gone []string
+	li := 0
+	for i, n := range c.Nodes {
+		if n != lone {
+			gone = append(gone, n.ID)
+			c.Stop(i)
+		} else {
+			li = i
+		}
+	}
+	// Restarted alone, it hears from no leader: its commit index is what
+	// it applied, not Raft's 0.
+	c.Stop(li)
+	c.Restart(li)
+	lone = c.Nodes[li]
+	var v api.Cluster
+	lone.Eventually(t, "the lone node to know no leader", func() bool {
+		v, err = lone.Client.Cluster(ctx)
+		return err == nil && v.Leader == ""
+	})
+	for _, m := range v.Nodes {
+		switch {
+		case m.ID == lone.ID:
+			if m.Reachable == nil || !*m.Reachable || m.CommitIndex == 0 || m.AppliedIndex == 0 {
+				t.Fatalf("the lone node in its own view: %+v; want reachable with its indexes", m)
+			}
+		case m.Reachable == nil || *m.Reachable || m.State != "unknown":
+			t.Fatalf("stopped member %s: %+v; want unreachable, state unknown (stopped: %v)", m.ID, m, gone)
+		}
+	}
+	equal(t, "members", len(v.Nodes), 3)
+}
+
+// clusterWithMessage starts three nodes and enqueues one message through
+// the leader, which it returns.
+func clusterWithMessage(t *testing.T) (*transporttest.Cluster, *transporttest.Node) {
+	t.Helper()
+	c := startCluster(t, 3, transporttest.Options{})
+	leader := c.Leader()
+	_, err := leader.Client.Enqueue(t.Context(), []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
+	check(t, "enqueue", err)
+	return c, leader
 }

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,12 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // readBody reads the request body, which the server has already bounded with
@@ -20,7 +25,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge("request body: over the limit of %d bytes (%s)", mbe.Limit, humanBytes(mbe.Limit))
+			return nil, tooLarge("request body: over the limit of %d bytes (%s)", mbe.Limit, service.HumanBytes(mbe.Limit))
 		}
 		return nil, invalid("request body: could not be read: %v", err)
 	}
@@ -56,43 +61,149 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	if allowEmpty && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	return decodeStrict(data, v, "")
+	return decodeStrict(data, v)
 }
 
-// decodeStrict decodes exactly one JSON value from data into v, rejecting
-// unknown fields. where names the value in error messages ("" for the
-// request body, or "messages[3]").
-func decodeStrict(data []byte, v any, where string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, where)
+// decodeStrict decodes exactly one JSON value from data into v. It refuses
+// what the API does not define, rather than read it one way: a member name
+// v does not have (names match exactly, in case too), a name given twice
+// in an object (at any depth), and a string that is not valid UTF-8 (raw,
+// or an escaped half of a surrogate pair), which encoding/json would store
+// changed, as U+FFFD. An error names the field as the API does
+// ("messages[2].body", "messages[0].headers[\"X-A\"]").
+func decodeStrict(data []byte, v any, opts ...jsonv2.Options) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	if err := jsonv2.UnmarshalDecode(dec, v, append(opts, jsonv2.RejectUnknownMembers(true))...); err != nil {
+		return jsonError(err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return invalid("%s: must hold exactly one JSON value, found more after it", fieldPath(where, ""))
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return invalid("request body: must hold exactly one JSON value, found more after it")
 	}
 	return nil
 }
 
+// notUTF8 reports whether a syntax error is a string that is not valid
+// UTF-8: raw bytes, or an escaped surrogate without its pair. jsontext does
+// not export these errors, so their text tells them (TestValidation holds
+// the messages).
+func notUTF8(err error) bool {
+	return err != nil && (err.Error() == "invalid UTF-8" || strings.HasPrefix(err.Error(), "invalid surrogate pair"))
+}
+
+// messagesUpTo decodes a list of messages (an enqueue's) of up to max
+// messages; a longer one is a 413 too_large, and its messages past max are
+// only counted, not decoded: a batch over the limit costs no more memory
+// than one at it.
+func messagesUpTo(max int) jsonv2.Options {
+	return jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, msgs *[]api.Message) error {
+		if dec.PeekKind() != '[' {
+			return jsonv2.SkipFunc // null or the wrong type: the default decoding reads or refuses it
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		n := 0
+		for ; dec.PeekKind() != ']'; n++ {
+			if n >= max {
+				if err := dec.SkipValue(); err != nil {
+					return err
+				}
+				continue
+			}
+			*msgs = append(*msgs, api.Message{})
+			if err := jsonv2.UnmarshalDecode(dec, &(*msgs)[n]); err != nil {
+				return err
+			}
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		return service.CheckCount("messages", n, max, true)
+	}))
+}
+
 // jsonError turns a decoding error into a 400 that names the field.
-func jsonError(err error, where string) *Error {
+func jsonError(err error) *Error {
 	var (
-		syn *json.SyntaxError
-		typ *json.UnmarshalTypeError
+		syn *jsontext.SyntacticError
+		sem *jsonv2.SemanticError
+		own *Error
+		svc *service.Error
 	)
 	switch {
+	case errors.As(err, &own):
+		return own // a decoder of this package's refused the value
+	case errors.As(err, &svc):
+		return toError(svc) // a check of the service's refused the value
 	case errors.Is(err, io.EOF):
-		return invalid("%s: is empty; expected a JSON object", fieldPath(where, ""))
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return invalid("%s: malformed JSON: unexpected end of input", fieldPath(where, ""))
+		return invalid("request body: is empty; expected a JSON object")
 	case errors.As(err, &syn):
-		return invalid("%s: malformed JSON at byte %d: %s", fieldPath(where, ""), syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-	case errors.As(err, &typ):
-		return invalid("%s: must be %s, got JSON %s", fieldPath(where, typ.Field), jsonKind(typ.Type), typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return invalid("%s: %s", fieldPath(where, ""), strings.TrimPrefix(err.Error(), "json: "))
+		at := apiPath(syn.JSONPointer)
+		switch {
+		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
+			return invalid("%s: malformed JSON: unexpected end of input", at)
+		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
+			return invalid("%s: given more than once", at)
+		case notUTF8(syn.Err):
+			if field := syn.JSONPointer.LastToken(); field == "body" {
+				return invalid("%s: must be valid UTF-8; send other bytes as \"body_base64\"", at)
+			}
+			return invalid("%s: must be valid UTF-8", at)
+		}
+		return invalid("%s: malformed JSON at byte %d: %v", at, syn.ByteOffset, syn.Err)
+	case errors.As(err, &sem):
+		if errors.Is(sem.Err, jsonv2.ErrUnknownName) {
+			return invalid("%s: unknown field %s", apiPath(sem.JSONPointer.Parent()), service.QuoteShort(sem.JSONPointer.LastToken()))
+		}
+		got := "JSON " + kindName(sem.JSONKind)
+		if len(sem.JSONValue) > 0 {
+			got += " " + string(sem.JSONValue)
+		}
+		if sem.GoType == nil {
+			return invalid("%s: cannot take %s", apiPath(sem.JSONPointer), got)
+		}
+		return invalid("%s: must be %s, got %s", apiPath(sem.JSONPointer), jsonKind(sem.GoType), got)
 	default:
-		return invalid("%s: malformed JSON: %s", fieldPath(where, ""), strings.TrimPrefix(err.Error(), "json: "))
+		return invalid("request body: malformed JSON: %v", err)
+	}
+}
+
+// apiPath names the value at p as the API's errors name fields:
+// "/messages/2/headers/X-A" is "messages[2].headers[\"X-A\"]", and the
+// root is "request body". A number names an element of a list, except as
+// a key of a map (an object of free keys: "headers").
+func apiPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	parent := ""
+	for tok := range p.Tokens() {
+		switch {
+		case parent == "headers":
+			b.WriteString("[" + service.QuoteShort(tok) + "]")
+		case tok != "" && strings.Trim(tok, "0123456789") == "":
+			b.WriteString("[" + tok + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(tok)
+		}
+		parent = tok
+	}
+	if b.Len() == 0 {
+		return "request body"
+	}
+	return b.String()
+}
+
+// kindName names a kind of JSON value.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	default:
+		return k.String() // null, false, true, string, number
 	}
 }
 
@@ -119,20 +230,8 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// fieldPath joins a location and a field name: "messages[3]" and "delay_ms"
-// give "messages[3].delay_ms". With neither it names the request body.
-func fieldPath(where, field string) string {
-	switch {
-	case where != "" && field != "":
-		return where + "." + field
-	case where != "":
-		return where
-	case field != "":
-		return field
-	default:
-		return "request body"
-	}
-}
+// fieldPath joins a location and a field name (service.FieldPath).
+func fieldPath(where, field string) string { return service.FieldPath(where, field) }
 
 // isMediaType reports whether a Content-Type header names the media type
 // want, ignoring parameters and case.

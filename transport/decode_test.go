@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
@@ -74,6 +76,25 @@ func BenchmarkParseEnqueue(b *testing.B) {
 	for b.Loop() {
 		if _, err := parseEnqueue(body.Bytes(), lim); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestAPIPath: a JSON pointer is named as the API names fields.
+func TestAPIPath(t *testing.T) {
+	for ptr, want := range map[jsontext.Pointer]string{
+		"":                            "request body",
+		"/messages":                   "messages",
+		"/messages/2/body":            "messages[2].body",
+		"/receipts/10":                "receipts[10]",
+		"/headers/X-A":                `headers["X-A"]`,
+		"/messages/0/headers/X-A":     `messages[0].headers["X-A"]`,
+		"/messages/0/headers/0":       `messages[0].headers["0"]`,
+		"/messages/0/headers/":        `messages[0].headers[""]`,
+		"/messages/0/headers/a~1b~0c": `messages[0].headers["a/b~c"]`,
+	} {
+		if got := apiPath(ptr); got != want {
+			t.Errorf("apiPath(%q) = %s, want %s", ptr, got, want)
 		}
 	}
 }

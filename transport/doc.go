@@ -1,10 +1,12 @@
-// Package transport owns the HTTP API of API.md: routing, authentication,
-// strict decoding and validation of requests, the mapping of domain errors to
+// Package transport owns the HTTP API of api/API.md: routing, authentication,
+// strict decoding of requests (their validation is package
+// transport/service's, which every API shares), the mapping of errors to
 // status codes, leader forwarding (a follower reverse-proxies writes and
 // reserves to the leader), the long-poll limit, the cluster view (the
 // leader's, which it assembles by asking each member; cluster.go), and the
-// health, readiness and metrics endpoints (a follower's readiness asks the
-// leader for its commit index; readyz.go). A node removed from its cluster
+// health, readiness and metrics endpoints (readiness is what the node
+// knows by itself: a leader, and that it has caught up; readyz.go). A node
+// removed from its cluster
 // refuses every request but /healthz.
 //
 // It talks to the rest of the server only through the [Backend] interface,
@@ -17,22 +19,29 @@
 // /v1/openapi.json) with libopenapi-validator, a test-only dependency, and
 // a test fails when a route the server registers is missing from the
 // document (openapi_test.go, openapi_routes_test.go). The gRPC API
-// (package transport/grpcserver) validates with the functions export.go
-// makes public, so that both APIs answer a request alike.
+// (package transport/grpcserver) validates with package transport/service
+// too, and maps the same errors, so that both APIs answer a request alike.
 //
-// The JSON enqueue, the call producers make most, decodes its common shape
-// with a decoder of its own (fastjson.go) and leaves anything else, and
-// every error, to encoding/json; it writes its answer by hand.
+// Every JSON body is decoded by one strict decoder (decode.go, on
+// github.com/go-json-experiment/json). The JSON enqueue, the call producers
+// make most, decodes its common shape with a decoder of its own
+// (fastjson.go) and leaves anything else, and every error, to it; it
+// writes its answer by hand.
 //
 // # Answers
 //
-// Requests are decoded strictly (unknown fields, trailing data and
-// malformed JSON are 400 invalid_argument) and validated whole before the
-// backend is called, so a 4xx never changes anything. Messages name the
-// field, the index within the batch and the limit, for example
-// "messages[3].delay_ms: must be between 0 and 315360000000 (10 years), got -1".
+// Requests are decoded strictly (unknown fields, names in another case, a
+// name given twice at any depth, a string that is not valid UTF-8,
+// trailing data and malformed JSON are 400 invalid_argument) and validated
+// whole before the backend is called, so a 4xx never changes anything.
+// Messages name the field as the API does, with the index within the batch
+// and the limit, for example
+// "messages[3].delay_ms: must be between 0 and 315360000000 (10 years), got -1"
+// or "messages[0].headers[\"X-A\"]: given more than once". A message
+// header must be sendable as an HTTP header (api.CheckHeader), on every
+// API. Answers are JSON without HTML escapes.
 //
-// Choices beyond API.md:
+// Choices beyond the API's reference:
 //   - A list over its limit (more than [Limits].MaxBatch messages, receipts
 //     or ids), a body over MaxBodyBytes and a request over MaxRequestBytes are
 //     413 too_large; an empty list is 400.
@@ -61,7 +70,7 @@
 // route; the proxy flushes each chunk, and ends when the follower sees
 // another leader. Webhook configs (webhook.go) are validated here, host
 // included (--webhook-allow, [Config].WebhookAllow), and stored through
-// the optional [Webhooker] capability of the backend.
+// the backend.
 //
 // # Groups
 //
@@ -72,10 +81,11 @@
 // group). That group's backend answers, its leader is the one forwarded
 // to, and the forwarded request keeps its path and query, so the leader
 // picks the same group. Requests that span the groups (groupspan.go) are
-// split and each part served as the same route with ?group=g: a batch
+// decoded and validated once and split by the service's router: a batch
 // by topic, receipts by id, node additions and removals to every group;
-// a batch or receipts all of one group that this node leads go to that
-// group's backend at once, answered as the part would be. Reads (topics,
+// each part goes to its group's backend when this node leads the group,
+// else to the group's leader as the same route with ?group=g (parts.go),
+// and an error names the part's group. Reads (topics,
 // schedules, the cluster view's groups) merge each group's local answer,
 // and /readyz is ready when every group is. A batch that spans groups is
 // atomic per group only. A backend of one group is served exactly as

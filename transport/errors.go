@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -62,9 +63,25 @@ func overloaded(format string, args ...any) *Error {
 // toError maps any error to the answer it gets. An *Error stays as it is;
 // a backend error is classified with errors.Is; anything else is a 500.
 func toError(err error) *Error {
+	var ge *service.GroupError
+	if errors.As(err, &ge) {
+		return groupError(ge.Group, toError(ge.Err))
+	}
+	var nl *service.NotLeaderError
+	if errors.As(err, &nl) {
+		if nl.Known && nl.Leader.HTTPAddr != "" {
+			return unavailable("this request was forwarded to a node that is not the leader (leadership is changing); retry shortly")
+		}
+		return unavailable("no leader is known yet (election in progress?); retry shortly")
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e
+	}
+	var se *service.Error
+	if errors.As(err, &se) {
+		status, code, retry := classify(se.Class)
+		return &Error{Status: status, Code: code, Message: se.Msg, RetryAfter: retry}
 	}
 	status, code, retry := classify(err)
 	msg := err.Error()
@@ -100,3 +117,8 @@ func classify(err error) (status int, code string, retryAfter int) {
 		return http.StatusInternalServerError, api.CodeInternal, 0
 	}
 }
+
+// ToError maps any error to the answer the HTTP API gives it: an *Error
+// stays as it is, a backend error is classified with errors.Is, anything
+// else is a 500 that does not leak its text.
+func ToError(err error) *Error { return toError(err) }

@@ -10,21 +10,21 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// fastEnqueue decodes the common shape of an enqueue request without
-// encoding/json, which costs most of a JSON enqueue (its scanner visits
-// every byte twice, through a function call each, and every optional
-// number is an allocation of its own).
+// fastEnqueue decodes the common shape of an enqueue request without a
+// general JSON decoder, which costs most of a JSON enqueue (it visits
+// every byte through a function call, and every optional number is an
+// allocation of its own).
 //
-// Invariant: it accepts a body only when encoding/json's strict decoding
-// (decodeStrict into api.EnqueueRequest) accepts it too and gives the same
-// request; for anything else — an escape in a string, a null, a key in
-// another case, a duplicate key, a number that is not a plain integer, a
-// string that is not valid UTF-8, malformed JSON — it answers ok=false
-// and the caller decodes the body with encoding/json, whose errors are the
-// ones API.md gives. FuzzDecodeEnqueue holds it to this.
+// Invariant: it accepts a body only when the strict decoding (decodeStrict
+// into api.EnqueueRequest) accepts it too and gives the same request; for
+// anything else — an escape in a string, a null, an unknown key, a key
+// given twice, a number that is not a plain integer, a string that is not
+// valid UTF-8, malformed JSON — it answers ok=false and the caller decodes
+// the body with decodeStrict, which refuses it or reads it, and whose
+// errors name the field. FuzzDecodeEnqueue holds it to this.
 //
-// maxBatch bounds what it reserves ahead for the batch: a body of nothing
-// but '{' must not make it allocate for millions of messages.
+// It takes up to maxBatch messages, and reserves no more ahead: a body of
+// nothing but '{' must not make it allocate for millions of messages.
 func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 	d := fastDecoder{data: data, all: string(data)}
 	if !d.byte('{') || d.key() != "messages" || !d.byte(':') || !d.byte('[') {
@@ -42,8 +42,8 @@ func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 	} else {
 		for {
 			req.Messages = append(req.Messages, api.Message{})
-			if !d.message(&req.Messages[len(req.Messages)-1]) {
-				return req, false
+			if len(req.Messages) > maxBatch || !d.message(&req.Messages[len(req.Messages)-1]) {
+				return req, false // too many: messagesUpTo counts them without keeping them
 			}
 			if d.byte(']') {
 				break
@@ -269,7 +269,7 @@ func (d *fastDecoder) field(m *api.Message, k string) bool {
 }
 
 // headers consumes an object of strings; a key given twice is left to
-// encoding/json.
+// decodeStrict, which refuses it.
 func (d *fastDecoder) headers(m *api.Message) bool {
 	if !d.byte('{') {
 		return false

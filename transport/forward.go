@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // AppliedIndexHeader is set by the leader on its answer to a write a
@@ -16,24 +18,6 @@ import (
 // wait until it has applied that index too, so that the client reads its
 // own write on the node it talks to.
 const AppliedIndexHeader = "X-Delaywheel-Applied-Index"
-
-// settleTimeout bounds how long the leader holds a forwarded write's
-// answer until it has applied what it answered. The write is done either
-// way; past it the answer carries no index.
-const settleTimeout = 2 * time.Second
-
-// AppliedWaiter is implemented by backends that let a follower read the
-// writes it forwarded.
-type AppliedWaiter interface {
-	// Settled waits until this node has applied every entry it answered
-	// ahead of its apply (enqueues answered at commit, leases handed out
-	// before their entry) and returns its applied index.
-	Settled(ctx context.Context) (uint64, error)
-	// ReadAfter makes this node's reads wait until it has applied index
-	// (never less than an index given before). The write's answer itself
-	// does not wait: only what the client reads next does.
-	ReadAfter(index uint64)
-}
 
 // forward answers r by reverse-proxying it, untouched (method, path, query,
 // body, Authorization), to the leader when this node is not the leader. It
@@ -70,12 +54,18 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 		},
 		ModifyResponse: func(resp *http.Response) error { return readAfterLeaderIndex(b, resp) },
 	}
-	// A leader that stops answering (paused, cut off) is replaced by an
-	// election; the client should then retry at the new leader instead of
-	// waiting out its own timeout, so the forward is cancelled once this
-	// node sees another leader.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := untilNewLeader(r.Context(), b, addr)
 	defer cancel()
+	proxy.ServeHTTP(w, r.WithContext(ctx))
+	return true
+}
+
+// untilNewLeader returns a context that ends with ctx or once b sees a
+// leader other than addr: a leader that stops answering (paused, cut off)
+// is replaced by an election, and the client should then retry at the new
+// leader instead of waiting out its own timeout. cancel must be called.
+func untilNewLeader(ctx context.Context, b Backend, addr string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -91,8 +81,7 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 			}
 		}
 	}()
-	proxy.ServeHTTP(w, r.WithContext(ctx))
-	return true
+	return ctx, cancel
 }
 
 // readAfterLeaderIndex makes this node's reads wait for the index the
@@ -109,40 +98,20 @@ func readAfterLeaderIndex(b Backend, resp *http.Response) error {
 }
 
 // ReadAfter makes b's reads wait until it has applied index, the one the
-// leader named in its answer to a write b forwarded, when b is an
-// AppliedWaiter and index is set.
+// leader named in its answer to a write b forwarded, when index is set.
 func ReadAfter(b Backend, index uint64) {
-	if aw, ok := b.(AppliedWaiter); ok && index > 0 {
-		aw.ReadAfter(index)
+	if index > 0 {
+		b.ReadAfter(index)
 	}
-}
-
-// SettledIndex is the index b puts in its answer to a write a follower
-// forwarded: its applied index once everything it answered (the write
-// included) is applied, waited for at most settleTimeout. ok is false
-// when b is no AppliedWaiter or the wait failed; the answer then carries
-// no index.
-func SettledIndex(ctx context.Context, b Backend) (index uint64, ok bool, err error) {
-	aw, ok := b.(AppliedWaiter)
-	if !ok {
-		return 0, false, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
-	defer cancel()
-	if index, err = aw.Settled(ctx); err != nil {
-		return 0, false, err
-	}
-	return index, true, nil
 }
 
 // settleForwarded sets AppliedIndexHeader on the leader's answer to a
 // write a follower forwarded, once this node has applied what it answered.
 func (s *Server) settleForwarded(w http.ResponseWriter, r *http.Request) {
-	index, ok, err := SettledIndex(r.Context(), s.be(r))
+	index, err := service.SettledIndex(r.Context(), s.be(r))
 	if err != nil {
 		s.log.Debug("answering a forwarded write without an applied index", "err", err)
+		return
 	}
-	if ok {
-		w.Header().Set(AppliedIndexHeader, strconv.FormatUint(index, 10))
-	}
+	w.Header().Set(AppliedIndexHeader, strconv.FormatUint(index, 10))
 }

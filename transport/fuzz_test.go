@@ -11,13 +11,16 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // FuzzDecodeEnqueue feeds arbitrary bodies to the enqueue decoder and
 // validator: they must never panic, must refuse with a 400 or 413, and what
 // they accept must re-encode to a body that is accepted again as the same
-// batch. What the fast decoder accepts, encoding/json's strict decoding
-// must accept as the same request.
+// batch, and whose protobuf form is accepted as the same batch too (with
+// FuzzDecodeEnqueueProto's converse, the two forms accept the same
+// batches). What the fast decoder accepts, the strict decoding must accept
+// as the same request.
 func FuzzDecodeEnqueue(f *testing.F) {
 	for _, seed := range []string{
 		`{"messages":[{"topic":"t","body":"x"}]}`,
@@ -38,12 +41,11 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	lim := DefaultLimits()
-	const nowMs = 1_732_245_600_000
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if fast, ok := fastEnqueue(data, lim.MaxBatch); ok {
 			var strict api.EnqueueRequest
-			if err := decodeStrict(data, &strict, ""); err != nil {
-				t.Fatalf("the fast decoder accepted %q, encoding/json refuses it: %v", data, err)
+			if err := decodeStrict(data, &strict); err != nil {
+				t.Fatalf("the fast decoder accepted %q, the strict decoding refuses it: %v", data, err)
 			}
 			if !reflect.DeepEqual(fast, strict) {
 				t.Fatalf("decoders differ on %q:\n fast %+v\n json %+v", data, fast, strict)
@@ -51,20 +53,10 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		}
 		req, err := parseEnqueue(data, lim)
 		if err == nil {
-			var msgs any
-			msgs, err = validateEnqueue(req, lim, nowMs)
-			if err == nil {
-				again, merr := json.Marshal(req)
-				if merr != nil {
-					t.Fatalf("re-encode %+v: %v", req, merr)
-				}
-				msgs2, err2 := decodeEnqueue(again, lim, nowMs)
-				if err2 != nil {
-					t.Fatalf("accepted %q but refused its re-encoding %q: %v", data, again, err2)
-				}
-				if !reflect.DeepEqual(msgs, msgs2) {
-					t.Fatalf("re-encoding changed the batch:\n%+v\n%+v", msgs, msgs2)
-				}
+			var msgs []wheel.NewMessage
+			if msgs, err = validateEnqueue(req, lim, fuzzNowMs); err == nil {
+				sameBatch(t, jsonForm(), req, msgs)
+				sameBatch(t, protoForm(), req, msgs)
 				return
 			}
 		}
@@ -82,7 +74,6 @@ func FuzzDecodeEnqueue(f *testing.F) {
 // JSON form is accepted as the same batch too.
 func FuzzDecodeEnqueueProto(f *testing.F) {
 	lim := DefaultLimits()
-	const nowMs = 1_732_245_600_000
 	seed := func(msgs ...api.Message) []byte {
 		b, err := api.AppendEnqueueRequest(nil, api.EnqueueRequest{Messages: msgs})
 		if err != nil {
@@ -100,7 +91,7 @@ func FuzzDecodeEnqueueProto(f *testing.F) {
 	for _, b := range [][]byte{
 		seed(api.Message{Topic: "t", Payload: api.TextBody("x")}),
 		valid,
-		seed(api.Message{Topic: "t", DeliverAtMs: api.Ptr(int64(0))}, api.Message{Topic: "u", DeliverAtMs: api.Ptr(int64(nowMs + 999))}),
+		seed(api.Message{Topic: "t", DeliverAtMs: api.Ptr(int64(0))}, api.Message{Topic: "u", DeliverAtMs: api.Ptr(int64(fuzzNowMs + 999))}),
 		seed(api.Message{Topic: "t", DelayMs: api.Ptr(int64(1)), DeliverAtMs: api.Ptr(int64(1))}), // both: refused
 		seed(api.Message{Topic: "t", MaxAttempts: api.Ptr(int32(-1))}),                            // out of range
 		nil,                  // no messages
@@ -117,7 +108,7 @@ func FuzzDecodeEnqueueProto(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		msgs, err := decodeEnqueueProto(data, lim, nowMs)
+		msgs, err := decodeEnqueueProto(data, lim, fuzzNowMs)
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || (e.Status != http.StatusBadRequest && e.Status != http.StatusRequestEntityTooLarge) || e.Message == "" {
@@ -133,32 +124,47 @@ func FuzzDecodeEnqueueProto(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted %x, but it does not decode: %v", data, err)
 		}
-		again, err := api.AppendEnqueueRequest(nil, req)
-		if err != nil {
-			t.Fatalf("re-encode %+v: %v", req, err)
-		}
-		msgs2, err := decodeEnqueueProto(again, lim, nowMs)
-		if err != nil {
-			t.Fatalf("accepted %x but refused its re-encoding %x: %v", data, again, err)
-		}
-		if !reflect.DeepEqual(msgs, msgs2) {
-			t.Fatalf("re-encoding changed the batch:\n%+v\n%+v", msgs, msgs2)
-		}
+		sameBatch(t, protoForm(), req, msgs)
 		// The JSON form of the same batch must be accepted as the same batch.
 		for i := range req.Messages {
 			body, _ := req.Messages[i].Bytes()
 			req.Messages[i].Payload = api.PayloadOf(body)
 		}
-		asJSON, err := json.Marshal(req)
-		if err != nil {
-			t.Fatalf("JSON-encode %+v: %v", req, err)
-		}
-		msgs3, err := decodeEnqueue(asJSON, lim, nowMs)
-		if err != nil {
-			t.Fatalf("accepted %x but refused its JSON form %s: %v", data, asJSON, err)
-		}
-		if !reflect.DeepEqual(msgs, msgs3) {
-			t.Fatalf("the JSON form is another batch:\n%+v\n%+v", msgs, msgs3)
-		}
+		sameBatch(t, jsonForm(), req, msgs)
 	})
+}
+
+// fuzzNowMs is the clock of the fuzz targets.
+const fuzzNowMs = 1_732_245_600_000
+
+// form is a wire form of an enqueue request.
+type form struct {
+	name   string
+	encode func(api.EnqueueRequest) ([]byte, error)
+	decode func(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, error)
+}
+
+func jsonForm() form {
+	return form{"JSON form", func(r api.EnqueueRequest) ([]byte, error) { return json.Marshal(r) }, decodeEnqueue}
+}
+
+func protoForm() form {
+	return form{"protobuf form", func(r api.EnqueueRequest) ([]byte, error) { return api.AppendEnqueueRequest(nil, r) }, decodeEnqueueProto}
+}
+
+// sameBatch checks that req, a request accepted as the batch want, is
+// accepted as that batch again in form f.
+func sameBatch(t *testing.T, f form, req api.EnqueueRequest, want []wheel.NewMessage) {
+	t.Helper()
+	body, err := f.encode(req)
+	if err != nil {
+		t.Fatalf("encode %+v in the %s: %v", req, f.name, err)
+	}
+	got, err := f.decode(body, DefaultLimits(), fuzzNowMs)
+	if err != nil {
+		t.Fatalf("accepted %+v but refused its %s %q: %v", req, f.name, body, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the %s %q is another batch:\n%+v\n%+v", f.name, body, want, got)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -24,9 +25,8 @@ type Grouped interface {
 
 // GroupsOf is the Grouped half of a backend of many groups, over the
 // node's groups as a list of B (replication's Groups: Count, and Node for
-// each). Embedded beside group 0's backend, which keeps that backend's
-// optional capabilities (Backuper, AppliedWaiter…), it makes the backend
-// a server of many groups serves.
+// each). Embedded beside group 0's backend, it makes the backend a server
+// of many groups serves.
 type GroupsOf[B Backend] struct {
 	Groups interface {
 		Count() int
@@ -102,22 +102,6 @@ func (s *Server) groupScopes() map[string]groupRoute {
 	}
 }
 
-// groupCount is the number of groups the backend runs.
-func (s *Server) groupCount() int {
-	if s.grouped == nil {
-		return 1
-	}
-	return s.grouped.GroupCount()
-}
-
-// group returns group g's backend; group 0's is the server's backend.
-func (s *Server) group(g int) Backend {
-	if g == 0 || s.grouped == nil {
-		return s.b
-	}
-	return s.grouped.Group(g)
-}
-
 // picked is the group pick chose for a request, in its context.
 type picked struct {
 	b Backend
@@ -148,7 +132,7 @@ func groupOf(r *http.Request) int {
 // group instead (its span handler). With one group, only a ?group= other
 // than 0 changes the answer: it is refused.
 func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bool, err error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	if rt.scope == scopeNone {
 		return s.b, 0, false, nil
 	}
@@ -156,9 +140,9 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 		if q := r.URL.Query().Get("group"); q != "" {
 			g, err := strconv.Atoi(q)
 			if err != nil || g < 0 || g >= n {
-				return nil, 0, false, groupOutOfRange(n, quoteShort(q))
+				return nil, 0, false, groupOutOfRange(n, service.QuoteShort(q))
 			}
-			return s.group(g), g, false, nil
+			return s.svc.Group(g), g, false, nil
 		}
 	}
 	if n == 1 {
@@ -177,7 +161,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	case scopeSpan:
 		return s.b, 0, true, nil
 	}
-	return s.group(g), g, false, nil
+	return s.svc.Group(g), g, false, nil
 }
 
 // groupOutOfRange refuses a group outside [0, n), given as got.
@@ -209,8 +193,23 @@ func withGroup(r *http.Request, b Backend, g int) *http.Request {
 // node ("" with one group, so that a node of one group asks as it always
 // did), with sep its first character.
 func (s *Server) groupQuery(sep string, g int) string {
-	if s.grouped == nil {
+	if s.svc.Count() == 1 {
 		return ""
 	}
 	return sep + "group=" + strconv.Itoa(g)
+}
+
+// GroupsOfBackend lists the groups b serves, group g at g: b alone, or,
+// when b is Grouped with more than one group, each group's backend.
+func GroupsOfBackend(b Backend) []Backend {
+	g, ok := b.(Grouped)
+	if !ok || g.GroupCount() <= 1 {
+		return []Backend{b}
+	}
+	out := make([]Backend, g.GroupCount())
+	for i := range out {
+		out[i] = g.Group(i)
+	}
+	out[0] = b
+	return out
 }

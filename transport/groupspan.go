@@ -6,80 +6,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // This file answers, on a node of many groups, the requests that span
 // them (groupScopes' scopeSpan routes without ?group=). A write is split
-// by group and each part served on this node as the same route with
-// ?group=g (within): applied here when this node leads g, else forwarded
-// to g's leader like any request, so the parts' answers read their own
-// writes here too. A write all of one group that this node leads goes to
-// that group's backend at once, answered as its one part would be
-// (ledHere). A batch spanning groups is therefore atomic per group only:
-// when one part fails, the parts that succeeded stay done, and the answer
-// is the failed part's error. Reads merge each group's local read.
-
-// subRequest is a request served within one group (within).
-type subRequest struct {
-	pattern string      // the route, "METHOD /path/{name}"
-	path    string      // its path, with the values filled in
-	values  [][2]string // the path's values: name, value
-	body    any         // sent as JSON; nil: none
-}
-
-// within serves sr on this node as a client's request to group g (with
-// ?group=g) with r's Authorization, and decodes its answer into out. An
-// answer other than 200 is returned as an *Error naming the group.
-func (s *Server) within(r *http.Request, g int, sr subRequest, out any) error {
-	var body []byte
-	if sr.body != nil {
-		var err error
-		if body, err = json.Marshal(sr.body); err != nil {
-			return fmt.Errorf("transport: encoding a request to group %d: %w", g, err)
-		}
-	}
-	method, _, _ := strings.Cut(sr.pattern, " ")
-	req, err := http.NewRequestWithContext(r.Context(), method, sr.path+"?group="+strconv.Itoa(g), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("transport: a request to group %d: %w", g, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if auth := r.Header.Get("Authorization"); auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	req.RemoteAddr, req.Host = r.RemoteAddr, r.Host
-	for _, kv := range sr.values {
-		req.SetPathValue(kv[0], kv[1])
-	}
-	buf := &bufferWriter{header: http.Header{}}
-	if !s.serveSub(buf, req, s.routes[sr.pattern]) {
-		return unavailable("group %d: the answer of its leader was cut off; retry shortly", g)
-	}
-	if buf.status != 0 && buf.status != http.StatusOK {
-		var e api.ErrorBody
-		if json.Unmarshal(buf.body.Bytes(), &e) != nil || e.Error.Code == "" {
-			e.Error = api.ErrorDetail{Code: api.CodeInternal, Message: strings.TrimSpace(buf.body.String())}
-		}
-		retry, _ := strconv.Atoi(buf.header.Get("Retry-After"))
-		return groupError(g, &Error{Status: buf.status, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry})
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(buf.body.Bytes(), out); err != nil {
-		return fmt.Errorf("transport: decoding group %d's answer: %w", g, err)
-	}
-	return nil
-}
+// by group by the service's router (Server.svc): a part of a group this
+// node leads goes to that group's backend, a part of another group to
+// its leader as the same route with ?group=g (parts.go), whose answer the
+// caller then reads here too. A batch spanning groups is therefore atomic
+// per group only: when one part fails, the parts that succeeded stay
+// done, and the answer is the failed part's error, naming its group.
+// Reads merge each group's local read.
 
 // groupError is e, group g's answer to a part, as the answer of the
 // request the part is of: its status, code and Retry-After, and its
@@ -88,110 +35,20 @@ func groupError(g int, e *Error) *Error {
 	return &Error{Status: e.Status, Code: e.Code, Message: fmt.Sprintf("group %d: %s", g, e.Message), RetryAfter: e.RetryAfter, Err: e.Err}
 }
 
-// ledHere answers at once a request whose parts all fall in one group
-// that this node leads (and is a member of): call calls that group's
-// backend with the request as decoded, where within would encode the
-// part again for the group's route to decode it again. The answer, and an
-// error's status, code and message, are those within gives. ok is false,
-// and call is not made, when the request spans groups or this node does
-// not lead its group; its parts then go through within.
-func ledHere[T any](s *Server, groups []int, call func(b Backend) (T, error)) (v T, ok bool, err error) {
-	if len(groups) != 1 {
-		return v, false, nil
+// inGroup serves a part of group g of r's request: with local on the
+// group's backend when this node leads g, else as method path with body
+// (nil: none) at g's leader, whose answer it decodes. An error names the
+// group.
+func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend) (T, error), method, path string, body any) (T, error) {
+	v, err := service.Call(ctx, s.svc, g, local, func(_ service.Forwarder, to wheel.Node) (T, uint64, error) {
+		var v T
+		index, err := s.parts.do(ctx, to, g, method, path, body, &v)
+		return v, index, err
+	})
+	if err != nil {
+		return v, groupError(g, toError(err))
 	}
-	g, b := groups[0], s.group(groups[0])
-	if _, isLeader, _ := b.LeaderHTTP(); !isLeader || b.Removed() != nil {
-		return v, false, nil
-	}
-	if v, err = call(b); err != nil {
-		return v, true, groupError(g, toError(err))
-	}
-	return v, true, nil
-}
-
-// serveSub serves req into buf and reports whether it was answered. A
-// forward to a leader whose answer is cut off mid-body aborts with
-// http.ErrAbortHandler, which the HTTP server recovers only on the
-// request's own goroutine; a part runs on another, so it is recovered
-// here.
-func (s *Server) serveSub(buf *bufferWriter, req *http.Request, rt route) (answered bool) {
-	defer func() {
-		if p := recover(); p != nil {
-			if p != http.ErrAbortHandler {
-				panic(p)
-			}
-			answered = false
-		}
-	}()
-	s.serveRoute(&recorder{ResponseWriter: buf}, req, rt)
-	return true
-}
-
-// bufferWriter is the ResponseWriter of a subRequest: it keeps the answer.
-type bufferWriter struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-// Header returns the answer's header.
-func (w *bufferWriter) Header() http.Header { return w.header }
-
-// WriteHeader records the status.
-func (w *bufferWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-// Write keeps p.
-func (w *bufferWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.body.Write(p)
-}
-
-// eachGroup runs do for the groups gs at once and returns the error of
-// the first group, in gs's order, that failed.
-func eachGroup(gs []int, do func(g int) error) error {
-	errs := make([]error, len(gs))
-	var wg sync.WaitGroup
-	for i, g := range gs {
-		wg.Go(func() { errs[i] = do(g) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// all lists the groups 0 to n-1.
-func all(n int) []int {
-	gs := make([]int, n)
-	for g := range gs {
-		gs[g] = g
-	}
-	return gs
-}
-
-// split sorts the indexes 0..len-1 of a list by the group of each
-// element: groupAt(i) is element i's. It returns the groups that have
-// elements, in order, and each one's indexes.
-func split(count int, groupAt func(i int) int) (groups []int, parts map[int][]int) {
-	parts = map[int][]int{}
-	for i := range count {
-		g := groupAt(i)
-		if _, ok := parts[g]; !ok {
-			groups = append(groups, g)
-		}
-		parts[g] = append(parts[g], i)
-	}
-	slices.Sort(groups)
-	return groups, parts
+	return v, nil
 }
 
 // enqueueSpan enqueues a batch over many groups: each group's messages,
@@ -202,144 +59,52 @@ func (s *Server) enqueueSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	groups, parts := splitMessages(msgs, s.groupCount())
-	// A client that knows the groups sends each topic's batches to its
-	// leader, which enqueues them at once.
-	if res, ok, err := ledHere(s, groups, func(b Backend) ([]wheel.Enqueued, error) { return b.Enqueue(r.Context(), msgs) }); ok {
-		if err != nil {
-			return nil, err
-		}
-		return enqueued(r, res), nil
-	}
-	res := make([]wheel.Enqueued, len(msgs))
-	err = eachGroup(groups, func(g int) error {
-		idx := parts[g]
-		req := api.EnqueueRequest{Messages: make([]api.Message, len(idx))}
-		for j, i := range idx {
-			req.Messages[j] = messageOf(msgs[i])
-		}
-		var out api.EnqueueResponse
-		if err := s.within(r, g, subRequest{pattern: "POST /v1/messages", path: "/v1/messages", body: req}, &out); err != nil {
-			return err
-		}
-		if len(out.Results) != len(idx) {
-			return fmt.Errorf("transport: group %d answered %d results for %d messages", g, len(out.Results), len(idx))
-		}
-		for j, i := range idx {
-			id, err := wheel.ParseID(out.Results[j].ID)
-			if err != nil {
-				return fmt.Errorf("transport: group %d's result %d: %w", g, j, err)
-			}
-			res[i] = wheel.Enqueued{ID: id, DeliverAtMs: out.Results[j].DeliverAtMs, Duplicate: out.Results[j].Duplicate}
-		}
-		return nil
-	})
+	res, err := s.svc.Enqueue(withCaller(r), msgs)
 	if err != nil {
 		return nil, err
 	}
 	return enqueued(r, res), nil
 }
 
-// splitMessages splits a batch by the group of each message's topic, of
-// n groups (split).
-func splitMessages(msgs []wheel.NewMessage, n int) (groups []int, parts map[int][]int) {
-	return split(len(msgs), func(i int) int { return wheel.GroupOf(msgs[i].Topic, n) })
-}
-
-// splitReceipts splits receipts, given as field, by the group their ids
-// name (split), refusing a receipt of a group a cluster of n groups does
-// not have.
-func splitReceipts(field string, rs []wheel.Receipt, n int) (groups []int, parts map[int][]int, err error) {
-	for i, rc := range rs {
-		if g := rc.ID.Group(); g >= n {
-			return nil, nil, invalid("%s: receipt names group %d; this cluster has groups 0 to %d", index(field, i), g, n-1)
-		}
-	}
-	groups, parts = split(len(rs), func(i int) int { return rs[i].ID.Group() })
-	return groups, parts, nil
-}
-
-// messageOf is the JSON form of a validated message, due at its absolute
-// time.
-func messageOf(m wheel.NewMessage) api.Message {
-	at, ttr, attempts := m.DeliverAtMs, m.TTRMs, m.MaxAttempts
-	out := api.Message{Topic: m.Topic, Payload: api.PayloadOf(m.Body), DeliverAtMs: &at, Key: m.Key,
-		Priority: m.Priority, Headers: m.Headers}
-	if ttr > 0 {
-		out.TTRMs = &ttr
-	}
-	if attempts > 0 {
-		out.MaxAttempts = &attempts
-	}
-	return out
-}
-
-// settleSpan splits the receipts of an ack, nack or touch by the group
-// their ids name, sends each group its part as the same route, and sums
-// the counts of their answers.
-func (s *Server) settleSpan(r *http.Request, st settlement) (any, error) {
-	rs, err := s.receiptsOf(r, st)
+// settleSpan settles the receipts of an ack, nack or touch in the groups
+// their ids name, and sums the counts of their answers.
+func (s *Server) settleSpan(r *http.Request, op service.Op) (any, error) {
+	rs, delayMs, err := s.receiptsOf(r, op)
 	if err != nil {
 		return nil, err
 	}
-	groups, parts, err := splitReceipts("receipts", rs, s.groupCount())
-	if err != nil {
+	if err := s.svc.CheckReceipts("receipts", rs); err != nil {
 		return nil, err
 	}
-	if c, ok, err := ledHere(s, groups, func(b Backend) (wheel.Counted, error) { return st.do(b, r.Context(), rs) }); ok {
-		return st.answer(c), err
+	if op == service.OpNack {
+		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
+			// Refused as each group's part is: naming the first group.
+			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
+			return nil, groupError(groups[0], toError(err))
+		}
 	}
-	var mu sync.Mutex
-	var sum wheel.Counted
-	err = eachGroup(groups, func(g int) error {
-		part := make([]string, len(parts[g]))
-		for j, i := range parts[g] {
-			part[j] = (*st.receipts)[i]
-		}
-		var out map[string]int
-		if err := s.within(r, g, subRequest{pattern: "POST " + st.path, path: st.path, body: st.part(part)}, &out); err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		sum.Done += out[st.doneKey]
-		sum.Stale += out["stale"]
-		return nil
-	})
-	return st.answer(sum), err
+	c, err := s.svc.Settle(withCaller(r), "receipts", op, rs, delayMs)
+	return settlementOf(op).answer(c), err
 }
 
-func (s *Server) ackSpan(r *http.Request) (any, error) { return s.settleSpan(r, acking()) }
+func (s *Server) ackSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpAck) }
 
-func (s *Server) nackSpan(r *http.Request) (any, error) { return s.settleSpan(r, s.nacking()) }
+func (s *Server) nackSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpNack) }
 
-func (s *Server) touchSpan(r *http.Request) (any, error) { return s.settleSpan(r, touching()) }
+func (s *Server) touchSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpTouch) }
 
 // topicsSpan merges every group's topics (a topic lives in one group).
 func (s *Server) topicsSpan(r *http.Request) (any, error) {
-	ts, err := mergedTopics(r.Context(), s.groupCount(), s.group)
+	ts, err := s.svc.Topics(r.Context())
 	return api.TopicsResponse{Topics: topicsOf(ts)}, err
-}
-
-// mergedTopics is the topics of n groups (group returns each one's
-// backend) in one list, by name.
-func mergedTopics(ctx context.Context, n int, group func(g int) Backend) ([]wheel.TopicCounts, error) {
-	per := make([][]wheel.TopicCounts, n)
-	err := eachGroup(all(n), func(g int) (err error) {
-		per[g], err = group(g).Topics(ctx)
-		return err
-	})
-	ts := slices.Concat(per...)
-	slices.SortFunc(ts, func(a, b wheel.TopicCounts) int { return strings.Compare(a.Topic, b.Topic) })
-	return ts, err
 }
 
 // readyzSpan is ready when every group is, each as readyz defines it.
 func (s *Server) readyzSpan(r *http.Request) (any, error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	st := make([]api.Status, n)
-	err := eachGroup(all(n), func(g int) (err error) {
-		if st[g], err = s.readyGroup(r, s.group(g), g); err != nil {
+	err := service.EachGroup(service.All(n), func(g int) (err error) {
+		if st[g], err = s.readyGroup(r, s.svc.Group(g), g); err != nil {
 			e := toError(err)
 			e.Message = fmt.Sprintf("group %d: %s", g, e.Message)
 			return e
@@ -355,8 +120,11 @@ func (s *Server) addNodeSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	for g := range s.groupCount() {
-		if err := s.within(r, g, subRequest{pattern: "POST /v1/cluster/nodes", path: "/v1/cluster/nodes", body: n}, nil); err != nil {
+	ctx := withCaller(r)
+	for g := range s.svc.Count() {
+		_, err := inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
+			http.MethodPost, "/v1/cluster/nodes", n)
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -372,12 +140,16 @@ func (s *Server) addNodeSpan(r *http.Request) (any, error) {
 // 503 means the first ask removed it.
 func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 	id := r.PathValue("id")
-	sr := subRequest{pattern: "DELETE /v1/cluster/nodes/{id}", path: "/v1/cluster/nodes/" + id, values: [][2]string{{"id", id}}}
-	ctx, cancel := context.WithTimeout(r.Context(), removeRetryTimeout)
+	auth := r.Header.Get("Authorization")
+	ctx, cancel := context.WithTimeout(withCaller(r), removeRetryTimeout)
 	defer cancel()
-	for g := range s.groupCount() {
+	for g := range s.svc.Count() {
+		remove := func(b Backend) (api.NodeRemoved, error) {
+			confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
+			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
+		}
 		for retried := false; ; retried = true {
-			err := s.within(r, g, sr, nil)
+			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+id, nil)
 			var e *Error
 			switch {
 			case err == nil:
@@ -419,9 +191,9 @@ func (s *Server) clusterSpan(r *http.Request) (any, error) {
 // allGroups sets view's groups to every group as this node sees it
 // (groupStatus); auth is the Authorization to send.
 func (s *Server) allGroups(ctx context.Context, auth string, view *api.Cluster) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	view.Groups = make([]api.Group, n)
-	_ = eachGroup(all(n), func(g int) error {
+	_ = service.EachGroup(service.All(n), func(g int) error {
 		view.Groups[g] = s.groupStatus(ctx, g, auth)
 		return nil
 	})
@@ -430,7 +202,7 @@ func (s *Server) allGroups(ctx context.Context, auth string, view *api.Cluster) 
 // groupStatus is group g as this node sees it, with its leader's indexes:
 // its own when it leads g, else what the leader says of itself.
 func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group {
-	b := s.group(g)
+	b := s.svc.Group(g)
 	own, err := b.Cluster(ctx)
 	if err != nil {
 		return api.Group{Group: g}
@@ -454,10 +226,10 @@ func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group 
 
 // holder returns the group whose local store holds schedule name, or -1.
 func (s *Server) holder(ctx context.Context, name string) (int, error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	found := make([]bool, n)
-	err := eachGroup(all(n), func(g int) error {
-		sb, err := schedulerOf(s.group(g))
+	err := service.EachGroup(service.All(n), func(g int) error {
+		sb, err := schedulerOf(s.svc.Group(g))
 		if err != nil {
 			return err
 		}
@@ -485,30 +257,38 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	}
 	_ = json.Unmarshal(data, &head)
 	name := r.PathValue("name")
-	g := wheel.GroupOf(head.Topic, s.groupCount())
+	g := wheel.GroupOf(head.Topic, s.svc.Count())
 	was, err := s.holder(r.Context(), name)
 	if err != nil {
 		return nil, err
 	}
-	var out api.Schedule
-	if err := s.within(r, g, scheduleRequest(http.MethodPut, name, json.RawMessage(data)), &out); err != nil {
+	ctx := withCaller(r)
+	out, err := inGroup(s, ctx, g, func(b Backend) (api.Schedule, error) {
+		req := withGroup(r, b, g)
+		req.Body = io.NopCloser(bytes.NewReader(data))
+		v, err := s.putSchedule(req)
+		sch, _ := v.(api.Schedule)
+		return sch, err
+	}, http.MethodPut, "/v1/schedules/"+name, json.RawMessage(data))
+	if err != nil {
 		return nil, err
 	}
 	// A schedule moved to a topic of another group leaves its old group,
 	// so that one group holds each name. Should this fail, the client's
 	// retry of the put (which replaces) removes it again.
 	if was >= 0 && was != g {
-		if err := s.within(r, was, scheduleRequest(http.MethodDelete, name, nil), nil); err != nil {
+		if _, err := s.deleteScheduleIn(ctx, was, name); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// scheduleRequest is the subRequest of PUT or DELETE /v1/schedules/{name}.
-func scheduleRequest(method, name string, body any) subRequest {
-	return subRequest{pattern: method + " /v1/schedules/{name}", path: "/v1/schedules/" + name,
-		values: [][2]string{{"name", name}}, body: body}
+// deleteScheduleIn deletes schedule name in group g.
+func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
+		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
+	}, http.MethodDelete, "/v1/schedules/"+name, nil)
 }
 
 // getScheduleSpan answers a schedule from the group that holds it.
@@ -518,7 +298,7 @@ func (s *Server) getScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.getSchedule(withGroup(r, s.group(max(g, 0)), max(g, 0)))
+	return s.getSchedule(withGroup(r, s.svc.Group(max(g, 0)), max(g, 0)))
 }
 
 // deleteScheduleSpan deletes a schedule in the group that holds it (none
@@ -529,22 +309,19 @@ func (s *Server) deleteScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out api.ScheduleDeleted
-	if err := s.within(r, max(g, 0), scheduleRequest(http.MethodDelete, name, nil), &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, err := s.deleteScheduleIn(withCaller(r), max(g, 0), name)
+	return out, err
 }
 
 // listSchedulesSpan pages the schedules of every group by name, as
 // listSchedules pages one group's: each read takes the first n after a
 // name from every group and keeps the first n of their union.
 func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
-	n := s.groupCount()
+	n := s.svc.Count()
 	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
 		per := make([][]wheel.ScheduleInfo, n)
-		err := eachGroup(all(n), func(g int) error {
-			sb, err := schedulerOf(s.group(g))
+		err := service.EachGroup(service.All(n), func(g int) error {
+			sb, err := schedulerOf(s.svc.Group(g))
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -94,7 +95,7 @@ func (s *Server) reschedule(r *http.Request) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	at, err := resolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
+	at, err := service.ResolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +109,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, waitMs, ttrMs, err := validateReserve(req, s.cfg.Limits)
+	n, waitMs, ttrMs, err := service.ValidateReserve(req, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -131,76 +132,64 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	return api.ReserveResponse{Messages: deliveriesOf(ds)}, err
 }
 
-func (s *Server) ack(r *http.Request) (any, error) { return s.settle(r, acking()) }
+func (s *Server) ack(r *http.Request) (any, error) { return s.settle(r, service.OpAck) }
 
-func (s *Server) nack(r *http.Request) (any, error) { return s.settle(r, s.nacking()) }
+func (s *Server) nack(r *http.Request) (any, error) { return s.settle(r, service.OpNack) }
 
-func (s *Server) touch(r *http.Request) (any, error) { return s.settle(r, touching()) }
+func (s *Server) touch(r *http.Request) (any, error) { return s.settle(r, service.OpTouch) }
 
-// settlement is one ack, nack or touch: the request its body is decoded
-// into, and how its receipts are settled on a backend and answered.
+// settlement is how an ack, nack or touch is routed and answered.
 type settlement struct {
-	path     string    // the route's path
-	body     any       // the request, decoded into
-	receipts *[]string // the request's receipts, in body
-	// part is the request of the same settlement with only receipts, for
-	// one group's part of it.
-	part func(receipts []string) any
-	// do settles rs on b, as body asks.
-	do func(b Backend, ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	path string // the route's path
 	// answer is the answer that gives c; its count of settled receipts
 	// is the JSON field doneKey.
 	answer  func(c wheel.Counted) any
 	doneKey string
 }
 
-func acking() settlement {
-	return receiptsOnly("/v1/ack", "acked", Backend.Ack, func(c wheel.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} })
+// settlementOf is the settlement of op.
+func settlementOf(op service.Op) settlement {
+	switch op {
+	case service.OpNack:
+		return settlement{"/v1/nack", func(c wheel.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
+	case service.OpTouch:
+		return settlement{"/v1/touch", func(c wheel.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
+	}
+	return settlement{"/v1/ack", func(c wheel.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
 }
 
-func touching() settlement {
-	return receiptsOnly("/v1/touch", "touched", Backend.Touch, func(c wheel.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} })
-}
-
-// receiptsOnly is the settlement of an ack or touch, whose request holds
-// receipts alone.
-func receiptsOnly(path, doneKey string, do func(Backend, context.Context, []wheel.Receipt) (wheel.Counted, error), answer func(wheel.Counted) any) settlement {
-	var req api.ReceiptsRequest
-	return settlement{path: path, body: &req, receipts: &req.Receipts, do: do, answer: answer, doneKey: doneKey,
-		part: func(rs []string) any { return api.ReceiptsRequest{Receipts: rs} }}
-}
-
-func (s *Server) nacking() settlement {
-	var req api.NackRequest
-	return settlement{path: "/v1/nack", body: &req, receipts: &req.Receipts, doneKey: "nacked",
-		part: func(rs []string) any { return api.NackRequest{Receipts: rs, DelayMs: req.DelayMs} },
-		do: func(b Backend, ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-			if err := ValidateNackDelay(req.DelayMs, s.cfg.Limits); err != nil {
-				return wheel.Counted{}, err
-			}
-			return b.Nack(ctx, rs, req.DelayMs)
-		},
-		answer: func(c wheel.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }}
-}
-
-// settle settles the receipts of st's request on the backend that answers
-// r.
-func (s *Server) settle(r *http.Request, st settlement) (any, error) {
-	rs, err := s.receiptsOf(r, st)
+// settle settles the receipts of r's ack, nack or touch on the backend
+// that answers r.
+func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
+	rs, delayMs, err := s.receiptsOf(r, op)
 	if err != nil {
 		return nil, err
 	}
-	c, err := st.do(s.be(r), r.Context(), rs)
-	return st.answer(c), err
+	if op == service.OpNack {
+		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
+			return nil, err
+		}
+	}
+	c, err := service.SettleOn(r.Context(), s.be(r), op, rs, delayMs)
+	return settlementOf(op).answer(c), err
 }
 
-// receiptsOf decodes st's request from r's body and parses the receipts
-// it holds.
-func (s *Server) receiptsOf(r *http.Request, st settlement) ([]wheel.Receipt, error) {
-	if err := decodeBody(r, st.body, false); err != nil {
-		return nil, err
+// receiptsOf decodes the request of op from r's body and parses the
+// receipts it holds, and a nack's delay.
+func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []wheel.Receipt, nackDelayMs int64, err error) {
+	var req api.NackRequest
+	if op == service.OpNack {
+		err = decodeBody(r, &req, false)
+	} else {
+		var rr api.ReceiptsRequest // an ack's or touch's body is its receipts alone
+		err = decodeBody(r, &rr, false)
+		req.Receipts = rr.Receipts
 	}
-	return parseReceipts(*st.receipts, s.cfg.Limits)
+	if err != nil {
+		return nil, 0, err
+	}
+	rs, err = service.ParseReceipts(req.Receipts, s.cfg.Limits)
+	return rs, req.DelayMs, err
 }
 
 func (s *Server) topics(r *http.Request) (any, error) {
@@ -233,7 +222,7 @@ func (s *Server) redrive(r *http.Request) (any, error) {
 		// them, so a client's filter that matched nothing redrives nothing.
 		return api.RedriveResponse{}, nil
 	}
-	ids, err := parseIDs(req.IDs, s.cfg.Limits)
+	ids, err := service.ParseIDs(req.IDs, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -250,12 +239,12 @@ func (s *Server) slot(r *http.Request) (any, error) {
 	raw := r.PathValue("slot")
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < 0 || n >= wheel.Slots {
-		return nil, notFound("slot %s: no such slot (slots are 0 to %d)", quoteShort(raw), wheel.Slots-1)
+		return nil, notFound("slot %s: no such slot (slots are 0 to %d)", service.QuoteShort(raw), wheel.Slots-1)
 	}
 	records := false
 	if q := r.URL.Query().Get("records"); q != "" {
 		if records, err = strconv.ParseBool(q); err != nil {
-			return nil, invalid("records: must be true or false, got %s", quoteShort(q))
+			return nil, invalid("records: must be true or false, got %s", service.QuoteShort(q))
 		}
 	}
 	si, err := s.be(r).Slot(r.Context(), n, records)
@@ -267,7 +256,12 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n, s.be(r).AddNode(r.Context(), wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr})
+	return n, s.be(r).AddNode(r.Context(), memberOf(n))
+}
+
+// memberOf is the member record of n.
+func memberOf(n api.Node) wheel.Node {
+	return wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
 }
 
 // nodeBody decodes and validates the node of POST /v1/cluster/nodes.
@@ -276,7 +270,7 @@ func (s *Server) nodeBody(r *http.Request) (api.Node, error) {
 	if err := decodeBody(r, &n, false); err != nil {
 		return n, err
 	}
-	return n, validateNode(n, s.cfg.Limits)
+	return n, service.ValidateNode(n, s.cfg.Limits)
 }
 
 func (s *Server) removeNode(r *http.Request) (any, error) {
@@ -289,13 +283,13 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
 // distinct from a well-formed id that names no message (404).
 func pathID(r *http.Request) (wheel.ID, error) {
-	return ParseID("id", r.PathValue("id"))
+	return service.ParseID("id", r.PathValue("id"))
 }
 
 // pathTopic checks the {topic} of the path.
 func (s *Server) pathTopic(r *http.Request) (string, error) {
 	topic := r.PathValue("topic")
-	return topic, validateTopic("topic", topic, s.cfg.Limits)
+	return topic, service.ValidateTopic("topic", topic, s.cfg.Limits)
 }
 
 // topicAndBody checks the {topic} of the path and decodes the optional
@@ -316,17 +310,14 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 	}
 	v, err := strconv.Atoi(q)
 	if err != nil {
-		return 0, invalid("%s: must be an integer between %d and %d, got %s", name, lo, hi, quoteShort(q))
+		return 0, invalid("%s: must be an integer between %d and %d, got %s", name, lo, hi, service.QuoteShort(q))
 	}
-	return v, inRange(name, int64(v), int64(lo), int64(hi), "")
+	return v, service.InRange(name, int64(v), int64(lo), int64(hi), "")
 }
 
 // backup streams a tar of the node's state: a checkpoint of its store.
 func (s *Server) backup(r *http.Request) (any, error) {
-	b, ok := s.be(r).(Backuper)
-	if !ok {
-		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node cannot take backups"}
-	}
+	b := s.be(r)
 	return stream(func(w http.ResponseWriter) error {
 		w.Header().Set("Content-Type", "application/x-tar")
 		w.WriteHeader(http.StatusOK)

@@ -16,10 +16,12 @@ import (
 )
 
 // behind is a node that reports its applied index short by lag, as a
-// follower still catching up does.
+// follower with entries in flight to its state machine does, and that is
+// not ready while notReady holds an error.
 type behind struct {
 	transport.Backend
-	lag *atomic.Uint64
+	lag      *atomic.Uint64
+	notReady *atomic.Pointer[error]
 }
 
 func (b behind) Indexes() (applied, commit uint64) {
@@ -27,13 +29,27 @@ func (b behind) Indexes() (applied, commit uint64) {
 	return applied - min(applied, b.lag.Load()), commit
 }
 
-// A follower is ready only once it has applied the leader's commit index,
-// which it asks the leader for; it says why when it is not.
-func TestReadyzFollowsLeadersCommit(t *testing.T) {
-	lags := map[transport.Backend]*atomic.Uint64{}
+func (b behind) Ready() error {
+	if err := b.notReady.Load(); err != nil {
+		return *err
+	}
+	return b.Backend.Ready()
+}
+
+// A follower's readiness is the node's own (it knows a leader and has
+// caught up): an entry in flight to its state machine does not make it
+// 503, nor does a leader whose HTTP API does not answer; when the node
+// says it is not ready, readyz says why.
+func TestReadyzIsTheNodesOwn(t *testing.T) {
+	type knobs struct {
+		lag      *atomic.Uint64
+		notReady *atomic.Pointer[error]
+	}
+	nodes := map[transport.Backend]knobs{}
 	o := transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
-		lags[b] = new(atomic.Uint64)
-		return behind{b, lags[b]}
+		k := knobs{new(atomic.Uint64), new(atomic.Pointer[error])}
+		nodes[b] = k
+		return behind{b, k.lag, k.notReady}
 	}}
 	c := startCluster(t, 3, o)
 	ctx := t.Context()
@@ -42,14 +58,17 @@ func TestReadyzFollowsLeadersCommit(t *testing.T) {
 	check(t, "enqueue", err)
 	f.Eventually(t, "the follower to be ready", func() bool { return f.Client.Readyz(ctx) == nil })
 
-	lags[f.Node].Store(1)
-	wantUnavailable(t, f.Client.Readyz(ctx), "applied ", " of the leader's commit ")
+	nodes[f.Node].lag.Store(1)
+	check(t, "readyz with an entry in flight", f.Client.Readyz(ctx))
 	check(t, "the leader's readyz", leader.Client.Readyz(ctx))
-	lags[f.Node].Store(0)
-	check(t, "readyz once caught up", f.Client.Readyz(ctx))
+	nodes[f.Node].lag.Store(0)
 
 	leader.CloseHTTP()
-	wantUnavailable(t, f.Client.Readyz(ctx), "cannot learn the leader's commit index", leader.Addr)
+	check(t, "readyz with the leader's HTTP API down", f.Client.Readyz(ctx))
+
+	why := errors.New("catching up: applied 3 of the leader's commit index 9")
+	nodes[f.Node].notReady.Store(&why)
+	wantUnavailable(t, f.Client.Readyz(ctx), "not ready: ", why.Error())
 }
 
 // wantUnavailable fails unless err is a 503 whose message holds every part.

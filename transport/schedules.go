@@ -1,27 +1,14 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
-
-// Scheduler is implemented by backends that keep recurring schedules
-// (/v1/schedules).
-type Scheduler interface {
-	// SetSchedule creates or replaces a schedule and returns it as stored.
-	SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.ScheduleInfo, error)
-	// DeleteSchedule removes a schedule; occurrences already enqueued stay.
-	DeleteSchedule(ctx context.Context, name string) error
-	// Schedule returns a stored schedule.
-	Schedule(ctx context.Context, name string) (wheel.ScheduleInfo, error)
-	// Schedules returns up to limit schedules whose names sort after after.
-	Schedules(ctx context.Context, after string, limit int) ([]wheel.ScheduleInfo, error)
-}
 
 // Page sizes of GET /v1/schedules.
 const (
@@ -29,14 +16,8 @@ const (
 	maxScheduleLimit     = 1000
 )
 
-// schedulerOf returns b as a Scheduler, or a 501 when it keeps no schedules.
-func schedulerOf(b Backend) (Scheduler, error) {
-	sb, ok := b.(Scheduler)
-	if !ok {
-		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node keeps no schedules"}
-	}
-	return sb, nil
-}
+// schedulerOf returns b, which keeps the schedules of its group.
+func schedulerOf(b Backend) (Backend, error) { return b, nil }
 
 func (s *Server) putSchedule(r *http.Request) (any, error) {
 	sb, err := schedulerOf(s.be(r))
@@ -60,7 +41,7 @@ func (s *Server) putSchedule(r *http.Request) (any, error) {
 func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs int64) (wheel.ScheduleSpec, error) {
 	m := api.Message{Topic: req.Topic, Payload: req.Payload, Priority: req.Priority, TTRMs: req.TTRMs,
 		MaxAttempts: req.MaxAttempts, Headers: req.Headers}
-	nm, err := validateMessage(&m, "", lim, nowMs)
+	nm, err := service.ValidateMessage(&m, "", lim, nowMs)
 	if err != nil {
 		return wheel.ScheduleSpec{}, err
 	}
@@ -127,7 +108,7 @@ func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) (
 	}
 	q := r.URL.Query()
 	if q.Has("topic") {
-		if err := validateTopic("topic", q.Get("topic"), s.cfg.Limits); err != nil {
+		if err := service.ValidateTopic("topic", q.Get("topic"), s.cfg.Limits); err != nil {
 			return nil, err
 		}
 	}

@@ -105,6 +105,13 @@ func TestScheduleBadInput(t *testing.T) {
 		{"bad ttr", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"ttr_ms":-1}`, "ttr_ms:"},
 		{"bad max_attempts", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"max_attempts":0}`, "max_attempts:"},
 		{"unknown field", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"colour":"red"}`, `unknown field "colour"`},
+		{"field twice", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"topic":"u"}`, "topic: given more than once"},
+		{"field in another case", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"Every_ms":5000}`, `request body: unknown field "Every_ms"`},
+		{"header twice", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"headers":{"X-A":"1","X-A":"2"}}`, `headers["X-A"]: given more than once`},
+		{"body not UTF-8", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"body":"` + "\xff" + `"}`, `body: must be valid UTF-8; send other bytes as "body_base64"`},
+		{"header name not a token", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"headers":{"X A":"v"}}`, `headers["X A"]: name is not an HTTP token`},
+		{"header value with CR LF", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"headers":{"X-A":"a\r\nb"}}`, `headers["X-A"]: value holds`},
+		{"header Host", "/v1/schedules/a", `{"topic":"t","every_ms":1000,"headers":{"Host":"h"}}`, `headers["Host"]: name is reserved`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := e.do(http.MethodPut, tc.path, tc.body, "Content-Type", "application/json")

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/console"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
@@ -26,13 +28,13 @@ import (
 // again, so forwarding never loops.
 const ForwardedHeader = "X-Delaywheel-Forwarded"
 
-// Server serves the HTTP API of API.md on top of a Backend.
+// Server serves the HTTP API of api/API.md on top of a Backend.
 type Server struct {
 	cfg      Config
 	b        Backend
-	grouped  Grouped               // nil unless b runs more than one group
 	scopes   map[string]groupRoute // by route pattern
-	routes   map[string]route      // by pattern, for requests spanning groups
+	svc      *service.Router       // routes the requests that span groups
+	parts    parts                 // forwards their parts
 	log      *slog.Logger
 	handler  http.Handler
 	patterns []string // every pattern newMux registered, in order
@@ -69,7 +71,7 @@ func (s *Server) Slots() *Slots { return s.cfg.Slots }
 
 // NewServer returns a server for b; unset fields of cfg take their defaults.
 func NewServer(cfg Config, b Backend) *Server {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	s := &Server{
 		cfg:      cfg,
 		b:        b,
@@ -77,10 +79,9 @@ func NewServer(cfg Config, b Backend) *Server {
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
-	if g, ok := b.(Grouped); ok && g.GroupCount() > 1 {
-		s.grouped = g
-	}
 	s.scopes = s.groupScopes()
+	s.parts = parts{s: s, client: &http.Client{Transport: cfg.LeaderTransport}}
+	s.svc = service.NewRouter(GroupsOfBackend(b), s.parts).NamingGroups()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.handler = s.newMux()
 	return s
@@ -166,9 +167,7 @@ func (s *Server) newMux() *http.ServeMux {
 		mux.Handle(pattern, h)
 	}
 	methods := map[string][]string{}
-	s.routes = map[string]route{}
 	for _, rt := range s.routeList() {
-		s.routes[rt.pattern] = rt
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		methods[path] = append(methods[path], method)
 		handle(rt.pattern, s.wrap(rt))
@@ -186,7 +185,7 @@ func (s *Server) newMux() *http.ServeMux {
 	handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
 	handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
-		return nil, notFound("no route %s %s; GET /v1/openapi.json lists the routes", r.Method, r.URL.Path)
+		return nil, notFound("no route %s %s; the endpoints are in transport/api/API.md and GET /v1/openapi.json", r.Method, r.URL.Path)
 	}}))
 	return mux
 }
@@ -264,9 +263,14 @@ func (s *Server) authorize(r *http.Request) error {
 // SHA-256 of the token. Both sides are hashed so that the constant-time
 // comparison does not leak the length.
 func CheckBearer(header string, tokenSum [sha256.Size]byte) error {
+	if strings.TrimSpace(header) == "" {
+		return Unauthenticated(true)
+	}
 	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return Unauthenticated(true)
+		// The value is not echoed: it may be the token itself.
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+			Message: "authorization: expected \"Bearer <token>\"; the value sent does not start with the scheme \"Bearer \""}
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
 	if subtle.ConstantTimeCompare(sum[:], tokenSum[:]) != 1 {
@@ -295,12 +299,23 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 
 // writeJSON writes v with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeInternal, Message: "could not encode the answer"}})
+		b, _ = marshalJSON(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeInternal, Message: "could not encode the answer"}})
 	}
-	_ = writeBody(w, status, "application/json", append(b, '\n'))
+	_ = writeBody(w, status, "application/json", b)
+}
+
+// marshalJSON encodes v as a line of JSON (ending in a newline). '<', '>'
+// and '&' stay as they are: an answer is data, not HTML, and an error
+// message quoting the input must read as it was sent.
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(v)
+	return b.Bytes(), err
 }
 
 // writeBody writes b, of the given media type, with the given status.
@@ -362,3 +377,13 @@ func (w *recorder) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Unauthenticated is the 401 answer of a call without the right token;
+// its message says which.
+func Unauthenticated(missing bool) *Error {
+	if missing {
+		return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+			Message: "missing bearer token: send \"Authorization: Bearer <token>\""}
+	}
+	return &Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthenticated, Message: "wrong bearer token"}
+}

@@ -21,7 +21,7 @@ import (
 // v1Route is one /v1 endpoint with a valid request.
 type v1Route struct{ method, path, body string }
 
-// v1Routes lists every /v1 endpoint of API.md.
+// v1Routes lists /v1 endpoints, each with a valid request.
 func v1Routes() []v1Route {
 	const post, get, del = http.MethodPost, http.MethodGet, http.MethodDelete
 	return []v1Route{
@@ -50,10 +50,25 @@ func TestAuth(t *testing.T) {
 	on := newEnvWith(t, transporttest.Options{Backend: refuseJoins}, edit)
 	off := newEnvWith(t, transporttest.Options{Backend: refuseJoins})
 	for _, rt := range v1Routes() {
-		for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret"}, {"Authorization", "Basic s3cret"}} {
-			a := on.do(rt.method, rt.path, rt.body, h...)
-			equal(t, fmt.Sprintf("%s %s status with %q", rt.method, rt.path, h), a.status, http.StatusUnauthorized)
-			equal(t, "code", a.errBody(t).Code, api.CodeUnauthenticated)
+		for _, c := range []struct {
+			h    []string
+			want string // in the message
+		}{
+			{nil, "missing bearer token"},
+			{[]string{"Authorization", "Bearer wrong"}, "wrong bearer token"},
+			{[]string{"Authorization", "s3cret"}, `authorization: expected "Bearer <token>"`},
+			{[]string{"Authorization", "Basic s3cret"}, `authorization: expected "Bearer <token>"`},
+		} {
+			a := on.do(rt.method, rt.path, rt.body, c.h...)
+			equal(t, fmt.Sprintf("%s %s status with %q", rt.method, rt.path, c.h), a.status, http.StatusUnauthorized)
+			got := a.errBody(t)
+			equal(t, "code", got.Code, api.CodeUnauthenticated)
+			if !strings.Contains(got.Message, c.want) || strings.Contains(got.Message, "s3cret") {
+				t.Fatalf("%s %s with %q: message %q, want %q (and not the token)", rt.method, rt.path, c.h, got.Message, c.want)
+			}
+			if strings.Contains(got.Message, "<") && !strings.Contains(string(a.body), "<token>") {
+				t.Fatalf("the error body escapes HTML: %s", a.body)
+			}
 		}
 	}
 	equal(t, "topics after refusals", on.topicCount(), 0)

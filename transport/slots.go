@@ -10,7 +10,7 @@ type Slots struct {
 
 // NewSlots returns the pools of lim; its zero fields take their defaults.
 func NewSlots(lim Limits) *Slots {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	return &Slots{waiters: make(chan struct{}, lim.MaxWaiters), streams: make(chan struct{}, lim.MaxStreams)}
 }
 
@@ -31,4 +31,16 @@ func acquire(pool chan struct{}, full func(limit int) *Error) (release func(), e
 	default:
 		return nil, full(cap(pool))
 	}
+}
+
+// Overloaded is the 429 answer of a node whose long-poll slots are all
+// taken; limit is their number.
+func Overloaded(limit int) *Error {
+	return overloaded("too many consumers are long-polling this node (limit %d); retry later, use a shorter wait_ms, or spread consumers over the nodes", limit)
+}
+
+// StreamsFull is the 429 answer of a node whose stream slots are all
+// taken; limit is their number.
+func StreamsFull(limit int) *Error {
+	return overloaded("too many streams are open on this node (limit %d); retry later or spread consumers over the nodes", limit)
 }

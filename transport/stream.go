@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -96,11 +95,11 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, st whee
 		}
 		buf = buf[:0]
 		for _, d := range deliveriesOf(ds) {
-			b, err := json.Marshal(d)
+			b, err := marshalJSON(d)
 			if err != nil {
 				return fmt.Errorf("encode delivery: %w", err)
 			}
-			buf = append(append(buf, b...), '\n')
+			buf = append(buf, b...)
 		}
 		if err := write(buf); err != nil {
 			return err

@@ -58,10 +58,13 @@ func enqueueCases() []badRequest {
 		bad("no messages", `{"messages":[]}`, b, "messages: must hold 1 to 10000"),
 		bad("null messages", `{"messages":null}`, b, "messages: must hold 1 to 10000"),
 		bad("batch over limit", msgs(many(`{"topic":"t"}`, 10001)), big, "messages: 10001 entries are over the limit of 10000"),
+		// Messages past the limit are counted, not decoded.
+		bad("batch over limit, bad past it", msgs(many(`{"topic":"t","body":"\u0078"}`, 10000), `{"topic":5}`, `{}`), big, "messages: 10002 entries are over the limit of 10000"),
 		bad("missing topic", msgs(okMsg, `{"body":"x"}`), b, "messages[1].topic: must be 1 to 200 characters of [A-Za-z0-9._:-]"),
 		bad("topic bad char", msgs(`{"topic":"a b"}`), b, `messages[0].topic`, `"a b"`),
 		bad("topic too long", msgs(`{"topic":"`+strings.Repeat("a", 201)+`"}`), b, "messages[0].topic: must be 1 to 200"),
 		bad("topic not a string", msgs(`{"topic":5}`), b, "messages[0].topic: must be a string"),
+		bad("body not a string", msgs(okMsg, okMsg, `{"topic":"t","body":5}`), b, "messages[2].body: must be a string, got JSON number"),
 		bad("body and base64", msgs(`{"topic":"t","body":"x","body_base64":"eA=="}`), b, `messages[0]: set "body" or "body_base64", not both`),
 		bad("bad base64", msgs(`{"topic":"t","body_base64":"!!"}`), b, "messages[0].body_base64: not valid standard base64"),
 		bad("body over limit", msgs(`{"topic":"t","body":"`+strings.Repeat("x", 1<<20+1)+`"}`), big, "messages[0].body: 1048577 bytes is over the limit of 1048576 bytes (1 MiB)"),
@@ -86,6 +89,26 @@ func enqueueCases() []badRequest {
 		bad("empty header key", msgs(`{"topic":"t","headers":{"":"v"}}`), b, "messages[0].headers: key \"\" must be 1 to 256 bytes"),
 		bad("header value too long", msgs(`{"topic":"t","headers":{"k":"`+strings.Repeat("v", 4097)+`"}}`), b, `messages[0].headers["k"]: value must be at most 4096 bytes`),
 		bad("header value not string", msgs(`{"topic":"t","headers":{"k":1}}`), b, "messages[0].headers", "must be a string"),
+		// Strict input: nothing is read one way when it could be read
+		// another, and a header must be sendable as an HTTP header.
+		bad("field twice", msgs(okMsg, `{"topic":"t","body":"x","topic":"u"}`), b, "messages[1].topic: given more than once"),
+		bad("messages twice", `{"messages":[`+okMsg+`],"messages":[`+okMsg+`]}`, b, "messages: given more than once"),
+		bad("header twice", msgs(okMsg, okMsg, `{"topic":"t","headers":{"X-A":"1","X-A":"2"}}`), b, `messages[2].headers["X-A"]: given more than once`),
+		bad("field in another case", msgs(`{"topic":"t","Body":"x"}`), b, `messages[0]: unknown field "Body"`),
+		bad("body not UTF-8", msgs(okMsg, okMsg, `{"topic":"t","body":"a`+"\xff"+`b"}`), b, `messages[2].body: must be valid UTF-8; send other bytes as "body_base64"`),
+		bad("body half a surrogate pair", msgs(`{"topic":"t","body":"\ud800"}`), b, `messages[0].body: must be valid UTF-8; send other bytes as "body_base64"`),
+		bad("key not UTF-8", msgs(`{"topic":"t","key":"`+"\xc3\x28"+`"}`), b, "messages[0].key: must be valid UTF-8"),
+		bad("header value not UTF-8", msgs(`{"topic":"t","headers":{"X-A":"`+"\xff"+`"}}`), b, `messages[0].headers["X-A"]: must be valid UTF-8`),
+		bad("header name not a token", msgs(`{"topic":"t","headers":{"X A":"v"}}`), b, `messages[0].headers["X A"]: name is not an HTTP token`),
+		bad("header name with a colon", msgs(okMsg, `{"topic":"t","headers":{"X-A:":"v"}}`), b, `messages[1].headers["X-A:"]: name is not an HTTP token`),
+		bad("header value with CR LF", msgs(`{"topic":"t","headers":{"X-A":"a\r\nInjected: 1"}}`), b, `messages[0].headers["X-A"]: value holds a character HTTP does not allow`),
+		bad("header value with LF", msgs(`{"topic":"t","headers":{"X-A":"a\nb"}}`), b, `messages[0].headers["X-A"]: value holds`),
+		bad("header value with NUL", msgs(`{"topic":"t","headers":{"X-A":"a\u0000b"}}`), b, `messages[0].headers["X-A"]: value holds`),
+		bad("header Host", msgs(`{"topic":"t","headers":{"Host":"example.com"}}`), b, `messages[0].headers["Host"]: name is reserved: the HTTP client sets Host itself`),
+		bad("header Content-Length", msgs(`{"topic":"t","headers":{"content-length":"5"}}`), b, `messages[0].headers["content-length"]: name is reserved`),
+		bad("header Transfer-Encoding", msgs(`{"topic":"t","headers":{"Transfer-Encoding":"chunked"}}`), b, `messages[0].headers["Transfer-Encoding"]: name is reserved`),
+		bad("header Connection", msgs(`{"topic":"t","headers":{"CONNECTION":"close"}}`), b, `messages[0].headers["CONNECTION"]: name is reserved`),
+		bad("header Trailer", msgs(`{"topic":"t","headers":{"Trailer":"X"}}`), b, `messages[0].headers["Trailer"]: name is reserved`),
 	}
 }
 
@@ -138,7 +161,17 @@ func otherCases() []badRequest {
 		inv("add node no id", post, "/v1/cluster/nodes", `{"raft_addr":"h:1","http_addr":"h:2"}`, "id: must be 1 to 256 bytes"),
 		inv("add node bad raft addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h","http_addr":"h:2"}`, `raft_addr: must be host:port, got "h"`),
 		inv("add node bad http addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":""}`, "http_addr: must be host:port"),
+		inv("add node bad grpc addr", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","grpc_addr":"h"}`, `grpc_addr: must be host:port, got "h"`),
 		inv("add node unknown field", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","voter":true}`, `unknown field "voter"`),
+		// Strict input on every body.
+		inv("add node id twice", post, "/v1/cluster/nodes", `{"id":"n2","raft_addr":"h:1","http_addr":"h:2","id":"n3"}`, "id: given more than once"),
+		inv("add node id not UTF-8", post, "/v1/cluster/nodes", `{"id":"n`+"\xff"+`","raft_addr":"h:1","http_addr":"h:2"}`, "id: must be valid UTF-8"),
+		inv("reschedule delay twice", post, "/v1/messages/"+msgID+"/reschedule", `{"delay_ms":1,"delay_ms":2}`, "delay_ms: given more than once"),
+		inv("reserve max twice", post, "/v1/topics/t/reserve", `{"max":1,"max":1000}`, "max: given more than once"),
+		inv("reserve in another case", post, "/v1/topics/t/reserve", `{"MAX":1}`, `request body: unknown field "MAX"`),
+		inv("ack receipts twice", post, "/v1/ack", `{"receipts":["`+goodRec+`"],"receipts":[]}`, "receipts: given more than once"),
+		inv("nack receipt not UTF-8", post, "/v1/nack", `{"receipts":["`+goodRec+`","`+"\xff"+`"]}`, "receipts[1]: must be valid UTF-8"),
+		inv("redrive ids twice", post, "/v1/topics/t/dead/redrive", `{"ids":[],"ids":["`+msgID+`"]}`, "ids: given more than once"),
 	}
 }
 
@@ -160,7 +193,25 @@ func TestValidation(t *testing.T) {
 					t.Errorf("message %q does not contain %q", got.Message, w)
 				}
 			}
+			// Fields are named as the API names them, never as Go does.
+			for _, goName := range []string{"Payload", "Go ", "api."} {
+				if strings.Contains(got.Message, goName) {
+					t.Errorf("message %q names a Go field or type (%q)", got.Message, goName)
+				}
+			}
 		})
+	}
+	equal(t, "topics after refusals", e.topicCount(), 0)
+}
+
+// TestErrorsNotHTMLEscaped: an error body quotes the input as it was
+// sent: '<', '>' and '&' are not escaped.
+func TestErrorsNotHTMLEscaped(t *testing.T) {
+	e := newEnv(t)
+	a := e.do(http.MethodPost, "/v1/messages", msgs(`{"topic":"t","headers":{"<a&b>":"v"}}`))
+	equal(t, "status", a.status, http.StatusBadRequest)
+	if want := `messages[0].headers[\"<a&b>\"]: name is not an HTTP token`; !strings.Contains(string(a.body), want) {
+		t.Fatalf("error body %s does not hold %s", a.body, want)
 	}
 	equal(t, "topics after refusals", e.topicCount(), 0)
 }

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,19 +9,9 @@ import (
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
-
-// Webhooker is implemented by backends that forward topics to webhooks
-// (PUT, GET and DELETE /v1/topics/{topic}/webhook).
-type Webhooker interface {
-	// SetWebhook sets or replaces a topic's webhook.
-	SetWebhook(ctx context.Context, w wheel.Webhook) error
-	// Webhook returns a topic's webhook (wheel.ErrNotFound: none).
-	Webhook(ctx context.Context, topic string) (wheel.Webhook, error)
-	// DeleteWebhook removes a topic's webhook (wheel.ErrNotFound: none).
-	DeleteWebhook(ctx context.Context, topic string) error
-}
 
 // Webhook limits.
 const (
@@ -35,13 +24,7 @@ const (
 	maxWebhookSecretLen       = 1024
 )
 
-func (s *Server) webhooker(r *http.Request) (Webhooker, error) {
-	w, ok := s.be(r).(Webhooker)
-	if !ok {
-		return nil, &Error{Status: http.StatusNotImplemented, Code: api.CodeInternal, Message: "this node has no webhooks"}
-	}
-	return w, nil
-}
+func (s *Server) webhooker(r *http.Request) (Backend, error) { return s.be(r), nil }
 
 func (s *Server) putWebhook(r *http.Request) (any, error) {
 	var req api.WebhookRequest
@@ -61,7 +44,7 @@ func (s *Server) putWebhook(r *http.Request) (any, error) {
 }
 
 // topicWebhooker checks the {topic} of the path and returns the backend's webhooks.
-func (s *Server) topicWebhooker(r *http.Request) (string, Webhooker, error) {
+func (s *Server) topicWebhooker(r *http.Request) (string, Backend, error) {
 	topic, err := s.pathTopic(r)
 	if err != nil {
 		return "", nil, err
@@ -104,7 +87,7 @@ func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (wheel.We
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return w, invalid("url: must be an absolute http or https URL with a host, got %s", quoteShort(req.URL))
+		return w, invalid("url: must be an absolute http or https URL with a host, got %s", service.QuoteShort(req.URL))
 	}
 	if err := s.allowHost(u.Hostname()); err != nil {
 		return w, err
@@ -113,19 +96,19 @@ func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (wheel.We
 		return w, invalid("secret: at most %d bytes, got %d", maxWebhookSecretLen, len(req.Secret))
 	}
 	if req.TimeoutMs != nil {
-		if err := inRange("timeout_ms", *req.TimeoutMs, 1, maxWebhookTimeoutMs, ""); err != nil {
+		if err := service.InRange("timeout_ms", *req.TimeoutMs, 1, maxWebhookTimeoutMs, ""); err != nil {
 			return w, err
 		}
 		w.TimeoutMs = *req.TimeoutMs
 	}
 	if req.MaxConcurrency != nil {
-		if err := inRange("max_concurrency", *req.MaxConcurrency, 1, maxWebhookConcurrency, ""); err != nil {
+		if err := service.InRange("max_concurrency", *req.MaxConcurrency, 1, maxWebhookConcurrency, ""); err != nil {
 			return w, err
 		}
 		w.MaxConcurrency = *req.MaxConcurrency
 	}
 	if req.RatePerS != nil {
-		if err := inRange("rate_per_s", *req.RatePerS, 0, maxWebhookRate, "0: no limit"); err != nil {
+		if err := service.InRange("rate_per_s", *req.RatePerS, 0, maxWebhookRate, "0: no limit"); err != nil {
 			return w, err
 		}
 		w.RatePerS = *req.RatePerS
@@ -160,7 +143,7 @@ func WebhookHostAllowed(allow []string, host string) error {
 			return nil
 		}
 	}
-	return invalid("url: host %s is not allowed by --webhook-allow (%s)", quoteShort(host), strings.Join(allow, ","))
+	return invalid("url: host %s is not allowed by --webhook-allow (%s)", service.QuoteShort(host), strings.Join(allow, ","))
 }
 
 // ParseWebhookAllow checks a --webhook-allow list: host names, IP

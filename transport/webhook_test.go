@@ -223,6 +223,9 @@ func TestWebhookValidation(t *testing.T) {
 		{`{"url":"https://hooks.example.com/x","max_concurrency":-5}`, "max_concurrency"},
 		{`{"url":"https://hooks.example.com/x","rate_per_s":-1}`, "rate_per_s"},
 		{`{"url":"https://hooks.example.com/x","max_concurrency":0}`, "max_concurrency"},
+		{`{"url":"https://hooks.example.com/x","url":"https://evil.example.net/x"}`, "url: given more than once"},
+		{`{"url":"https://hooks.example.com/x","secret":"` + "\xff" + `"}`, "secret: must be valid UTF-8"},
+		{`{"URL":"https://hooks.example.com/x"}`, `request body: unknown field "URL"`},
 	} {
 		a := e.do(http.MethodPut, "/v1/topics/v/webhook", c.body)
 		equal(t, c.body+" status", a.status, http.StatusBadRequest)

@@ -27,6 +27,7 @@ var codecCommandTypes = []wheel.Command{
 	wheel.Promote{},
 	wheel.Redrive{},
 	wheel.SetNode{},
+	wheel.SetNode{Node: wheel.Node{GRPCAddr: "g:1"}}, // KindSetNodeGRPC
 	wheel.RemoveNode{},
 	wheel.Bury{},
 	wheel.SetWebhook{},
@@ -227,6 +228,10 @@ func TestCodecCommandRoundTrip(t *testing.T) {
 		{
 			name: "set node",
 			cmds: []wheel.Command{wheel.SetNode{Node: wheel.Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "http://10.0.0.1:8080"}}, wheel.SetNode{}},
+		},
+		{
+			name: "set node with its gRPC address",
+			cmds: []wheel.Command{wheel.SetNode{Node: wheel.Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}}},
 		},
 		{name: "remove node", cmds: []wheel.Command{wheel.RemoveNode{ID: "n1"}, wheel.RemoveNode{}}},
 		{

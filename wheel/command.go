@@ -33,6 +33,10 @@ const (
 	KindSetSchedule      CommandKind = 17
 	KindDeleteSchedule   CommandKind = 18
 	KindAdvanceSchedules CommandKind = 19
+	// KindSetNodeGRPC is a SetNode whose node has a gRPC address: the
+	// fields of KindSetNode and then that address. A SetNode without one
+	// keeps KindSetNode, so that its entry reads as it always did.
+	KindSetNodeGRPC CommandKind = 20
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -155,7 +159,12 @@ func (Touch) Kind() CommandKind      { return KindTouch }
 func (Expire) Kind() CommandKind     { return KindExpire }
 func (Promote) Kind() CommandKind    { return KindPromote }
 func (Redrive) Kind() CommandKind    { return KindRedrive }
-func (SetNode) Kind() CommandKind    { return KindSetNode }
+func (c SetNode) Kind() CommandKind {
+	if c.Node.GRPCAddr != "" {
+		return KindSetNodeGRPC
+	}
+	return KindSetNode
+}
 func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
 func (Bury) Kind() CommandKind       { return KindBury }
 
@@ -257,6 +266,9 @@ func EncodeCommands(cmds []Command) []byte {
 			e.str(c.Node.ID)
 			e.str(c.Node.RaftAddr)
 			e.str(c.Node.HTTPAddr)
+			if c.Node.GRPCAddr != "" {
+				e.str(c.Node.GRPCAddr)
+			}
 		case RemoveNode:
 			e.str(c.ID)
 		case SetWebhook:
@@ -336,6 +348,8 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, c)
 		case KindSetNode:
 			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}})
+		case KindSetNodeGRPC:
+			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str(), GRPCAddr: d.str()}})
 		case KindRemoveNode:
 			cmds = append(cmds, RemoveNode{ID: d.str()})
 		case KindSetWebhook:

@@ -314,11 +314,20 @@ func encodeNode(n Node) []byte {
 	e.str(n.ID)
 	e.str(n.RaftAddr)
 	e.str(n.HTTPAddr)
+	if n.GRPCAddr != "" {
+		e.str(n.GRPCAddr)
+	}
 	return e.b
 }
 
+// decodeNode decodes a node's record. A record written before members
+// recorded their gRPC address ends after the HTTP address: its GRPCAddr
+// is empty (unknown).
 func decodeNode(b []byte) (Node, error) {
 	d := &decoder{b: b}
 	n := Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
+	if d.err == nil && len(d.b) > 0 {
+		n.GRPCAddr = d.str()
+	}
 	return n, d.err
 }

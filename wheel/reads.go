@@ -360,7 +360,11 @@ func (s *Store) Dump(w io.Writer) error {
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.nodes)) {
 		n := s.nodes[id]
-		fmt.Fprintf(bw, "node %q raft %q http %q\n", n.ID, n.RaftAddr, n.HTTPAddr)
+		fmt.Fprintf(bw, "node %q raft %q http %q", n.ID, n.RaftAddr, n.HTTPAddr)
+		if n.GRPCAddr != "" {
+			fmt.Fprintf(bw, " grpc %q", n.GRPCAddr)
+		}
+		fmt.Fprintln(bw)
 	}
 	s.dumpWebhooks(bw)
 	lens, err := s.segLens()

@@ -279,6 +279,9 @@ type Node struct {
 	ID       string
 	RaftAddr string
 	HTTPAddr string
+	// GRPCAddr is the member's gRPC API address; empty: unknown (it
+	// serves none, or it was recorded before members recorded one).
+	GRPCAddr string
 }
 
 // Errors of the serving layers, shared so that the HTTP API can map them to

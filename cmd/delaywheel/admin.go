@@ -149,7 +149,7 @@ func when(c *cli.Context) (delayMs, deliverAtMs *int64, err error) {
 // withCommonFlags adds --addr, --token-file and --json to cmd.
 func withCommonFlags(cmd *cli.Command) *cli.Command {
 	cmd.Flags = append(cmd.Flags,
-		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "address of any node: its HTTP API, or its gRPC API as grpc://host:port (several, comma-separated: grpc://n1:7072,n2:7072)"},
+		&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:7070", EnvVars: []string{"DELAYWHEEL_ADDR"}, Usage: "address of any node: its HTTP API, or its gRPC API as grpc://host:port; several, comma-separated (http://n1:7070,n2:7070: the first whose node answers; grpc://n1:7072,n2:7072)"},
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"DELAYWHEEL_TOKEN_FILE"}, Usage: "file holding the bearer token"},
 		&cli.BoolFlag{Name: "json", Usage: "print the raw JSON answer, indented"},
 	)
@@ -164,7 +164,7 @@ func withHTTPFlags(cmd *cli.Command) *cli.Command {
 	for i, f := range cmd.Flags {
 		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "addr" {
 			http := *sf
-			http.Usage = "HTTP address of any node (this command is served over HTTP only)"
+			http.Usage = "HTTP address of any node, or several, comma-separated: the first whose node answers (this command is served over HTTP only)"
 			cmd.Flags[i] = &http
 		}
 	}
@@ -187,6 +187,9 @@ type session struct {
 	cl  *client.Client // the HTTP API, for the calls only it has
 	api nodeAPI        // cl, or the gRPC client for an --addr of grpc://
 	raw []byte         // the last JSON answer
+	// addr is what the session calls: of --addr's list, the first HTTP
+	// address that answered, or the gRPC list from the first that did.
+	addr string
 	// token is the bearer token of --token-file ("" without one).
 	token string
 }
@@ -213,6 +216,12 @@ type nodeAPI interface {
 
 // newSession checks the number of arguments and builds the client.
 func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
+	return openSession(c, minArgs, maxArgs, false)
+}
+
+// openSession is newSession; probe makes it ask a single address
+// whether it answers, as a list's are asked (pickHTTP, pickGRPC).
+func openSession(c *cli.Context, minArgs, maxArgs int, probe bool) (*session, error) {
 	if n := c.NArg(); n < minArgs || (maxArgs >= 0 && n > maxArgs) {
 		return nil, fmt.Errorf("usage: %s %s [flags] %s (see %s %s --help)", c.App.Name, c.Command.Name, c.Command.ArgsUsage, c.App.Name, c.Command.Name)
 	}
@@ -227,14 +236,24 @@ func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
 		s.token = token
 	}
 	if addr := c.String("addr"); client.IsGRPC(addr) {
+		addr, err := pickGRPC(c.Context, addr, token, probe)
+		if err != nil {
+			return nil, err
+		}
+		s.addr = addr
 		g, err := client.NewGRPC(addr, client.WithGRPCToken(token), client.WithGRPCRawResponse(func(b []byte) { s.raw = b }))
 		if err != nil {
 			return nil, fmt.Errorf("--addr: %w", err)
 		}
 		s.api = g // its connections end with the command
 	}
-	s.cl = client.New(c.String("addr"), client.WithRawResponse(func(b []byte) { s.raw = b }), client.WithToken(token))
 	if s.api == nil {
+		addr, err := pickHTTP(c.Context, c.String("addr"), probe)
+		if err != nil {
+			return nil, err
+		}
+		s.addr = addr
+		s.cl = client.New(addr, client.WithRawResponse(func(b []byte) { s.raw = b }), client.WithToken(token))
 		s.api = s.cl
 	}
 	return s, nil
@@ -516,7 +535,24 @@ func (a *admin) cluster(c *cli.Context) error {
 		for _, n := range cl.Nodes {
 			row(w, n.ID, n.RaftAddr, n.HTTPAddr, n.Suffrage, n.State, orDash(n.Reachable), orDash(n.LastContactMs), n.AppliedIndex, n.CommitIndex, orDash(n.Lag))
 		}
+		if len(cl.Groups) > 1 {
+			// Leader and term above are group 0's; the members' indexes
+			// too. Each group's own, with the answering node's lag:
+			row(w)
+			row(w, "GROUP", "LEADER", "TERM", "COMMIT", "LAG")
+			for _, g := range cl.Groups {
+				row(w, g.Group, orDash(nonEmpty(g.Leader)), g.Term, g.CommitIndex, orDash(g.Lag))
+			}
+		}
 	})
+}
+
+// nonEmpty is &s, or nil for "".
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // orDash is *p, or "-" for a value the cluster view does not know.

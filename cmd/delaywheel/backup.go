@@ -51,7 +51,11 @@ func runBackup(c *cli.Context) error {
 	if err := httpOnly(c.String("addr"), "backup"); err != nil {
 		return err
 	}
-	cl := client.New(baseURL(c.String("addr")), client.WithToken(token))
+	addr, err := pickHTTP(c.Context, c.String("addr"), false)
+	if err != nil {
+		return err
+	}
+	cl := client.New(baseURL(addr), client.WithToken(token))
 	v, err := cl.Cluster(c.Context)
 	if err != nil {
 		return fmt.Errorf("learning the node's groups: %w", err)

@@ -168,9 +168,12 @@ func (e *cliError) Unwrap() error { return e.err }
 func cleanError(err error) error {
 	var ce *client.Error
 	var ue *url.Error
+	var said *cliError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &said):
+		return err // already as the command line says it
 	case errors.As(err, &ce):
 		return &cliError{msg: strings.Replace(err.Error(), ce.Error(), apiMessage(ce), 1), err: err}
 	case errors.As(err, &ue) && !errors.Is(err, context.Canceled):

@@ -13,8 +13,7 @@ import (
 )
 
 // groupsBackend serves a node of many Raft groups through one HTTP and
-// one gRPC server: it is group 0's node (embedded, with its optional
-// capabilities), and transport.Grouped over every group, so the server
+// one gRPC server: it is group 0's node (embedded), and transport.Grouped over every group, so the server
 // picks each request's group. It lives here because replication must not
 // import transport.
 type groupsBackend struct {
@@ -64,8 +63,13 @@ func appliedSum(gs *replication.Groups) func() uint64 {
 	}
 }
 
-// stepDown hands the leadership of every group this node leads over.
+// stepDown marks every group as shutting down (so /readyz answers 503
+// from here on), then hands the leadership of every group this node leads
+// over.
 func stepDown(gs *replication.Groups) {
+	for g := range gs.Count() {
+		gs.Node(g).Stopping()
+	}
 	for g := range gs.Count() {
 		gs.Node(g).StepDown()
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -50,27 +51,9 @@ func TestServerGroupsFlag(t *testing.T) {
 // through one lands in every group, each group's metrics carry its
 // label, and each shuts down cleanly.
 func TestServerGroupsCluster(t *testing.T) {
-	const n, groups = 3, 3
-	var raft, httpAddrs, members []string
-	for i := range n {
-		raft = append(raft, replication.FreeAddr(t))
-		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
-		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
-	}
-	for i := range n {
-		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
-			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups))
-	}
+	const groups = 3
+	httpAddrs, cls := startCluster(t, 3, groups)
 	ctx := t.Context()
-	var cls []*client.Client
-	for _, addr := range httpAddrs {
-		cl := client.New("http://" + addr)
-		cls = append(cls, cl)
-		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
-			v, err := cl.Cluster(ctx)
-			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
-		})
-	}
 	var msgs []api.Message
 	for i := range 30 {
 		msgs = append(msgs, api.Message{Topic: fmt.Sprintf("t%d", i), Payload: api.TextBody("x")})
@@ -101,6 +84,90 @@ func TestServerGroupsCluster(t *testing.T) {
 			t.Fatalf("no series of group %d in /metrics", g)
 		}
 	}
+	if want := fmt.Sprintf(`goversion=%q`, runtime.Version()); !strings.Contains(string(body), "delaywheel_build_info{") || !strings.Contains(string(body), want) {
+		t.Fatalf("no delaywheel_build_info with %s in /metrics", want)
+	}
+
+	// `cluster` prints a row per group; --addr takes a list over HTTP
+	// and calls the first node that answers.
+	down := replication.FreeAddr(t)
+	out, err := run(t, "cluster", "--addr", down+", http://"+httpAddrs[2])
+	if err != nil {
+		t.Fatalf("cluster: %v\n%s", err, out)
+	}
+	hasRow(t, out, "GROUP", "LEADER", "TERM", "COMMIT", "LAG")
+	v, err := cls[2].Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, out, "answered by:", "n3")
+	rows := map[string]bool{}
+	for _, r := range fields(out) {
+		if len(r) == 5 {
+			rows[strings.Join(r[:3], " ")] = true
+		}
+	}
+	for _, g := range v.Groups {
+		if want := fmt.Sprintf("%d %s %d", g.Group, g.Leader, g.Term); !rows[want] {
+			t.Fatalf("no group row starting %q in:\n%s", want, out)
+		}
+	}
+}
+
+// With no node of an --addr list answering, a command fails at once,
+// naming every address and the last error, where tail retried forever.
+func TestAddrListNoneAnswers(t *testing.T) {
+	down := replication.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"tail", "--addr", down + ",http://127.0.0.1:bad", "t"}, []string{down, "http://127.0.0.1:bad", "invalid port"}},
+		{[]string{"topics", "--addr", down + ",http://127.0.0.1:bad"}, []string{down, "http://127.0.0.1:bad", "invalid port"}},
+		{[]string{"tail", "--addr", "grpc://" + down, "t"}, []string{down, "unavailable"}},
+	} {
+		app := newApp()
+		var out, errOut strings.Builder
+		app.Writer, app.ErrWriter = &out, &errOut
+		err := runCLI(ctx, app, append([]string{"delaywheel"}, c.args...))
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("%v: %v (context: %v); want a refusal before the deadline", c.args, err, ctx.Err())
+		}
+		for _, want := range append(c.want, "--addr: no node answers at ") {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%v: %v; want it to say %q", c.args, err, want)
+			}
+		}
+	}
+}
+
+// startCluster starts n servers n1, n2, … with --groups groups and the
+// same --initial-cluster, waits until each is ready in every group, and
+// returns their HTTP addresses and clients.
+func startCluster(t *testing.T, n, groups int) (httpAddrs []string, cls []*client.Client) {
+	t.Helper()
+	var raft, members []string
+	for i := range n {
+		raft = append(raft, replication.FreeAddr(t))
+		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
+	}
+	for i := range n {
+		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
+			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups))
+	}
+	ctx := t.Context()
+	for _, addr := range httpAddrs {
+		cl := client.New("http://" + addr)
+		cls = append(cls, cl)
+		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
+			v, err := cl.Cluster(ctx)
+			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
+		})
+	}
+	return httpAddrs, cls
 }
 
 // startServer runs `delaywheel server` in the background with its HTTP API

@@ -32,14 +32,14 @@ func listenGRPC(addr string) (ln net.Listener, advertised string, err error) {
 
 // serveGRPC serves the gRPC API on ln (nil: off) next to the HTTP server
 // srv, with its token, limits and TLS, until ctx ends; a follower forwards
-// the leader's calls to the gRPC address the leader's HTTP API reports,
+// the leader's calls to the gRPC address the leader's member record holds,
 // with the TLS the HTTP API forwards with. wait returns once it stopped.
 func serveGRPC(ctx context.Context, ln net.Listener, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, b transport.Backend) (wait func() error) {
 	if ln == nil {
 		return func() error { return nil }
 	}
 	tcfg.Slots = srv.Slots()
-	cfg := grpcserver.Config{HTTP: tcfg, TLS: serverTLS, Cluster: srv.ClusterView, LeaderGRPC: srv.LeaderGRPC}
+	cfg := grpcserver.Config{HTTP: tcfg, TLS: serverTLS, Cluster: srv.ClusterView, Forward: true}
 	if tr, ok := tcfg.LeaderTransport.(*http.Transport); ok && serverTLS != nil {
 		cfg.LeaderTLS = tr.TLSClientConfig // nil: the system's roots
 	}

@@ -36,5 +36,6 @@ func newApp() *cli.App {
 	app.Commands = append(app.Commands, dumpCommand())
 	app.Commands = append(app.Commands, benchCommand())
 	app.Commands = append(app.Commands, scheduleCommand())
+	app.Commands = append(app.Commands, memberCommands()...)
 	return app
 }

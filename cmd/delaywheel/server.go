@@ -86,6 +86,7 @@ func serverFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-request-bytes", Value: lim.MaxRequestBytes, Usage: "largest request body in bytes", EnvVars: envs("max-request-bytes")},
 		&cli.DurationFlag{Name: "max-delay", Value: time.Duration(lim.MaxDelayMs) * time.Millisecond, Usage: "furthest a message may be scheduled ahead", EnvVars: envs("max-delay")},
 		&cli.IntFlag{Name: "max-waiters", Value: lim.MaxWaiters, Usage: "concurrent long-polling reserves per node before 429", EnvVars: envs("max-waiters")},
+		&cli.Uint64Flag{Name: "ready-max-lag", Value: def.ReadyMaxLag, Usage: "log entries a node that has caught up since it started may trail the leader's commit index by and still answer /readyz 200 (at least 1): entries in flight do not make it flap, a backlog does", EnvVars: envs("ready-max-lag")},
 		&cli.Uint64Flag{Name: "snapshot-threshold", Value: def.SnapshotThreshold, Usage: "log entries between snapshots", EnvVars: envs("snapshot-threshold")},
 		&cli.IntFlag{Name: "raft-segment-bytes", Value: def.LogSegmentBytes, Usage: "size of the Raft log's segment files (1 MiB to 1 GiB); one spare segment, written ahead, is kept besides the log's", EnvVars: envs("raft-segment-bytes")},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: def.TrailingLogs, Usage: "log entries kept after a snapshot for slow followers", EnvVars: envs("trailing-logs")},
@@ -258,6 +259,9 @@ func runServer(c *cli.Context) error {
 	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
 		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
+	if c.Uint64("ready-max-lag") == 0 {
+		return errors.New("--ready-max-lag 0: want at least 1 entry")
+	}
 	tcfg := transport.Config{Logger: logger, AuthToken: token, WebhookAllow: c.StringSlice("webhook-allow")}
 	if err := transport.ParseWebhookAllow(tcfg.WebhookAllow); err != nil {
 		return err
@@ -312,20 +316,26 @@ func runServer(c *cli.Context) error {
 		}
 	}
 	tcfg.GRPCAddr = grpcAddr
+	// The member record holds the gRPC address followers forward to: one
+	// that names no host (":7072") is unknown there.
+	memberGRPC := grpcAddr
+	if host, _, _ := net.SplitHostPort(grpcAddr); host == "" {
+		memberGRPC = ""
+	}
 	httpAddr := c.String("http-addr")
 	defer mem.apply(logger)()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 
 	gs, err := replication.OpenGroups(replication.Config{
-		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr,
+		ID: id, DataDir: dataDir, RaftAddr: c.String("raft-addr"), RaftAdvertise: c.String("raft-advertise"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC,
 		InitialCluster: members, Join: c.String("join"), Logger: logger,
 		RedeliveryBackoff: nonZero(c.Duration("redelivery-backoff")), ExpireGrace: c.Duration("expire-grace"),
 		WebhookAllow: func(host string) error { return transport.WebhookHostAllowed(tcfg.WebhookAllow, host) },
 		MaxTopics:    c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
 		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
-		LogSegmentBytes: c.Int("raft-segment-bytes"),
+		LogSegmentBytes: c.Int("raft-segment-bytes"), ReadyMaxLag: c.Uint64("ready-max-lag"),
 		Store: wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes"),
 			CompressIndex: c.Bool("compress-index")},
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,
@@ -358,7 +368,7 @@ func runServer(c *cli.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
 	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
-	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr}
+	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv
 	}

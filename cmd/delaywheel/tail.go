@@ -35,7 +35,9 @@ func (a *admin) tailCommand() *cli.Command {
 }
 
 func (a *admin) tail(c *cli.Context) error {
-	s, err := newSession(c, 1, 1)
+	// A subscription retries its node until it answers: one that never
+	// does is refused here, naming it, rather than retried forever.
+	s, err := openSession(c, 1, 1, true)
 	if err != nil {
 		return err
 	}
@@ -56,15 +58,15 @@ func (a *admin) tail(c *cli.Context) error {
 	// deliveries left.
 	subCtx := context.WithoutCancel(c.Context)
 	var sub subscription
-	if addr := c.String("addr"); client.IsGRPC(addr) {
-		g, err := client.NewGRPC(addr, client.WithGRPCToken(s.token))
+	if client.IsGRPC(s.addr) {
+		g, err := client.NewGRPC(s.addr, client.WithGRPCToken(s.token))
 		if err != nil {
 			return fmt.Errorf("--addr: %w", err)
 		}
 		defer g.Close()
 		sub = g.Subscribe(subCtx, topic, opt)
 	} else {
-		sub = client.New(c.String("addr"), client.WithToken(s.token)).Subscribe(subCtx, topic, opt)
+		sub = client.New(s.addr, client.WithToken(s.token)).Subscribe(subCtx, topic, opt)
 	}
 	out := c.App.Writer
 read:

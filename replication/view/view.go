@@ -5,6 +5,9 @@ type Node struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
+	// GRPCAddr is the member's gRPC address; empty (left out): it serves
+	// none, or has not recorded it.
+	GRPCAddr string `json:"grpc_addr,omitempty"`
 }
 
 // NodeStatus is a member as GET /v1/cluster reports it. Unknown values
@@ -15,7 +18,9 @@ type NodeStatus struct {
 	// State is "leader", "follower" or "candidate" as the member itself
 	// says, or "unknown" when it could not be asked.
 	State string `json:"state"`
-	// Reachable says whether the leader's heartbeats reach the member.
+	// Reachable says whether the leader's heartbeats reach the member;
+	// in the view of a node that knows no leader it can ask, whether the
+	// member answers that node. A node always reaches itself.
 	Reachable *bool `json:"reachable"`
 	// LastContactMs is how long ago the member last heard from the leader
 	// (for an unreachable one: the leader last heard from it).

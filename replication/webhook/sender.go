@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
+	"github.com/delaywheel/delaywheel/replication/logrepeat"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -72,10 +72,14 @@ type Config struct {
 
 // Sender sends the due messages of every topic with a webhook.
 type Sender struct {
-	n      Node
-	cfg    Config
-	mu     sync.Mutex
-	topics map[string]*topicSender
+	n   Node
+	cfg Config
+	// repeats logs each cause of a per-delivery warning (a header left
+	// out, a host not allowed) at most once a second, with the count of
+	// those left out: every message of a topic may carry it.
+	repeats *logrepeat.Limiter
+	mu      sync.Mutex
+	topics  map[string]*topicSender
 }
 
 // New returns a sender with no topic; Reconcile starts them.
@@ -108,7 +112,7 @@ func New(n Node, cfg Config) *Sender {
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = 10 * time.Second
 	}
-	return &Sender{n: n, cfg: cfg, topics: map[string]*topicSender{}}
+	return &Sender{n: n, cfg: cfg, repeats: logrepeat.New(time.Second, cfg.Clock.Now), topics: map[string]*topicSender{}}
 }
 
 // Reconcile makes the running topic senders those current returns: it
@@ -393,25 +397,6 @@ func (ts *topicSender) backoff(attempt int32) time.Duration {
 	return min(b, ts.s.cfg.MaxBackoff)
 }
 
-// unsendable says why a message header cannot go into the request as it
-// is, or "" when it can: HTTP carries only token names and values without
-// control characters (the client would refuse the whole request, and every
-// attempt would fail alike), and the client writes the framing headers
-// itself.
-func unsendable(name, value string) string {
-	switch {
-	case !httpguts.ValidHeaderFieldName(name):
-		return "not a valid HTTP header name"
-	case !httpguts.ValidHeaderFieldValue(value):
-		return "its value holds characters HTTP does not allow (CR, LF, NUL or other controls)"
-	}
-	switch http.CanonicalHeaderKey(name) {
-	case "Host", "Content-Length", "Transfer-Encoding", "Trailer", "Connection":
-		return "the HTTP client sets it"
-	}
-	return ""
-}
-
 // post sends the request and classifies its outcome.
 func (ts *topicSender) post(d wheel.Delivery) string {
 	h := ts.hook
@@ -423,13 +408,18 @@ func (ts *topicSender) post(d wheel.Delivery) string {
 	}
 	if allow := ts.s.cfg.Allow; allow != nil {
 		if err := allow(req.URL.Hostname()); err != nil {
-			ts.s.cfg.Logger.Warn("webhook host not allowed", "topic", h.Topic, "err", err)
+			ts.s.repeats.Log(ts.s.cfg.Logger, slog.LevelWarn, "host\x00"+h.Topic+"\x00"+err.Error(),
+				"webhook host not allowed", "topic", h.Topic, "err", err)
 			return OutcomeRefused
 		}
 	}
 	for k, v := range d.Headers {
-		if why := unsendable(k, v); why != "" {
-			ts.s.cfg.Logger.Warn("webhook: a message header is left out of the request", "topic", h.Topic,
+		// The enqueue refuses such a header; one stored before the rule is
+		// left out, as the client would refuse the whole request for it.
+		if err := api.CheckHeader(k, v); err != nil {
+			why := err.Error()
+			ts.s.repeats.Log(ts.s.cfg.Logger, slog.LevelWarn, "header\x00"+h.Topic+"\x00"+k+"\x00"+why,
+				"webhook: a message header is left out of the request", "topic", h.Topic,
 				"id", d.ID.String(), "header", k, "why", why)
 			continue
 		}

@@ -375,3 +375,49 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// The warning for a header left out is logged once a second per topic,
+// header and reason, with the count of those left out, however many
+// messages carry the header.
+func TestLeftOutHeaderWarnedOncePerSecond(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	var logged strings.Builder
+	var logMu sync.Mutex
+	n := newFake()
+	clock := wheel.NewFakeClock(time.Unix(1_700_000_000, 0))
+	s := New(n, Config{Clock: clock, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
+	defer s.Stop()
+	s.Reconcile(func() []wheel.Webhook {
+		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	})
+	deliver := func(attempts ...int32) {
+		for _, a := range attempts {
+			d := delivery(a)
+			d.Headers = map[string]string{"Host": "elsewhere"}
+			n.stream().ch <- []wheel.Delivery{d}
+			n.settled(t)
+		}
+	}
+	warnings := func() []string {
+		logMu.Lock()
+		defer logMu.Unlock()
+		var out []string
+		for _, l := range strings.Split(logged.String(), "\n") {
+			if strings.Contains(l, "header is left out") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	deliver(1, 2, 3, 4, 5)
+	if w := warnings(); len(w) != 1 {
+		t.Fatalf("five messages with the header within a second: %d warnings, want 1:\n%s", len(w), strings.Join(w, "\n"))
+	}
+	clock.Advance(time.Second)
+	deliver(6)
+	w := warnings()
+	if len(w) != 2 || !strings.Contains(w[1], "repeated=4") {
+		t.Fatalf("a second later: %d warnings, want 2, the second with repeated=4:\n%s", len(w), strings.Join(w, "\n"))
+	}
+}

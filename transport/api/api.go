@@ -8,7 +8,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/view"
 )
 
-// Error codes of the error body, one per status (see API.md).
+// Error codes of the error body, one per status (see API.md, beside it).
 const (
 	CodeInvalidArgument = "invalid_argument" // 400
 	CodeUnauthenticated = "unauthenticated"  // 401

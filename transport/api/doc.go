@@ -1,5 +1,5 @@
 // Package api owns the wire types of the delaywheel HTTP API described in
-// API.md: the JSON request and response bodies, the error body and its
+// API.md, beside it: the JSON request and response bodies, the error body and its
 // codes, and the protobuf form of the enqueue call (delaywheel.proto).
 // Both the server (package transport) and the Go client (package
 // transport/client) use these types, so the two cannot drift apart.
@@ -32,8 +32,13 @@
 // fail when a route the server registers is missing from it, and validate
 // every request and answer of their test servers against it.
 //
-// It depends on the standard library and the protobuf runtime only, so
-// that the Go client does not pull in the server's storage. It must not hold behaviour
+// It also says which message headers the API takes ([CheckHeader]): each
+// must be sendable as an HTTP header, the rule the enqueue enforces on
+// every API and the webhook sender follows.
+//
+// It depends on the standard library, the protobuf runtime and
+// golang.org/x/net/http/httpguts only, so that the Go client does not pull
+// in the server's storage. It must not hold behaviour
 // beyond small helpers on the types themselves: validation and conversion
 // from the domain types live in package transport.
 package api

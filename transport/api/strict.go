@@ -102,7 +102,7 @@ func checkMapEntry(data []byte, fd protoreflect.FieldDescriptor, path loc, keys 
 		return err
 	}
 	if _, dup := keys[k]; dup {
-		return fmt.Errorf("%s: key %q given more than once", path, k)
+		return fmt.Errorf("%s: given more than once", path.with("["+quoteKey(k, true)+"]"))
 	}
 	keys[k] = struct{}{}
 	return nil

@@ -265,8 +265,9 @@ func (c *Client) Healthz(ctx context.Context) error {
 	return err
 }
 
-// Readyz returns nil once the node knows a leader and has applied the log up
-// to the leader's commit index.
+// Readyz returns nil while the node is ready: it knows a leader, has
+// caught up with the leader's commit index since it started, and trails it
+// by at most its --ready-max-lag.
 func (c *Client) Readyz(ctx context.Context) error {
 	_, err := call[api.Status](ctx, c, http.MethodGet, "/readyz", nil)
 	return err

@@ -1,4 +1,4 @@
-// Package client is the Go client of the delaywheel HTTP API (API.md). It
+// Package client is the Go client of the delaywheel HTTP API (transport/api/API.md). It
 // speaks the wire types of package transport/api and turns every non-2xx
 // answer into an *Error, with the API's code, message and Retry-After.
 //

@@ -26,7 +26,7 @@ import (
 // the gRPC addresses of one or more nodes; a follower answers the calls
 // only the leader answers with UNAVAILABLE (reason NOT_LEADER), and GRPC
 // then moves on to the next address it knows, once round. Every error
-// answer is an *Error whose Code is the API.md code, as over HTTP. It is
+// answer is an *Error whose Code is the HTTP API's code, as over HTTP. It is
 // safe for concurrent use.
 type GRPC struct {
 	conns []*grpc.ClientConn
@@ -164,7 +164,7 @@ func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {
 }
 
 // errorOfStatus turns a gRPC error into an *Error: the HTTP status the API
-// gives the same answer, the API.md code (from the ErrorInfo), the
+// gives the same answer, the HTTP API's code (from the ErrorInfo), the
 // message and the retry delay. An error the server did not make (the
 // connection) keeps its code's name.
 func errorOfStatus(err error) error {

@@ -1,9 +1,11 @@
 // Package grpcserver serves the gRPC API of delaywheel (the Delaywheel
-// service of transport/api/delaywheel.proto) on the same transport.Backend
-// as the HTTP server, with the HTTP API's validation, limits, errors and
-// token: it owns only what is particular to gRPC — the mapping of the
-// generated types, of answers to status codes, the interceptor that checks
-// the token and the leader, grpc.health.v1 and reflection.
+// service of transport/api/delaywheel.proto) on the same backends as the
+// HTTP server, through the service core (package transport/service: its
+// validation, its router over the groups) with the HTTP API's limits,
+// errors and token: it owns only what is particular to gRPC — the mapping
+// of the generated types, of answers to status codes, the interceptor that
+// checks the token, the forwarding of calls between nodes over gRPC (the
+// service's Forwarder, forward.go), grpc.health.v1 and reflection.
 //
 // # Status codes
 //
@@ -11,7 +13,7 @@
 // UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 413 and 429
 // RESOURCE_EXHAUSTED (429, which may be retried, with a RetryInfo), 503
 // UNAVAILABLE (with a RetryInfo), 500 INTERNAL. Every error carries an
-// ErrorInfo whose reason is the API.md code ("too_large", "overloaded").
+// ErrorInfo whose reason is the HTTP API's code ("too_large", "overloaded").
 //
 // # Followers
 //
@@ -27,12 +29,11 @@
 // Calls that change state, and Reserve, are answered by the leader. A
 // follower forwards them to the leader's gRPC API with the caller's
 // authorization and marks them (ForwardedKey), so that a node that is not
-// the leader any more answers instead of forwarding again. The replicated
-// member metadata holds raft and HTTP addresses only, so the follower asks
-// the leader's HTTP API for its gRPC address (GET /v1/cluster?local=true
-// reports it as grpc_addr) and keeps it, and a connection to it, until a
-// forwarded call fails UNAVAILABLE. When it cannot forward (no leader known,
-// no gRPC at the leader, a call already forwarded) it answers UNAVAILABLE
+// the leader any more answers instead of forwarding again. The follower
+// finds the leader's gRPC address in the leader's replicated member record
+// (next to its Raft and HTTP addresses) and keeps a connection to it. When
+// it cannot forward (no leader known, no gRPC address in the leader's
+// record, a call already forwarded, Config.Forward off) it answers UNAVAILABLE
 // with an ErrorInfo of reason NOT_LEADER whose metadata gives the leader's
 // HTTP address (leader_http_addr) when one is known; the Go client then
 // moves on to the next gRPC address it was given. Reads (Get, Topics,
@@ -42,14 +43,14 @@
 // # Groups
 //
 // A backend of many Raft groups (transport.Grouped, --groups N) is served
-// as the HTTP API serves it (groups.go). A call about a topic (Reserve,
+// as the HTTP API serves it, by the service's router. A call about a topic (Reserve,
 // Subscribe, Cancel by key, DeadLetters, Redrive) is answered in the
 // topic's group, a call about a message id (Get, Cancel, Reschedule) in
 // the group the id names (an id of a group the cluster does not have is
 // INVALID_ARGUMENT naming id and the range), Wheel and Slot in the group
 // their request names (default 0). "The leader" above is that group's: a
 // follower of the group forwards to the group's leader, whose gRPC
-// address it learns from that leader's HTTP API. An Enqueue whose topics
+// address that leader's member record holds. An Enqueue whose topics
 // are of many groups is validated whole, then split by group; likewise
 // Ack, Nack and Touch by the groups of their receipts; each part is
 // answered in its group (forwarded when this node does not lead it), and

@@ -1,6 +1,8 @@
 package grpcserver
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // Domain is the domain of every ErrorInfo the server sends.
@@ -55,4 +58,28 @@ func notLeader(addr string, known bool) error {
 		meta = map[string]string{MetaLeaderHTTP: addr}
 	}
 	return statusOf(e, ReasonNotLeader, meta)
+}
+
+// asStatus is err as a status: a status (the leader's answer) as it is;
+// a group's answer to its part of a call split over many groups with its
+// message naming the group; a part this node could not forward
+// NOT_LEADER; any other error as the HTTP API answers it, mapped.
+func asStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ge *service.GroupError
+	if errors.As(err, &ge) {
+		st := status.Convert(asStatus(ge.Err)).Proto()
+		st.Message = fmt.Sprintf("group %d: %s", ge.Group, st.GetMessage())
+		return status.FromProto(st).Err()
+	}
+	var nl *service.NotLeaderError
+	if errors.As(err, &nl) {
+		return notLeader(nl.Leader.HTTPAddr, nl.Known)
+	}
+	if _, isStatus := status.FromError(err); isStatus {
+		return err
+	}
+	return statusOf(err, "", nil)
 }

@@ -6,20 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/service"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // ForwardedKey is the metadata a follower adds to a call it forwards to
@@ -27,32 +28,21 @@ import (
 // UNAVAILABLE instead of forwarding it again, so forwarding never loops.
 const ForwardedKey = "x-delaywheel-forwarded"
 
-// forwarder passes the leader's calls on from a follower. Its connections
-// to leaders are kept, one per address, until close.
+// forwarder passes the leader's calls on from a follower, to the gRPC
+// address the leader's member record holds: it is the service's
+// Forwarder over gRPC. Its connections to leaders are kept, one per
+// address, until close.
 type forwarder struct {
-	resolve func(ctx context.Context, leaderHTTP, auth string) (string, error)
-	creds   credentials.TransportCredentials
-	replies map[string]reflect.Type // full method → answer type
+	creds credentials.TransportCredentials
 
 	mu    sync.Mutex
-	addrs map[string]string // leader HTTP address → its gRPC address
 	conns map[string]*grpc.ClientConn
 }
 
-func newForwarder(resolve func(ctx context.Context, leaderHTTP, auth string) (string, error), clientTLS *tls.Config) *forwarder {
-	if resolve == nil {
-		return nil
-	}
-	f := &forwarder{resolve: resolve, creds: insecure.NewCredentials(), replies: map[string]reflect.Type{},
-		addrs: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
+func newForwarder(clientTLS *tls.Config) *forwarder {
+	f := &forwarder{creds: insecure.NewCredentials(), conns: map[string]*grpc.ClientConn{}}
 	if clientTLS != nil {
 		f.creds = credentials.NewTLS(clientTLS)
-	}
-	iface := reflect.TypeFor[pb.DelaywheelServer]()
-	for _, m := range pb.Delaywheel_ServiceDesc.Methods {
-		if mt, ok := iface.MethodByName(m.MethodName); ok {
-			f.replies["/"+ServiceName+"/"+m.MethodName] = mt.Type.Out(0).Elem()
-		}
 	}
 	return f
 }
@@ -61,66 +51,188 @@ func newForwarder(resolve func(ctx context.Context, leaderHTTP, auth string) (st
 // forwarded call: the index the follower's reads then wait for.
 var appliedIndexKey = strings.ToLower(transport.AppliedIndexHeader)
 
-// forwardedReply is the leader's answer to a forwarded call and the index
-// it had applied once the call was (0: none sent).
-type forwardedReply struct {
-	reply any
-	index uint64
+// Reaches reports whether a call of ctx can be forwarded to the leader at
+// to: it was not forwarded here, and to records its gRPC address.
+func (f *forwarder) Reaches(ctx context.Context, to wheel.Node) bool {
+	return !forwarded(ctx) && to.GRPCAddr != ""
 }
 
-// errNoForward says a call cannot be forwarded; the follower then answers
-// NOT_LEADER.
-var errNoForward = errors.New("not forwarded")
-
-// forward makes the call method with req at the leader, whose HTTP address
-// is leaderHTTP, with the caller's authorization, and returns its answer
-// or its status error untouched.
-func (f *forwarder) forward(ctx context.Context, leaderHTTP, method string, req any) (forwardedReply, error) {
-	if f == nil || forwarded(ctx) {
-		return forwardedReply{}, errNoForward
+// client returns the client of the leader at to and the outgoing context
+// of a call forwarded there, marked, with the caller's authorization; it
+// returns service.ErrNoForward when the call cannot be forwarded.
+func (f *forwarder) client(ctx context.Context, to wheel.Node) (pb.DelaywheelClient, context.Context, error) {
+	if !f.Reaches(ctx, to) {
+		return nil, nil, service.ErrNoForward
 	}
-	replyType, ok := f.replies[method]
-	if !ok {
-		return forwardedReply{}, errNoForward
-	}
-	auth := authorization(ctx)
-	conn, err := f.conn(ctx, leaderHTTP, auth)
+	conn, err := f.conn(to.GRPCAddr)
 	if err != nil {
-		return forwardedReply{}, fmt.Errorf("%w: %w", errNoForward, err)
+		return nil, nil, fmt.Errorf("%w: %w", service.ErrNoForward, err)
 	}
 	out := metadata.Pairs(ForwardedKey, "1")
-	if auth != "" {
+	if auth := authorization(ctx); auth != "" {
 		out.Set("authorization", auth)
 	}
-	reply := reflect.New(replyType).Interface()
+	return pb.NewDelaywheelClient(conn), metadata.NewOutgoingContext(ctx, out), nil
+}
+
+// forwardCall makes one call at the leader at to and returns its answer,
+// or its status error untouched, and the applied index its header gives.
+func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to wheel.Node, req Req,
+	do func(c pb.DelaywheelClient, ctx context.Context, req Req, opts ...grpc.CallOption) (Resp, error)) (Resp, uint64, error) {
+	var zero Resp
+	c, octx, err := f.client(ctx, to)
+	if err != nil {
+		return zero, 0, err
+	}
 	var header metadata.MD
-	err = conn.Invoke(metadata.NewOutgoingContext(ctx, out), method, req, reply, grpc.Header(&header))
-	if status.Code(err) == codes.Unavailable {
-		f.forget(leaderHTTP) // the address may be stale; ask again next time
+	resp, err := do(c, octx, req, grpc.Header(&header))
+	if err != nil {
+		return zero, 0, err
 	}
 	var index uint64
 	if v := header.Get(appliedIndexKey); len(v) > 0 {
 		index, _ = strconv.ParseUint(v[0], 10, 64)
 	}
-	return forwardedReply{reply: reply, index: index}, err
+	return resp, index, nil
+}
+
+// Enqueue forwards an enqueue, its due times absolute.
+func (f *forwarder) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+	req := &pb.EnqueueRequest{Messages: make([]*pb.Message, len(msgs))}
+	for i, m := range msgs {
+		req.Messages[i] = messageOf(m)
+	}
+	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Enqueue)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]wheel.Enqueued, len(resp.GetResults()))
+	for i, r := range resp.GetResults() {
+		id, err := wheel.ParseID(r.GetId())
+		if err != nil {
+			return nil, 0, fmt.Errorf("grpcserver: the leader's result %d: %w", i, err)
+		}
+		out[i] = wheel.Enqueued{ID: id, DeliverAtMs: r.GetDeliverAtMs(), Duplicate: r.GetDuplicate()}
+	}
+	return out, index, nil
+}
+
+// messageOf is the protobuf form of a validated message, due at its
+// absolute time.
+func messageOf(m wheel.NewMessage) *pb.Message {
+	at := m.DeliverAtMs
+	out := &pb.Message{Topic: m.Topic, Body: m.Body, DeliverAtMs: &at, Key: m.Key, Priority: m.Priority, Headers: m.Headers}
+	if m.TTRMs > 0 {
+		ttr := m.TTRMs
+		out.TtrMs = &ttr
+	}
+	if m.MaxAttempts > 0 {
+		attempts := m.MaxAttempts
+		out.MaxAttempts = &attempts
+	}
+	return out
+}
+
+// Cancel forwards a cancel by id or by topic and key.
+func (f *forwarder) Cancel(ctx context.Context, to wheel.Node, c wheel.Cancel) (wheel.ID, uint64, error) {
+	req := &pb.CancelRequest{Topic: c.Topic, Key: c.Key}
+	if c.Topic == "" {
+		req.Id = c.ID.String()
+	}
+	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Cancel)
+	if err != nil {
+		return wheel.ID{}, 0, err
+	}
+	id, err := wheel.ParseID(resp.GetId())
+	return id, index, err
+}
+
+// Reschedule forwards a reschedule to an absolute time.
+func (f *forwarder) Reschedule(ctx context.Context, to wheel.Node, id wheel.ID, deliverAtMs int64) (int64, uint64, error) {
+	resp, index, err := forwardCall(ctx, f, to, &pb.RescheduleRequest{Id: id.String(), DeliverAtMs: &deliverAtMs}, pb.DelaywheelClient.Reschedule)
+	return resp.GetDeliverAtMs(), index, err
+}
+
+// Reserve forwards a reserve.
+func (f *forwarder) Reserve(ctx context.Context, to wheel.Node, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, uint64, error) {
+	req := &pb.ReserveRequest{Topic: topic, Max: proto.Int32(int32(max)), WaitMs: wait.Milliseconds()}
+	if ttr > 0 {
+		req.TtrMs = proto.Int64(ttr.Milliseconds())
+	}
+	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Reserve)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]wheel.Delivery, len(resp.GetMessages()))
+	for i, d := range resp.GetMessages() {
+		if out[i], err = deliveryFrom(d); err != nil {
+			return nil, 0, fmt.Errorf("grpcserver: the leader's delivery %d: %w", i, err)
+		}
+	}
+	return out, index, nil
+}
+
+// deliveryFrom is the delivery d, as the leader sent it.
+func deliveryFrom(d *pb.Delivery) (wheel.Delivery, error) {
+	id, err := wheel.ParseID(d.GetId())
+	if err != nil {
+		return wheel.Delivery{}, err
+	}
+	rc, err := wheel.ParseReceipt(d.GetReceipt())
+	if err != nil {
+		return wheel.Delivery{}, err
+	}
+	m := wheel.Message{ID: id, Topic: d.GetTopic(), Body: d.GetBody(), Headers: d.GetHeaders(), Key: d.GetKey(),
+		Priority: d.GetPriority(), DeliverAtMs: d.GetDeliverAtMs(), LeaseExpiresMs: d.GetLeaseExpiresMs()}
+	return wheel.Delivery{Message: m, Attempt: d.GetAttempt(), Receipt: rc}, nil
+}
+
+// Settle forwards an ack, nack or touch.
+func (f *forwarder) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+	list := make([]string, len(rs))
+	for i, r := range rs {
+		list[i] = r.String()
+	}
+	var resp *pb.SettleResponse
+	var index uint64
+	var err error
+	switch op {
+	case service.OpNack:
+		resp, index, err = forwardCall(ctx, f, to, &pb.NackRequest{Receipts: list, DelayMs: nackDelayMs}, pb.DelaywheelClient.Nack)
+	case service.OpTouch:
+		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Touch)
+	default:
+		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Ack)
+	}
+	return wheel.Counted{Done: int(resp.GetDone()), Stale: int(resp.GetStale())}, index, err
+}
+
+// Redrive forwards a redrive (all of the topic's dead when ids is empty).
+func (f *forwarder) Redrive(ctx context.Context, to wheel.Node, topic string, ids []wheel.ID) (int, uint64, error) {
+	req := &pb.RedriveRequest{Topic: topic, All: len(ids) == 0}
+	for _, id := range ids {
+		req.Ids = append(req.Ids, id.String())
+	}
+	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Redrive)
+	return int(resp.GetRedriven()), index, err
 }
 
 // subscribe passes a Subscribe stream, whose first request (read) is
-// first, on to the leader at leaderHTTP with the caller's authorization:
+// first, on to the leader at leaderGRPC with the caller's authorization:
 // the requests up, the deliveries down, until either side ends or drain
 // does. The leader's status ends the stream as it is (NOT_LEADER once
 // leadership moves on: the client subscribes again); a half-close is
 // passed on, so the leader settles what was sent and ends OK. It returns
-// errNoForward, having sent nothing, when the stream cannot be forwarded.
-func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, leaderHTTP string, drain context.Context) error {
+// service.ErrNoForward, having sent nothing, when the stream cannot be forwarded.
+func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, leaderGRPC string, drain context.Context) error {
 	ctx := ss.Context()
-	if f == nil || forwarded(ctx) || leaderHTTP == "" {
-		return errNoForward
+	if f == nil || forwarded(ctx) || leaderGRPC == "" {
+		return service.ErrNoForward
 	}
 	auth := authorization(ctx)
-	conn, err := f.conn(ctx, leaderHTTP, auth)
+	conn, err := f.conn(leaderGRPC)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errNoForward, err)
+		return fmt.Errorf("%w: %w", service.ErrNoForward, err)
 	}
 	out := metadata.Pairs(ForwardedKey, "1")
 	if auth != "" {
@@ -134,8 +246,7 @@ func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.Subscr
 		err = up.Send(first)
 	}
 	if err != nil {
-		f.forget(leaderHTTP)
-		return fmt.Errorf("%w: %w", errNoForward, err)
+		return fmt.Errorf("%w: %w", service.ErrNoForward, err)
 	}
 	go func() {
 		for {
@@ -159,9 +270,6 @@ func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.Subscr
 			return nil
 		}
 		if err != nil {
-			if status.Code(err) == codes.Unavailable {
-				f.forget(leaderHTTP) // the address may be stale; ask again next time
-			}
 			return err
 		}
 		if err := ss.Send(resp); err != nil {
@@ -170,20 +278,10 @@ func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.Subscr
 	}
 }
 
-// conn returns the connection to the gRPC API of the leader at leaderHTTP.
-func (f *forwarder) conn(ctx context.Context, leaderHTTP, auth string) (*grpc.ClientConn, error) {
-	f.mu.Lock()
-	addr, known := f.addrs[leaderHTTP]
-	f.mu.Unlock()
-	if !known {
-		var err error
-		if addr, err = f.resolve(ctx, leaderHTTP, auth); err != nil {
-			return nil, err
-		}
-	}
+// conn returns the connection to the gRPC API at addr, a leader's.
+func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.addrs[leaderHTTP] = addr
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
@@ -193,12 +291,6 @@ func (f *forwarder) conn(ctx context.Context, leaderHTTP, auth string) (*grpc.Cl
 	}
 	f.conns[addr] = c
 	return c, nil
-}
-
-func (f *forwarder) forget(leaderHTTP string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.addrs, leaderHTTP)
 }
 
 // close closes the connections to leaders.

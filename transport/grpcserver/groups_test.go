@@ -1,11 +1,10 @@
 package grpcserver_test
 
 import (
-	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
@@ -21,49 +21,37 @@ import (
 )
 
 // groupsGRPC is a cluster of many Raft groups, each node behind a gRPC
-// server that forwards a group's calls to that group's leader.
+// server that forwards a group's calls to that group's leader, at the
+// gRPC address its member record holds.
 type groupsGRPC struct {
 	c       *transporttest.GroupsCluster
 	clients []pb.DelaywheelClient
 	conns   []string // each node's gRPC address
-
-	mu    sync.Mutex
-	grpc  map[string]string // HTTP address → gRPC address
-	asked map[string]bool   // the HTTP addresses forwarding resolved
 }
 
 // startGroupsGRPC starts 3 nodes of groups Raft groups, each led by its
 // preferred node (GroupsCluster.Spread), with a gRPC server a node.
 func startGroupsGRPC(t *testing.T, groups int) *groupsGRPC {
 	t.Helper()
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
+	lns := map[string]net.Listener{}
+	for i := range 3 {
+		lns[fmt.Sprintf("n%d", i+1)] = transporttest.ListenGRPC(t)
+	}
+	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{Replication: func(cfg *replication.Config) {
+		cfg.GRPCAddr = lns[cfg.ID].Addr().String()
+	}})
 	c.Spread(t)
-	gg := &groupsGRPC{c: c, grpc: map[string]string{}, asked: map[string]bool{}}
+	gg := &groupsGRPC{c: c}
 	for _, kn := range c.Nodes {
 		b := transporttest.GroupsBackend(kn.Groups)
 		view := transport.NewServer(transport.Config{Clock: kn.Clock.Now}, b)
-		conn := serveGRPC(t, kn, b, func(cfg *grpcserver.Config) {
-			cfg.Cluster = view.ClusterView
-			cfg.LeaderGRPC = gg.leaderGRPC
-		})
-		gg.mu.Lock()
-		gg.grpc[kn.Addr] = conn.Target()
-		gg.mu.Unlock()
-		gg.clients = append(gg.clients, pb.NewDelaywheelClient(conn))
-		gg.conns = append(gg.conns, conn.Target())
+		addr, _ := transporttest.ServeGRPCOn(t, lns[kn.ID], b, grpcserver.Config{
+			HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond,
+			Cluster: view.ClusterView, Forward: true})
+		gg.clients = append(gg.clients, pb.NewDelaywheelClient(dial(t, addr)))
+		gg.conns = append(gg.conns, addr)
 	}
 	return gg
-}
-
-func (gg *groupsGRPC) leaderGRPC(_ context.Context, leaderHTTP, _ string) (string, error) {
-	gg.mu.Lock()
-	defer gg.mu.Unlock()
-	addr, ok := gg.grpc[leaderHTTP]
-	if !ok {
-		return "", fmt.Errorf("no node at %s", leaderHTTP)
-	}
-	gg.asked[leaderHTTP] = true
-	return addr, nil
 }
 
 // index returns the index in the cluster's nodes of the node with id.
@@ -130,13 +118,14 @@ func TestGroupsEnqueueSpansGroups(t *testing.T) {
 			return err == nil
 		})
 	}
-	gg.mu.Lock()
+	// Each part went to its group's leader's gRPC address, which the
+	// node the batch went through holds in its record of that leader.
 	for g := 1; g < groups; g++ {
-		if addr := gg.c.Nodes[gg.index(t, leaders[g])].Addr; !gg.asked[addr] {
-			t.Errorf("group %d's part was not forwarded to its leader at %s (asked %v)", g, addr, gg.asked)
+		m, _, _ := gg.c.Nodes[via].Groups.Node(g).Leader()
+		if want := gg.conns[gg.index(t, leaders[g])]; m.GRPCAddr != want {
+			t.Errorf("group %d's leader as the node records it: %+v; want gRPC at %s", g, m, want)
 		}
 	}
-	gg.mu.Unlock()
 
 	// One message of another group alone, through the same node.
 	one := get(gg.clients[via].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(2, groups)}}}))(t, "enqueue to group 2")

@@ -23,6 +23,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/service"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // ServiceName is the name of the Delaywheel service, as health checks and
@@ -39,11 +41,10 @@ type Config struct {
 	// Cluster answers the Cluster call with the view the HTTP API gives;
 	// nil: the backend's own view. auth is the caller's authorization.
 	Cluster func(ctx context.Context, auth string) (api.Cluster, error)
-	// LeaderGRPC, when set, finds the gRPC address of the leader whose HTTP
-	// address is leaderHTTP (transport.Server.LeaderGRPC asks it), and a
-	// follower forwards the leader's calls there; nil: a follower answers
-	// them UNAVAILABLE (NOT_LEADER). auth is the caller's authorization.
-	LeaderGRPC func(ctx context.Context, leaderHTTP, auth string) (string, error)
+	// Forward makes a follower forward the leader's calls to the gRPC
+	// address the leader's member record holds; off, or when the record
+	// holds none, a follower answers them UNAVAILABLE (NOT_LEADER).
+	Forward bool
 	// LeaderTLS is the client TLS configuration of forwarded calls; nil:
 	// plaintext.
 	LeaderTLS *tls.Config
@@ -57,9 +58,7 @@ type Server struct {
 	pb.UnimplementedDelaywheelServer
 
 	cfg      transport.Config
-	b        transport.Backend
-	grouped  transport.Grouped // nil unless b runs more than one Raft group
-	groups   int               // the number of groups
+	svc      *service.Router // the node's groups
 	cluster  func(ctx context.Context, auth string) (api.Cluster, error)
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
@@ -79,22 +78,22 @@ func New(cfg Config, b transport.Backend) *Server {
 	hc := cfg.HTTP.WithDefaults()
 	s := &Server{
 		cfg:      hc,
-		b:        b,
 		cluster:  cfg.Cluster,
 		log:      hc.Logger.With("component", "grpc"),
 		tokenSum: sha256.Sum256([]byte(hc.AuthToken)),
 		health:   health.NewServer(),
-		fwd:      newForwarder(cfg.LeaderGRPC, cfg.LeaderTLS),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),
 		every:    cfg.ReadyInterval,
 	}
-	s.groups = 1
-	if g, ok := b.(transport.Grouped); ok && g.GroupCount() > 1 {
-		s.grouped, s.groups = g, g.GroupCount()
+	var fwd service.Forwarder // nil: none
+	if cfg.Forward {
+		s.fwd = newForwarder(cfg.LeaderTLS)
+		if cfg.TLS != nil && cfg.LeaderTLS == nil {
+			s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
+		}
+		fwd = s.fwd
 	}
-	if cfg.TLS != nil && cfg.LeaderTLS == nil && s.fwd != nil {
-		s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
-	}
+	s.svc = service.NewRouter(transport.GroupsOfBackend(b), fwd)
 	if s.every <= 0 {
 		s.every = time.Second
 	}
@@ -210,66 +209,77 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			return nil, statusOf(err, "", nil)
 		}
 	}
-	var resp any
-	var err error
-	if s.grouped == nil {
-		resp, err = s.within(ctx, 0, info.FullMethod, req, handler)
-	} else {
-		resp, err = s.route(ctx, info.FullMethod, req, handler)
-	}
-	return resp, asStatus(err)
-}
-
-// within answers req, a call of method, in group g: refused when the
-// group counts this node removed; a call only the leader answers is
-// forwarded to the group's leader when this node is not it; else handler
-// answers it here, with the group in its context (be).
-func (s *Server) within(ctx context.Context, g int, method string, req any, handler grpc.UnaryHandler) (any, error) {
-	b := s.group(g)
-	if err := b.Removed(); err != nil {
-		return nil, unavailable(err.Error())
-	}
-	if leaderOnly[method] {
-		if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
-			if !known || addr == "" {
-				return nil, notLeader(addr, known)
+	if leaderOnly[info.FullMethod] {
+		// A call only the leader answers is refused by a node that cannot
+		// serve it before it is validated, where the leader validates it.
+		if g, ok := s.groupNamed(req); ok {
+			if err := s.svc.Reachable(ctx, g); err != nil {
+				return nil, asStatus(err)
 			}
-			resp, err := s.fwd.forward(ctx, addr, method, req)
-			switch {
-			case errors.Is(err, errNoForward):
-				s.log.Debug("not forwarding to the leader", "group", g, "leader", addr, "err", err)
-				return nil, notLeader(addr, known)
-			case err != nil:
-				return nil, err // the leader's answer, its status as it is
-			}
-			transport.ReadAfter(b, resp.index) // the caller reads its own write here
-			return resp.reply, nil
 		}
 	}
-	resp, err := handler(withGroup(ctx, b, g), req)
-	if err != nil {
-		return nil, err
+	var settled *service.Settled
+	if leaderOnly[info.FullMethod] && forwarded(ctx) {
+		ctx, settled = service.WithSettled(ctx)
 	}
-	if leaderOnly[method] && forwarded(ctx) {
-		s.settleForwarded(ctx, b)
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, asStatus(err)
+	}
+	if settled != nil && settled.Index > 0 {
+		// The leader's answer to a call a follower forwarded: the index
+		// the follower's reads then wait for.
+		if err := grpc.SetHeader(ctx, metadata.Pairs(appliedIndexKey, strconv.FormatUint(settled.Index, 10))); err != nil {
+			s.log.Debug("setting the applied index of a forwarded call", "err", err)
+		}
 	}
 	return resp, nil
 }
 
-// settleForwarded sends, on the leader's answer to a call a follower
-// forwarded, the index this node had applied, in b's group, once
-// everything it answered was (transport.AppliedIndexHeader, as metadata).
-func (s *Server) settleForwarded(ctx context.Context, b transport.Backend) {
-	index, ok, err := transport.SettledIndex(ctx, b)
+// groupNamed returns the one group a call only the leader answers is
+// about, before it is validated: with one group, group 0; else the group
+// of its topic or message id (a malformed id: group 0), or of the topics
+// of an enqueue all of one group. ok is false for a call of many groups
+// (or whose group is the router's to find after validation).
+func (s *Server) groupNamed(req any) (g int, ok bool) {
+	if s.svc.Count() == 1 {
+		return 0, true
+	}
+	switch r := req.(type) {
+	case *pb.EnqueueRequest:
+		for i, m := range r.GetMessages() {
+			if mg := s.svc.GroupOfTopic(m.GetTopic()); i == 0 {
+				g = mg
+			} else if mg != g {
+				return 0, false
+			}
+		}
+		return g, true
+	case *pb.RescheduleRequest:
+		return s.idGroup(r.GetId())
+	case *pb.CancelRequest:
+		if r.GetId() != "" || r.GetTopic() == "" {
+			return s.idGroup(r.GetId())
+		}
+		return s.svc.GroupOfTopic(r.GetTopic()), true
+	case *pb.ReserveRequest:
+		return s.svc.GroupOfTopic(r.GetTopic()), true
+	case *pb.RedriveRequest:
+		return s.svc.GroupOfTopic(r.GetTopic()), true
+	}
+	return 0, false
+}
+
+// idGroup is the group a raw message id names: a malformed id is group
+// 0's to refuse, and one of a group the cluster does not have the
+// router's (ok false).
+func (s *Server) idGroup(raw string) (int, bool) {
+	id, err := wheel.ParseID(raw)
 	if err != nil {
-		s.log.Debug("answering a forwarded call without an applied index", "err", err)
+		return 0, true
 	}
-	if !ok {
-		return
-	}
-	if err := grpc.SetHeader(ctx, metadata.Pairs(appliedIndexKey, strconv.FormatUint(index, 10))); err != nil {
-		s.log.Debug("setting the applied index of a forwarded call", "err", err)
-	}
+	g, err := s.svc.GroupOfID("id", id)
+	return g, err == nil
 }
 
 // authorization is the caller's authorization metadata.
@@ -281,3 +291,14 @@ func authorization(ctx context.Context) string {
 }
 
 func (s *Server) nowMs() int64 { return s.cfg.Clock().UnixMilli() }
+
+// ready reports whether every group is ready and none counts this node
+// removed.
+func (s *Server) ready() bool {
+	for g := range s.svc.Count() {
+		if b := s.svc.Group(g); b.Ready() != nil || b.Removed() != nil {
+			return false
+		}
+	}
+	return true
+}

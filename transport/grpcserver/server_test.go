@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
@@ -235,6 +237,41 @@ func TestErrorCodes(t *testing.T) {
 	}
 }
 
+// TestEnqueueRefusesUnsendableHeaders: a header HTTP cannot carry, or one
+// the HTTP client sets itself, is refused at enqueue as over HTTP, naming
+// it, and nothing is stored; a token sent without its scheme is told so.
+func TestEnqueueRefusesUnsendableHeaders(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, nil))
+	ctx := authed(t.Context(), token)
+	for _, tc := range []struct{ name, value, want string }{
+		{"X A", "v", `messages[1].headers["X A"]: name is not an HTTP token`},
+		{"X-A:", "v", `messages[1].headers["X-A:"]: name is not an HTTP token`},
+		{"X-A", "a\r\nInjected: 1", `messages[1].headers["X-A"]: value holds a character HTTP does not allow`},
+		{"X-A", "a\nb", `messages[1].headers["X-A"]: value holds`},
+		{"X-A", "a\x00b", `messages[1].headers["X-A"]: value holds`},
+		{"Host", "example.com", `messages[1].headers["Host"]: name is reserved`},
+		{"content-length", "5", `messages[1].headers["content-length"]: name is reserved`},
+		{"Transfer-Encoding", "chunked", `messages[1].headers["Transfer-Encoding"]: name is reserved`},
+		{"CONNECTION", "close", `messages[1].headers["CONNECTION"]: name is reserved`},
+		{"Trailer", "X", `messages[1].headers["Trailer"]: name is reserved`},
+	} {
+		_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{
+			{Topic: "t", Headers: map[string]string{"X-Ok": "v"}},
+			{Topic: "t", Headers: map[string]string{"X-Ok": "v", tc.name: tc.value}},
+		}})
+		wantCode(t, fmt.Sprintf("header %q: %q", tc.name, tc.value), err, codes.InvalidArgument, tc.want)
+	}
+	if tp := get(c.Topics(ctx, &pb.TopicsRequest{}))(t, "topics"); len(tp.Topics) != 0 {
+		t.Fatalf("refused enqueues stored %v", tp.Topics)
+	}
+	_, err := c.Topics(metadata.AppendToOutgoingContext(t.Context(), "authorization", token), &pb.TopicsRequest{})
+	st := wantCode(t, "token without its scheme", err, codes.Unauthenticated, `authorization: expected "Bearer <token>"`)
+	if strings.Contains(st.Message(), token) {
+		t.Fatalf("the refusal echoes the token: %q", st.Message())
+	}
+}
+
 // callsCounted is the count of calls of method answered with code.
 func callsCounted(t *testing.T, reg *prometheus.Registry, method, code string) float64 {
 	t.Helper()
@@ -353,16 +390,24 @@ func TestAuthOnEveryCall(t *testing.T) {
 
 func TestFollower(t *testing.T) {
 	t.Parallel() // a cluster spends its start waiting for an election
-	cl := transporttest.StartCluster(t, 3, transporttest.Options{})
+	// Each node records the gRPC address it listens on.
+	lns := map[string]net.Listener{}
+	for i := range 3 {
+		lns[fmt.Sprintf("n%d", i+1)] = transporttest.ListenGRPC(t)
+	}
+	cl := transporttest.StartCluster(t, 3, transporttest.Options{Replication: func(c *replication.Config) {
+		c.GRPCAddr = lns[c.ID].Addr().String()
+	}})
 	leader, f := cl.Leader(), cl.Follower()
-	lconn := serveGRPC(t, leader, nil, nil)
-	lc := pb.NewDelaywheelClient(lconn)
+	laddr, _ := transporttest.ServeGRPCOn(t, lns[leader.ID], leader.Node, grpcserver.Config{
+		HTTP: transport.Config{Clock: leader.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond})
+	lc := pb.NewDelaywheelClient(dial(t, laddr))
 	fc := pb.NewDelaywheelClient(serveGRPC(t, f, nil, nil))
 	ctx := authed(t.Context(), token)
 	res := get(lc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", DelayMs: proto64(1000)}}}))(t, "enqueue at the leader")
 
-	// Without a way to find the leader's gRPC address, a follower answers
-	// the leader's calls NOT_LEADER, naming the leader's HTTP address.
+	// A follower that does not forward answers the leader's calls
+	// NOT_LEADER, naming the leader's HTTP address.
 	_, err := fc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
 	st := wantCode(t, "enqueue at a follower", err, codes.Unavailable, "not the leader")
 	info := errorInfo(st)
@@ -383,24 +428,16 @@ func TestFollower(t *testing.T) {
 		t.Fatalf("cluster %v", v)
 	}
 
-	// A follower that finds the leader's gRPC address forwards to it; the
-	// leader's refusals come back as they are.
-	asked := make(chan string, 10)
-	fwd := pb.NewDelaywheelClient(serveGRPC(t, f, nil, func(c *grpcserver.Config) {
-		c.LeaderGRPC = func(_ context.Context, leaderHTTP, auth string) (string, error) {
-			asked <- auth
-			if leaderHTTP != leader.Addr {
-				return "", fmt.Errorf("no leader at %s", leaderHTTP)
-			}
-			return lconn.Target(), nil
-		}
-	}))
+	// A follower that forwards finds the leader's gRPC address in its
+	// member record and forwards to it; the leader's refusals come back
+	// as they are.
+	if m, _, _ := f.Node.Leader(); m.GRPCAddr != laddr {
+		t.Fatalf("the follower's record of the leader: %+v; want gRPC at %s", m, laddr)
+	}
+	fwd := pb.NewDelaywheelClient(serveGRPC(t, f, nil, func(c *grpcserver.Config) { c.Forward = true }))
 	fres := get(fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t", Key: "k"}}}))(t, "enqueue forwarded")
 	if len(fres.Results) != 1 || fres.Results[0].Duplicate {
 		t.Fatalf("forwarded enqueue %v", fres)
-	}
-	if a := <-asked; a != "Bearer "+token {
-		t.Fatalf("the leader was asked with %q", a)
 	}
 	get(lc.Get(ctx, &pb.GetRequest{Id: fres.Results[0].Id}))(t, "the forwarded message at the leader")
 	// The follower answers a forwarded write once it holds it: the caller

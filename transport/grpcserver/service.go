@@ -7,6 +7,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -16,11 +17,11 @@ import (
 
 // Enqueue schedules a batch of messages.
 func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
-	msgs, err := transport.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())
+	msgs, err := service.ValidateEnqueueProto(req, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.be(ctx).Enqueue(ctx, msgs)
+	res, err := s.svc.Enqueue(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -35,11 +36,15 @@ func (s *Server) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.Enque
 
 // Get returns a pending message.
 func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, error) {
-	id, err := transport.ParseID("id", req.GetId())
+	id, err := service.ParseID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.be(ctx).Get(ctx, id)
+	b, err := s.byID(id)
+	if err != nil {
+		return nil, err
+	}
+	v, err := b.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -54,20 +59,20 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	var err error
 	switch {
 	case req.GetId() != "" && (req.GetTopic() != "" || req.GetKey() != ""):
-		err = transport.Invalid("topic, key: must be empty when cancelling by id (cancel by id, or by topic and key)")
+		err = service.Invalid("topic, key: must be empty when cancelling by id (cancel by id, or by topic and key)")
 	case req.GetTopic() == "" && req.GetKey() != "":
-		err = transport.Invalid("topic: required to cancel by key (cancel by id, or by topic and key)")
+		err = service.Invalid("topic: required to cancel by key (cancel by id, or by topic and key)")
 	case req.GetTopic() == "":
-		c.ID, err = transport.ParseID("id", req.GetId())
+		c.ID, err = service.ParseID("id", req.GetId())
 	default:
-		if err = transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
-			c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), transport.ValidateKey(req.GetKey(), s.cfg.Limits)
+		if err = service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err == nil {
+			c.Topic, c.Key, err = req.GetTopic(), req.GetKey(), service.ValidateKey(req.GetKey(), s.cfg.Limits)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.be(ctx).Cancel(ctx, c)
+	id, err := s.svc.Cancel(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -76,15 +81,15 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 
 // Reschedule moves a delayed or ready message.
 func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb.RescheduleResponse, error) {
-	id, err := transport.ParseID("id", req.GetId())
+	id, err := service.ParseID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
-	at, err := transport.ValidateReschedule(req.DelayMs, req.DeliverAtMs, s.cfg.Limits, s.nowMs())
+	at, err := service.ValidateReschedule(req.DelayMs, req.DeliverAtMs, s.cfg.Limits, s.nowMs())
 	if err != nil {
 		return nil, err
 	}
-	got, err := s.be(ctx).Reschedule(ctx, id, at)
+	got, err := s.svc.Reschedule(ctx, id, at)
 	if err != nil {
 		return nil, err
 	}
@@ -93,18 +98,20 @@ func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb
 
 // Reserve leases due messages of a topic, waiting up to wait_ms.
 func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
-	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
 	r := api.ReserveRequest{WaitMs: req.GetWaitMs(), TTRMs: req.TtrMs}
 	if req.Max != nil {
 		r.Max = api.Ptr(int(req.GetMax()))
 	}
-	n, waitMs, ttrMs, err := transport.ValidateReserve(r, s.cfg.Limits)
+	n, waitMs, ttrMs, err := service.ValidateReserve(r, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
-	if waitMs > 0 {
+	// A long-poll takes a slot where it waits: at the leader, not at the
+	// follower that forwards it.
+	if waitMs > 0 && s.svc.Leads(s.svc.GroupOfTopic(req.GetTopic())) {
 		release, err := s.cfg.Slots.AcquireWaiter()
 		if err != nil {
 			return nil, err
@@ -115,7 +122,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := s.be(ctx).Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	ds, err := s.svc.Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
 	// A long-poll the shutdown cut short sends its client to another node.
 	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && caller.Err() == nil {
 		return nil, unavailable("this node is shutting down; retry on another node")
@@ -132,30 +139,28 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 
 // Ack finishes reserved messages.
 func (s *Server) Ack(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
-	return s.settle(ctx, req.GetReceipts(), s.be(ctx).Ack)
+	return s.settle(ctx, req.GetReceipts(), service.OpAck, 0)
 }
 
 // Nack returns reserved messages to delayed.
 func (s *Server) Nack(ctx context.Context, req *pb.NackRequest) (*pb.SettleResponse, error) {
-	if err := transport.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
+	if err := service.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, req.GetReceipts(), func(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-		return s.be(ctx).Nack(ctx, rs, req.GetDelayMs())
-	})
+	return s.settle(ctx, req.GetReceipts(), service.OpNack, req.GetDelayMs())
 }
 
 // Touch extends leases.
 func (s *Server) Touch(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
-	return s.settle(ctx, req.GetReceipts(), s.be(ctx).Touch)
+	return s.settle(ctx, req.GetReceipts(), service.OpTouch, 0)
 }
 
-func (s *Server) settle(ctx context.Context, list []string, do func(context.Context, []wheel.Receipt) (wheel.Counted, error)) (*pb.SettleResponse, error) {
-	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
+func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackDelayMs int64) (*pb.SettleResponse, error) {
+	rs, err := service.ParseReceipts(list, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
-	c, err := do(ctx, rs)
+	c, err := s.svc.Settle(ctx, "receipts", op, rs, nackDelayMs)
 	if err != nil {
 		return nil, err
 	}
@@ -164,13 +169,10 @@ func (s *Server) settle(ctx context.Context, list []string, do func(context.Cont
 
 // Topics lists every topic's counts, of every group.
 func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsResponse, error) {
-	var ts []wheel.TopicCounts
-	var err error
-	if s.grouped == nil {
-		ts, err = s.b.Topics(ctx)
-	} else {
-		ts, err = transport.MergedTopics(ctx, s.grouped)
+	if _, err := s.svc.Local(0); err != nil {
+		return nil, err
 	}
+	ts, err := s.svc.Topics(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -183,14 +185,18 @@ func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsRes
 
 // DeadLetters lists a topic's dead messages.
 func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*pb.DeadLettersResponse, error) {
-	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
-	limit, err := transport.ValidateDeadLimit(req.Limit, s.cfg.Limits)
+	limit, err := service.ValidateDeadLimit(req.Limit, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
-	vs, err := s.be(ctx).Dead(ctx, req.GetTopic(), limit)
+	b, err := s.svc.Local(s.svc.GroupOfTopic(req.GetTopic()))
+	if err != nil {
+		return nil, err
+	}
+	vs, err := b.Dead(ctx, req.GetTopic(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -205,20 +211,20 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 // every one of the topic's. An empty list without all names none, as
 // HTTP's "ids": [] does.
 func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.RedriveResponse, error) {
-	if err := transport.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", req.GetTopic(), s.cfg.Limits); err != nil {
 		return nil, err
 	}
 	switch {
 	case req.GetAll() && len(req.GetIds()) > 0:
-		return nil, transport.Invalid("ids: %d given with all set; send either the ids or all", len(req.GetIds()))
+		return nil, service.Invalid("ids: %d given with all set; send either the ids or all", len(req.GetIds()))
 	case !req.GetAll() && len(req.GetIds()) == 0:
 		return &pb.RedriveResponse{}, nil
 	}
-	ids, err := transport.ParseIDs(req.GetIds(), s.cfg.Limits)
+	ids, err := service.ParseIDs(req.GetIds(), s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.be(ctx).Redrive(ctx, req.GetTopic(), ids)
+	n, err := s.svc.Redrive(ctx, req.GetTopic(), ids)
 	if err != nil {
 		return nil, err
 	}
@@ -227,10 +233,11 @@ func (s *Server) Redrive(ctx context.Context, req *pb.RedriveRequest) (*pb.Redri
 
 // Wheel describes the timing wheel of a group.
 func (s *Server) Wheel(ctx context.Context, req *pb.WheelRequest) (*pb.WheelResponse, error) {
-	if err := transport.ValidateGroup(int(req.GetGroup()), s.groups); err != nil {
+	b, err := s.groupOf(int(req.GetGroup()))
+	if err != nil {
 		return nil, err
 	}
-	w, err := s.be(ctx).Wheel(ctx)
+	w, err := b.Wheel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -245,13 +252,14 @@ func (s *Server) Wheel(ctx context.Context, req *pb.WheelRequest) (*pb.WheelResp
 
 // Slot describes one slot of the wheel of a group.
 func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotResponse, error) {
-	if err := transport.ValidateGroup(int(req.GetGroup()), s.groups); err != nil {
+	b, err := s.groupOf(int(req.GetGroup()))
+	if err != nil {
 		return nil, err
 	}
-	if err := transport.ValidateSlot(int(req.GetSlot())); err != nil {
+	if err := service.ValidateSlot(int(req.GetSlot())); err != nil {
 		return nil, err
 	}
-	si, err := s.be(ctx).Slot(ctx, int(req.GetSlot()), req.GetRecords())
+	si, err := b.Slot(ctx, int(req.GetSlot()), req.GetRecords())
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +274,9 @@ func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotRespons
 
 // Cluster returns the leader's view of the members, and every group.
 func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.ClusterResponse, error) {
+	if _, err := s.svc.Local(0); err != nil {
+		return nil, err
+	}
 	c, err := s.cluster(ctx, authorization(ctx))
 	if err != nil {
 		return nil, err
@@ -285,4 +296,22 @@ func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.Cluster
 func viewOf(v wheel.View) *pb.MessageView {
 	return &pb.MessageView{Id: v.ID.String(), Topic: v.Topic, State: v.State.String(), DeliverAtMs: v.DeliverAtMs,
 		EnqueuedMs: v.EnqueuedMs, Attempts: v.Attempts, Key: v.Key, Priority: v.Priority, Headers: v.Headers, Body: v.Body}
+}
+
+// byID returns the backend of the group id names, to read from.
+func (s *Server) byID(id wheel.ID) (transport.Backend, error) {
+	g, err := s.svc.GroupOfID("id", id)
+	if err != nil {
+		return nil, err
+	}
+	return s.svc.Local(g)
+}
+
+// groupOf returns the backend of group g, given as field group, to read
+// from.
+func (s *Server) groupOf(g int) (transport.Backend, error) {
+	if err := s.svc.CheckGroup(g); err != nil {
+		return nil, err
+	}
+	return s.svc.Local(g)
 }

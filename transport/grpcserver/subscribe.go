@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -23,7 +24,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if err != nil {
 		return err // the client went away before it asked for anything
 	}
-	if err := transport.ValidateTopic("topic", first.GetTopic(), s.cfg.Limits); err != nil {
+	if err := service.ValidateTopic("topic", first.GetTopic(), s.cfg.Limits); err != nil {
 		return err
 	}
 	var window *int64
@@ -31,19 +32,16 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		window = new(int64)
 		*window = int64(first.GetMaxInflight())
 	}
-	opt, err := transport.ValidateStream(window, first.TtrMs, s.cfg.Limits)
+	opt, err := service.ValidateStream(window, first.TtrMs, s.cfg.Limits)
 	if err != nil {
 		return err
 	}
 	// On a node of many groups, the stream is its topic's group's, and
 	// only that group's leader streams it.
-	g, b := 0, s.b
-	if s.grouped != nil {
-		g = wheel.GroupOf(first.GetTopic(), s.groups)
-		b = s.group(g)
-		if err := b.Removed(); err != nil {
-			return unavailable(err.Error())
-		}
+	g := s.svc.GroupOfTopic(first.GetTopic())
+	b, err := s.svc.Local(g)
+	if err != nil {
+		return err
 	}
 	firstSettle, err := s.checkSettlement(first, g)
 	if err != nil {
@@ -54,15 +52,16 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		return err
 	}
 	defer release()
-	if addr, isLeader, known := b.LeaderHTTP(); !isLeader {
-		// A follower passes the stream on to the leader when it can find
-		// the leader's gRPC API, as the HTTP stream is passed on.
+	if m, isLeader, known := b.Leader(); !isLeader {
+		// A follower passes the stream on to the leader when its member
+		// record holds its gRPC address, as the HTTP stream is passed on.
+		addr := m.HTTPAddr
 		if !known {
 			return notLeader(addr, known)
 		}
-		err := s.fwd.subscribe(ss, first, addr, s.drain)
+		err := s.fwd.subscribe(ss, first, m.GRPCAddr, s.drain)
 		switch {
-		case errors.Is(err, errNoForward):
+		case errors.Is(err, service.ErrNoForward):
 			return notLeader(addr, known)
 		case s.drain.Err() != nil && caller.Err() == nil:
 			return unavailable("this node is shutting down; subscribe again at another node")
@@ -192,7 +191,7 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 		set.acks = rs
 	}
 	if len(req.GetNack()) > 0 {
-		if err := transport.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
+		if err := service.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
 			return settlement{}, err
 		}
 		rs, err := s.streamReceipts("nack", req.GetNack(), g)
@@ -207,13 +206,13 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 // streamReceipts parses the receipts list, given as field, that a stream
 // of group g settles.
 func (s *Server) streamReceipts(field string, list []string, g int) ([]wheel.Receipt, error) {
-	rs, err := transport.ParseReceipts(list, s.cfg.Limits)
-	if err != nil || s.grouped == nil {
+	rs, err := service.ParseReceipts(list, s.cfg.Limits)
+	if err != nil || s.svc.Count() == 1 {
 		return rs, err
 	}
 	for i, rc := range rs {
 		if rc.ID.Group() != g {
-			return nil, transport.Invalid("%s[%d]: receipt names group %d; this stream's topic is in group %d (settle it with Ack or Nack)",
+			return nil, service.Invalid("%s[%d]: receipt names group %d; this stream's topic is in group %d (settle it with Ack or Nack)",
 				field, i, rc.ID.Group(), g)
 		}
 	}
@@ -284,9 +283,9 @@ func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamH
 			return err
 		}
 	}
-	if s.grouped == nil {
-		if err := s.b.Removed(); err != nil {
-			return unavailable(err.Error())
+	if s.svc.Count() == 1 {
+		if _, err := s.svc.Local(0); err != nil {
+			return err
 		}
 	}
 	return handler(srv, ss)

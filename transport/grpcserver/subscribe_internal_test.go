@@ -53,8 +53,8 @@ func queued(sets ...settlement) <-chan settlement {
 // each, and their nacks follow in order with their own delays.
 func TestSettleAllAcksQueuedRequestsTogether(t *testing.T) {
 	b := &settleRecorder{}
-	s := &Server{cfg: transport.Config{}.WithDefaults(), b: b}
-	err := s.settleAll(t.Context(), s.b, queued(
+	s := &Server{cfg: transport.Config{}.WithDefaults()}
+	err := s.settleAll(t.Context(), b, queued(
 		settlement{acks: receipts(1)},
 		settlement{acks: receipts(2, 3), nacks: receipts(4), nackDelayMs: 5},
 		settlement{nacks: receipts(6), nackDelayMs: 7},
@@ -75,8 +75,8 @@ func TestSettleAllAcksQueuedRequestsTogether(t *testing.T) {
 // in calls of at most Limits.MaxBatch receipts, in order.
 func TestSettleAllKeepsAcksWithinTheBatchLimit(t *testing.T) {
 	b := &settleRecorder{}
-	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 2}}.WithDefaults(), b: b}
-	err := s.settleAll(t.Context(), s.b, queued(
+	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 2}}.WithDefaults()}
+	err := s.settleAll(t.Context(), b, queued(
 		settlement{acks: receipts(1)},
 		settlement{acks: receipts(2, 3)},
 		settlement{acks: receipts(4)},
@@ -100,8 +100,8 @@ func TestSettleAllKeepsAcksWithinTheBatchLimit(t *testing.T) {
 // with its error; nothing after it is settled.
 func TestSettleAllStopsAtAFailedAck(t *testing.T) {
 	b := &settleRecorder{ackErr: wheel.ErrNotLeader}
-	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 1}}.WithDefaults(), b: b}
-	err := s.settleAll(t.Context(), s.b, queued(settlement{acks: receipts(1, 2), nacks: receipts(3)}))
+	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 1}}.WithDefaults()}
+	err := s.settleAll(t.Context(), b, queued(settlement{acks: receipts(1, 2), nacks: receipts(3)}))
 	if !errors.Is(err, wheel.ErrNotLeader) {
 		t.Fatalf("err %v, want %v", err, wheel.ErrNotLeader)
 	}

@@ -15,10 +15,24 @@ import (
 // what Serve returned; at the end of the test an error fails it.
 func ServeGRPC(t testing.TB, b transport.Backend, cfg grpcserver.Config) (addr string, stop func() error) {
 	t.Helper()
+	return ServeGRPCOn(t, ListenGRPC(t), b, cfg)
+}
+
+// ListenGRPC listens on a free loopback port until the end of the test:
+// a node's gRPC address, known before the node starts and records it.
+func ListenGRPC(t testing.TB) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// ServeGRPCOn is ServeGRPC on ln.
+func ServeGRPCOn(t testing.TB, ln net.Listener, b transport.Backend, cfg grpcserver.Config) (addr string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- grpcserver.New(cfg, b).Serve(ctx, ln) }()

@@ -214,7 +214,7 @@ func wantCounts(t *testing.T, cl *client.Client, want api.TopicCounts) {
 	})
 }
 
-// lifecycle drives one topic through every state of API.md with cl.
+// lifecycle drives one topic through every state of the API with cl.
 func lifecycle(t *testing.T, cl *client.Client) {
 	ctx := ctxFor(t, 60*time.Second)
 	topic := uniqueTopic(t, "life")

@@ -7,7 +7,7 @@
 // The HTTP form is decoded strictly, as JSON is: an unknown field, a field
 // given twice or a wrong wire type is refused, naming the field.
 //
-// gRPC: the service below mirrors the HTTP API of API.md, with the same
+// gRPC: the service below mirrors the HTTP API (API.md, beside it), with the same
 // limits and validation, and errors mapped to status codes
 // (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED,
 // UNAVAILABLE, UNAUTHENTICATED). Send the token as "authorization: Bearer
