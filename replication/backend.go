@@ -296,6 +296,11 @@ func (n *Node) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (whe
 	return n.settled(ctx, wheel.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
 }
 
+// DeadLetter moves reserved messages to their topics' dead letters.
+func (n *Node) DeadLetter(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+	return n.settled(ctx, wheel.DeadLetter{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
+}
+
 // Touch extends leases.
 func (n *Node) Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
 	return n.counted(ctx, wheel.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})

@@ -70,6 +70,8 @@ func (t *tx) apply(c Command) Result {
 		return t.touch(c)
 	case Bury:
 		return t.bury(c)
+	case DeadLetter:
+		return t.deadLetter(c)
 	case Expire:
 		t.s.expiresSinceFlush++
 		t.expire(c.Before)
@@ -380,6 +382,16 @@ func (t *tx) bury(c Bury) Result {
 		n.Done++
 	}
 	return Result{Value: n}
+}
+
+// deadLetter moves held messages to the dead letters, as a nack of their
+// last attempt does.
+func (t *tx) deadLetter(c DeadLetter) Result {
+	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
+		t.unplace(m.ID, mt)
+		clearLease(m)
+		t.toDead(m, mt.TopicID, mt.State)
+	})
 }
 
 func (t *tx) redrive(c Redrive) Result {

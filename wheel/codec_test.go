@@ -35,6 +35,7 @@ var codecCommandTypes = []wheel.Command{
 	wheel.SetSchedule{},
 	wheel.DeleteSchedule{},
 	wheel.AdvanceSchedules{},
+	wheel.DeadLetter{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -112,7 +113,7 @@ func TestCodecEveryKindCovered(t *testing.T) {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
-	for k := wheel.KindSetSchedule; k <= wheel.KindAdvanceSchedules; k++ {
+	for k := wheel.KindSetSchedule; k <= wheel.KindDeadLetter; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}

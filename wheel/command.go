@@ -37,6 +37,8 @@ const (
 	// fields of KindSetNode and then that address. A SetNode without one
 	// keeps KindSetNode, so that its entry reads as it always did.
 	KindSetNodeGRPC CommandKind = 20
+	// KindDeadLetter moves a reserved message to its topic's dead letters.
+	KindDeadLetter CommandKind = 21
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -121,6 +123,15 @@ type Bury struct {
 	Receipts []Receipt
 }
 
+// DeadLetter moves reserved messages to their topics' dead letters at
+// once, whatever their attempts: a consumer's refusal of a message
+// (beanstalkd's bury). A receipt that no longer holds its message is
+// counted stale and changes nothing.
+type DeadLetter struct {
+	NowMs    int64
+	Receipts []Receipt
+}
+
 // Expire fires every slot whose second is before Before: their remaining
 // messages move to ready (or dead), and the files are deleted. The cursor
 // moves to Before.
@@ -167,6 +178,7 @@ func (c SetNode) Kind() CommandKind {
 }
 func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
 func (Bury) Kind() CommandKind       { return KindBury }
+func (DeadLetter) Kind() CommandKind { return KindDeadLetter }
 
 // Result is what applying one command produced: a value (for Schedule,
 // []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease, []bool
@@ -249,6 +261,9 @@ func EncodeCommands(cmds []Command) []byte {
 			e.varint(c.NowMs)
 			e.receipts(c.Receipts)
 		case Bury:
+			e.varint(c.NowMs)
+			e.receipts(c.Receipts)
+		case DeadLetter:
 			e.varint(c.NowMs)
 			e.receipts(c.Receipts)
 		case Expire:
@@ -335,6 +350,8 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, Touch{NowMs: d.varint(), Receipts: d.receipts()})
 		case KindBury:
 			cmds = append(cmds, Bury{NowMs: d.varint(), Receipts: d.receipts()})
+		case KindDeadLetter:
+			cmds = append(cmds, DeadLetter{NowMs: d.varint(), Receipts: d.receipts()})
 		case KindExpire:
 			cmds = append(cmds, Expire{Before: d.varint()})
 		case KindPromote:

@@ -106,6 +106,8 @@ type Store struct {
 	readyFloors readyFloors
 	// metas are the metas recent batches wrote (metacache.go).
 	metas *metaCache
+	// placed are the placements recent batches wrote (placedcache.go).
+	placed *placedCache
 	// scheds are the schedules recent batches wrote (schedulecache.go).
 	scheds *scheduleCache
 	// dueFloor is where DueSchedules starts reading (schedule.go).
@@ -176,7 +178,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
 		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{}, webhooks: map[string]Webhook{},
-		metas: newMetaCache(), scheds: newScheduleCache(),
+		metas: newMetaCache(), placed: newPlacedCache(), scheds: newScheduleCache(),
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
 		return nil, fmt.Errorf("store dir: %w", err)
