@@ -261,21 +261,8 @@ func (h *History) Undelivered() int {
 	return n
 }
 
-// DeliveryCount is the number of deliveries recorded.
-func (h *History) DeliveryCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.deliveries)
-}
-
-// FirstDeliveryAfter returns the earliest receive time of a delivery
-// received after ms.
-func (h *History) FirstDeliveryAfter(ms int64) (int64, bool) {
-	return h.FirstGroupDeliveryAfter(ms, -1)
-}
-
-// FirstGroupDeliveryAfter is FirstDeliveryAfter of the messages of group g
-// only (-1: any group).
+// FirstGroupDeliveryAfter returns the earliest receive time of a delivery
+// received after ms, of the messages of group g only (-1: any group).
 func (h *History) FirstGroupDeliveryAfter(ms int64, g int) (int64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
