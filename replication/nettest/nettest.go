@@ -82,7 +82,7 @@ func Logger(t testing.TB) *slog.Logger {
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Logf("%s", p)
+	w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
 

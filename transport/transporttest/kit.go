@@ -3,10 +3,8 @@ package transporttest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,7 +191,7 @@ func StartJoiner(t testing.TB, id string, o Options) *Node {
 	kn.Addr = kn.srv.Listener.Addr().String()
 	cfg := replication.Config{
 		ID: id, DataDir: t.TempDir(), RaftAddr: kn.RaftAddr, HTTPAddr: kn.Addr, Join: "unused:1",
-		Logger: testLogger(t), Clock: o.Clock, RedeliveryBackoff: -1,
+		Logger: nettest.Logger(t), Clock: o.Clock, RedeliveryBackoff: -1,
 	}
 	if o.Replication != nil {
 		o.Replication(&cfg)
@@ -214,7 +212,7 @@ func StartJoiner(t testing.TB, id string, o Options) *Node {
 
 // serve starts kn's HTTP server in front of node.
 func serve(t testing.TB, kn *Node, node transport.Backend, o Options) {
-	cfg := transport.Config{Clock: o.Clock.Now, Logger: testLogger(t)}
+	cfg := transport.Config{Clock: o.Clock.Now, Logger: nettest.Logger(t)}
 	if o.Server != nil {
 		o.Server(&cfg)
 	}
@@ -262,17 +260,6 @@ func (c *Cluster) node(rn *replication.Node) *Node {
 		}
 	}
 	panic("transporttest: a node the kit did not start")
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }
 
 // Subscriber is what Receive reads: a subscription of the Go client, over
