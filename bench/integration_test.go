@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,9 +39,22 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	testBinary, buildErr = BuildBinary(ctx, ".", dir)
+	testBinary, buildErr = buildBinary(ctx, ".", dir)
 	cancel()
 	return m.Run()
+}
+
+// buildBinary builds the delaywheel server binary from the module that
+// contains dir (any directory inside the repository) into outDir and returns
+// its path.
+func buildBinary(ctx context.Context, dir, outDir string) (string, error) {
+	out := filepath.Join(outDir, "delaywheel")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/delaywheel/delaywheel/cmd/delaywheel")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/delaywheel: %w: %s", err, strings.TrimSpace(string(b)))
+	}
+	return out, nil
 }
 
 // TestSpawnedDelaywheel runs enqueue and fire against a single node spawned

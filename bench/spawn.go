@@ -257,19 +257,6 @@ func dirSize(dir string) (int64, error) {
 	return n, nil
 }
 
-// BuildBinary builds the delaywheel server binary from the module that
-// contains dir (any directory inside the repository) into outDir and returns
-// its path.
-func BuildBinary(ctx context.Context, dir, outDir string) (string, error) {
-	out := filepath.Join(outDir, "delaywheel")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/delaywheel/delaywheel/cmd/delaywheel")
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/delaywheel: %w: %s", err, strings.TrimSpace(string(b)))
-	}
-	return out, nil
-}
-
 // mkdirAll creates dir and its parents.
 func mkdirAll(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -32,7 +32,7 @@ func (n *Node) Leader() (m wheel.Node, isLeader, known bool) {
 		return wheel.Node{}, false, false
 	}
 	if string(id) == n.cfg.ID {
-		return n.cfg.self(), n.raft.State() == raft.Leader, true
+		return n.cfg.Self(), n.raft.State() == raft.Leader, true
 	}
 	for _, m := range n.store().Nodes() {
 		if m.ID == string(id) && m.HTTPAddr != "" {

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"bytes"
@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 func TestBackupRestoreRoundTrip(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
 	ctx := context.Background()
 	var ids []wheel.ID
@@ -50,14 +53,14 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	wantTopics, _ := n.Topics(ctx)
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	raftAddr := FreeAddr(t)
+	raftAddr := nettest.FreeAddr(t)
 	if _, err := RestoreBackup(bytes.NewReader(buf.Bytes()), dir, "r1", raftAddr); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	if _, err := RestoreBackup(bytes.NewReader(buf.Bytes()), dir, "r1", raftAddr); err == nil {
 		t.Fatal("restore into a used data dir must fail")
 	}
-	rc := StartTestCluster(t, Config{ID: "r1", DataDir: dir, RaftAddr: raftAddr, RedeliveryBackoff: -1})
+	rc := repltest.StartCluster(t, Config{ID: "r1", DataDir: dir, RaftAddr: raftAddr, RedeliveryBackoff: -1})
 	rn := rc.Leader().Node
 	for _, id := range ids {
 		v, err := rn.Get(ctx, id)

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"archive/tar"
@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -37,7 +39,7 @@ func groupsBackup(t *testing.T, gs *Groups) []byte {
 // group's messages, under their ids, and goes on with ids of its own.
 func TestGroupsBackupRestore(t *testing.T) {
 	const groups = 3
-	c := NewTestGroupsCluster(t, 1, groups, nil)
+	c := repltest.NewGroupsCluster(t, 1, groups, nil)
 	gs := c.Nodes[0].Groups
 	ctx := context.Background()
 	want := map[wheel.ID]wheel.View{}
@@ -53,12 +55,12 @@ func TestGroupsBackupRestore(t *testing.T) {
 		}
 	}
 	data := groupsBackup(t, gs)
-	if !isGroupsArchive(bufio.NewReader(bytes.NewReader(data))) {
+	if !IsGroupsArchive(bufio.NewReader(bytes.NewReader(data))) {
 		t.Fatal("the backup of three groups is not a groups archive")
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	cfg := Config{ID: "r1", DataDir: dir, RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t), RedeliveryBackoff: -1}
+	cfg := Config{ID: "r1", DataDir: dir, RaftAddr: nettest.FreeAddr(t), HTTPAddr: nettest.FreeAddr(t), RedeliveryBackoff: -1}
 	res, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr)
 	if err != nil {
 		t.Fatalf("restore: %v", err)
@@ -71,14 +73,14 @@ func TestGroupsBackupRestore(t *testing.T) {
 			t.Fatalf("group %d's snapshot: %v", g, err)
 		}
 	}
-	if n, err := storedGroupCount(dir); err != nil || n != groups {
+	if n, err := StoredGroupCount(dir); err != nil || n != groups {
 		t.Fatalf("the restored dir's group count: %d, %v", n, err)
 	}
 	if _, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
 		t.Fatalf("a second restore into the dir: %v", err)
 	}
 
-	rc := StartTestGroupsCluster(t, groups, cfg)
+	rc := repltest.StartGroupsCluster(t, groups, cfg)
 	rgs := rc.Nodes[0].Groups
 	for id, v := range want {
 		n, err := rgs.ForID(id)
@@ -105,7 +107,7 @@ func TestGroupsBackupRestore(t *testing.T) {
 func entryOffsets(t *testing.T, data []byte) []int {
 	t.Helper()
 	var offs []int
-	for off := 0; off+tarBlock <= len(data); {
+	for off := 0; off+TarBlock <= len(data); {
 		h, err := tar.NewReader(bytes.NewReader(data[off:])).Next()
 		if errors.Is(err, io.EOF) {
 			break
@@ -114,7 +116,7 @@ func entryOffsets(t *testing.T, data []byte) []int {
 			t.Fatalf("entry at %d: %v", off, err)
 		}
 		offs = append(offs, off)
-		off += tarBlock + int((h.Size+tarBlock-1)/tarBlock*tarBlock)
+		off += TarBlock + int((h.Size+TarBlock-1)/TarBlock*TarBlock)
 	}
 	return offs
 }
@@ -160,7 +162,7 @@ func rewriteArchive(t *testing.T, data []byte, edit func(name string, body []byt
 // data dir as it found it.
 func TestGroupsRestoreErrors(t *testing.T) {
 	const groups = 3
-	c := NewTestGroupsCluster(t, 1, groups, nil)
+	c := repltest.NewGroupsCluster(t, 1, groups, nil)
 	gs := c.Nodes[0].Groups
 	for g, topic := range topicsOfGroups(groups) {
 		enqueue(t, gs.Node(g), msg(topic, "x", time.Hour))
@@ -183,15 +185,15 @@ func TestGroupsRestoreErrors(t *testing.T) {
 		data []byte
 		want string
 	}{
-		{"cut in the manifest", data[:offs[0]+tarBlock+10], "cut short or damaged"},
-		{"cut in group 2", data[:offs[3]+tarBlock+1000], "group 2 of 3: "},
+		{"cut in the manifest", data[:offs[0]+TarBlock+10], "cut short or damaged"},
+		{"cut in group 2", data[:offs[3]+TarBlock+1000], "group 2 of 3: "},
 		{"cut before group 2", data[:offs[3]], "group 2 is missing"},
-		{"group 1 dropped", replace(groupEntryName(1), nil), "group 1 is missing"},
-		{"group 1 garbled", replace(groupEntryName(1), bytes.Repeat([]byte{0xa5}, 2048)), "group 1 of 3: "},
-		{"newer format", replace(groupsManifestName, []byte(`{"format":"delaywheel-groups-backup","version":2,"groups":3}`)), "format version 2, newer than"},
-		{"bad manifest", replace(groupsManifestName, []byte(`{"format":`)), "manifest is not valid JSON"},
+		{"group 1 dropped", replace(GroupEntryName(1), nil), "group 1 is missing"},
+		{"group 1 garbled", replace(GroupEntryName(1), bytes.Repeat([]byte{0xa5}, 2048)), "group 1 of 3: "},
+		{"newer format", replace(GroupsManifestName, []byte(`{"format":"delaywheel-groups-backup","version":2,"groups":3}`)), "format version 2, newer than"},
+		{"bad manifest", replace(GroupsManifestName, []byte(`{"format":`)), "manifest is not valid JSON"},
 		{"entry after the last group", rewriteArchive(t, data, func(n string, body []byte) []byte {
-			if n == groupsManifestName {
+			if n == GroupsManifestName {
 				return []byte(`{"format":"delaywheel-groups-backup","version":1,"groups":2}`)
 			}
 			return body
@@ -214,8 +216,8 @@ func TestGroupsRestoreErrors(t *testing.T) {
 	}
 
 	// A data dir that holds a node, of one group or of many, is refused.
-	one := NewTestCluster(t, 1, nil).Nodes[0].Cfg.DataDir
-	for _, dir := range []string{one, gs.Node(0).cfg.DataDir, filepath.Dir(gs.Node(0).cfg.DataDir)} {
+	one := repltest.NewCluster(t, 1, nil).Nodes[0].Cfg.DataDir
+	for _, dir := range []string{one, gs.Node(0).Cfg().DataDir, filepath.Dir(gs.Node(0).Cfg().DataDir)} {
 		if _, err := Restore(bytes.NewReader(data), dir, "r1", "127.0.0.1:1"); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
 			t.Errorf("restore into %s: %v", dir, err)
 		}
@@ -224,57 +226,4 @@ func TestGroupsRestoreErrors(t *testing.T) {
 	if _, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), "r1", "127.0.0.1:1"); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "archive of many groups") {
 		t.Errorf("RestoreBackup of an archive: %v", err)
 	}
-}
-
-// FuzzGroupsArchive: the archive reader takes any bytes without panicking,
-// hands out the groups in order and only after the manifest, reaches the
-// end only after the manifest's count of groups, and every error it
-// returns is an invalid-argument one.
-func FuzzGroupsArchive(f *testing.F) {
-	var buf bytes.Buffer
-	err := WriteGroupsBackup(&buf, 3, f.TempDir(), func(g int, w io.Writer) error {
-		_, err := fmt.Fprintf(w, "the backup of group %d", g)
-		return err
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	whole := buf.Bytes()
-	for _, cut := range []int{len(whole), len(whole) - 1024, 1200, 700, 100, 0} {
-		f.Add(whole[:cut])
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		isGroupsArchive(bufio.NewReaderSize(bytes.NewReader(data), tarBlock))
-		a, err := openGroupsArchive(bytes.NewReader(data))
-		if err != nil {
-			if !errors.Is(err, wheel.ErrInvalid) {
-				t.Fatalf("open: %v is not an invalid-argument error", err)
-			}
-			return
-		}
-		if a.groups < 1 || a.groups > wheel.MaxGroups {
-			t.Fatalf("the manifest's %d groups were accepted", a.groups)
-		}
-		for want := 0; ; want++ {
-			g, r, err := a.nextGroup()
-			if errors.Is(err, io.EOF) {
-				if want != a.groups {
-					t.Fatalf("the archive ended after %d of %d groups", want, a.groups)
-				}
-				return
-			}
-			if err == nil {
-				_, err = io.Copy(io.Discard, r)
-			}
-			if err != nil {
-				if !errors.Is(err, wheel.ErrInvalid) {
-					t.Fatalf("group %d: %v is not an invalid-argument error", want, err)
-				}
-				return
-			}
-			if g != want {
-				t.Fatalf("group %d handed out as the %dth", g, want)
-			}
-		}
-	})
 }

@@ -24,38 +24,38 @@ import (
 // timeout). Nothing else chooses leaders: elections pick any voter, and
 // the balancer moves leaderships back once their preferred voters answer.
 
-// balanceTiming is the balancer's timing; a zero field takes
+// BalanceTiming is the leadership balancer's timing; a zero field takes
 // defaultBalanceTiming's.
-type balanceTiming struct {
-	// every is how often the balancer looks at the groups it leads.
-	every time.Duration
-	// settle is how long a preferred voter must have answered every
+type BalanceTiming struct {
+	// Every is how often the balancer looks at the groups it leads.
+	Every time.Duration
+	// Settle is how long a preferred voter must have answered every
 	// heartbeat before leadership moves to it: longer than an RPC timeout,
 	// so that a voter that does not answer is seen failing first.
-	settle time.Duration
-	// retry is the least time between two transfers of one group, so a
+	Settle time.Duration
+	// Retry is the least time between two transfers of one group, so a
 	// transfer that fails (a voter that cannot catch up) is not retried
 	// at once, and a group's leadership never flaps.
-	retry time.Duration
+	Retry time.Duration
 }
 
-func defaultBalanceTiming() balanceTiming {
-	return balanceTiming{every: time.Second, settle: rpcTimeout + time.Second, retry: 5 * time.Second}
+func defaultBalanceTiming() BalanceTiming {
+	return BalanceTiming{Every: time.Second, Settle: rpcTimeout + time.Second, Retry: 5 * time.Second}
 }
 
 // withDefaults fills the fields left zero.
-func (b balanceTiming) withDefaults() balanceTiming {
+func (b BalanceTiming) withDefaults() BalanceTiming {
 	d := defaultBalanceTiming()
-	orDefault(&b.every, d.every)
-	orDefault(&b.settle, d.settle)
-	orDefault(&b.retry, d.retry)
+	orDefault(&b.Every, d.Every)
+	orDefault(&b.Settle, d.Settle)
+	orDefault(&b.Retry, d.Retry)
 	return b
 }
 
 // balancer runs the balancing loop over one node's groups.
 type balancer struct {
 	nodes  []*Node
-	timing balanceTiming
+	timing BalanceTiming
 	clock  wheel.Clock
 	log    *slog.Logger
 
@@ -65,12 +65,12 @@ type balancer struct {
 	wg       sync.WaitGroup
 }
 
-func newBalancer(nodes []*Node, timing balanceTiming, clock wheel.Clock, log *slog.Logger) *balancer {
+func newBalancer(nodes []*Node, timing BalanceTiming, clock wheel.Clock, log *slog.Logger) *balancer {
 	return &balancer{nodes: nodes, timing: timing.withDefaults(), clock: clock, log: log,
 		inFlight: make([]bool, len(nodes)), last: make([]time.Time, len(nodes))}
 }
 
-// run balances every timing.every until ctx is done, then waits for the
+// run balances every timing.Every until ctx is done, then waits for the
 // transfers under way.
 func (b *balancer) run(ctx context.Context) {
 	defer b.wg.Wait()
@@ -78,7 +78,7 @@ func (b *balancer) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-b.clock.After(b.timing.every):
+		case <-b.clock.After(b.timing.Every):
 		}
 		b.step(ctx)
 	}
@@ -93,7 +93,7 @@ func (b *balancer) step(ctx context.Context) {
 			continue
 		}
 		b.mu.Lock()
-		busy := b.inFlight[g] || (!b.last[g].IsZero() && now.Sub(b.last[g]) < b.timing.retry)
+		busy := b.inFlight[g] || (!b.last[g].IsZero() && now.Sub(b.last[g]) < b.timing.Retry)
 		b.mu.Unlock()
 		if busy {
 			continue
@@ -107,7 +107,7 @@ func (b *balancer) step(ctx context.Context) {
 			continue
 		}
 		since, answering := n.peers.answeringSince(to.ID)
-		if !answering || now.Sub(since) < b.timing.settle {
+		if !answering || now.Sub(since) < b.timing.Settle {
 			continue
 		}
 		b.mu.Lock()

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -15,7 +16,7 @@ import (
 // single-node cluster: batches of 100 messages with 100-byte bodies from 8
 // producers.
 func BenchmarkEnqueue(b *testing.B) {
-	c := NewTestCluster(b, 1, nil)
+	c := repltest.NewCluster(b, 1, nil)
 	n := c.Leader().Node
 	body := []byte(strings.Repeat("x", 100))
 	const producers, batch = 8, 100

@@ -1,10 +1,9 @@
-package replication
+package replication_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,15 +12,18 @@ import (
 	"github.com/hashicorp/raft"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/delaywheel/delaywheel/replication/raftlog"
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // answeredAtCommit is how many enqueues the node answered at commit.
 func answeredAtCommit(t *testing.T, n *Node) uint64 {
 	t.Helper()
 	var m dto.Metric
-	if err := n.met.answered.Write(&m); err != nil {
+	if err := n.Answered().Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
@@ -67,17 +69,17 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			// keep the enqueue's batch (and so its answer, on three nodes)
 			// queued behind it.
 			holds := map[string]*applyHold{}
-			c := NewTestCluster(t, size, func(cfg *Config) {
-				cfg.Clock = wheel.NewFakeClock(time.Now())
+			c := repltest.NewCluster(t, size, func(cfg *Config) {
+				cfg.Clock = wheeltest.NewFakeClock(time.Now())
 				h := holds[cfg.ID]
 				if h == nil {
 					h = &applyHold{}
 					holds[cfg.ID] = h
 				}
-				cfg.beforeApply = h.wait
+				SetBeforeApply(cfg, h.wait)
 			})
 			n := c.Leader().Node
-			hold := holds[n.cfg.ID]
+			hold := holds[n.Cfg().ID]
 			ctx := context.Background()
 			now := time.Now().UnixMilli()
 			msgs := []wheel.NewMessage{
@@ -88,7 +90,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 
 			// Every node's address is recorded first: a SetNode logged after
 			// the hold would keep the enqueue's batch queued behind it.
-			WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
+			nettest.WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
 				for _, tn := range c.Nodes {
 					if !tn.Node.HasSelf() {
 						return false
@@ -98,13 +100,13 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			})
 			// Hold the leader's state machine: nothing logged from here on
 			// can be applied.
-			mark := n.raft.LastIndex()
+			mark := n.Raft().LastIndex()
 			release := hold.after(mark)
 			defer release()
-			WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
-				return n.raft.AppliedIndex() >= mark
+			nettest.WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
+				return n.Raft().AppliedIndex() >= mark
 			})
-			before := n.store().AppliedIndex()
+			before := n.Store().AppliedIndex()
 			done := make(chan struct{})
 			var res []wheel.Enqueued
 			var err error
@@ -120,14 +122,14 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			if err != nil {
 				t.Fatalf("enqueue: %v", err)
 			}
-			if got := n.store().AppliedIndex(); got != before {
+			if got := n.Store().AppliedIndex(); got != before {
 				t.Fatalf("applied index moved from %d to %d while the state machine was held", before, got)
 			}
 			if got := answeredAtCommit(t, n); got != 1 {
 				t.Fatalf("%d enqueues answered at commit, want 1", got)
 			}
-			if n.solo.solo() != (size == 1) {
-				t.Fatalf("the log store says only voter %v in a cluster of %d", n.solo.solo(), size)
+			if n.Solo() != (size == 1) {
+				t.Fatalf("the log store says only voter %v in a cluster of %d", n.Solo(), size)
 			}
 			if res[1].DeliverAtMs != 0 {
 				t.Errorf("a due time in the past was answered as %d, want it clamped to 0", res[1].DeliverAtMs)
@@ -205,7 +207,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 func TestScheduledMatchesApply(t *testing.T) {
 	for _, group := range []int{0, 3} {
 		t.Run(fmt.Sprintf("group=%d", group), func(t *testing.T) {
-			c := NewTestCluster(t, 1, func(cfg *Config) { cfg.Store.Group = group })
+			c := repltest.NewCluster(t, 1, func(cfg *Config) { cfg.Store.Group = group })
 			n := c.Leader().Node
 			now := time.Now().UnixMilli()
 			msgs := []wheel.NewMessage{
@@ -214,11 +216,7 @@ func TestScheduledMatchesApply(t *testing.T) {
 				{Topic: "u", Body: []byte("c"), DeliverAtMs: wheel.MaxDueMs + 1},
 				{Topic: "t", Body: []byte("d"), DeliverAtMs: now + 10*3600_000},
 			}
-			p, err := n.submit(context.Background(), false, wheel.Schedule{NowMs: now, Messages: msgs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := p.wait()
+			res, err := n.SubmitWait(context.Background(), wheel.Schedule{NowMs: now, Messages: msgs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,168 +245,41 @@ func TestScheduledMatchesApply(t *testing.T) {
 	}
 }
 
-func configLog(index uint64, ids ...string) *raft.Log {
-	var c raft.Configuration
-	for _, id := range ids {
-		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(id)})
-	}
-	return &raft.Log{Index: index, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(c)}
-}
-
-// The log store answers proposals once they are durable only while the
-// latest configuration it stored has this node as the only voter.
-func TestLogStoreAnswersOnlySoloVoter(t *testing.T) {
-	dir := t.TempDir()
-	w, err := raftlog.Open(dir, raftlog.Options{SegmentBytes: raftlog.MinSegmentBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	commits := newCommitWaiters()
-	solo := &soloVoter{self: "n1"}
-	e := entries{LogStore: w, commits: commits, solo: solo}
-	next := uint64(1)
-	store := func(logs ...*raft.Log) {
-		t.Helper()
-		for _, l := range logs {
-			l.Index, l.Term = next, 1
-			next++
-		}
-		if err := e.StoreLogs(logs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ids := newProposalIDs()
-	cmd := func() (*raft.Log, <-chan uint64) {
-		id := ids.next()
-		return &raft.Log{Type: raft.LogCommand, Data: []byte{1, 2, 3}, Extensions: id[:]}, commits.add(id)
-	}
-	answered := func(ch <-chan uint64, want bool, what string) {
-		t.Helper()
-		select {
-		case i := <-ch:
-			if !want {
-				t.Fatalf("%s: answered at index %d", what, i)
-			}
-		default:
-			if want {
-				t.Fatalf("%s: not answered", what)
-			}
-		}
-	}
-
-	a, cha := cmd()
-	store(a)
-	answered(cha, false, "before any configuration is known")
-
-	b, chb := cmd()
-	store(configLog(0, "n1"), b)
-	answered(chb, true, "after a configuration of n1 alone")
-	if b.Index != 3 || commits.highest.Load() != 3 {
-		t.Fatalf("entry at %d, highest answered %d; want 3 and 3", b.Index, commits.highest.Load())
-	}
-
-	c1, chc1 := cmd()
-	c2, chc2 := cmd()
-	store(c1, configLog(0, "n1", "n2"), c2)
-	answered(chc1, true, "an entry stored ahead of a new voter in the same batch")
-	answered(chc2, false, "an entry stored after a second voter joined")
-
-	d, chd := cmd()
-	store(configLog(0, "n2"), d)
-	answered(chd, false, "a node that is no longer a voter")
-
-	store(configLog(0, "n1"))
-	if err := e.DeleteRange(next-1, next-1); err != nil {
-		t.Fatal(err)
-	}
-	next--
-	f, chf := cmd()
-	store(f)
-	answered(chf, false, "after a truncation of the tail")
-	if solo.solo() {
-		t.Fatal("still the only voter after the tail that said so was truncated")
-	}
-
-	// Deleting the head leaves the configuration known.
-	store(configLog(0, "n1"))
-	if err := e.DeleteRange(1, 2); err != nil {
-		t.Fatal(err)
-	}
-	g, chg := cmd()
-	store(g)
-	answered(chg, true, "after a truncation of the head")
-}
-
-// A committed entry is matched to its proposal by the id in its
-// extensions, whatever slice holds its bytes: a copy (as a log store or
-// the network may hand over) is recognised, an entry without the id is not.
-func TestCommitWaitersMatchByID(t *testing.T) {
-	ids, commits := newProposalIDs(), newCommitWaiters()
-	id := ids.next()
-	other := ids.next()
-	if id == other {
-		t.Fatal("two proposals got the same id")
-	}
-	if again := newProposalIDs().next(); again == id {
-		t.Fatal("a node opened again hands out an id it handed out before")
-	}
-	ch := commits.add(id)
-	data := []byte{1, 2, 3}
-	commits.notify([]*raft.Log{
-		{Index: 4, Type: raft.LogCommand, Data: data},
-		{Index: 5, Type: raft.LogCommand, Data: data, Extensions: other[:]},
-		{Index: 6, Type: raft.LogNoop, Extensions: id[:]},
-	})
-	select {
-	case i := <-ch:
-		t.Fatalf("answered at index %d by an entry that does not carry the proposal's id", i)
-	default:
-	}
-	commits.notify([]*raft.Log{{Index: 7, Type: raft.LogCommand, Data: slices.Clone(data), Extensions: slices.Clone(id[:])}})
-	if i := <-ch; i != 7 {
-		t.Fatalf("answered at index %d, want 7", i)
-	}
-	if h := commits.highest.Load(); h != 7 {
-		t.Fatalf("highest answered index %d, want 7", h)
-	}
-}
-
 // refresh takes Raft's configuration unless the log store recorded one
 // meanwhile.
 func TestSoloVoterRefresh(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
-	s := &soloVoter{self: raft.ServerID(n.cfg.ID)}
-	s.refresh(context.Background(), n.raft)
-	if !s.solo() {
+	s := NewSoloVoter(n.Cfg().ID)
+	s.Refresh(context.Background(), n.Raft())
+	if !s.Solo() {
 		t.Fatal("a single-node cluster's node is not the only voter after refresh")
 	}
-	other := &soloVoter{self: "n9"}
-	other.refresh(context.Background(), n.raft)
-	if other.solo() {
+	other := NewSoloVoter("n9")
+	other.Refresh(context.Background(), n.Raft())
+	if other.Solo() {
 		t.Fatal("a node outside the configuration is the only voter after refresh")
 	}
 	// A configuration stored later wins until refresh reads Raft's again.
-	s.stored(configLog(0, "n1", "n2"))
-	if s.solo() {
+	s.Stored(ConfigLog(0, "n1", "n2"))
+	if s.Solo() {
 		t.Fatal("the only voter after storing a configuration of two")
 	}
-	s.refresh(context.Background(), n.raft)
-	if !s.solo() {
+	s.Refresh(context.Background(), n.Raft())
+	if !s.Solo() {
 		t.Fatal("refresh with nothing stored meanwhile did not take Raft's configuration")
 	}
 }
 
 // heldNode starts a one-node cluster on a fake clock whose state machine
 // a test can hold (applyHold.after).
-func heldNode(t *testing.T) (*Node, *wheel.FakeClock, *applyHold) {
+func heldNode(t *testing.T) (*Node, *wheeltest.FakeClock, *applyHold) {
 	t.Helper()
 	hold := &applyHold{}
-	clock := wheel.NewFakeClock(time.Now())
-	c := NewTestCluster(t, 1, func(cfg *Config) {
+	clock := wheeltest.NewFakeClock(time.Now())
+	c := repltest.NewCluster(t, 1, func(cfg *Config) {
 		cfg.Clock = clock
-		cfg.beforeApply = hold.wait
+		SetBeforeApply(cfg, hold.wait)
 	})
 	return c.Leader().Node, clock, hold
 }
@@ -429,13 +300,13 @@ func TestReadOwnLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Hold the state machine: the Lease the reserve proposes is not applied.
-	release := hold.after(n.raft.LastIndex())
+	release := hold.after(n.Raft().LastIndex())
 	defer release()
 	ds, err := n.Reserve(ctx, "t", 1, 10*time.Second, time.Minute)
 	if err != nil || len(ds) != 1 || ds[0].ID != id {
 		t.Fatalf("reserve = %+v, %v; want message %s", ds, err, id)
 	}
-	if applied := n.store().AppliedIndex(); applied > hold.from.Load() {
+	if applied := n.Store().AppliedIndex(); applied > hold.from.Load() {
 		t.Fatalf("the Lease was applied (index %d) before the reserve was answered: the test holds nothing", applied)
 	}
 	// While the Lease is held, a read must not answer the state before it.
@@ -482,7 +353,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 		t.Fatalf("first delivery = %+v, %v", first, err)
 	}
 	// Hold the state machine: the ack's entry commits but is not applied.
-	release := hold.after(n.raft.LastIndex())
+	release := hold.after(n.Raft().LastIndex())
 	defer release()
 	acked := make(chan error, 1)
 	go func() {
@@ -495,7 +366,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	if err != nil || len(second) != 1 || second[0].ID == first[0].ID {
 		t.Fatalf("second delivery = %+v, %v; want the other message while the ack waits for its apply", second, err)
 	}
-	if applied := n.store().AppliedIndex(); applied > hold.from.Load() {
+	if applied := n.Store().AppliedIndex(); applied > hold.from.Load() {
 		t.Fatalf("the ack was applied (index %d) before the window freed: the test holds nothing", applied)
 	}
 	select {

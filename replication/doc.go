@@ -17,9 +17,7 @@
 //     snapshot stream that stops sending, so a leader stopped mid-stream
 //     cannot hold a follower's Raft goroutine;
 //   - a node's many Raft groups (groups.go), their stream multiplexer
-//     (mux.go) and the balancer of their leaderships (balance.go);
-//   - the test kit (testing.go, testgroups.go): an in-process cluster of
-//     real nodes, of one group or many.
+//     (mux.go) and the balancer of their leaderships (balance.go).
 //
 // Its sub-packages own the rest: dispatch the leader's dispatcher (the tick
 // that stamps time into the log, the precision heap, the hand-offs to
@@ -27,7 +25,9 @@
 // node implements; webhook the leader's webhook sender (webhooks.go starts
 // it with each dispatcher and tells it of config changes); raftlog the Raft log (the entries in hashicorp/raft-wal
 // segment files, spare segments, and the term and vote in raft-boltdb as
-// Raft's StableStore), in <data>/raft.
+// Raft's StableStore), in <data>/raft. Only tests import repltest, the test
+// kit (an in-process cluster of real nodes, of one group or many), and
+// nettest, the helpers of the tests that run nodes on loopback.
 //
 // The package knows nothing of the HTTP API: transport calls the node
 // through transport.Backend, which *Node implements. (Only the webhook

@@ -133,7 +133,7 @@ func OpenGroups(cfg Config, n int) (*Groups, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gs.cancel, gs.done = cancel, make(chan struct{})
-	b := newBalancer(gs.nodes, cfg.balance, cfg.Clock, cfg.Logger.With("node", cfg.ID))
+	b := newBalancer(gs.nodes, cfg.Balance, cfg.Clock, cfg.Logger.With("node", cfg.ID))
 	go func() {
 		defer close(gs.done)
 		b.run(ctx)

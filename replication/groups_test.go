@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -33,7 +36,7 @@ func topicsOfGroups(n int) []string {
 // acks them.
 func TestGroupsRouting(t *testing.T) {
 	const groups = 3
-	c := NewTestGroupsCluster(t, 1, groups, nil)
+	c := repltest.NewGroupsCluster(t, 1, groups, nil)
 	gs := c.Nodes[0].Groups
 	if gs.Count() != groups {
 		t.Fatalf("Count() = %d", gs.Count())
@@ -90,7 +93,7 @@ func TestGroupsRouting(t *testing.T) {
 			t.Fatalf("group %d's raft dir: %v", g, err)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, groupsFile)); err != nil || string(b) != "3\n" {
+	if b, err := os.ReadFile(filepath.Join(dir, GroupsFile)); err != nil || string(b) != "3\n" {
 		t.Fatalf("groups file: %q, %v", b, err)
 	}
 }
@@ -99,14 +102,14 @@ func TestGroupsRouting(t *testing.T) {
 // itself, with nothing added to it.
 func TestGroupsOneIsOpen(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{ID: "n1", DataDir: dir, RaftAddr: FreeAddr(t)}
+	cfg := Config{ID: "n1", DataDir: dir, RaftAddr: nettest.FreeAddr(t)}
 	gs, err := OpenGroups(cfg, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer gs.Close(context.Background())
 	n := gs.Node(0)
-	WaitFor(t, 10*time.Second, "the single node to lead", func() bool { return n.IsLeader() && n.Ready() == nil })
+	nettest.WaitFor(t, 10*time.Second, "the single node to lead", func() bool { return n.IsLeader() && n.Ready() == nil })
 	if gs.Count() != 1 || gs.ForTopic("anything") != n {
 		t.Fatal("one group routes elsewhere than its node")
 	}
@@ -117,7 +120,7 @@ func TestGroupsOneIsOpen(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "raft")); err != nil {
 		t.Fatalf("the single group's data is not in the data dir: %v", err)
 	}
-	for _, name := range []string{groupsFile, GroupDir(dir, 0)} {
+	for _, name := range []string{GroupsFile, GroupDir(dir, 0)} {
 		if _, err := os.Stat(filepath.Join(dir, filepath.Base(name))); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("one group wrote %s: %v", name, err)
 		}
@@ -127,7 +130,7 @@ func TestGroupsOneIsOpen(t *testing.T) {
 // TestGroupsCountIsFixed: a data dir keeps the group count it was created
 // with, one for the single-group layout.
 func TestGroupsCountIsFixed(t *testing.T) {
-	c := NewTestGroupsCluster(t, 1, 3, nil)
+	c := repltest.NewGroupsCluster(t, 1, 3, nil)
 	cfg := c.Nodes[0].Cfg
 	c.Stop(0)
 	for _, n := range []int{1, 2, 4} {
@@ -140,7 +143,7 @@ func TestGroupsCountIsFixed(t *testing.T) {
 	c.Start(0) // the right count still opens
 	c.Leader(2)
 
-	single := NewTestCluster(t, 1, nil)
+	single := repltest.NewCluster(t, 1, nil)
 	scfg := single.Nodes[0].Cfg
 	single.Stop(0)
 	_, err := OpenGroups(scfg, 3)
@@ -158,9 +161,9 @@ func TestGroupsCountIsFixed(t *testing.T) {
 // three groups, its preferred one; when a node stops only the group it led
 // elects another leader, and once it is back the leadership returns.
 func TestGroupsLeadershipSpread(t *testing.T) {
-	c := NewTestGroupsCluster(t, 3, 3, nil)
+	c := repltest.NewGroupsCluster(t, 3, 3, nil)
 	preferred := []string{"n1", "n2", "n3"} // group g's: the g-th voter by id
-	WaitFor(t, 30*time.Second, "every node to lead its preferred group", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "every node to lead its preferred group", func() bool {
 		return slices.Equal(c.Leaders(), preferred)
 	})
 
@@ -168,7 +171,7 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 	// not have heard of the last election yet, so wait until all agree.
 	leaderTerm := func(g int) uint64 { return c.Nodes[g].Groups.Node(g).Raft().CurrentTerm() }
 	var before []uint64
-	WaitFor(t, 10*time.Second, "every node at each group leader's term", func() bool {
+	nettest.WaitFor(t, 10*time.Second, "every node at each group leader's term", func() bool {
 		before = before[:0]
 		for g := range c.Count {
 			before = append(before, leaderTerm(g))
@@ -181,7 +184,7 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 		return slices.Equal(c.Leaders(), preferred)
 	})
 	c.Stop(2)
-	WaitFor(t, 20*time.Second, "group 2 to elect another leader", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "group 2 to elect another leader", func() bool {
 		l := c.Leaders()[2]
 		return l == "n1" || l == "n2"
 	})
@@ -192,7 +195,7 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 	}
 
 	c.Start(2)
-	WaitFor(t, 30*time.Second, "the returned node to lead its group again", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "the returned node to lead its group again", func() bool {
 		return slices.Equal(c.Leaders(), preferred)
 	})
 	n3 := c.Leader(2)
@@ -206,17 +209,17 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 // the one address, and closing one group's node leaves the listener, and
 // the other group's replication to that node, as they were.
 func TestGroupsTLSAndOneGroupClosed(t *testing.T) {
-	cert, key, ca := writeCA(t, t.TempDir(), "groups")
+	cert, key, ca := nettest.WriteCA(t, t.TempDir(), "groups")
 	srv, cli, err := PeerTLS(cert, key, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewTestGroupsCluster(t, 3, 2, func(cfg *Config) { cfg.RaftServerTLS, cfg.RaftClientTLS = srv, cli })
+	c := repltest.NewGroupsCluster(t, 3, 2, func(cfg *Config) { cfg.RaftServerTLS, cfg.RaftClientTLS = srv, cli })
 	topics := topicsOfGroups(2)
 	for g := range 2 {
 		enqueue(t, c.Leader(g).Groups.Node(g), msg(topics[g], "x", time.Hour))
 	}
-	WaitFor(t, 10*time.Second, "every node to apply both groups' enqueues", func() bool {
+	nettest.WaitFor(t, 10*time.Second, "every node to apply both groups' enqueues", func() bool {
 		for _, tn := range c.Nodes {
 			for g := range 2 {
 				if !tn.Groups.Node(g).Store().HasTopic(topics[g]) {
@@ -228,7 +231,7 @@ func TestGroupsTLSAndOneGroupClosed(t *testing.T) {
 	})
 
 	// Close group 0's node on a node that does not lead group 1.
-	var victim *TestGroupsNode
+	var victim *repltest.GroupsMember
 	for _, tn := range c.Nodes {
 		if !tn.Groups.Node(1).IsLeader() {
 			victim = tn
@@ -241,7 +244,7 @@ func TestGroupsTLSAndOneGroupClosed(t *testing.T) {
 	c.Leader(0)
 	leader := c.Leader(1).Groups.Node(1)
 	res := enqueue(t, leader, msg(topics[1], "after", time.Hour))
-	WaitFor(t, 10*time.Second, "group 1 to replicate to the node whose group 0 closed", func() bool {
+	nettest.WaitFor(t, 10*time.Second, "group 1 to replicate to the node whose group 0 closed", func() bool {
 		_, err := victim.Groups.Node(1).Store().Get(res[0].ID)
 		return err == nil
 	})

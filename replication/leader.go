@@ -105,7 +105,7 @@ func (n *Node) stopDispatcher() {
 // registerSelf records the leader's own addresses (HTTP, gRPC) in the
 // replicated node metadata, so followers can forward to it.
 func (n *Node) registerSelf(ctx context.Context) {
-	self := n.cfg.self()
+	self := n.cfg.Self()
 	for _, m := range n.store().Nodes() {
 		if m == self {
 			return

@@ -1,18 +1,20 @@
-package replication
+package replication_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/repltest"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // fakeClockCluster starts n nodes on a fake clock that reads a little past
 // the start of the current second.
-func fakeClockCluster(t *testing.T, n int) (*TestCluster, *wheel.FakeClock) {
+func fakeClockCluster(t *testing.T, n int) (*repltest.Cluster, *wheeltest.FakeClock) {
 	t.Helper()
-	clk := wheel.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
-	return NewTestCluster(t, n, func(cfg *Config) { cfg.Clock = clk }), clk
+	clk := wheeltest.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
+	return repltest.NewCluster(t, n, func(cfg *Config) { cfg.Clock = clk }), clk
 }
 
 // The only voter holds the leadership lease without confirmations; with
@@ -20,27 +22,27 @@ func fakeClockCluster(t *testing.T, n int) (*TestCluster, *wheel.FakeClock) {
 // timeout after.
 func TestLeaseHeldBySoleVoterOnly(t *testing.T) {
 	c, _ := fakeClockCluster(t, 1)
-	l := newLeadershipLease(c.Leader().Node) // never started: nothing confirms
-	if !l.held() {
+	l := NewLeadershipLease(c.Leader().Node) // never started: nothing confirms
+	if !l.Held() {
 		t.Fatal("the only voter does not hold the lease")
 	}
-	l.revoke()
-	if l.held() {
+	l.Revoke()
+	if l.Held() {
 		t.Fatal("a revoked lease is held")
 	}
 
 	c3, clk := fakeClockCluster(t, 3)
 	n := c3.Leader().Node
-	l = newLeadershipLease(n)
-	if l.held() {
+	l = NewLeadershipLease(n)
+	if l.Held() {
 		t.Fatal("a leader of three holds the lease without any confirmation")
 	}
-	l.confirmed(clk.Now())
-	if !l.held() {
+	l.Confirmed(clk.Now())
+	if !l.Held() {
 		t.Fatal("a leader of three does not hold the lease just after a confirmation")
 	}
-	clk.Advance(n.cfg.HeartbeatTimeout / 2)
-	if l.held() {
+	clk.Advance(n.Cfg().HeartbeatTimeout / 2)
+	if l.Held() {
 		t.Fatal("the lease is held half a heartbeat timeout after the last confirmation")
 	}
 }

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"testing"
@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -51,7 +53,7 @@ func value(m *dto.Metric) float64 {
 }
 
 func TestMetricsMoveWithTraffic(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	l := c.Leader()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(l.Node.Collector())
@@ -61,7 +63,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	enqueue(t, l.Node, msg("m", "x", 50*time.Millisecond), msg("m", "y", 3*time.Hour))
 	// An enqueue without keys is answered when it commits, before its
 	// apply counts it.
-	WaitFor(t, 5*time.Second, "the enqueue to apply", func() bool {
+	nettest.WaitFor(t, 5*time.Second, "the enqueue to apply", func() bool {
 		return metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "enqueued"}) >= 2
 	})
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "enqueued"}); v != 2 {
@@ -78,7 +80,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		t.Fatalf("lateness samples = %v, want 1", v)
 	}
 	// The hand-off may be answered before its Lease applies.
-	WaitFor(t, 5*time.Second, "the lease to apply", func() bool {
+	nettest.WaitFor(t, 5*time.Second, "the lease to apply", func() bool {
 		return metricValue(t, reg, "delaywheel_pending_messages", map[string]string{"topic": "m", "state": "reserved"}) == 1
 	})
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "delivered"}); v != 1 {

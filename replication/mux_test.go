@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/delaywheel/delaywheel/replication/nettest"
 )
 
 // newTestMux starts a mux on a free loopback port; headerTimeout 0 keeps
 // the default.
-func newTestMux(t *testing.T, groups int, srv, cli *tls.Config, headerTimeout time.Duration) (*mux, *SyncBuffer) {
+func newTestMux(t *testing.T, groups int, srv, cli *tls.Config, headerTimeout time.Duration) (*mux, *nettest.SyncBuffer) {
 	t.Helper()
-	logs := &SyncBuffer{}
-	m, err := newMux(FreeAddr(t), "", srv, cli, groups, slog.New(slog.NewTextHandler(logs, nil)))
+	logs := &nettest.SyncBuffer{}
+	m, err := newMux(nettest.FreeAddr(t), "", srv, cli, groups, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +166,7 @@ func TestMuxDropsBadHeaders(t *testing.T) {
 	wantDropped(t, bad, "bad magic")
 	wantDropped(t, unknown, "unknown group")
 	wantDropped(t, silent, "no header")
-	WaitFor(t, 5*time.Second, "a warning for each dropped connection", func() bool {
+	nettest.WaitFor(t, 5*time.Second, "a warning for each dropped connection", func() bool {
 		s := logs.String()
 		return strings.Count(s, "dropped a connection") == 3 && strings.Contains(s, "names group 5") &&
 			strings.Contains(s, "not a Raft group's")
@@ -172,7 +174,7 @@ func TestMuxDropsBadHeaders(t *testing.T) {
 }
 
 func TestMuxTLS(t *testing.T) {
-	cert, key, ca := writeCA(t, t.TempDir(), "mux")
+	cert, key, ca := nettest.WriteCA(t, t.TempDir(), "mux")
 	srv, cli, err := PeerTLS(cert, key, ca)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +201,7 @@ func TestMuxTLS(t *testing.T) {
 	wantDropped(t, plain, "a plain connection to a TLS listener")
 
 	// A peer of another cluster (another CA) is refused.
-	cert2, key2, ca2 := writeCA(t, t.TempDir(), "other")
+	cert2, key2, ca2 := nettest.WriteCA(t, t.TempDir(), "other")
 	_, cli2, err := PeerTLS(cert2, key2, ca2)
 	if err != nil {
 		t.Fatal(err)

@@ -90,9 +90,9 @@ type Config struct {
 	// stream multiplexer (mux.go); nil: the node listens on RaftAddr
 	// itself. Closing the node closes the layer, not the shared listener.
 	stream raft.StreamLayer
-	// balance is the leadership balancer's timing (balance.go), set by
-	// OpenGroups from its defaults and by tests.
-	balance balanceTiming
+	// Balance is the leadership balancer's timing over OpenGroups' groups
+	// (balance.go); a zero field takes its default.
+	Balance BalanceTiming
 
 	// snapshotStall, set only by tests, replaces snapshotStall (stall.go).
 	snapshotStall time.Duration
@@ -110,8 +110,8 @@ func (c *Config) advertised() string {
 	return c.RaftAddr
 }
 
-// self is the node's member record: its id and advertised addresses.
-func (c *Config) self() wheel.Node {
+// Self is the node's member record: its id and advertised addresses.
+func (c *Config) Self() wheel.Node {
 	return wheel.Node{ID: c.ID, RaftAddr: c.advertised(), HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr}
 }
 
@@ -496,7 +496,7 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 func (n *Node) HasSelf() bool {
 	for _, m := range n.store().Nodes() {
 		if m.ID == n.cfg.ID {
-			return m == n.cfg.self()
+			return m == n.cfg.Self()
 		}
 	}
 	return false

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -45,7 +48,7 @@ func reserve(t *testing.T, n *Node, topic string, max int, wait time.Duration) [
 }
 
 func TestSingleNodeLifecycle(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
 	m := msg("orders", "hello", 300*time.Millisecond)
 	m.Key = "k1"
@@ -77,10 +80,10 @@ func TestSingleNodeLifecycle(t *testing.T) {
 // leader can do; a message due after the leader dies is delivered by the
 // new leader.
 func TestThreeNodesFailover(t *testing.T) {
-	c := NewTestCluster(t, 3, nil)
+	c := repltest.NewCluster(t, 3, nil)
 	leader := c.Leader()
 	f := c.Follower()
-	WaitFor(t, 10*time.Second, "the follower to know the leader's HTTP address", func() bool {
+	nettest.WaitFor(t, 10*time.Second, "the follower to know the leader's HTTP address", func() bool {
 		addr, isLeader, known := f.Node.LeaderHTTP()
 		return known && !isLeader && addr == leader.Cfg.HTTPAddr
 	})
@@ -119,7 +122,7 @@ func TestThreeNodesFailover(t *testing.T) {
 }
 
 func TestRestartKeepsState(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	res := enqueue(t, c.Leader().Node, msg("a", "later", 3*time.Hour))
 	c.Stop(0)
 	c.Start(0)
@@ -136,9 +139,9 @@ func TestRestartKeepsState(t *testing.T) {
 // Replication to followers is not pipelined: hashicorp/raft's pipeline can
 // deadlock after a follower answers Success=false (see Open).
 func TestReplicationNotPipelined(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
-	_, err := n.trans.AppendEntriesPipeline("n2", raft.ServerAddress(FreeAddr(t)))
+	_, err := n.Trans().AppendEntriesPipeline("n2", raft.ServerAddress(nettest.FreeAddr(t)))
 	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
 		t.Fatalf("AppendEntriesPipeline: %v, want raft.ErrPipelineReplicationNotSupported", err)
 	}
@@ -149,9 +152,9 @@ func TestReplicationNotPipelined(t *testing.T) {
 // prefix, the log refuses the entries after the snapshot, and the
 // follower never catches up.
 func TestLogIsMonotonicToRaft(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
-	cache, err := raft.NewLogCache(1, n.ents)
+	cache, err := raft.NewLogCache(1, n.Ents())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +166,10 @@ func TestLogIsMonotonicToRaft(t *testing.T) {
 // A second node opened on a data dir in use fails at once, naming the dir
 // and the process holding it; once the first closes, the dir opens again.
 func TestDataDirLockedFailsFast(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	tn := c.Nodes[0]
 	cfg := tn.Cfg
-	cfg.RaftAddr, cfg.HTTPAddr = FreeAddr(t), FreeAddr(t)
+	cfg.RaftAddr, cfg.HTTPAddr = nettest.FreeAddr(t), nettest.FreeAddr(t)
 	_, err := Open(cfg)
 	if !errors.Is(err, ErrDataDirLocked) {
 		t.Fatalf("second Open on %s: %v; want ErrDataDirLocked", cfg.DataDir, err)
@@ -188,10 +191,10 @@ func TestDataDirLockedFailsFast(t *testing.T) {
 // disk that lied about its fsync) and no snapshot to restore is rebuilt by
 // replaying the log from its first entry: nothing is lost.
 func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
 	ctx := context.Background()
-	due := n.clock.Now().Add(time.Hour).UnixMilli()
+	due := n.Clock().Now().Add(time.Hour).UnixMilli()
 	var ids []wheel.ID
 	for i := 0; i < 5; i++ {
 		res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte(fmt.Sprintf("m%d", i)), DeliverAtMs: due}})
@@ -218,7 +221,7 @@ func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
 	}
 	c.Start(0)
 	n = c.Nodes[0].Node
-	WaitFor(t, 20*time.Second, "the rebuilt node to lead", func() bool { return n.Ready() == nil })
+	nettest.WaitFor(t, 20*time.Second, "the rebuilt node to lead", func() bool { return n.Ready() == nil })
 	for i, id := range ids {
 		v, err := n.Get(ctx, id)
 		if err != nil || string(v.Body) != fmt.Sprintf("m%d", i) || v.State != wheel.StateDelayed {

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // When the Raft apply queue is full, enqueues answer ErrOverloaded and
 // change nothing.
 func TestBackPressureOverloaded(t *testing.T) {
-	c := NewTestCluster(t, 1, func(cfg *Config) { cfg.MaxPendingApply = 8 })
+	c := repltest.NewCluster(t, 1, func(cfg *Config) { cfg.MaxPendingApply = 8 })
 	l := c.Leader()
-	l.Node.pending.Add(8) // the queue is as deep as allowed
+	l.Node.Pending().Add(8) // the queue is as deep as allowed
 	_, err := l.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("bp", "x", 0)})
 	if !errors.Is(err, wheel.ErrOverloaded) {
 		t.Fatalf("want ErrOverloaded, got %v", err)
@@ -23,14 +25,14 @@ func TestBackPressureOverloaded(t *testing.T) {
 	if topics, _ := l.Node.Topics(context.Background()); len(topics) != 0 {
 		t.Fatalf("a rejected enqueue changed state: %+v", topics)
 	}
-	l.Node.pending.Add(-8)
+	l.Node.Pending().Add(-8)
 	enqueue(t, l.Node, msg("bp", "x", 0))
 }
 
 // A leader shut down cleanly (SIGTERM path: step down, drain, close) loses
 // no acknowledged message, and a new leader serves within an election.
 func TestGracefulLeaderShutdownLosesNothing(t *testing.T) {
-	c := NewTestCluster(t, 3, nil)
+	c := repltest.NewCluster(t, 3, nil)
 	leader := c.Leader()
 	var ids []wheel.ID
 	for i := 0; i < 50; i++ {

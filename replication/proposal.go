@@ -105,6 +105,3 @@ func (p *proposal) wait() ([]wheel.Result, error) {
 	}
 	return res, nil
 }
-
-// PendingApplies is the number of proposals waiting to commit.
-func (n *Node) PendingApplies() int64 { return n.pending.Load() }

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 func TestStreamMetricsAndSettle(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	l := c.Leader()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(l.Node.Collector())

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -15,7 +17,7 @@ import (
 // state (a not-found could be a message it never saw); the operator's views
 // of its local wheel still answer. Once a leader is back, so are the reads.
 func TestReadsWithoutLeaderAreUnavailable(t *testing.T) {
-	c := NewTestCluster(t, 3, nil)
+	c := repltest.NewCluster(t, 3, nil)
 	l := c.Leader()
 	id := enqueue(t, l.Node, msg("reads", "b", time.Hour))[0].ID
 	ctx := context.Background()
@@ -29,7 +31,7 @@ func TestReadsWithoutLeaderAreUnavailable(t *testing.T) {
 			stopped = append(stopped, i)
 		}
 	}
-	WaitFor(t, 30*time.Second, "the cut-off leader to know no leader", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "the cut-off leader to know no leader", func() bool {
 		_, lid := l.Node.Raft().LeaderWithID()
 		return lid == ""
 	})
@@ -52,7 +54,7 @@ func TestReadsWithoutLeaderAreUnavailable(t *testing.T) {
 	}
 	c.Start(stopped[0])
 	c.Leader()
-	WaitFor(t, 30*time.Second, "the node to read again", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "the node to read again", func() bool {
 		_, err := l.Node.Get(ctx, id)
 		return err == nil
 	})

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -8,26 +8,30 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // heldCluster starts three nodes on a fake clock (so that no leader
 // proposes expiries of its own) whose state machines a test can hold,
 // with the given ReadyMaxLag, and waits until every member's addresses
 // are recorded.
-func heldCluster(t *testing.T, maxLag uint64) (*TestCluster, map[string]*applyHold) {
+func heldCluster(t *testing.T, maxLag uint64) (*repltest.Cluster, map[string]*applyHold) {
 	t.Helper()
 	holds := map[string]*applyHold{}
-	clock := wheel.NewFakeClock(time.Now())
-	c := NewTestCluster(t, 3, func(cfg *Config) {
+	clock := wheeltest.NewFakeClock(time.Now())
+	c := repltest.NewCluster(t, 3, func(cfg *Config) {
 		cfg.Clock = clock
 		cfg.ReadyMaxLag = maxLag
 		if holds[cfg.ID] == nil {
 			holds[cfg.ID] = &applyHold{}
 		}
-		cfg.beforeApply = holds[cfg.ID].wait
+		SetBeforeApply(cfg, holds[cfg.ID].wait)
 	})
-	WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
 		for _, tn := range c.Nodes {
 			if tn.Node != nil && !tn.Node.HasSelf() {
 				return false
@@ -61,18 +65,18 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 	const maxLag = 3
 	c, holds := heldCluster(t, maxLag)
 	leader, f := c.Leader().Node, c.Follower().Node
-	WaitFor(t, 20*time.Second, "the follower to be ready", func() bool { return f.Ready() == nil })
+	nettest.WaitFor(t, 20*time.Second, "the follower to be ready", func() bool { return f.Ready() == nil })
 
-	mark := f.raft.LastIndex()
-	release := holds[f.cfg.ID].after(mark)
+	mark := f.Raft().LastIndex()
+	release := holds[f.Cfg().ID].after(mark)
 	defer release()
-	WaitFor(t, 20*time.Second, "the entries logged before the hold to apply", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "the entries logged before the hold to apply", func() bool {
 		a, _ := f.Indexes()
 		return a >= mark
 	})
 	applied, _ := f.Indexes()
 	enqueueOne(t, leader)
-	WaitFor(t, 20*time.Second, "the follower to learn a commit index past what it applied", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "the follower to learn a commit index past what it applied", func() bool {
 		return f.LeaderCommit() > applied
 	})
 	if err := f.Ready(); err != nil {
@@ -81,7 +85,7 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 	for range maxLag {
 		enqueueOne(t, leader)
 	}
-	WaitFor(t, 20*time.Second, "the follower to learn it trails by more than the bound", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "the follower to learn it trails by more than the bound", func() bool {
 		return f.LeaderCommit() > applied+maxLag
 	})
 	if a, _ := f.Indexes(); a != applied {
@@ -89,7 +93,7 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 	}
 	wantNotReady(t, f.Ready(), "entries behind the commit index")
 	release()
-	WaitFor(t, 20*time.Second, "the follower to be ready once caught up", func() bool { return f.Ready() == nil })
+	nettest.WaitFor(t, 20*time.Second, "the follower to be ready once caught up", func() bool { return f.Ready() == nil })
 }
 
 // A follower restarted behind a backlog is not ready until it has applied
@@ -97,7 +101,7 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 // well within ReadyMaxLag; nor is a node shutting down.
 func TestReadyAfterRestartWaitsForCatchUp(t *testing.T) {
 	c, holds := heldCluster(t, 1000)
-	i := slices.IndexFunc(c.Nodes, func(tn *TestNode) bool { return !tn.Node.IsLeader() })
+	i := slices.IndexFunc(c.Nodes, func(tn *repltest.Member) bool { return !tn.Node.IsLeader() })
 	c.Stop(i)
 	leader := c.Leader().Node
 	for range 5 {
@@ -108,16 +112,16 @@ func TestReadyAfterRestartWaitsForCatchUp(t *testing.T) {
 	defer release()
 	c.Start(i)
 	f := c.Nodes[i].Node
-	WaitFor(t, 20*time.Second, "the restarted follower to hear the leader's commit index", func() bool {
-		return f.watch.first.Load() > 0 && f.noLeader() == nil
+	nettest.WaitFor(t, 20*time.Second, "the restarted follower to hear the leader's commit index", func() bool {
+		return f.FirstCommit() > 0 && f.NoLeader() == nil
 	})
 	applied, _ := f.Indexes()
-	if applied >= f.watch.first.Load() {
-		t.Fatalf("the restarted follower applied %d, the leader's commit %d: the test holds nothing", applied, f.watch.first.Load())
+	if applied >= f.FirstCommit() {
+		t.Fatalf("the restarted follower applied %d, the leader's commit %d: the test holds nothing", applied, f.FirstCommit())
 	}
 	wantNotReady(t, f.Ready(), "catching up: applied ")
 	release()
-	WaitFor(t, 20*time.Second, "the restarted follower to be ready once caught up", func() bool { return f.Ready() == nil })
+	nettest.WaitFor(t, 20*time.Second, "the restarted follower to be ready once caught up", func() bool { return f.Ready() == nil })
 
 	f.Stopping()
 	if err := f.Ready(); !errors.Is(err, ErrStopping) {

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -12,13 +12,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // A follower that misses entries compacted out of the leader's log catches
 // up by installing a snapshot, and ends with the same state.
 func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
-	c := NewTestCluster(t, 3, func(cfg *Config) {
+	c := repltest.NewCluster(t, 3, func(cfg *Config) {
 		cfg.SnapshotThreshold = 32
 		cfg.TrailingLogs = 8
 		cfg.SnapshotInterval = 200 * time.Millisecond
@@ -39,14 +42,14 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		res := enqueue(t, leader.Node, m)
 		ids = append(ids, res[0].ID)
 	}
-	WaitFor(t, 20*time.Second, "leader snapshot past the stopped follower", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "leader snapshot past the stopped follower", func() bool {
 		return leader.Node.Raft().Stats()["last_snapshot_index"] != "0"
 	})
 	c.Start(lagging)
 	ctx := context.Background()
 	want, _ := leader.Node.Topics(ctx)
 	f := c.Nodes[lagging]
-	WaitFor(t, 30*time.Second, "follower to converge", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "follower to converge", func() bool {
 		got, err := f.Node.Topics(ctx)
 		return err == nil && reflect.DeepEqual(got, want)
 	})
@@ -61,7 +64,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 // latest snapshot at start — a reference to a kept checkpoint — and then
 // replays the log after it. Old checkpoints are pruned with their snapshots.
 func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	l := c.Leader()
 	var ids []wheel.ID
 	for round := 0; round < 3; round++ {

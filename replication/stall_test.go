@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -25,13 +26,13 @@ import (
 // election.
 func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 	members := []wheel.Node{
-		{ID: "n1", RaftAddr: FreeAddr(t)},
-		{ID: "n2", RaftAddr: FreeAddr(t)}, // nobody listens on n2 and n3
-		{ID: "n3", RaftAddr: FreeAddr(t)},
+		{ID: "n1", RaftAddr: nettest.FreeAddr(t)},
+		{ID: "n2", RaftAddr: nettest.FreeAddr(t)}, // nobody listens on n2 and n3
+		{ID: "n3", RaftAddr: nettest.FreeAddr(t)},
 	}
 	n, err := Open(Config{
 		ID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), RaftAddr: members[0].RaftAddr,
-		InitialCluster: members, Logger: testLogger(t),
+		InitialCluster: members, Logger: nettest.Logger(t),
 		snapshotStall: time.Second, // the sink stays open long enough for the wait below to see it
 	})
 	if err != nil {
@@ -75,7 +76,7 @@ func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 	// probe below prove anything: a vote answered before Raft took the
 	// install would raise the term past the install's, which Raft then
 	// refuses without opening a sink or reading the stream.
-	WaitFor(t, 20*time.Second, "the stalled install to open its snapshot sink", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "the stalled install to open its snapshot sink", func() bool {
 		return n.guard.sinks.Load() == 1
 	})
 
@@ -86,7 +87,7 @@ func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { probe.Close() })
-	WaitFor(t, 20*time.Second, "the node to answer a vote request after the stalled install", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "the node to answer a vote request after the stalled install", func() bool {
 		var resp raft.RequestVoteResponse
 		err := probe.RequestVote("n1", raft.ServerAddress(members[0].RaftAddr),
 			&raft.RequestVoteRequest{RPCHeader: header, Term: 200}, &resp)

@@ -1,4 +1,4 @@
-package replication
+package replication_test
 
 import (
 	"context"
@@ -6,18 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // A webhook stored while the leader's sender makes its first reconcile
 // (after that reconcile read the store) still gets its sender.
 func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
-	n.mu.Lock()
-	d, old := n.disp, n.hooks
-	n.hooks = nil
-	n.mu.Unlock()
+	d, old := n.TakeWebhooks()
 	old.Stop()
 	if open, _ := d.StreamStats(); open != 0 {
 		t.Fatalf("%d streams open before the webhook", open)
@@ -25,22 +23,22 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 	hook := wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}
 	reconciled := make(chan struct{})
 	first := true
-	n.startWebhooks(d, func() []wheel.Webhook {
+	n.StartWebhooks(d, func() []wheel.Webhook {
 		if !first {
-			return n.storedWebhooks()
+			return n.StoredWebhooks()
 		}
 		first = false
 		// The store is read (empty), then the webhook is stored and
 		// reconciled as SetWebhook does, while this reconcile runs.
-		if _, err := n.result(t.Context(), wheel.SetWebhook{Webhook: hook}); err != nil {
+		if _, err := n.Result(t.Context(), wheel.SetWebhook{Webhook: hook}); err != nil {
 			t.Error(err)
 		}
 		// SetWebhook's reconcile finds the sender now and waits for
 		// this one to end.
-		s := n.sender()
+		s := n.Sender()
 		go func() {
 			if s != nil {
-				s.Reconcile(n.storedWebhooks)
+				s.Reconcile(n.StoredWebhooks)
 			}
 			close(reconciled)
 		}()
@@ -55,7 +53,7 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 // Setting a webhook ends the consumer streams open on its topic with a
 // conflict; a new stream of the topic is refused the same way.
 func TestSetWebhookEndsConsumerStreams(t *testing.T) {
-	c := NewTestCluster(t, 1, nil)
+	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
 	st, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
@@ -263,7 +264,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	check(t, "readyz", e.c.Readyz(ctx))
 	// A node that waits to be added to a cluster knows no leader.
 	// Its 503s are answers to a probe, not failures: no warning each.
-	var logs replication.SyncBuffer
+	var logs nettest.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	j := startJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Server: func(c *transport.Config) { c.Logger = logger }})
 	err := j.Client.Readyz(ctx)

@@ -10,13 +10,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // armClock is a FakeClock that records the timers Next arms, so that a
 // test knows when Next is blocked on the clock before it moves the clock:
 // Next has armed a timer for an instant the clock has not reached.
 type armClock struct {
-	*FakeClock
+	*wheeltest.FakeClock
 	mu     sync.Mutex
 	calls  int
 	lastAt int64 // unix ms the last timer fires at
@@ -156,7 +158,7 @@ func newLoaderKit(t *testing.T) (*storeKit, *Loader, *armClock) {
 	k := newStoreKit(t, Options{})
 	l := NewLoader()
 	k.s.AttachLoader(l)
-	return k, l, &armClock{FakeClock: NewFakeClock(time.UnixMilli(t0))}
+	return k, l, &armClock{FakeClock: wheeltest.NewFakeClock(time.UnixMilli(t0))}
 }
 
 func (k *storeKit) load(through int64) int {

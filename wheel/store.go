@@ -483,10 +483,8 @@ func LogWriteStalls(el *pebble.EventListener, log *slog.Logger) {
 	}
 }
 
-// NewPebbleLogger returns a Pebble logger that writes to l: Pebble's
-// informational lines at debug level, its errors as errors.
-func NewPebbleLogger(l *slog.Logger) pebble.Logger { return pebbleLogger{l} }
-
+// pebbleLogger is Pebble's logger, writing to l: Pebble's informational
+// lines at debug level, its errors as errors.
 type pebbleLogger struct{ l *slog.Logger }
 
 func (p pebbleLogger) Infof(format string, args ...any) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -21,13 +21,13 @@ import (
 // from the node or from its stopped data dir.
 func TestGroupsBackupRestore(t *testing.T) {
 	const groups = 3
-	dataDir, raftAddr, httpAddr := t.TempDir(), replication.FreeAddr(t), replication.FreeAddr(t)
+	dataDir, raftAddr, httpAddr := t.TempDir(), nettest.FreeAddr(t), nettest.FreeAddr(t)
 	stop := startServer(t, httpAddr, "--node-id", "n1", "--data-dir", dataDir, "--raft-addr", raftAddr, "--groups", fmt.Sprint(groups))
 	addr := "http://" + httpAddr
 	ctx := t.Context()
 	cl := client.New(addr)
 	waitReady := func(cl *client.Client) {
-		replication.WaitFor(t, 30*time.Second, "the node to be ready in every group", func() bool {
+		nettest.WaitFor(t, 30*time.Second, "the node to be ready in every group", func() bool {
 			v, err := cl.Cluster(ctx)
 			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
 		})
@@ -109,7 +109,7 @@ func TestGroupsBackupRestore(t *testing.T) {
 	}
 	t.Logf("offline wheel of group 3: %v", err)
 
-	restored, raft2, http2 := filepath.Join(t.TempDir(), "restored"), replication.FreeAddr(t), replication.FreeAddr(t)
+	restored, raft2, http2 := filepath.Join(t.TempDir(), "restored"), nettest.FreeAddr(t), nettest.FreeAddr(t)
 	args := []string{"restore", file, "--data-dir", restored, "--node-id", "n1", "--raft-addr", raft2}
 	out, err = run(t, args...)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/bench"
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
 
@@ -57,11 +57,11 @@ func TestBeanstalkdOtherClients(t *testing.T) {
 // address once the node is ready.
 func startBeanstalkdNode(ctx context.Context, t *testing.T) string {
 	t.Helper()
-	httpAddr, bsAddr := replication.FreeAddr(t), replication.FreeAddr(t)
-	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", replication.FreeAddr(t),
+	httpAddr, bsAddr := nettest.FreeAddr(t), nettest.FreeAddr(t)
+	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", nettest.FreeAddr(t),
 		"--groups", "2", "--beanstalkd-addr", bsAddr)
 	cl := client.New("http://" + httpAddr)
-	replication.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })
+	nettest.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })
 	return bsAddr
 }
 

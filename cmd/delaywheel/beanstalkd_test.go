@@ -10,7 +10,7 @@ import (
 
 	"github.com/beanstalkd/go-beanstalk"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/beanstalkd"
@@ -37,12 +37,12 @@ func messageID(job uint64) string { return beanstalkd.MessageID(job).String() }
 // message of topic = tube, and a message enqueued over HTTP reserved as
 // a job.
 func TestBeanstalkdGoClient(t *testing.T) {
-	httpAddr, bsAddr := replication.FreeAddr(t), replication.FreeAddr(t)
-	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", replication.FreeAddr(t),
+	httpAddr, bsAddr := nettest.FreeAddr(t), nettest.FreeAddr(t)
+	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", nettest.FreeAddr(t),
 		"--groups", "2", "--beanstalkd-addr", bsAddr)
 	ctx := t.Context()
 	cl := client.New("http://" + httpAddr)
-	replication.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })
+	nettest.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })
 
 	c := dialBeanstalk(t, bsAddr)
 	tube, ts := beanstalk.NewTube(c, "emails"), beanstalk.NewTubeSet(c, "emails")
@@ -126,9 +126,9 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 	const n = 3
 	var raft, httpAddrs, bsAddrs, members []string
 	for i := range n {
-		raft = append(raft, replication.FreeAddr(t))
-		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
-		bsAddrs = append(bsAddrs, replication.FreeAddr(t))
+		raft = append(raft, nettest.FreeAddr(t))
+		httpAddrs = append(httpAddrs, nettest.FreeAddr(t))
+		bsAddrs = append(bsAddrs, nettest.FreeAddr(t))
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
 	}
 	for i := range n {
@@ -138,7 +138,7 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 	ctx := t.Context()
 	for _, addr := range httpAddrs {
 		cl := client.New("http://" + addr)
-		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
+		nettest.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
 			v, err := cl.Cluster(ctx)
 			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == 2
 		})
@@ -171,7 +171,7 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 			}
 			if _, err := c.Peek(id); !errors.Is(err, beanstalk.ErrNotFound) {
 				// A follower reads its own state: wait until it applied the delete.
-				replication.WaitFor(t, 10*time.Second, "the delete to reach every node", func() bool {
+				nettest.WaitFor(t, 10*time.Second, "the delete to reach every node", func() bool {
 					_, err := c.Peek(id)
 					return errors.Is(err, beanstalk.ErrNotFound)
 				})

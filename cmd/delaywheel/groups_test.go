@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/wheel"
@@ -90,7 +90,7 @@ func TestServerGroupsCluster(t *testing.T) {
 
 	// `cluster` prints a row per group; --addr takes a list over HTTP
 	// and calls the first node that answers.
-	down := replication.FreeAddr(t)
+	down := nettest.FreeAddr(t)
 	out, err := run(t, "cluster", "--addr", down+", http://"+httpAddrs[2])
 	if err != nil {
 		t.Fatalf("cluster: %v\n%s", err, out)
@@ -117,7 +117,7 @@ func TestServerGroupsCluster(t *testing.T) {
 // With no node of an --addr list answering, a command fails at once,
 // naming every address and the last error, where tail retried forever.
 func TestAddrListNoneAnswers(t *testing.T) {
-	down := replication.FreeAddr(t)
+	down := nettest.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	for _, c := range []struct {
@@ -150,8 +150,8 @@ func startCluster(t *testing.T, n, groups int) (httpAddrs []string, cls []*clien
 	t.Helper()
 	var raft, members []string
 	for i := range n {
-		raft = append(raft, replication.FreeAddr(t))
-		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		raft = append(raft, nettest.FreeAddr(t))
+		httpAddrs = append(httpAddrs, nettest.FreeAddr(t))
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
 	}
 	for i := range n {
@@ -165,7 +165,7 @@ func startCluster(t *testing.T, n, groups int) (httpAddrs []string, cls []*clien
 		// Ready, and each group led by its preferred voter (n1, n2, ... in
 		// turn, the balancer's choice), so that no leadership transfer is
 		// still to come when the test starts.
-		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group, leaderships spread", func() bool {
+		nettest.WaitFor(t, 30*time.Second, addr+" to be ready in every group, leaderships spread", func() bool {
 			v, err := cl.Cluster(ctx)
 			if cl.Readyz(ctx) != nil || err != nil || len(v.Groups) != groups {
 				return false
@@ -205,7 +205,7 @@ func startServer(t *testing.T, httpAddr string, args ...string) (stop func()) {
 	t.Cleanup(stop)
 	// urfave/cli applies its shared help flag while parsing: the next
 	// server parses its flags only once this one serves.
-	replication.WaitFor(t, 30*time.Second, httpAddr+" to serve", func() bool {
+	nettest.WaitFor(t, 30*time.Second, httpAddr+" to serve", func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/healthz")
 		if err != nil {
 			return false

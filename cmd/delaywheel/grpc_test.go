@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
@@ -53,7 +53,7 @@ func TestCommandsOverGRPC(t *testing.T) {
 		t.Fatalf("cluster JSON: %+v", c)
 	}
 	// A list calls the first node that answers.
-	list := "grpc://" + replication.FreeAddr(t) + "," + bound
+	list := "grpc://" + nettest.FreeAddr(t) + "," + bound
 	hasRow(t, mustRunArgs(t, "topics", "--addr", list, "--token-file", tokenFile), "orders", "1", "0", "0", "0")
 	contains(t, g.mustRun(t, "cancel", "--token-file", tokenFile, id), id, "cancelled")
 	if _, err := run(t, "message", "--addr", g.addr, "--token-file", tokenFile, id); err == nil || err.Error() != "not found: message "+id {

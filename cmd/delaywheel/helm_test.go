@@ -19,7 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"gopkg.in/yaml.v3"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
@@ -487,9 +487,9 @@ func TestHelmChartServes(t *testing.T) {
 	if err := os.WriteFile(token, []byte("probe-test"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	httpAddr := replication.FreeAddr(t)
+	httpAddr := nettest.FreeAddr(t)
 	moved := map[string]string{
-		"http-addr": httpAddr, "grpc-addr": replication.FreeAddr(t), "raft-addr": replication.FreeAddr(t),
+		"http-addr": httpAddr, "grpc-addr": nettest.FreeAddr(t), "raft-addr": nettest.FreeAddr(t),
 		"data-dir": filepath.Join(dir, "data"), "auth-token-file": token,
 	}
 	var args []string
@@ -517,7 +517,7 @@ func TestHelmChartServes(t *testing.T) {
 			t.Errorf("%s probe %s: %d, want 200", name, p.HTTPGet.Path, got)
 		}
 	}
-	replication.WaitFor(t, 30*time.Second, "the readiness probe's "+c.ReadinessProbe.HTTPGet.Path+" to answer 200", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "the readiness probe's "+c.ReadinessProbe.HTTPGet.Path+" to answer 200", func() bool {
 		return get(c.ReadinessProbe.HTTPGet.Path) == http.StatusOK
 	})
 	if got := get("/v1/topics"); got != http.StatusUnauthorized {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -35,7 +35,7 @@ func TestRemoveNode(t *testing.T) {
 	if slices.Contains(ids, "n3") || len(v.Groups) != groups {
 		t.Fatalf("members after the removal: %v, %d groups; want n3 gone and %d groups", ids, len(v.Groups), groups)
 	}
-	replication.WaitFor(t, 10*time.Second, "the removed n3 to be unready", func() bool { return cls[2].Readyz(ctx) != nil })
+	nettest.WaitFor(t, 10*time.Second, "the removed n3 to be unready", func() bool { return cls[2].Readyz(ctx) != nil })
 
 	_, err = run(t, "remove-node", "--addr", "http://"+httpAddrs[0], "n3")
 	if err == nil || !strings.Contains(err.Error(), `node "n3" is not a member`) {
@@ -60,8 +60,8 @@ func TestRemovedWhileDownRejoins(t *testing.T) {
 func testRemovedWhileDownRejoins(t *testing.T, groups int) {
 	var raftAddrs, httpAddrs, dirs, members []string
 	for i := range 3 {
-		raftAddrs = append(raftAddrs, replication.FreeAddr(t))
-		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		raftAddrs = append(raftAddrs, nettest.FreeAddr(t))
+		httpAddrs = append(httpAddrs, nettest.FreeAddr(t))
 		dirs = append(dirs, t.TempDir())
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raftAddrs[i]))
 	}
@@ -77,21 +77,21 @@ func testRemovedWhileDownRejoins(t *testing.T, groups int) {
 	cl := client.New("http://" + httpAddrs[0])
 	n3 := client.New("http://" + httpAddrs[2])
 	for _, c := range []*client.Client{cl, n3} {
-		replication.WaitFor(t, 30*time.Second, "the cluster to be ready", func() bool { return c.Readyz(ctx) == nil })
+		nettest.WaitFor(t, 30*time.Second, "the cluster to be ready", func() bool { return c.Readyz(ctx) == nil })
 	}
 	// n3 has announced itself (the leader records its HTTP address), so
 	// that it restarts as a member by its own data.
-	replication.WaitFor(t, 30*time.Second, "n3's HTTP address to be recorded", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "n3's HTTP address to be recorded", func() bool {
 		v, err := cl.Cluster(ctx)
 		return err == nil && slices.ContainsFunc(v.Nodes, func(m api.NodeStatus) bool { return m.ID == "n3" && m.HTTPAddr == httpAddrs[2] })
 	})
 	stops[2]()
-	replication.WaitFor(t, 30*time.Second, "n3 to be removed while it is down", func() bool {
+	nettest.WaitFor(t, 30*time.Second, "n3 to be removed while it is down", func() bool {
 		_, err := run(t, "remove-node", "--addr", "http://"+httpAddrs[0], "n3")
 		return err == nil
 	})
 	startServer(t, httpAddrs[2], args(2, "--join", httpAddrs[0])...)
-	replication.WaitFor(t, 30*time.Second, "n3 to be added back and ready", func() bool { return n3.Readyz(ctx) == nil })
+	nettest.WaitFor(t, 30*time.Second, "n3 to be added back and ready", func() bool { return n3.Readyz(ctx) == nil })
 	v, err := cl.Cluster(ctx)
 	if err != nil {
 		t.Fatal(err)

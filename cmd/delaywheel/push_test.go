@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 )
 
@@ -32,7 +32,7 @@ func testTailAcks(t *testing.T, proto string) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	app := newApp()
-	out := &replication.SyncBuffer{}
+	out := &nettest.SyncBuffer{}
 	app.Writer, app.ErrWriter = out, io.Discard
 	done := make(chan error, 1)
 	go func() { done <- runCLI(ctx, app, []string{"delaywheel", "tail", "tt", "--ack", "--addr", addr}) }()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // fakeNode is a leader without Raft: a proposal is applied to the store
@@ -66,16 +67,16 @@ func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]w
 
 // startFake starts a dispatcher over a fake node on a fake clock that reads
 // a little past the start of the current second.
-func startFake(t *testing.T) (*Dispatcher, *fakeNode, *wheel.FakeClock) {
+func startFake(t *testing.T) (*Dispatcher, *fakeNode, *wheeltest.FakeClock) {
 	t.Helper()
 	return startFakeWith(t, nil)
 }
 
 // startFakeWith is startFake with configure adjusting the dispatcher's
 // config before it starts.
-func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNode, *wheel.FakeClock) {
+func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNode, *wheeltest.FakeClock) {
 	t.Helper()
-	clk := wheel.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
+	clk := wheeltest.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
 	st, err := wheel.Open(t.TempDir(), wheel.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +212,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // With an injected clock the waker uses the clock's timers.
 func TestWakerFollowsInjectedClock(t *testing.T) {
-	clk := wheel.NewFakeClock(time.Unix(1000, 0))
+	clk := wheeltest.NewFakeClock(time.Unix(1000, 0))
 	w, err := newWaker(clk)
 	if err != nil {
 		t.Fatal(err)

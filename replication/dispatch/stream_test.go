@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // openStream opens a stream of topic "t" and waits until it queued k
@@ -199,7 +200,7 @@ func wantForgotten(t *testing.T, s *stream, r wheel.Receipt, when string) {
 
 // streamOf starts a dispatcher with k messages due, and a stream of
 // window k that holds their deliveries.
-func streamOf(t *testing.T, k int) (*Dispatcher, *fakeNode, *wheel.FakeClock, *stream, []wheel.Delivery) {
+func streamOf(t *testing.T, k int) (*Dispatcher, *fakeNode, *wheeltest.FakeClock, *stream, []wheel.Delivery) {
 	t.Helper()
 	d, n, clk := startFake(t)
 	for range k {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // fakeStream hands out the deliveries it was given, then waits.
@@ -129,7 +130,7 @@ func TestFailuresBackOffExponentially(t *testing.T) {
 	n := newFake()
 	var outcomes []string
 	var omu sync.Mutex
-	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000)), Backoff: time.Second, MaxBackoff: 5 * time.Second,
+	s := New(n, Config{Clock: wheeltest.NewFakeClock(time.UnixMilli(5000)), Backoff: time.Second, MaxBackoff: 5 * time.Second,
 		Observe: func(_, outcome string, _ float64) { omu.Lock(); outcomes = append(outcomes, outcome); omu.Unlock() }})
 	defer s.Stop()
 	s.Reconcile(func() []wheel.Webhook {
@@ -222,7 +223,7 @@ func TestHostNotAllowedIsNeverDialed(t *testing.T) {
 // before their lease ends.
 func TestRateLimitsTheWindow(t *testing.T) {
 	n := newFake()
-	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
+	s := New(n, Config{Clock: wheeltest.NewFakeClock(time.UnixMilli(5000))})
 	defer s.Stop()
 	s.Reconcile(func() []wheel.Webhook {
 		return []wheel.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
@@ -246,7 +247,7 @@ func TestDeliveryWithShortLeaseIsNotSent(t *testing.T) {
 	}))
 	defer srv.Close()
 	n := newFake()
-	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
+	s := New(n, Config{Clock: wheeltest.NewFakeClock(time.UnixMilli(5000))})
 	s.Reconcile(func() []wheel.Webhook {
 		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
 	})
@@ -295,7 +296,7 @@ func TestEndedStreamIsReopened(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer ok.Close()
 	n := newFake()
-	clk := wheel.NewFakeClock(time.UnixMilli(5000))
+	clk := wheeltest.NewFakeClock(time.UnixMilli(5000))
 	s := New(n, Config{Clock: clk})
 	defer s.Stop()
 	s.Reconcile(func() []wheel.Webhook {
@@ -385,7 +386,7 @@ func TestLeftOutHeaderWarnedOncePerSecond(t *testing.T) {
 	var logged strings.Builder
 	var logMu sync.Mutex
 	n := newFake()
-	clock := wheel.NewFakeClock(time.Unix(1_700_000_000, 0))
+	clock := wheeltest.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s := New(n, Config{Clock: clock, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
 	defer s.Stop()
 	s.Reconcile(func() []wheel.Webhook {

@@ -2,7 +2,7 @@
 // starts real delaywheel nodes (Raft on loopback, stores in t.TempDir()),
 // puts a transport.Server in front of each on a loopback listener, and
 // hands back their URLs, clients and nodes. Every node and server runs on
-// one injected wheel.FakeClock, so a test moves time by advancing the clock
+// one injected wheeltest.FakeClock, so a test moves time by advancing the clock
 // and waits on conditions, never on the wall clock.
 //
 // There is no model of the queue here: what a test sees is what the store

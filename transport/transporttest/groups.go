@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // GroupsBackend serves a node's many Raft groups through one server, as
@@ -25,26 +27,26 @@ func GroupsBackend(gs *replication.Groups) transport.Backend {
 // node behind its own HTTP server at the HTTP address its groups record.
 type GroupsCluster struct {
 	Nodes []*Node
-	tc    *replication.TestGroupsCluster
+	tc    *repltest.GroupsCluster
 	o     Options
 	t     testing.TB
 }
 
 // StartGroups starts n nodes of groups Raft groups each as one new cluster
-// (replication.NewTestGroupsCluster) and returns once every group has a
+// (repltest.NewGroupsCluster) and returns once every group has a
 // ready leader and every node knows each group's leader's HTTP address.
 // Each Node's Node is its group 0, and Groups all of them.
 func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 	t.Helper()
 	if o.Clock == nil {
-		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
+		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
 	}
 	// The servers listen before the nodes start, on the addresses the
 	// nodes record, as StartCluster's do.
 	c := &GroupsCluster{o: o, t: t}
 	var byID map[string]*Node
 	c.Nodes, byID = listening(n, o.Clock)
-	c.tc = replication.NewTestGroupsCluster(t, n, groups, func(cfg *replication.Config) {
+	c.tc = repltest.NewGroupsCluster(t, n, groups, func(cfg *replication.Config) {
 		cfg.Clock = o.Clock
 		cfg.HTTPAddr = byID[cfg.ID].Addr
 		byID[cfg.ID].RaftAddr = cfg.RaftAddr
@@ -55,7 +57,7 @@ func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 	for i, tn := range c.tc.Nodes {
 		c.serve(c.Nodes[i], tn.Groups)
 	}
-	replication.WaitFor(t, 20*time.Second, "every node to know each group's leader's address", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "every node to know each group's leader's address", func() bool {
 		for g := range groups {
 			leader := c.Leader(g)
 			for _, kn := range c.Nodes {

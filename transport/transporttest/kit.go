@@ -3,19 +3,19 @@ package transporttest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
+	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // StartMs is where a kit's clock starts when the test gives none:
@@ -25,7 +25,7 @@ const StartMs = int64(1_732_245_600_000)
 // Options shape the nodes a kit starts. The zero value is fine.
 type Options struct {
 	// Clock is the clock of every node and server; nil: a new FakeClock at StartMs.
-	Clock *wheel.FakeClock
+	Clock *wheeltest.FakeClock
 	// Server edits each node's server config (token, limits, metrics).
 	Server func(*transport.Config)
 	// Backend, when set, stands between a node and its server, for a test
@@ -47,7 +47,7 @@ type Node struct {
 	Addr     string         // host:port of the HTTP API
 	URL      string         // http://Addr
 	Client   *client.Client // sends the server's token, if it has one
-	Clock    *wheel.FakeClock
+	Clock    *wheeltest.FakeClock
 	// Node is the node itself, for a test that reads or drives it directly.
 	// Cluster.Restart replaces it. In a GroupsCluster it is group 0's.
 	Node *replication.Node
@@ -79,13 +79,13 @@ func (n *Node) AdvanceUntil(t testing.TB, step time.Duration, what string, cond 
 // background (applying a lease, catching up) without time passing.
 func (n *Node) Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	replication.WaitFor(t, 20*time.Second, what, cond)
+	nettest.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // Cluster is a set of nodes that form one Raft cluster.
 type Cluster struct {
 	Nodes []*Node
-	tc    *replication.TestCluster
+	tc    *repltest.Cluster
 	o     Options
 	t     testing.TB
 }
@@ -129,12 +129,12 @@ func Start(t testing.TB, o Options) *Node {
 func StartCluster(t testing.TB, n int, o Options) *Cluster {
 	t.Helper()
 	if o.Clock == nil {
-		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
+		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
 	}
 	c := &Cluster{o: o, t: t}
 	var byID map[string]*Node
 	c.Nodes, byID = listening(n, o.Clock)
-	c.tc = replication.NewTestCluster(t, n, func(cfg *replication.Config) {
+	c.tc = repltest.NewCluster(t, n, func(cfg *replication.Config) {
 		cfg.Clock = o.Clock
 		cfg.HTTPAddr = byID[cfg.ID].Addr
 		byID[cfg.ID].RaftAddr = cfg.RaftAddr
@@ -153,7 +153,7 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 		serve(t, kn, tn.Node, o)
 	}
 	leader := c.Leader()
-	replication.WaitFor(t, 20*time.Second, "every node to know the leader's address", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "every node to know the leader's address", func() bool {
 		for _, kn := range c.Nodes {
 			if addr, _, known := kn.Node.LeaderHTTP(); !known || addr != leader.Addr {
 				return false
@@ -168,7 +168,7 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 // nodes, in order), each with a server that listens but does not serve
 // yet, so that the nodes record addresses no other test can take; byID
 // finds them by name.
-func listening(n int, clock *wheel.FakeClock) (nodes []*Node, byID map[string]*Node) {
+func listening(n int, clock *wheeltest.FakeClock) (nodes []*Node, byID map[string]*Node) {
 	byID = map[string]*Node{}
 	for i := range n {
 		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: clock, srv: httptest.NewUnstartedServer(nil)}
@@ -185,13 +185,13 @@ func listening(n int, clock *wheel.FakeClock) (nodes []*Node, byID map[string]*N
 func StartJoiner(t testing.TB, id string, o Options) *Node {
 	t.Helper()
 	if o.Clock == nil {
-		o.Clock = wheel.NewFakeClock(time.UnixMilli(StartMs))
+		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
 	}
-	kn := &Node{ID: id, RaftAddr: replication.FreeAddr(t), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
+	kn := &Node{ID: id, RaftAddr: nettest.FreeAddr(t), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
 	kn.Addr = kn.srv.Listener.Addr().String()
 	cfg := replication.Config{
 		ID: id, DataDir: t.TempDir(), RaftAddr: kn.RaftAddr, HTTPAddr: kn.Addr, Join: "unused:1",
-		Logger: testLogger(t), Clock: o.Clock, RedeliveryBackoff: -1,
+		Logger: nettest.Logger(t), Clock: o.Clock, RedeliveryBackoff: -1,
 	}
 	if o.Replication != nil {
 		o.Replication(&cfg)
@@ -212,7 +212,7 @@ func StartJoiner(t testing.TB, id string, o Options) *Node {
 
 // serve starts kn's HTTP server in front of node.
 func serve(t testing.TB, kn *Node, node transport.Backend, o Options) {
-	cfg := transport.Config{Clock: o.Clock.Now, Logger: testLogger(t)}
+	cfg := transport.Config{Clock: o.Clock.Now, Logger: nettest.Logger(t)}
 	if o.Server != nil {
 		o.Server(&cfg)
 	}
@@ -260,17 +260,6 @@ func (c *Cluster) node(rn *replication.Node) *Node {
 		}
 	}
 	panic("transporttest: a node the kit did not start")
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }
 
 // Subscriber is what Receive reads: a subscription of the Go client, over

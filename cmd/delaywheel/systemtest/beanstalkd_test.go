@@ -9,7 +9,7 @@ import (
 
 	"github.com/beanstalkd/go-beanstalk"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 )
 
 // TestBeanstalkdLeaderKill drives go-beanstalk through a follower's
@@ -22,7 +22,7 @@ func TestBeanstalkdLeaderKill(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 	bsAddr := map[string]string{}
 	for _, n := range c.Nodes() {
-		ports, err := replication.FreePorts(n.IP, 1)
+		ports, err := nettest.FreePorts(n.IP, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

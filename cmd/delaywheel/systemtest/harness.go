@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -82,7 +82,7 @@ type Options struct {
 	Groups int
 
 	// freePorts, when set, picks the ports of a node instead of
-	// replication.FreePorts (the harness's own tests take one).
+	// nettest.FreePorts (the harness's own tests take one).
 	freePorts func(ip string, n int) ([]int, error)
 }
 
@@ -93,7 +93,7 @@ type Cluster struct {
 	base   string
 	flags  []string
 	groups int // Raft groups per node, at least 1
-	// freePorts picks a node's ports (replication.FreePorts).
+	// freePorts picks a node's ports (nettest.FreePorts).
 	freePorts func(ip string, n int) ([]int, error)
 
 	mu    sync.Mutex
@@ -158,7 +158,7 @@ func newCluster(t testing.TB, bin string, opts Options) *Cluster {
 	c := &Cluster{t: t, bin: bin, base: t.TempDir(), flags: append(append([]string{}, DefaultFlags...), opts.Flags...),
 		groups: max(opts.Groups, 1), freePorts: opts.freePorts}
 	if c.freePorts == nil {
-		c.freePorts = replication.FreePorts
+		c.freePorts = nettest.FreePorts
 	}
 	if c.groups > 1 {
 		c.flags = append(c.flags, "--groups", strconv.Itoa(c.groups))

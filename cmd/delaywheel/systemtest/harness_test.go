@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 )
 
 // holdingPicker returns a port picker that, at the picks hold says, puts
@@ -26,14 +26,14 @@ func holdingPicker(t *testing.T, hold func(ip string, pick int) (i int, ok bool)
 		count[ip]++
 		i, ok := hold(ip, count[ip])
 		if !ok {
-			return replication.FreePorts(ip, n)
+			return nettest.FreePorts(ip, n)
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return nil, err
 		}
 		t.Cleanup(func() { ln.Close() })
-		ports, err := replication.FreePorts(ip, n)
+		ports, err := nettest.FreePorts(ip, n)
 		if err != nil {
 			return nil, err
 		}

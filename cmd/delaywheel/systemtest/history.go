@@ -55,17 +55,6 @@ const (
 	Failed
 )
 
-func (o Outcome) String() string {
-	switch o {
-	case Settled:
-		return "settled"
-	case Mixed:
-		return "mixed"
-	default:
-		return "failed"
-	}
-}
-
 // Settle is one ack or nack call.
 type Settle struct {
 	Via      string // the node the call was sent to
@@ -241,13 +230,6 @@ func (h *History) Fault(atMs int64, format string, args ...any) {
 	h.faults = append(h.faults, Fault{AtMs: atMs, What: fmt.Sprintf(format, args...)})
 }
 
-// Acknowledged is the number of acknowledged enqueues.
-func (h *History) Acknowledged() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.enqueued)
-}
-
 // Undelivered is the number of acknowledged enqueues not delivered yet.
 func (h *History) Undelivered() int {
 	h.mu.Lock()
@@ -261,21 +243,8 @@ func (h *History) Undelivered() int {
 	return n
 }
 
-// DeliveryCount is the number of deliveries recorded.
-func (h *History) DeliveryCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.deliveries)
-}
-
-// FirstDeliveryAfter returns the earliest receive time of a delivery
-// received after ms.
-func (h *History) FirstDeliveryAfter(ms int64) (int64, bool) {
-	return h.FirstGroupDeliveryAfter(ms, -1)
-}
-
-// FirstGroupDeliveryAfter is FirstDeliveryAfter of the messages of group g
-// only (-1: any group).
+// FirstGroupDeliveryAfter returns the earliest receive time of a delivery
+// received after ms, of the messages of group g only (-1: any group).
 func (h *History) FirstGroupDeliveryAfter(ms int64, g int) (int64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -322,13 +291,6 @@ func (h *History) AnsweredVia(node string, sentFrom, sentTo, doneFrom, doneTo in
 		}
 	}
 	return ds, ss, calls
-}
-
-// Faults returns the faults recorded.
-func (h *History) Faults() []Fault {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.faults)
 }
 
 // Duplicate reasons, as Report.Duplicates counts them.

@@ -112,16 +112,6 @@ func (p *Proxy) cut(set map[string]bool, ips []string, drop func(*proxyConn) boo
 	}
 }
 
-// Unblock accepts connections from the given IPs again.
-func (p *Proxy) Unblock(ips ...string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ip := range ips {
-		delete(p.blocked, ip)
-		delete(p.holes, ip)
-	}
-}
-
 // UnblockAll lifts every block.
 func (p *Proxy) UnblockAll() {
 	p.mu.Lock()

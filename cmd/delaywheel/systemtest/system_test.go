@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
@@ -38,7 +38,7 @@ func TestSingleNode(t *testing.T) {
 func dataDirInUse(t *testing.T, n *Node) {
 	ctx := ctxFor(t, 30*time.Second)
 	ip := NextIP()
-	ports, err := replication.FreePorts(ip, 3)
+	ports, err := nettest.FreePorts(ip, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/cmd/delaywheel/systemtest"
-	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
 
@@ -58,7 +58,7 @@ func TestExample(t *testing.T) {
 	c := systemtest.NewCluster(t, bin, systemtest.Options{Flags: []string{"--auth-token-file", tokenFile}, NoWait: true})
 	n := c.Nodes()[0]
 	cl := client.New("http://"+n.HTTPAddr, client.WithToken("python-example-token"))
-	replication.WaitFor(t, time.Minute, n.HTTPAddr+" to be ready", func() bool { return cl.Readyz(ctx) == nil })
+	nettest.WaitFor(t, time.Minute, n.HTTPAddr+" to be ready", func() bool { return cl.Readyz(ctx) == nil })
 
 	cmd := exec.CommandContext(ctx, python, "example.py", "--http", "http://"+n.HTTPAddr, "--grpc", n.GRPCAddr,
 		"--token-file", tokenFile, "--topic", "py", "--delay-ms", "300")

@@ -1,66 +1,68 @@
-package replication
+package repltest
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 )
 
-// This file extends the test kit to clusters of many Raft groups: every
-// node is an OpenGroups, its groups over one Raft address.
-
-// TestGroupsNode is one node of a TestGroupsCluster.
-type TestGroupsNode struct {
-	// Cfg is the node's configuration before TestGroupsCluster.Configure
+// GroupsMember is one node of a GroupsCluster: its groups over one Raft
+// address, as replication.OpenGroups opens them.
+type GroupsMember struct {
+	// Cfg is the node's configuration before GroupsCluster.Configure
 	// runs; OpenGroups derives each group's from it.
-	Cfg Config
+	Cfg replication.Config
 	// Groups is the running node's groups, nil while it is stopped.
-	Groups *Groups
+	Groups *replication.Groups
 
 	loops testLoops // its registration loops, a group each
 }
 
-// TestGroupsCluster is a set of in-process nodes, each running Count groups.
-type TestGroupsCluster struct {
+// GroupsCluster is a set of in-process nodes, each running Count groups.
+type GroupsCluster struct {
 	t testing.TB
 	// Count is the number of groups every node runs.
 	Count int
-	Nodes []*TestGroupsNode
+	// Nodes are the cluster's members, in the order of their configs.
+	Nodes []*GroupsMember
 	// Configure, when set, adjusts each node's config before it starts.
-	Configure func(*Config)
+	Configure func(*replication.Config)
 
-	running running[*Groups]
+	running running[*replication.Groups]
 }
 
-// NewTestGroupsCluster starts n nodes of groups groups each as one new
+// NewGroupsCluster starts n nodes of groups groups each as one new
 // cluster, with a leadership balancer quick enough for tests, and waits
 // for a leader of every group and for every member's addresses to be
 // recorded in every group.
-func NewTestGroupsCluster(t testing.TB, n, groups int, configure func(*Config)) *TestGroupsCluster {
+func NewGroupsCluster(t testing.TB, n, groups int, configure func(*replication.Config)) *GroupsCluster {
 	t.Helper()
 	cfgs := newTestConfigs(t, n)
 	for i := range cfgs {
-		cfgs[i].balance = balanceTiming{every: 100 * time.Millisecond, settle: 500 * time.Millisecond, retry: time.Second}
+		cfgs[i].Balance = replication.BalanceTiming{Every: 100 * time.Millisecond, Settle: 500 * time.Millisecond, Retry: time.Second}
 	}
 	return startGroupsCluster(t, groups, configure, cfgs)
 }
 
-// StartTestGroupsCluster starts nodes of groups groups each with the given
+// StartGroupsCluster starts nodes of groups groups each with the given
 // configs (data dirs and addresses set by the caller, e.g. a restored
-// directory) and waits as NewTestGroupsCluster does.
-func StartTestGroupsCluster(t testing.TB, groups int, cfgs ...Config) *TestGroupsCluster {
+// directory) and waits as NewGroupsCluster does.
+func StartGroupsCluster(t testing.TB, groups int, cfgs ...replication.Config) *GroupsCluster {
 	t.Helper()
 	return startGroupsCluster(t, groups, nil, cfgs)
 }
 
-func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs []Config) *TestGroupsCluster {
+func startGroupsCluster(t testing.TB, groups int, configure func(*replication.Config), cfgs []replication.Config) *GroupsCluster {
 	t.Helper()
-	c := &TestGroupsCluster{t: t, Count: groups, Configure: configure}
+	c := &GroupsCluster{t: t, Count: groups, Configure: configure}
 	for _, cfg := range cfgs {
 		if cfg.Logger == nil {
-			cfg.Logger = testLogger(t)
+			cfg.Logger = nettest.Logger(t)
 		}
-		c.Nodes = append(c.Nodes, &TestGroupsNode{Cfg: cfg})
+		c.Nodes = append(c.Nodes, &GroupsMember{Cfg: cfg})
 	}
 	for i := range c.Nodes {
 		c.Start(i)
@@ -69,7 +71,7 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs 
 	for g := range groups {
 		c.Leader(g)
 	}
-	WaitFor(t, 20*time.Second, "every member's addresses to be recorded in every group", func() bool {
+	nettest.WaitFor(t, 20*time.Second, "every member's addresses to be recorded in every group", func() bool {
 		for _, tn := range c.Nodes {
 			for g := range groups {
 				if !tn.Groups.Node(g).HasSelf() {
@@ -85,14 +87,14 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*Config), cfgs 
 // Start (re)starts node i with its data directory. Until each group's
 // replicated metadata holds the node's addresses, it asks that group's
 // leader to record them.
-func (c *TestGroupsCluster) Start(i int) {
+func (c *GroupsCluster) Start(i int) {
 	c.t.Helper()
 	tn := c.Nodes[i]
 	cfg := tn.Cfg
 	if c.Configure != nil {
 		c.Configure(&cfg)
 	}
-	gs, err := OpenGroups(cfg, c.Count)
+	gs, err := replication.OpenGroups(cfg, c.Count)
 	if err != nil {
 		c.t.Fatalf("open node %s with %d groups: %v", cfg.ID, c.Count, err)
 	}
@@ -101,7 +103,7 @@ func (c *TestGroupsCluster) Start(i int) {
 	ctx := tn.loops.start()
 	for g := range gs.Count() {
 		tn.loops.done.Go(func() {
-			recordAddresses(ctx, gs.Node(g), cfg, func(id string) *Node {
+			recordAddresses(ctx, gs.Node(g), cfg, func(id string) *replication.Node {
 				if o := c.running.get(id); o != nil {
 					return o.Node(g)
 				}
@@ -112,7 +114,7 @@ func (c *TestGroupsCluster) Start(i int) {
 }
 
 // Stop closes node i: each group it leads hands its leadership over.
-func (c *TestGroupsCluster) Stop(i int) {
+func (c *GroupsCluster) Stop(i int) {
 	c.t.Helper()
 	tn := c.Nodes[i]
 	if tn.Groups == nil {
@@ -123,7 +125,7 @@ func (c *TestGroupsCluster) Stop(i int) {
 }
 
 // Shutdown stops every node.
-func (c *TestGroupsCluster) Shutdown() {
+func (c *GroupsCluster) Shutdown() {
 	for i := range c.Nodes {
 		c.Stop(i)
 	}
@@ -131,16 +133,16 @@ func (c *TestGroupsCluster) Shutdown() {
 
 // Leader waits for a leader of group g whose dispatcher runs and returns
 // its node.
-func (c *TestGroupsCluster) Leader(g int) *TestGroupsNode {
+func (c *GroupsCluster) Leader(g int) *GroupsMember {
 	c.t.Helper()
-	return waitFirst(c.t, fmt.Sprintf("a leader of group %d", g), c.Nodes, func(tn *TestGroupsNode) bool {
+	return waitFirst(c.t, fmt.Sprintf("a leader of group %d", g), c.Nodes, func(tn *GroupsMember) bool {
 		return tn.Groups != nil && readyLeader(tn.Groups.Node(g))
 	})
 }
 
 // Leaders returns, for each group, the id of the running node that leads
 // it, "" where none does.
-func (c *TestGroupsCluster) Leaders() []string {
+func (c *GroupsCluster) Leaders() []string {
 	out := make([]string, c.Count)
 	for g := range out {
 		for _, tn := range c.Nodes {
