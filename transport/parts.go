@@ -172,7 +172,7 @@ func messageOf(m wheel.NewMessage) api.Message {
 	return out
 }
 
-// Settle sends an ack, nack or touch.
+// Settle sends an ack, nack, touch or bury.
 func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
 	list := make([]string, len(rs))
 	for i, r := range rs {

@@ -127,7 +127,7 @@ func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time
 	return ds[0], true, nil
 }
 
-// settle acks, nacks or touches r through the router.
+// settle acks, nacks, touches or buries r through the router.
 func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r wheel.Receipt, delayMs int64) (bool, error) {
 	if err := b.known(r.ID); err != nil {
 		return false, err
@@ -148,17 +148,8 @@ func (b *beanstalkdBackend) Touch(ctx context.Context, r wheel.Receipt) (bool, e
 	return b.settle(ctx, service.OpTouch, r, 0)
 }
 
-// Bury moves r's message to the dead letters on this node, which must
-// lead its group: no API carries a dead-letter to another node.
 func (b *beanstalkdBackend) Bury(ctx context.Context, r wheel.Receipt) (bool, error) {
-	if err := b.known(r.ID); err != nil {
-		return false, err
-	}
-	if !b.r.Leads(r.ID.Group()) {
-		return false, fmt.Errorf("the HTTP API cannot move a reserved message to the dead letters: bury needs a connection to the leader of group %d", r.ID.Group())
-	}
-	c, err := b.gs.Node(r.ID.Group()).DeadLetter(ctx, []wheel.Receipt{r})
-	return c.Done == 1, routed(err)
+	return b.settle(ctx, service.OpBury, r, 0)
 }
 
 func (b *beanstalkdBackend) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
