@@ -89,6 +89,7 @@ func (s *Server) groupScopes() map[string]groupRoute {
 		"POST /v1/ack":                         {scopeSpan, s.ackSpan},
 		"POST /v1/nack":                        {scopeSpan, s.nackSpan},
 		"POST /v1/touch":                       {scopeSpan, s.touchSpan},
+		"POST /v1/bury":                        {scopeSpan, s.burySpan},
 		"GET /v1/topics":                       {scopeSpan, s.topicsSpan},
 		"GET /v1/topics/{topic}/dead":          topic,
 		"POST /v1/topics/{topic}/dead/redrive": topic,

@@ -373,6 +373,9 @@ func TestGroupsOneGroupAtItsLeader(t *testing.T) {
 	wantBody("ack again", alike("/v1/ack", body(rs...), body(rs...)), `{"acked":0,"stale":2}`)
 	wantBody("touch after the ack", alike("/v1/touch", body(rs[0]), body(rs[0])), `{"touched":0,"stale":1}`)
 	wantBody("nack after the ack", alike("/v1/nack", body(rs[1]), body(rs[1])), `{"nacked":0,"stale":1}`)
+	rs = receipts(2)
+	wantBody("bury", alike("/v1/bury", body(rs[0]), body(rs[1])), `{"buried":1,"stale":0}`)
+	wantBody("ack after the bury", alike("/v1/ack", body(rs...), body(rs...)), `{"acked":0,"stale":2}`)
 
 	// Refused by the group's route: the message names the group.
 	nack := `{"receipts":["` + rs[0] + `"],"delay_ms":-1}`

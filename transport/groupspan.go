@@ -93,6 +93,8 @@ func (s *Server) nackSpan(r *http.Request) (any, error) { return s.settleSpan(r,
 
 func (s *Server) touchSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpTouch) }
 
+func (s *Server) burySpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpBury) }
+
 // topicsSpan merges every group's topics (a topic lives in one group).
 func (s *Server) topicsSpan(r *http.Request) (any, error) {
 	ts, err := s.svc.Topics(r.Context())

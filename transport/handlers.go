@@ -138,7 +138,9 @@ func (s *Server) nack(r *http.Request) (any, error) { return s.settle(r, service
 
 func (s *Server) touch(r *http.Request) (any, error) { return s.settle(r, service.OpTouch) }
 
-// settlement is how an ack, nack or touch is routed and answered.
+func (s *Server) bury(r *http.Request) (any, error) { return s.settle(r, service.OpBury) }
+
+// settlement is how an ack, nack, touch or bury is routed and answered.
 type settlement struct {
 	path string // the route's path
 	// answer is the answer that gives c; its count of settled receipts
@@ -154,6 +156,8 @@ func settlementOf(op service.Op) settlement {
 		return settlement{"/v1/nack", func(c wheel.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
 	case service.OpTouch:
 		return settlement{"/v1/touch", func(c wheel.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
+	case service.OpBury:
+		return settlement{"/v1/bury", func(c wheel.Counted) any { return api.BuryResponse{Buried: c.Done, Stale: c.Stale} }, "buried"}
 	}
 	return settlement{"/v1/ack", func(c wheel.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,11 +24,25 @@ import (
 // ?group=g, marked forwarded (ForwardedHeader), with the caller's
 // Authorization, and reads the leader's answer, an error body as the
 // *Error it stands for. The routes of one group are not split: a follower
-// passes them on whole (forward), so the router never asks parts to
-// cancel, reschedule, reserve or redrive.
+// passes them on whole (forward), so the HTTP API's router asks parts
+// only to enqueue and settle; another front end's router (Forwarder) asks
+// it everything.
 type parts struct {
 	s      *Server
 	client *http.Client
+	auth   string // the Authorization of a call whose caller carries none
+}
+
+// Forwarder returns the HTTP API's Forwarder for another front end's
+// router (service.NewRouter): it passes a part to its group's leader over
+// the leader's HTTP API, as this server does, with the server's own token
+// where the call carries no caller's.
+func (s *Server) Forwarder() service.Forwarder {
+	p := s.parts
+	if s.cfg.AuthToken != "" {
+		p.auth = "Bearer " + s.cfg.AuthToken
+	}
+	return p
 }
 
 // callerKey is the context key of the caller of a request that spans
@@ -81,7 +96,7 @@ func (p parts) do(ctx context.Context, to wheel.Node, g int, method, path string
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(ForwardedHeader, "1")
-	if auth := callerOf(ctx).auth; auth != "" {
+	if auth := cmp.Or(callerOf(ctx).auth, p.auth); auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
 	resp, err := p.client.Do(req)
@@ -157,7 +172,7 @@ func messageOf(m wheel.NewMessage) api.Message {
 	return out
 }
 
-// Settle sends an ack, nack or touch.
+// Settle sends an ack, nack, touch or bury.
 func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
 	list := make([]string, len(rs))
 	for i, r := range rs {
@@ -173,22 +188,73 @@ func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wh
 	return wheel.Counted{Done: out[st.doneKey], Stale: out["stale"]}, index, err
 }
 
-// Cancel is not asked of parts (the route is forwarded whole).
-func (parts) Cancel(context.Context, wheel.Node, wheel.Cancel) (wheel.ID, uint64, error) {
-	return wheel.ID{}, 0, service.ErrNoForward
+// Cancel sends a cancel by id or by topic and key.
+func (p parts) Cancel(ctx context.Context, to wheel.Node, c wheel.Cancel) (wheel.ID, uint64, error) {
+	g, path := c.ID.Group(), "/v1/messages/"+url.PathEscape(c.ID.String())
+	if c.Topic != "" {
+		g, path = wheel.GroupOf(c.Topic, p.s.svc.Count()), "/v1/topics/"+url.PathEscape(c.Topic)+"/keys/"+url.PathEscape(c.Key)
+	}
+	var out api.Cancelled
+	index, err := p.do(ctx, to, g, http.MethodDelete, path, nil, &out)
+	if err != nil {
+		return wheel.ID{}, 0, err
+	}
+	id, err := wheel.ParseID(out.ID)
+	return id, index, err
 }
 
-// Reschedule is not asked of parts (the route is forwarded whole).
-func (parts) Reschedule(context.Context, wheel.Node, wheel.ID, int64) (int64, uint64, error) {
-	return 0, 0, service.ErrNoForward
+// Reschedule sends a reschedule to an absolute time.
+func (p parts) Reschedule(ctx context.Context, to wheel.Node, id wheel.ID, deliverAtMs int64) (int64, uint64, error) {
+	var out api.Rescheduled
+	index, err := p.do(ctx, to, id.Group(), http.MethodPost, "/v1/messages/"+url.PathEscape(id.String())+"/reschedule",
+		api.RescheduleRequest{DeliverAtMs: &deliverAtMs}, &out)
+	return out.DeliverAtMs, index, err
 }
 
-// Reserve is not asked of parts (the route is forwarded whole).
-func (parts) Reserve(context.Context, wheel.Node, string, int, time.Duration, time.Duration) ([]wheel.Delivery, uint64, error) {
-	return nil, 0, service.ErrNoForward
+// Reserve sends a reserve.
+func (p parts) Reserve(ctx context.Context, to wheel.Node, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, uint64, error) {
+	req := api.ReserveRequest{Max: &max, WaitMs: wait.Milliseconds()}
+	if ttr > 0 {
+		ms := ttr.Milliseconds()
+		req.TTRMs = &ms
+	}
+	g := wheel.GroupOf(topic, p.s.svc.Count())
+	var out api.ReserveResponse
+	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/reserve", req, &out)
+	if err != nil {
+		return nil, 0, err
+	}
+	ds := make([]wheel.Delivery, len(out.Messages))
+	for i, d := range out.Messages {
+		if ds[i], err = deliveryFrom(d); err != nil {
+			return nil, 0, fmt.Errorf("transport: group %d's delivery %d: %w", g, i, err)
+		}
+	}
+	return ds, index, nil
 }
 
-// Redrive is not asked of parts (the route is forwarded whole).
-func (parts) Redrive(context.Context, wheel.Node, string, []wheel.ID) (int, uint64, error) {
-	return 0, 0, service.ErrNoForward
+// deliveryFrom is the delivery d, as the leader sent it.
+func deliveryFrom(d api.Delivery) (wheel.Delivery, error) {
+	r, err := wheel.ParseReceipt(d.Receipt)
+	if err != nil {
+		return wheel.Delivery{}, err
+	}
+	body, err := d.Payload.Bytes()
+	if err != nil {
+		return wheel.Delivery{}, err
+	}
+	m := wheel.Message{ID: r.ID, Topic: d.Topic, Key: d.Key, Body: body, Headers: d.Headers, Priority: d.Priority,
+		DeliverAtMs: d.DeliverAtMs, Attempts: d.Attempt, Receipt: r.Nonce, LeaseExpiresMs: d.LeaseExpiresMs}
+	return wheel.Delivery{Message: m, Attempt: d.Attempt, Receipt: r}, nil
+}
+
+// Redrive sends a redrive (all of the topic's dead when ids is empty).
+func (p parts) Redrive(ctx context.Context, to wheel.Node, topic string, ids []wheel.ID) (int, uint64, error) {
+	var req api.RedriveRequest
+	for _, id := range ids {
+		req.IDs = append(req.IDs, id.String())
+	}
+	var out api.RedriveResponse
+	index, err := p.do(ctx, to, wheel.GroupOf(topic, p.s.svc.Count()), http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/dead/redrive", req, &out)
+	return out.Redriven, index, err
 }

@@ -141,6 +141,7 @@ func (s *Server) routeList() []route {
 		{"POST /v1/ack", leader, s.ack},
 		{"POST /v1/nack", leader, s.nack},
 		{"POST /v1/touch", leader, s.touch},
+		{"POST /v1/bury", leader, s.bury},
 		{"GET /v1/topics", local, s.topics},
 		{"GET /v1/topics/{topic}/dead", local, s.dead},
 		{"POST /v1/topics/{topic}/dead/redrive", leader, s.redrive},

@@ -7,67 +7,34 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/beanstalkd"
-	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 )
 
-// beanstalkdBackend serves transport/beanstalkd over the node's groups.
-// Each call goes to the group of its topic or id: to this node when it
-// leads that group, else to the group's leader over its HTTP API (the Go
-// client), which is how a follower forwards. Reads of state (Get, Dead,
+// beanstalkdBackend serves transport/beanstalkd over the node's groups
+// through a service.Router: each call goes to the group of its topic or
+// id, served here when this node leads that group, else forwarded to the
+// group's leader by the HTTP API's Forwarder. Reads of state (Get, Dead,
 // Ready, Topics) are this node's own, as over HTTP. It is the only file
 // that binds the protocol to the node.
 type beanstalkdBackend struct {
-	gs    *replication.Groups
-	token string
-	rt    http.RoundTripper // nil: the default
-	tls   bool
-
-	mu      sync.Mutex
-	clients map[string]*client.Client // by leader HTTP address
+	gs *replication.Groups
+	r  *service.Router
 }
 
-func newBeanstalkdBackend(gs *replication.Groups, token string, rt http.RoundTripper, tls bool) *beanstalkdBackend {
-	return &beanstalkdBackend{gs: gs, token: token, rt: rt, tls: tls, clients: map[string]*client.Client{}}
-}
-
-// route returns group g's node when it leads the group, else a client of
-// the group's leader.
-func (b *beanstalkdBackend) route(g int) (*replication.Node, *client.Client, error) {
-	n := b.gs.Node(g)
-	addr, isLeader, known := n.LeaderHTTP()
-	switch {
-	case isLeader:
-		return n, nil, nil
-	case !known || addr == "":
-		return nil, nil, fmt.Errorf("%w: %w: group %d has no leader", beanstalkd.ErrNotSent, wheel.ErrUnavailable, g)
+func newBeanstalkdBackend(gs *replication.Groups, fwd service.Forwarder) *beanstalkdBackend {
+	groups := make([]service.Backend, gs.Count())
+	for g := range groups {
+		groups[g] = gs.Node(g)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cl, ok := b.clients[addr]
-	if !ok {
-		scheme := "http://"
-		if b.tls {
-			scheme = "https://"
-		}
-		opts := []client.Option{client.WithToken(b.token)}
-		if b.rt != nil {
-			opts = append(opts, client.WithHTTPClient(&http.Client{Transport: b.rt}))
-		}
-		cl = client.New(scheme+addr, opts...)
-		b.clients[addr] = cl
-	}
-	return nil, cl, nil
+	return &beanstalkdBackend{gs: gs, r: service.NewRouter(groups, fwd)}
 }
 
 // listenBeanstalkd listens on --beanstalkd-addr; nil when it is empty.
@@ -101,19 +68,27 @@ func serveBeanstalkd(ctx context.Context, ln net.Listener, log *slog.Logger, nod
 	return func() error { return <-done }
 }
 
-// topicGroup is the group of topic.
-func (b *beanstalkdBackend) topicGroup(topic string) int { return wheel.GroupOf(topic, b.gs.Count()) }
-
-// remoteErr maps an HTTP answer of the leader to the wheel's errors.
-func remoteErr(err error) error {
-	var e *client.Error
-	if !errors.As(err, &e) {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			// The leader's address refused the connection: it has gone.
-			return fmt.Errorf("%w: %w: forward to the leader: %w", beanstalkd.ErrNotSent, wheel.ErrUnavailable, err)
-		}
-		return fmt.Errorf("%w: forward to the leader: %w", wheel.ErrUnavailable, err)
+// routed maps the router's answer to what the protocol server reads: the
+// wheel's errors, wrapped in beanstalkd.ErrNotSent when the call surely
+// reached no leader (none is known, Raft refused it before its log, or
+// the leader's address refused the connection).
+func routed(err error) error {
+	var nl *service.NotLeaderError
+	var te *transport.Error
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nl):
+		return fmt.Errorf("%w: %w: %w", beanstalkd.ErrNotSent, wheel.ErrUnavailable, err)
+	case errors.Is(err, wheel.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost):
+		// A proposal refused before the log was never made; one whose
+		// leadership was lost after its append may still commit.
+		return fmt.Errorf("%w: %w", beanstalkd.ErrNotSent, err)
+	case errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("%w: %w: forward to the leader: %w", beanstalkd.ErrNotSent, wheel.ErrUnavailable, err)
+	case !errors.As(err, &te):
+		return err
 	}
 	for _, m := range []struct {
 		status int
@@ -121,207 +96,106 @@ func remoteErr(err error) error {
 	}{{http.StatusNotFound, wheel.ErrNotFound}, {http.StatusConflict, wheel.ErrConflict}, {http.StatusBadRequest, wheel.ErrInvalid},
 		{http.StatusRequestEntityTooLarge, wheel.ErrTooLarge}, {http.StatusTooManyRequests, wheel.ErrOverloaded},
 		{http.StatusServiceUnavailable, wheel.ErrUnavailable}} {
-		if e.Status == m.status {
-			return fmt.Errorf("%w: %w", m.err, err)
+		if te.Status == m.status {
+			return fmt.Errorf("%w: the leader answered %w", m.err, err)
 		}
 	}
 	return err
 }
 
-func (b *beanstalkdBackend) Put(ctx context.Context, m wheel.NewMessage) (wheel.ID, error) {
-	for attempt := 0; ; attempt++ {
-		n, cl, err := b.route(b.topicGroup(m.Topic))
-		if err != nil {
-			return wheel.ID{}, err
-		}
-		if n != nil {
-			res, err := n.Enqueue(ctx, []wheel.NewMessage{m})
-			// A proposal refused before the log was never made; one whose
-			// leadership was lost after its append may still commit.
-			if errors.Is(err, wheel.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
-				if attempt == 0 {
-					continue // Raft refused it before the log: the leader moved
-				}
-				err = fmt.Errorf("%w: %w", beanstalkd.ErrNotSent, err)
-			}
-			if err != nil {
-				return wheel.ID{}, err
-			}
-			return res[0].ID, nil
-		}
-		res, err := cl.Enqueue(ctx, []api.Message{{Topic: m.Topic, Payload: api.BinaryBody(m.Body), Priority: m.Priority,
-			DeliverAtMs: &m.DeliverAtMs, TTRMs: &m.TTRMs, MaxAttempts: &m.MaxAttempts}})
-		if err != nil {
-			return wheel.ID{}, remoteErr(err)
-		}
-		return wheel.ParseID(res[0].ID)
-	}
-}
-
-func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (wheel.Delivery, bool, error) {
-	n, cl, err := b.route(b.topicGroup(topic))
-	if err != nil {
-		return wheel.Delivery{}, false, err
-	}
-	if n != nil {
-		ds, err := n.Reserve(ctx, topic, 1, wait, 0)
-		if err != nil || len(ds) == 0 {
-			return wheel.Delivery{}, false, err
-		}
-		return ds[0], true, nil
-	}
-	ds, err := cl.Reserve(ctx, topic, api.ReserveRequest{WaitMs: wait.Milliseconds()})
-	if err != nil || len(ds) == 0 {
-		if err != nil {
-			err = remoteErr(err)
-		}
-		return wheel.Delivery{}, false, err
-	}
-	return deliveryOf(ds[0])
-}
-
-// deliveryOf converts a delivery of the HTTP API.
-func deliveryOf(d api.Delivery) (wheel.Delivery, bool, error) {
-	r, err := wheel.ParseReceipt(d.Receipt)
-	if err != nil {
-		return wheel.Delivery{}, false, err
-	}
-	body, err := d.Payload.Bytes()
-	if err != nil {
-		return wheel.Delivery{}, false, err
-	}
-	m := wheel.Message{ID: r.ID, Topic: d.Topic, Key: d.Key, Body: body, Headers: d.Headers, Priority: d.Priority,
-		DeliverAtMs: d.DeliverAtMs, Attempts: d.Attempt, Receipt: r.Nonce, LeaseExpiresMs: d.LeaseExpiresMs}
-	return wheel.Delivery{Message: m, Attempt: d.Attempt, Receipt: r}, true, nil
-}
-
-// settle runs a call on a receipt: on the group's node when it leads,
-// else over HTTP through remote (nil: no HTTP call does it).
-func (b *beanstalkdBackend) settle(ctx context.Context, r wheel.Receipt, local func(*replication.Node) (wheel.Counted, error),
-	remote func(*client.Client) (int, error)) (bool, error) {
-	n, cl, err := b.route(r.ID.Group())
-	switch {
-	case err != nil:
-		return false, err
-	case n != nil:
-		c, err := local(n)
-		return c.Done == 1, err
-	case remote == nil:
-		return false, fmt.Errorf("the HTTP API cannot move a reserved message to the dead letters: bury needs a connection to the leader of group %d", r.ID.Group())
-	}
-	done, err := remote(cl)
-	if err != nil {
-		return false, remoteErr(err)
-	}
-	return done == 1, nil
-}
-
-func (b *beanstalkdBackend) Ack(ctx context.Context, r wheel.Receipt) (bool, error) {
-	rs := []wheel.Receipt{r}
-	return b.settle(ctx, r, func(n *replication.Node) (wheel.Counted, error) { return n.Ack(ctx, rs) },
-		func(cl *client.Client) (int, error) {
-			res, err := cl.Ack(ctx, []string{r.String()})
-			return res.Acked, err
-		})
-}
-
-func (b *beanstalkdBackend) Nack(ctx context.Context, r wheel.Receipt, delayMs int64) (bool, error) {
-	rs := []wheel.Receipt{r}
-	return b.settle(ctx, r, func(n *replication.Node) (wheel.Counted, error) { return n.Nack(ctx, rs, delayMs) },
-		func(cl *client.Client) (int, error) {
-			res, err := cl.Nack(ctx, []string{r.String()}, delayMs)
-			return res.Nacked, err
-		})
-}
-
-func (b *beanstalkdBackend) Touch(ctx context.Context, r wheel.Receipt) (bool, error) {
-	rs := []wheel.Receipt{r}
-	return b.settle(ctx, r, func(n *replication.Node) (wheel.Counted, error) { return n.Touch(ctx, rs) },
-		func(cl *client.Client) (int, error) {
-			res, err := cl.Touch(ctx, []string{r.String()})
-			return res.Touched, err
-		})
-}
-
-func (b *beanstalkdBackend) Bury(ctx context.Context, r wheel.Receipt) (bool, error) {
-	rs := []wheel.Receipt{r}
-	return b.settle(ctx, r, func(n *replication.Node) (wheel.Counted, error) { return n.DeadLetter(ctx, rs) }, nil)
-}
-
-func (b *beanstalkdBackend) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
-	if id.Group() >= b.gs.Count() {
-		return wheel.View{}, fmt.Errorf("%w: message %s", wheel.ErrNotFound, id)
-	}
-	return b.gs.Node(id.Group()).Get(ctx, id)
-}
-
-// write runs a write on id's group: local on its node when it leads,
-// else remote over HTTP.
-func (b *beanstalkdBackend) write(g int, local func(*replication.Node) error, remote func(*client.Client) error) error {
-	if g >= b.gs.Count() {
-		return wheel.ErrNotFound
-	}
-	n, cl, err := b.route(g)
-	switch {
-	case err != nil:
-		return err
-	case n != nil:
-		return local(n)
-	}
-	if err := remote(cl); err != nil {
-		return remoteErr(err)
+// known refuses, as not found, an id of a group this cluster does not have.
+func (b *beanstalkdBackend) known(id wheel.ID) error {
+	if id.Group() >= b.r.Count() {
+		return fmt.Errorf("%w: message %s", wheel.ErrNotFound, id)
 	}
 	return nil
 }
 
+func (b *beanstalkdBackend) Put(ctx context.Context, m wheel.NewMessage) (wheel.ID, error) {
+	res, err := b.r.Enqueue(ctx, []wheel.NewMessage{m})
+	if err != nil {
+		return wheel.ID{}, routed(err)
+	}
+	return res[0].ID, nil
+}
+
+func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (wheel.Delivery, bool, error) {
+	ds, err := b.r.Reserve(ctx, topic, 1, wait, 0)
+	if err != nil || len(ds) == 0 {
+		return wheel.Delivery{}, false, routed(err)
+	}
+	return ds[0], true, nil
+}
+
+// settle acks, nacks, touches or buries r through the router.
+func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r wheel.Receipt, delayMs int64) (bool, error) {
+	if err := b.known(r.ID); err != nil {
+		return false, err
+	}
+	c, err := b.r.Settle(ctx, "receipts", op, []wheel.Receipt{r}, delayMs)
+	return c.Done == 1, routed(err)
+}
+
+func (b *beanstalkdBackend) Ack(ctx context.Context, r wheel.Receipt) (bool, error) {
+	return b.settle(ctx, service.OpAck, r, 0)
+}
+
+func (b *beanstalkdBackend) Nack(ctx context.Context, r wheel.Receipt, delayMs int64) (bool, error) {
+	return b.settle(ctx, service.OpNack, r, delayMs)
+}
+
+func (b *beanstalkdBackend) Touch(ctx context.Context, r wheel.Receipt) (bool, error) {
+	return b.settle(ctx, service.OpTouch, r, 0)
+}
+
+func (b *beanstalkdBackend) Bury(ctx context.Context, r wheel.Receipt) (bool, error) {
+	return b.settle(ctx, service.OpBury, r, 0)
+}
+
+func (b *beanstalkdBackend) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
+	if err := b.known(id); err != nil {
+		return wheel.View{}, err
+	}
+	n, err := b.r.Local(id.Group())
+	if err != nil {
+		return wheel.View{}, err
+	}
+	return n.Get(ctx, id)
+}
+
 func (b *beanstalkdBackend) Cancel(ctx context.Context, id wheel.ID) error {
-	return b.write(id.Group(), func(n *replication.Node) error {
-		_, err := n.Cancel(ctx, wheel.Cancel{ID: id})
+	if err := b.known(id); err != nil {
 		return err
-	}, func(cl *client.Client) error {
-		_, err := cl.Cancel(ctx, id.String())
-		return err
-	})
+	}
+	_, err := b.r.Cancel(ctx, wheel.Cancel{ID: id})
+	return routed(err)
 }
 
 func (b *beanstalkdBackend) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) error {
-	return b.write(id.Group(), func(n *replication.Node) error {
-		_, err := n.Reschedule(ctx, id, deliverAtMs)
+	if err := b.known(id); err != nil {
 		return err
-	}, func(cl *client.Client) error {
-		_, err := cl.Reschedule(ctx, id.String(), api.RescheduleRequest{DeliverAtMs: &deliverAtMs})
-		return err
-	})
+	}
+	_, err := b.r.Reschedule(ctx, id, deliverAtMs)
+	return routed(err)
 }
 
 func (b *beanstalkdBackend) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error) {
-	moved := 0
-	err := b.write(b.topicGroup(topic), func(n *replication.Node) (err error) {
-		moved, err = n.Redrive(ctx, topic, ids)
-		return err
-	}, func(cl *client.Client) (err error) {
-		list := make([]string, len(ids))
-		for i, id := range ids {
-			list[i] = id.String()
-		}
-		moved, err = cl.Redrive(ctx, topic, list)
-		return err
-	})
-	return moved, err
+	n, err := b.r.Redrive(ctx, topic, ids)
+	return n, routed(err)
 }
 
 func (b *beanstalkdBackend) Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error) {
-	return b.gs.Node(b.topicGroup(topic)).Dead(ctx, topic, limit)
+	n, err := b.r.Local(b.r.GroupOfTopic(topic))
+	if err != nil {
+		return nil, err
+	}
+	return n.Dead(ctx, topic, limit)
 }
 
 func (b *beanstalkdBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {
-	return b.gs.Node(b.topicGroup(topic)).Store().Ready(topic, limit, nil)
+	return b.gs.Node(b.r.GroupOfTopic(topic)).Store().Ready(topic, limit, nil)
 }
 
 func (b *beanstalkdBackend) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
-	groups := make([]service.Backend, b.gs.Count())
-	for g := range groups {
-		groups[g] = b.gs.Node(g)
-	}
-	return service.NewRouter(groups, nil).Topics(ctx)
+	return b.r.Topics(ctx)
 }

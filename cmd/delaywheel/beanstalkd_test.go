@@ -120,8 +120,8 @@ func TestBeanstalkdGoClient(t *testing.T) {
 }
 
 // Through every node of a three-node cluster of two groups, followers
-// among them: a job put through one node is reserved, released, touched
-// and deleted through another, and kicked through a third.
+// among them: a job put through one node is reserved, released, touched,
+// buried and deleted through another, and kicked through a third.
 func TestBeanstalkdThroughFollowers(t *testing.T) {
 	const n = 3
 	var raft, httpAddrs, bsAddrs, members []string
@@ -165,6 +165,16 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 			}
 			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
 				t.Fatalf("reserve after release: %d %v", got, err)
+			}
+			if err := b.Bury(id, 1024); err != nil {
+				t.Fatalf("bury through n%d: %v", (i+1)%n+1, err)
+			}
+			// A follower reads its own state: wait until c sees the job buried.
+			replication.WaitFor(t, 10*time.Second, "the bury to reach n"+fmt.Sprint((i+2)%n+1), func() bool {
+				return c.KickJob(id) == nil
+			})
+			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
+				t.Fatalf("reserve after kick: %d %v", got, err)
 			}
 			if err := b.Delete(id); err != nil {
 				t.Fatalf("delete through n%d: %v", (i+1)%n+1, err)

@@ -202,6 +202,12 @@ type NackResponse struct {
 	Stale  int `json:"stale"`
 }
 
+// BuryResponse answers POST /v1/bury.
+type BuryResponse struct {
+	Buried int `json:"buried"`
+	Stale  int `json:"stale"`
+}
+
 // TouchResponse answers POST /v1/touch.
 type TouchResponse struct {
 	Touched int `json:"touched"`

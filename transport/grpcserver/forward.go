@@ -187,8 +187,11 @@ func deliveryFrom(d *pb.Delivery) (wheel.Delivery, error) {
 	return wheel.Delivery{Message: m, Attempt: d.GetAttempt(), Receipt: rc}, nil
 }
 
-// Settle forwards an ack, nack or touch.
+// Settle forwards an ack, nack or touch; the gRPC API has no bury.
 func (f *forwarder) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+	if op == service.OpBury {
+		return wheel.Counted{}, 0, service.ErrNoForward
+	}
 	list := make([]string, len(rs))
 	for i, r := range rs {
 		list[i] = r.String()

@@ -68,6 +68,8 @@ type Backend interface {
 	Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error)
 	// Touch extends leases by their time-to-run.
 	Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	// DeadLetter moves reserved messages to their topics' dead letters.
+	DeadLetter(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
 	// Topics returns the per-state counts of every topic.
 	Topics(ctx context.Context) ([]wheel.TopicCounts, error)
 	// Dead lists up to limit dead messages of topic.

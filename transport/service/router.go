@@ -38,6 +38,7 @@ const (
 	OpAck Op = iota
 	OpNack
 	OpTouch
+	OpBury // to the dead letters
 )
 
 // Router serves requests on the groups of a node, each part by its
@@ -234,7 +235,7 @@ func first[T any](s []T) T {
 	return v
 }
 
-// Settle acks, nacks (due nackDelayMs from now) or touches validated
+// Settle acks, nacks (due nackDelayMs from now), touches or buries validated
 // receipts, each group's as one call of that group, and sums the counts.
 // A receipt of a group this cluster does not have is refused, naming
 // field[i].
@@ -284,13 +285,16 @@ func (r *Router) CheckReceipts(field string, rs []wheel.Receipt) error {
 	return nil
 }
 
-// SettleOn acks, nacks (due nackDelayMs from now) or touches rs on b.
+// SettleOn acks, nacks (due nackDelayMs from now), touches or buries rs
+// on b.
 func SettleOn(ctx context.Context, b Backend, op Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, error) {
 	switch op {
 	case OpNack:
 		return b.Nack(ctx, rs, nackDelayMs)
 	case OpTouch:
 		return b.Touch(ctx, rs)
+	case OpBury:
+		return b.DeadLetter(ctx, rs)
 	}
 	return b.Ack(ctx, rs)
 }
