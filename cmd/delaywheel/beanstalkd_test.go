@@ -170,7 +170,7 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 				t.Fatalf("bury through n%d: %v", (i+1)%n+1, err)
 			}
 			// A follower reads its own state: wait until c sees the job buried.
-			replication.WaitFor(t, 10*time.Second, "the bury to reach n"+fmt.Sprint((i+2)%n+1), func() bool {
+			nettest.WaitFor(t, 10*time.Second, "the bury to reach n"+fmt.Sprint((i+2)%n+1), func() bool {
 				return c.KickJob(id) == nil
 			})
 			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
