@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // groupsBackup takes the groups archive of gs.
@@ -40,7 +41,7 @@ func TestGroupsBackupRestore(t *testing.T) {
 	c := NewTestGroupsCluster(t, 1, groups, nil)
 	gs := c.Nodes[0].Groups
 	ctx := context.Background()
-	want := map[wheel.ID]wheel.View{}
+	want := map[model.ID]wheel.View{}
 	for g, topic := range topicsOfGroups(groups) {
 		keyed := msg(topic, "keyed", time.Hour)
 		keyed.Key = "k"
@@ -74,7 +75,7 @@ func TestGroupsBackupRestore(t *testing.T) {
 	if n, err := storedGroupCount(dir); err != nil || n != groups {
 		t.Fatalf("the restored dir's group count: %d, %v", n, err)
 	}
-	if _, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
+	if _, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
 		t.Fatalf("a second restore into the dir: %v", err)
 	}
 
@@ -201,7 +202,7 @@ func TestGroupsRestoreErrors(t *testing.T) {
 			parent := t.TempDir()
 			for _, dir := range []string{filepath.Join(parent, "new"), parent} {
 				_, err := Restore(bytes.NewReader(tc.data), dir, "r1", "127.0.0.1:1")
-				if !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("restore into %s: %v; want an invalid-argument error saying %q", dir, err, tc.want)
 				}
 				t.Logf("restore into %s: %v", dir, err)
@@ -216,12 +217,12 @@ func TestGroupsRestoreErrors(t *testing.T) {
 	// A data dir that holds a node, of one group or of many, is refused.
 	one := NewTestCluster(t, 1, nil).Nodes[0].Cfg.DataDir
 	for _, dir := range []string{one, gs.Node(0).cfg.DataDir, filepath.Dir(gs.Node(0).cfg.DataDir)} {
-		if _, err := Restore(bytes.NewReader(data), dir, "r1", "127.0.0.1:1"); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
+		if _, err := Restore(bytes.NewReader(data), dir, "r1", "127.0.0.1:1"); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
 			t.Errorf("restore into %s: %v", dir, err)
 		}
 	}
 	// RestoreBackup reads one group's backup, and says so of an archive.
-	if _, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), "r1", "127.0.0.1:1"); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "archive of many groups") {
+	if _, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), "r1", "127.0.0.1:1"); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "archive of many groups") {
 		t.Errorf("RestoreBackup of an archive: %v", err)
 	}
 }
@@ -247,12 +248,12 @@ func FuzzGroupsArchive(f *testing.F) {
 		isGroupsArchive(bufio.NewReaderSize(bytes.NewReader(data), tarBlock))
 		a, err := openGroupsArchive(bytes.NewReader(data))
 		if err != nil {
-			if !errors.Is(err, wheel.ErrInvalid) {
+			if !errors.Is(err, model.ErrInvalid) {
 				t.Fatalf("open: %v is not an invalid-argument error", err)
 			}
 			return
 		}
-		if a.groups < 1 || a.groups > wheel.MaxGroups {
+		if a.groups < 1 || a.groups > model.MaxGroups {
 			t.Fatalf("the manifest's %d groups were accepted", a.groups)
 		}
 		for want := 0; ; want++ {
@@ -267,7 +268,7 @@ func FuzzGroupsArchive(f *testing.F) {
 				_, err = io.Copy(io.Discard, r)
 			}
 			if err != nil {
-				if !errors.Is(err, wheel.ErrInvalid) {
+				if !errors.Is(err, model.ErrInvalid) {
 					t.Fatalf("group %d: %v is not an invalid-argument error", want, err)
 				}
 				return

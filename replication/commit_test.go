@@ -15,6 +15,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/raftlog"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // answeredAtCommit is how many enqueues the node answered at commit.
@@ -445,7 +446,7 @@ func TestReadOwnLease(t *testing.T) {
 	if err == nil {
 		t.Fatalf("Get while the lease is unapplied = %+v; want a wait for the lease, not the state before it", v)
 	}
-	if !errors.Is(err, wheel.ErrUnavailable) {
+	if !errors.Is(err, model.ErrUnavailable) {
 		t.Fatalf("Get while the lease is unapplied: %v; want ErrUnavailable", err)
 	}
 	release()
@@ -472,7 +473,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	if _, err := n.Get(ctx, res[1].ID); err != nil {
 		t.Fatal(err)
 	}
-	st, err := n.Stream(ctx, "t", wheel.StreamOptions{MaxInflight: 1, TTR: time.Minute})
+	st, err := n.Stream(ctx, "t", model.ConsumerOptions{MaxInflight: 1, TTR: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +487,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	defer release()
 	acked := make(chan error, 1)
 	go func() {
-		_, err := n.Ack(context.WithoutCancel(ctx), []wheel.Receipt{first[0].Receipt})
+		_, err := n.Ack(context.WithoutCancel(ctx), []model.Receipt{first[0].Receipt})
 		acked <- err
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -507,7 +508,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	if err := <-acked; err != nil {
 		t.Fatalf("ack: %v", err)
 	}
-	if _, err := n.Get(ctx, first[0].ID); !errors.Is(err, wheel.ErrNotFound) {
+	if _, err := n.Get(ctx, first[0].ID); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("the acked message after the apply: %v; want not found", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // When the Raft apply queue is full, enqueues answer ErrOverloaded and
@@ -17,7 +18,7 @@ func TestBackPressureOverloaded(t *testing.T) {
 	l := c.Leader()
 	l.Node.pending.Add(8) // the queue is as deep as allowed
 	_, err := l.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("bp", "x", 0)})
-	if !errors.Is(err, wheel.ErrOverloaded) {
+	if !errors.Is(err, model.ErrOverloaded) {
 		t.Fatalf("want ErrOverloaded, got %v", err)
 	}
 	if topics, _ := l.Node.Topics(context.Background()); len(topics) != 0 {
@@ -32,7 +33,7 @@ func TestBackPressureOverloaded(t *testing.T) {
 func TestGracefulLeaderShutdownLosesNothing(t *testing.T) {
 	c := NewTestCluster(t, 3, nil)
 	leader := c.Leader()
-	var ids []wheel.ID
+	var ids []model.ID
 	for i := 0; i < 50; i++ {
 		res := enqueue(t, leader.Node, msg("g", fmt.Sprint(i), time.Minute))
 		ids = append(ids, res[0].ID)

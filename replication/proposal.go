@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // propose commits commands as one log entry and returns their results. It
@@ -40,11 +41,11 @@ type proposal struct {
 // with watch, it may wait for the commit alone (waitCommit).
 func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*proposal, error) {
 	if n.raft.State() != raft.Leader {
-		return nil, wheel.ErrNotLeader
+		return nil, model.ErrNotLeader
 	}
 	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
 		n.pending.Add(-1)
-		return nil, fmt.Errorf("%w: %d proposals waiting for the log", wheel.ErrOverloaded, n.cfg.MaxPendingApply)
+		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
 	}
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -91,17 +92,17 @@ func (p *proposal) wait() ([]wheel.Result, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrNotLeader, err)
+			return nil, fmt.Errorf("%w: %w", model.ErrNotLeader, err)
 		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrOverloaded, err)
+			return nil, fmt.Errorf("%w: %w", model.ErrOverloaded, err)
 		}
-		return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
 	// The entry reached a quorum after it was submitted.
 	p.lease.confirmed(p.at)
 	res, ok := p.f.Response().([]wheel.Result)
 	if !ok || len(res) != p.cmds {
-		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, p.f.Response())
+		return nil, fmt.Errorf("%w: unexpected apply response %T", model.ErrUnavailable, p.f.Response())
 	}
 	return res, nil
 }

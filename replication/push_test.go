@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestStreamMetricsAndSettle(t *testing.T) {
@@ -16,7 +17,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(l.Node.Collector())
 	ctx := t.Context()
-	st, err := l.Node.Stream(ctx, "s", wheel.StreamOptions{MaxInflight: 10})
+	st, err := l.Node.Stream(ctx, "s", model.ConsumerOptions{MaxInflight: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_stream_inflight", nil); v != 1 {
 		t.Fatalf("stream_inflight = %v", v)
 	}
-	if _, err := l.Node.Ack(ctx, []wheel.Receipt{ds[0].Receipt}); err != nil {
+	if _, err := l.Node.Ack(ctx, []model.Receipt{ds[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
 	// An answered ack has freed the stream's window.

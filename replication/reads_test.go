@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // TestReadsWithoutLeaderAreUnavailable: a node that knows no leader cannot
@@ -43,7 +43,7 @@ func TestReadsWithoutLeaderAreUnavailable(t *testing.T) {
 		"Webhook":   func() error { _, err := l.Node.Webhook(ctx, "reads"); return err },
 	}
 	for name, read := range reads {
-		if err := read(); !errors.Is(err, wheel.ErrUnavailable) {
+		if err := read(); !errors.Is(err, model.ErrUnavailable) {
 			t.Errorf("%s without a leader: %v, want ErrUnavailable", name, err)
 		}
 	}

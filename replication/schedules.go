@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Recurring schedules: the Backend methods, and the leader's scheduler,
@@ -21,7 +22,7 @@ func (n *Node) SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.
 	st := n.store()
 	if have := st.NumTopics(); have >= n.cfg.MaxTopics && !st.HasTopic(spec.Topic) {
 		return wheel.ScheduleInfo{}, fmt.Errorf("%w: topic: %q would be topic number %d; the limit is %d topics",
-			wheel.ErrInvalid, spec.Topic, have+1, n.cfg.MaxTopics)
+			model.ErrInvalid, spec.Topic, have+1, n.cfg.MaxTopics)
 	}
 	v, err := n.result(ctx, wheel.SetSchedule{NowMs: n.clock.Now().UnixMilli(), Spec: spec})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // A follower that misses entries compacted out of the leader's log catches
@@ -32,7 +32,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		}
 	}
 	c.Stop(lagging)
-	var ids []wheel.ID
+	var ids []model.ID
 	for i := 0; i < 200; i++ {
 		m := msg(fmt.Sprintf("t%d", i%3), "b", 10*time.Minute+time.Duration(i)*time.Millisecond)
 		m.Key = fmt.Sprintf("k%d", i)
@@ -63,7 +63,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 	c := NewTestCluster(t, 1, nil)
 	l := c.Leader()
-	var ids []wheel.ID
+	var ids []model.ID
 	for round := 0; round < 3; round++ {
 		for i := 0; i < 20; i++ {
 			res := enqueue(t, l.Node, msg("s", "b", time.Hour+time.Duration(i)*time.Millisecond))

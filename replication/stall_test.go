@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // TestSnapshotStreamStallFreesRaft has a peer claiming leadership start a
@@ -24,7 +24,7 @@ import (
 // long as the connection lives, and it can neither vote nor start an
 // election.
 func TestSnapshotStreamStallFreesRaft(t *testing.T) {
-	members := []wheel.Node{
+	members := []model.Member{
 		{ID: "n1", RaftAddr: FreeAddr(t)},
 		{ID: "n2", RaftAddr: FreeAddr(t)}, // nobody listens on n2 and n3
 		{ID: "n3", RaftAddr: FreeAddr(t)},

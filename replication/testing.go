@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication/raftlog"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // This file is the replication test kit: an in-process cluster of real
@@ -121,9 +121,9 @@ func NewTestCluster(t testing.TB, n int, configure func(*Config)) *TestCluster {
 // less ahead and the log moves to a new segment, made from a spare, more
 // often.
 func newTestConfigs(t testing.TB, n int) []Config {
-	var members []wheel.Node
+	var members []model.Member
 	for i := range n {
-		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
+		members = append(members, model.Member{ID: fmt.Sprintf("n%d", i+1), RaftAddr: FreeAddr(t), HTTPAddr: FreeAddr(t)})
 	}
 	base := t.TempDir()
 	var cfgs []Config

@@ -8,6 +8,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/replication/webhook"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The methods below serve the webhooks of the HTTP API: the replicated
@@ -38,7 +39,7 @@ func (n *Node) Webhook(ctx context.Context, topic string) (wheel.Webhook, error)
 	}
 	w, ok := n.store().Webhook(topic)
 	if !ok {
-		return wheel.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", wheel.ErrNotFound, topic)
+		return wheel.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", model.ErrNotFound, topic)
 	}
 	return w, nil
 }
@@ -51,14 +52,14 @@ func (n *Node) hasWebhook(topic string) bool {
 }
 
 // idleReserve answers a reserve of a webhook topic: empty, after its wait.
-func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []wheel.Delivery {
+func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []model.Delivery {
 	if wait > 0 {
 		select {
 		case <-ctx.Done():
 		case <-n.clock.After(wait):
 		}
 	}
-	return []wheel.Delivery{}
+	return []model.Delivery{}
 }
 
 // startWebhooks starts the leader's sender on d with the webhooks current
@@ -101,7 +102,7 @@ func (n *Node) sealWebhookTopics() {
 
 // webhookConflict is the error of a consumer of a topic with a webhook.
 func webhookConflict(topic string) error {
-	return fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
+	return fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", model.ErrConflict, topic)
 }
 
 // sender returns the leader's webhook sender, nil when not leading.
@@ -122,14 +123,14 @@ type hookNode struct {
 
 var _ webhook.Node = hookNode{}
 
-func (h hookNode) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+func (h hookNode) Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error) {
 	return h.d.SenderStream(topic, opt)
 }
 
-func (h hookNode) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+func (h hookNode) Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error) {
 	return h.n.Ack(ctx, rs)
 }
 
-func (h hookNode) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+func (h hookNode) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error) {
 	return h.n.Nack(ctx, rs, delayMs)
 }

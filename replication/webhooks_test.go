@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // A webhook stored while the leader's sender makes its first reconcile
@@ -57,7 +58,7 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 func TestSetWebhookEndsConsumerStreams(t *testing.T) {
 	c := NewTestCluster(t, 1, nil)
 	n := c.Leader().Node
-	st, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1})
+	st, err := n.Stream(t.Context(), "t", model.ConsumerOptions{MaxInflight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +68,10 @@ func TestSetWebhookEndsConsumerStreams(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := st.Next(ctx); !errors.Is(err, wheel.ErrConflict) {
+	if _, err := st.Next(ctx); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("open stream's next: %v, want a conflict", err)
 	}
-	if _, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1}); !errors.Is(err, wheel.ErrConflict) {
+	if _, err := n.Stream(t.Context(), "t", model.ConsumerOptions{MaxInflight: 1}); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("new stream: %v, want a conflict", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Handlers return (answer, nil) or (anything, err): the caller encodes the
@@ -82,7 +83,7 @@ func (s *Server) cancelKey(r *http.Request) (any, error) {
 	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
 }
 
-func cancelled(id wheel.ID, err error) (any, error) {
+func cancelled(id model.ID, err error) (any, error) {
 	return api.Cancelled{ID: id.String(), State: api.StateCancelled}, err
 }
 
@@ -176,7 +177,7 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 
 // receiptsOf decodes the request of op from r's body and parses the
 // receipts it holds, and a nack's delay.
-func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []wheel.Receipt, nackDelayMs int64, err error) {
+func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []model.Receipt, nackDelayMs int64, err error) {
 	var req api.NackRequest
 	if op == service.OpNack {
 		err = decodeBody(r, &req, false)
@@ -260,8 +261,8 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 }
 
 // memberOf is the member record of n.
-func memberOf(n api.Node) wheel.Node {
-	return wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
+func memberOf(n api.Node) model.Member {
+	return model.Member{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
 }
 
 // nodeBody decodes and validates the node of POST /v1/cluster/nodes.
@@ -282,7 +283,7 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
 // distinct from a well-formed id that names no message (404).
-func pathID(r *http.Request) (wheel.ID, error) {
+func pathID(r *http.Request) (model.ID, error) {
 	return service.ParseID("id", r.PathValue("id"))
 }
 

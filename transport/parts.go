@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // parts is the service's Forwarder of the HTTP API: it sends a part of a
@@ -54,14 +55,14 @@ func callerOf(ctx context.Context) caller {
 // Reaches reports whether a part of ctx's request can be forwarded to the
 // leader at to: no node forwarded the request, and to has an HTTP
 // address.
-func (p parts) Reaches(ctx context.Context, to wheel.Node) bool {
+func (p parts) Reaches(ctx context.Context, to model.Member) bool {
 	return !callerOf(ctx).forwarded && to.HTTPAddr != ""
 }
 
 // do sends the part of group g, method path with body as JSON (nil:
 // none), to the leader at to, decodes its answer into out (nil: none)
 // and returns the index the leader had applied once it answered.
-func (p parts) do(ctx context.Context, to wheel.Node, g int, method, path string, body, out any) (uint64, error) {
+func (p parts) do(ctx context.Context, to model.Member, g int, method, path string, body, out any) (uint64, error) {
 	if !p.Reaches(ctx, to) {
 		return 0, service.ErrNoForward
 	}
@@ -117,12 +118,12 @@ func (p parts) do(ctx context.Context, to wheel.Node, g int, method, path string
 }
 
 // Enqueue sends an enqueue, its due times absolute.
-func (p parts) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	req := api.EnqueueRequest{Messages: make([]api.Message, len(msgs))}
 	for i, m := range msgs {
 		req.Messages[i] = messageOf(m)
 	}
-	g := wheel.GroupOf(msgs[0].Topic, p.s.svc.Count())
+	g := model.GroupOf(msgs[0].Topic, p.s.svc.Count())
 	var out api.EnqueueResponse
 	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/messages", req, &out)
 	if err != nil {
@@ -133,7 +134,7 @@ func (p parts) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessa
 	}
 	res := make([]wheel.Enqueued, len(msgs))
 	for i, r := range out.Results {
-		id, err := wheel.ParseID(r.ID)
+		id, err := model.ParseID(r.ID)
 		if err != nil {
 			return nil, 0, fmt.Errorf("transport: group %d's result %d: %w", g, i, err)
 		}
@@ -158,7 +159,7 @@ func messageOf(m wheel.NewMessage) api.Message {
 }
 
 // Settle sends an ack, nack or touch.
-func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
 	list := make([]string, len(rs))
 	for i, r := range rs {
 		list[i] = r.String()
@@ -174,21 +175,21 @@ func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wh
 }
 
 // Cancel is not asked of parts (the route is forwarded whole).
-func (parts) Cancel(context.Context, wheel.Node, wheel.Cancel) (wheel.ID, uint64, error) {
-	return wheel.ID{}, 0, service.ErrNoForward
+func (parts) Cancel(context.Context, model.Member, wheel.Cancel) (model.ID, uint64, error) {
+	return model.ID{}, 0, service.ErrNoForward
 }
 
 // Reschedule is not asked of parts (the route is forwarded whole).
-func (parts) Reschedule(context.Context, wheel.Node, wheel.ID, int64) (int64, uint64, error) {
+func (parts) Reschedule(context.Context, model.Member, model.ID, int64) (int64, uint64, error) {
 	return 0, 0, service.ErrNoForward
 }
 
 // Reserve is not asked of parts (the route is forwarded whole).
-func (parts) Reserve(context.Context, wheel.Node, string, int, time.Duration, time.Duration) ([]wheel.Delivery, uint64, error) {
+func (parts) Reserve(context.Context, model.Member, string, int, time.Duration, time.Duration) ([]model.Delivery, uint64, error) {
 	return nil, 0, service.ErrNoForward
 }
 
 // Redrive is not asked of parts (the route is forwarded whole).
-func (parts) Redrive(context.Context, wheel.Node, string, []wheel.ID) (int, uint64, error) {
+func (parts) Redrive(context.Context, model.Member, string, []model.ID) (int, uint64, error) {
 	return 0, 0, service.ErrNoForward
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Page sizes of GET /v1/schedules.
@@ -54,13 +55,13 @@ func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs in
 	return spec, nil
 }
 
-// invalidFrom is the 400 of an error wrapping wheel.ErrInvalid, its
+// invalidFrom is the 400 of an error wrapping model.ErrInvalid, its
 // message starting with the field it names.
 func invalidFrom(err error) error {
-	if !errors.Is(err, wheel.ErrInvalid) {
+	if !errors.Is(err, model.ErrInvalid) {
 		return err
 	}
-	return invalid("%s", strings.TrimPrefix(err.Error(), wheel.ErrInvalid.Error()+": "))
+	return invalid("%s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 }
 
 func (s *Server) getSchedule(r *http.Request) (any, error) {

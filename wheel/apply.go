@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Apply applies log entries in order as one atomic batch and returns each
@@ -98,7 +99,7 @@ func (t *tx) apply(c Command) Result {
 	case AdvanceSchedules:
 		return t.advanceSchedules(c)
 	default:
-		return Result{Err: fmt.Errorf("%w: unknown command %T", ErrInvalid, c)}
+		return Result{Err: fmt.Errorf("%w: unknown command %T", model.ErrInvalid, c)}
 	}
 }
 
@@ -113,9 +114,9 @@ func clampDue(ms int64) int64 {
 }
 
 func (t *tx) schedule(c Schedule) Result {
-	if room := MaxEntryMessages - int(t.seq); len(c.Messages) > room {
+	if room := model.MaxEntryMessages - int(t.seq); len(c.Messages) > room {
 		return Result{Err: fmt.Errorf("%w: a log entry enqueues at most %d messages (MaxEntryMessages); this command brings it to %d",
-			ErrInvalid, MaxEntryMessages, int(t.seq)+len(c.Messages))}
+			model.ErrInvalid, model.MaxEntryMessages, int(t.seq)+len(c.Messages))}
 	}
 	out := make([]Enqueued, 0, len(c.Messages))
 	held := t.keysHeldBy(c.Messages)
@@ -124,7 +125,7 @@ func (t *tx) schedule(c Schedule) Result {
 		tid, _ := t.topicID(nm.Topic, true)
 		if nm.Key != "" && held[i] {
 			if v := t.get(keyIndexKey(tid, nm.Key)); v != nil {
-				if id, err := IDFromBytes(v); err == nil {
+				if id, err := model.IDFromBytes(v); err == nil {
 					if mt, ok := t.meta(id); ok && mt.State != StateDead {
 						out = append(out, Enqueued{ID: id, DeliverAtMs: mt.DueMs, Duplicate: true})
 						continue
@@ -132,9 +133,9 @@ func (t *tx) schedule(c Schedule) Result {
 				}
 			}
 		}
-		id := ID{Index: t.index, Seq: seqOf(t.s.opts.Group, t.seq)}
+		id := model.ID{Index: t.index, Seq: model.SeqOf(t.s.opts.Group, t.seq)}
 		t.seq++
-		m := Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
+		m := model.Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 			DeliverAtMs: clampDue(nm.DeliverAtMs), TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}
 		if m.TTRMs <= 0 {
 			m.TTRMs = DefaultTTRMs
@@ -200,7 +201,7 @@ func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
 func Scheduled(group int, index uint64, msgs []NewMessage) []Enqueued {
 	out := make([]Enqueued, len(msgs))
 	for i := range msgs {
-		out[i] = Enqueued{ID: ID{Index: index, Seq: seqOf(group, uint32(i))}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
+		out[i] = Enqueued{ID: model.ID{Index: index, Seq: model.SeqOf(group, uint32(i))}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
 	}
 	return out
 }
@@ -211,33 +212,33 @@ const (
 	DefaultMaxAttempts = 10
 )
 
-func (t *tx) resolve(c Cancel) (ID, bool) {
+func (t *tx) resolve(c Cancel) (model.ID, bool) {
 	if c.Topic == "" {
 		return c.ID, true
 	}
 	tid, ok := t.topicID(c.Topic, false)
 	if !ok {
-		return ID{}, false
+		return model.ID{}, false
 	}
 	v := t.get(keyIndexKey(tid, c.Key))
 	if v == nil {
-		return ID{}, false
+		return model.ID{}, false
 	}
-	id, err := IDFromBytes(v)
+	id, err := model.IDFromBytes(v)
 	return id, err == nil
 }
 
 func (t *tx) cancel(c Cancel) Result {
 	id, ok := t.resolve(c)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", ErrNotFound, c.Key, c.Topic)}
+		return Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", model.ErrNotFound, c.Key, c.Topic)}
 	}
 	mt, ok := t.meta(id)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: message %s", ErrNotFound, id)}
+		return Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, id)}
 	}
 	if mt.State == StateReserved {
-		return Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", ErrConflict, id)}
+		return Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", model.ErrConflict, id)}
 	}
 	t.finish(id, mt)
 	t.stat(mt.TopicID).Cancelled++
@@ -247,10 +248,10 @@ func (t *tx) cancel(c Cancel) Result {
 func (t *tx) reschedule(c Reschedule) Result {
 	mt, ok := t.meta(c.ID)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: message %s", ErrNotFound, c.ID)}
+		return Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, c.ID)}
 	}
 	if mt.State != StateDelayed && mt.State != StateReady {
-		return Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", ErrConflict, c.ID, mt.State)}
+		return Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", model.ErrConflict, c.ID, mt.State)}
 	}
 	m, ok := t.full(c.ID, mt)
 	if !ok {
@@ -296,13 +297,13 @@ func (t *tx) lease(c Lease) Result {
 // held returns the meta and message of a receipt that is still valid at
 // now. Unless full, the record is not read and the message is its id
 // alone: all that ending it needs (finish).
-func (t *tx) held(r Receipt, now int64, full bool) (meta, Message, bool) {
+func (t *tx) held(r model.Receipt, now int64, full bool) (meta, model.Message, bool) {
 	mt, ok := t.meta(r.ID)
 	if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || now > mt.LeaseExpMs {
-		return meta{}, Message{}, false
+		return meta{}, model.Message{}, false
 	}
 	if !full {
-		return mt, Message{ID: r.ID}, true
+		return mt, model.Message{ID: r.ID}, true
 	}
 	m, ok := t.full(r.ID, mt)
 	return mt, m, ok
@@ -310,7 +311,7 @@ func (t *tx) held(r Receipt, now int64, full bool) (meta, Message, bool) {
 
 // eachHeld calls fn for every receipt still valid at now and counts the
 // others as stale. Unless full, fn gets the message's id alone (see held).
-func (t *tx) eachHeld(rs []Receipt, now int64, full bool, fn func(mt meta, m *Message)) Result {
+func (t *tx) eachHeld(rs []model.Receipt, now int64, full bool, fn func(mt meta, m *model.Message)) Result {
 	var n Counted
 	for _, r := range rs {
 		mt, m, ok := t.held(r, now, full)
@@ -325,14 +326,14 @@ func (t *tx) eachHeld(rs []Receipt, now int64, full bool, fn func(mt meta, m *Me
 }
 
 func (t *tx) ack(c Ack) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, false, func(mt meta, m *Message) {
+	return t.eachHeld(c.Receipts, c.NowMs, false, func(mt meta, m *model.Message) {
 		t.finish(m.ID, mt)
 		t.stat(mt.TopicID).Acked++
 	})
 }
 
 func (t *tx) nack(c Nack) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
+	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *model.Message) {
 		t.unplace(m.ID, mt)
 		clearLease(m)
 		t.stat(mt.TopicID).Nacked++
@@ -346,7 +347,7 @@ func (t *tx) nack(c Nack) Result {
 }
 
 func (t *tx) touch(c Touch) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
+	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *model.Message) {
 		t.unplace(m.ID, mt)
 		backoff := max(m.DeliverAtMs-m.LeaseExpiresMs, 0)
 		m.LeaseExpiresMs = c.NowMs + m.LeaseMs
@@ -391,7 +392,7 @@ func (t *tx) redrive(c Redrive) Result {
 	if len(ids) == 0 {
 		keys, _ := t.scanKeys(deadPrefix(tid), prefixEnd(deadPrefix(tid)), 0)
 		for _, k := range keys {
-			id, _ := IDFromBytes(k[5:])
+			id, _ := model.IDFromBytes(k[5:])
 			ids = append(ids, id)
 		}
 	}
@@ -543,13 +544,13 @@ func (t *tx) promote(before int64) int {
 	// start would step over every one of them, once a second.
 	lo := []byte{pOverflow}
 	if t.promoted > 0 {
-		lo = overflowKey(t.promoted, ID{})
+		lo = overflowKey(t.promoted, model.ID{})
 	}
 	hi := before * TickMs
 	if hi <= t.promoted {
 		return 0
 	}
-	keys, vals := t.scanKeys(lo, overflowKey(hi, ID{}), 0)
+	keys, vals := t.scanKeys(lo, overflowKey(hi, model.ID{}), 0)
 	t.promoted = hi
 	for i, k := range keys {
 		v := vals[i]

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Benchmarks on the real file system. For example:
@@ -365,9 +367,9 @@ func benchApplier(b *testing.B, s *Store) func(cmds ...Command) []Result {
 // benchLeaseAck hands out msgs, popped from l at nowMs, as a leader does:
 // it claims each, leases them in entries of perEntry items, then acks them
 // in entries as large. Every message must be claimable and every ack done.
-func benchLeaseAck(b *testing.B, apply func(cmds ...Command) []Result, l *Loader, msgs []Message, nowMs int64, perEntry int, rng *rand.Rand) {
+func benchLeaseAck(b *testing.B, apply func(cmds ...Command) []Result, l *Loader, msgs []model.Message, nowMs int64, perEntry int, rng *rand.Rand) {
 	b.Helper()
-	var receipts []Receipt
+	var receipts []model.Receipt
 	for k := 0; k < len(msgs); k += perEntry {
 		items := make([]LeaseItem, 0, perEntry)
 		for _, m := range msgs[k:min(k+perEntry, len(msgs))] {
@@ -376,7 +378,7 @@ func benchLeaseAck(b *testing.B, apply func(cmds ...Command) []Result, l *Loader
 			}
 			it := LeaseItem{ID: m.ID, Nonce: rng.Uint64(), ExpiresMs: nowMs + 30_000, RedeliverMs: nowMs + 30_000}
 			items = append(items, it)
-			receipts = append(receipts, Receipt{ID: m.ID, Nonce: it.Nonce})
+			receipts = append(receipts, model.Receipt{ID: m.ID, Nonce: it.Nonce})
 		}
 		apply(Lease{NowMs: nowMs, Items: items})
 	}

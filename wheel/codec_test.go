@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // codecCommandTypes has one zero value of every command type. The test
@@ -27,7 +28,7 @@ var codecCommandTypes = []wheel.Command{
 	wheel.Promote{},
 	wheel.Redrive{},
 	wheel.SetNode{},
-	wheel.SetNode{Node: wheel.Node{GRPCAddr: "g:1"}}, // KindSetNodeGRPC
+	wheel.SetNode{Node: model.Member{GRPCAddr: "g:1"}}, // KindSetNodeGRPC
 	wheel.RemoveNode{},
 	wheel.Bury{},
 	wheel.SetWebhook{},
@@ -160,10 +161,10 @@ func TestCodecCommandEveryField(t *testing.T) {
 	}
 }
 
-func codecID(index uint64, seq uint32) wheel.ID { return wheel.ID{Index: index, Seq: seq} }
+func codecID(index uint64, seq uint32) model.ID { return model.ID{Index: index, Seq: seq} }
 
 func TestCodecCommandRoundTrip(t *testing.T) {
-	receipts := []wheel.Receipt{{ID: codecID(1, 0), Nonce: 0}, {ID: codecID(math.MaxUint64, math.MaxUint32), Nonce: math.MaxUint64}}
+	receipts := []model.Receipt{{ID: codecID(1, 0), Nonce: 0}, {ID: codecID(math.MaxUint64, math.MaxUint32), Nonce: math.MaxUint64}}
 	tests := []struct {
 		name string
 		cmds []wheel.Command
@@ -216,22 +217,22 @@ func TestCodecCommandRoundTrip(t *testing.T) {
 		{
 			name: "ack without receipts",
 			cmds: []wheel.Command{wheel.Ack{NowMs: 77}},
-			want: []wheel.Command{wheel.Ack{NowMs: 77, Receipts: []wheel.Receipt{}}},
+			want: []wheel.Command{wheel.Ack{NowMs: 77, Receipts: []model.Receipt{}}},
 		},
 		{name: "nack", cmds: []wheel.Command{wheel.Nack{NowMs: 78, DelayMs: 5000, Receipts: receipts}, wheel.Nack{NowMs: -1, DelayMs: -1, Receipts: receipts[:1]}}},
 		{name: "touch", cmds: []wheel.Command{wheel.Touch{NowMs: 79, Receipts: receipts}}},
 		{name: "bury", cmds: []wheel.Command{wheel.Bury{NowMs: 80, Receipts: receipts}}},
 		{name: "expire", cmds: []wheel.Command{wheel.Expire{Before: 1_700_000_000}, wheel.Expire{Before: 0}, wheel.Expire{Before: -7}}},
 		{name: "promote", cmds: []wheel.Command{wheel.Promote{Before: 1_700_007_200}, wheel.Promote{Before: math.MinInt64}}},
-		{name: "redrive by id", cmds: []wheel.Command{wheel.Redrive{NowMs: 5, Topic: "dlq", IDs: []wheel.ID{codecID(1, 2), codecID(3, 4)}}}},
+		{name: "redrive by id", cmds: []wheel.Command{wheel.Redrive{NowMs: 5, Topic: "dlq", IDs: []model.ID{codecID(1, 2), codecID(3, 4)}}}},
 		{name: "redrive all", cmds: []wheel.Command{wheel.Redrive{NowMs: 5, Topic: "dlq"}}},
 		{
 			name: "set node",
-			cmds: []wheel.Command{wheel.SetNode{Node: wheel.Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "http://10.0.0.1:8080"}}, wheel.SetNode{}},
+			cmds: []wheel.Command{wheel.SetNode{Node: model.Member{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "http://10.0.0.1:8080"}}, wheel.SetNode{}},
 		},
 		{
 			name: "set node with its gRPC address",
-			cmds: []wheel.Command{wheel.SetNode{Node: wheel.Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}}},
+			cmds: []wheel.Command{wheel.SetNode{Node: model.Member{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}}},
 		},
 		{name: "remove node", cmds: []wheel.Command{wheel.RemoveNode{ID: "n1"}, wheel.RemoveNode{}}},
 		{
@@ -278,7 +279,7 @@ func TestCodecHeadersEncodeDeterministically(t *testing.T) {
 	}
 	cmd := []wheel.Command{wheel.Schedule{Messages: []wheel.NewMessage{{Topic: "t", Headers: h}}}}
 	first := wheel.EncodeCommands(cmd)
-	msg := &wheel.Message{ID: codecID(1, 0), Headers: h}
+	msg := &model.Message{ID: codecID(1, 0), Headers: h}
 	firstMsg := wheel.EncodeMessage(nil, msg)
 	for i := 0; i < 20; i++ {
 		if b := wheel.EncodeCommands(cmd); !bytes.Equal(b, first) {
@@ -377,7 +378,7 @@ func TestCodecDecodeCommandsErrors(t *testing.T) {
 		{"string longer than the input", uv([]byte{1, 1, byte(wheel.KindRemoveNode)}, 10), "bytes"},
 		{"max attempts over int32", bigAttempts, "int32"},
 		{"short id", []byte{1, 1, byte(wheel.KindReschedule), 0, 0, 0}, "bytes"},
-		{"short nonce", append(append([]byte{1, 1, byte(wheel.KindAck), 0, 1}, make([]byte, wheel.IDLen)...), 1, 2, 3), "count"},
+		{"short nonce", append(append([]byte{1, 1, byte(wheel.KindAck), 0, 1}, make([]byte, model.IDLen)...), 1, 2, 3), "count"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,17 +398,17 @@ func TestCodecDecodeCommandsErrors(t *testing.T) {
 
 func TestCodecMessageRoundTrip(t *testing.T) {
 	n := 0
-	var full wheel.Message
+	var full model.Message
 	codecFill(reflect.ValueOf(&full).Elem(), &n)
 	tests := []struct {
 		name string
-		m    wheel.Message
-		want wheel.Message
+		m    model.Message
+		want model.Message
 	}{
 		{name: "every field set", m: full, want: full},
 		{
 			name: "typical",
-			m: wheel.Message{
+			m: model.Message{
 				ID: codecID(1234, 2), Topic: "orders", Key: "order-17", Body: []byte(`{"id":17}`),
 				Headers:  map[string]string{"content-type": "application/json", "x-trace": "t-1", "": ""},
 				Priority: 3, DeliverAtMs: 1_700_000_060_000, TTRMs: 30_000, MaxAttempts: 5, Attempts: 2,
@@ -416,17 +417,17 @@ func TestCodecMessageRoundTrip(t *testing.T) {
 		},
 		{
 			name: "extremes",
-			m: wheel.Message{
+			m: model.Message{
 				ID: codecID(math.MaxUint64, math.MaxUint32), Body: bytes.Repeat([]byte{0, 0xff}, 5000),
 				Priority: math.MinInt64, DeliverAtMs: math.MaxInt64, TTRMs: -1, MaxAttempts: math.MinInt32, Attempts: math.MaxInt32,
 				EnqueuedMs: math.MinInt64, Receipt: math.MaxUint64, LeaseExpiresMs: math.MaxInt64,
 			},
 		},
-		{name: "zero", m: wheel.Message{}},
+		{name: "zero", m: model.Message{}},
 		{
 			name: "empty body and headers",
-			m:    wheel.Message{ID: codecID(1, 0), Body: []byte{}, Headers: map[string]string{}},
-			want: wheel.Message{ID: codecID(1, 0)}, // decoded as nil
+			m:    model.Message{ID: codecID(1, 0), Body: []byte{}, Headers: map[string]string{}},
+			want: model.Message{ID: codecID(1, 0)}, // decoded as nil
 		},
 	}
 	for _, tt := range tests {
@@ -458,7 +459,7 @@ func TestCodecMessageRoundTrip(t *testing.T) {
 }
 
 func TestCodecDecodeMessageBodyDoesNotAliasInput(t *testing.T) {
-	b := wheel.EncodeMessage(nil, &wheel.Message{ID: codecID(1, 0), Body: []byte("body")})
+	b := wheel.EncodeMessage(nil, &model.Message{ID: codecID(1, 0), Body: []byte("body")})
 	m, err := wheel.DecodeMessage(b)
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +474,7 @@ func TestCodecDecodeMessageBodyDoesNotAliasInput(t *testing.T) {
 
 func TestCodecDecodeMessageErrors(t *testing.T) {
 	n := 0
-	var full wheel.Message
+	var full model.Message
 	codecFill(reflect.ValueOf(&full).Elem(), &n)
 	b := wheel.EncodeMessage(nil, &full)
 	for cut := 0; cut < len(b); cut++ {
@@ -487,9 +488,9 @@ func TestCodecDecodeMessageErrors(t *testing.T) {
 	}
 
 	// attempts (the field after max_attempts) out of int32 range.
-	zero := wheel.EncodeMessage(nil, &wheel.Message{})
+	zero := wheel.EncodeMessage(nil, &model.Message{})
 	// version, id, topic, key, body, headers, priority, deliver, ttr, max_attempts
-	attemptsAt := 1 + wheel.IDLen + 4 + 4
+	attemptsAt := 1 + model.IDLen + 4 + 4
 	if zero[attemptsAt] != 0 {
 		t.Fatalf("layout changed: byte %d of a zero message is %d", attemptsAt, zero[attemptsAt])
 	}
@@ -520,10 +521,10 @@ func TestCodecDecodeMessageErrors(t *testing.T) {
 }
 
 func TestCodecTombstone(t *testing.T) {
-	for _, id := range []wheel.ID{codecID(1, 0), codecID(math.MaxUint64, math.MaxUint32), codecID(0x0102030405060708, 0x090a0b0c)} {
+	for _, id := range []model.ID{codecID(1, 0), codecID(math.MaxUint64, math.MaxUint32), codecID(0x0102030405060708, 0x090a0b0c)} {
 		b := wheel.EncodeTombstone(id)
-		if len(b) != 1+wheel.IDLen {
-			t.Errorf("tombstone of %v is %d bytes, want %d", id, len(b), 1+wheel.IDLen)
+		if len(b) != 1+model.IDLen {
+			t.Errorf("tombstone of %v is %d bytes, want %d", id, len(b), 1+model.IDLen)
 		}
 		got, err := wheel.DecodeTombstone(b)
 		if err != nil || got != id {
@@ -574,12 +575,12 @@ func FuzzDecodeCommands(f *testing.F) {
 
 func FuzzDecodeMessage(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(wheel.EncodeMessage(nil, &wheel.Message{}))
+	f.Add(wheel.EncodeMessage(nil, &model.Message{}))
 	n := 0
-	var full wheel.Message
+	var full model.Message
 	codecFill(reflect.ValueOf(&full).Elem(), &n)
 	f.Add(wheel.EncodeMessage(nil, &full))
-	f.Add(wheel.EncodeMessage(nil, &wheel.Message{ID: codecID(1, 2), Topic: "t", Headers: map[string]string{"a": "1", "b": "2"}, Body: []byte("x")}))
+	f.Add(wheel.EncodeMessage(nil, &model.Message{ID: codecID(1, 2), Topic: "t", Headers: map[string]string{"a": "1", "b": "2"}, Body: []byte("x")}))
 	f.Add(wheel.EncodeTombstone(codecID(3, 4)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := wheel.DecodeMessage(b)

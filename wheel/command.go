@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // CommandKind tags a command in its encoding.
@@ -66,20 +68,20 @@ type Schedule struct {
 
 // Cancel removes a delayed or ready message, by ID or, when Topic is set, by key.
 type Cancel struct {
-	ID    ID
+	ID    model.ID
 	Topic string
 	Key   string
 }
 
 // Reschedule moves a delayed or ready message to a new instant.
 type Reschedule struct {
-	ID          ID
+	ID          model.ID
 	DeliverAtMs int64
 }
 
 // LeaseItem is one hand-off the leader made.
 type LeaseItem struct {
-	ID          ID
+	ID          model.ID
 	Nonce       uint64
 	ExpiresMs   int64 // the receipt is stale after this
 	RedeliverMs int64 // when the message comes back unless acked (≥ ExpiresMs)
@@ -95,20 +97,20 @@ type Lease struct {
 // Ack finishes reserved messages.
 type Ack struct {
 	NowMs    int64
-	Receipts []Receipt
+	Receipts []model.Receipt
 }
 
 // Nack returns reserved messages to delayed, due at NowMs+DelayMs.
 type Nack struct {
 	NowMs    int64
 	DelayMs  int64
-	Receipts []Receipt
+	Receipts []model.Receipt
 }
 
 // Touch extends leases by their time-to-run from NowMs.
 type Touch struct {
 	NowMs    int64
-	Receipts []Receipt
+	Receipts []model.Receipt
 }
 
 // Bury moves reserved messages whose last allowed lease ended before NowMs
@@ -118,7 +120,7 @@ type Touch struct {
 // nothing.
 type Bury struct {
 	NowMs    int64
-	Receipts []Receipt
+	Receipts []model.Receipt
 }
 
 // Expire fires every slot whose second is before Before: their remaining
@@ -139,11 +141,11 @@ type Promote struct {
 type Redrive struct {
 	NowMs int64
 	Topic string
-	IDs   []ID
+	IDs   []model.ID
 }
 
 // SetNode records a node's metadata.
-type SetNode struct{ Node Node }
+type SetNode struct{ Node model.Member }
 
 // RemoveNode forgets a node's metadata.
 type RemoveNode struct{ ID string }
@@ -321,7 +323,7 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, Reschedule{ID: d.id(), DeliverAtMs: d.varint()})
 		case KindLease:
 			c := Lease{NowMs: d.varint()}
-			m := d.count(IDLen + 8 + 2)
+			m := d.count(model.IDLen + 8 + 2)
 			c.Items = make([]LeaseItem, m)
 			for j := 0; j < m && d.err == nil; j++ {
 				c.Items[j] = LeaseItem{ID: d.id(), Nonce: d.u64(), ExpiresMs: d.varint(), RedeliverMs: d.varint()}
@@ -341,15 +343,15 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, Promote{Before: d.varint()})
 		case KindRedrive:
 			c := Redrive{NowMs: d.varint(), Topic: d.str()}
-			m := d.count(IDLen)
+			m := d.count(model.IDLen)
 			for j := 0; j < m && d.err == nil; j++ {
 				c.IDs = append(c.IDs, d.id())
 			}
 			cmds = append(cmds, c)
 		case KindSetNode:
-			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}})
+			cmds = append(cmds, SetNode{Node: model.Member{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}})
 		case KindSetNodeGRPC:
-			cmds = append(cmds, SetNode{Node: Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str(), GRPCAddr: d.str()}})
+			cmds = append(cmds, SetNode{Node: model.Member{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str(), GRPCAddr: d.str()}})
 		case KindRemoveNode:
 			cmds = append(cmds, RemoveNode{ID: d.str()})
 		case KindSetWebhook:
@@ -384,7 +386,7 @@ func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *encoder) u64(v uint64)     { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
 func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
 func (e *encoder) bytes(p []byte)   { e.uvarint(uint64(len(p))); e.b = append(e.b, p...) }
-func (e *encoder) id(id ID)         { b := id.Bytes(); e.b = append(e.b, b[:]...) }
+func (e *encoder) id(id model.ID)   { b := id.Bytes(); e.b = append(e.b, b[:]...) }
 
 // message writes the fields every message encoding starts with.
 func (e *encoder) message(topic, key string, body []byte, h map[string]string, prio, due, ttr int64, maxAttempts int32) {
@@ -411,7 +413,7 @@ func (e *encoder) headers(h map[string]string) {
 	}
 }
 
-func (e *encoder) receipts(rs []Receipt) {
+func (e *encoder) receipts(rs []model.Receipt) {
 	e.uvarint(uint64(len(rs)))
 	for _, r := range rs {
 		e.id(r.ID)
@@ -507,12 +509,12 @@ func (d *decoder) take(n uint64) []byte {
 func (d *decoder) str() string   { return string(d.take(d.uvarint())) }
 func (d *decoder) bytes() []byte { return append([]byte(nil), d.take(d.uvarint())...) }
 
-func (d *decoder) id() ID {
-	p := d.take(IDLen)
+func (d *decoder) id() model.ID {
+	p := d.take(model.IDLen)
 	if d.err != nil {
-		return ID{}
+		return model.ID{}
 	}
-	id, _ := IDFromBytes(p)
+	id, _ := model.IDFromBytes(p)
 	return id
 }
 
@@ -561,11 +563,11 @@ func (d *decoder) headers() map[string]string {
 	return h
 }
 
-func (d *decoder) receipts() []Receipt {
-	n := d.count(IDLen + 8)
-	rs := make([]Receipt, 0, n)
+func (d *decoder) receipts() []model.Receipt {
+	n := d.count(model.IDLen + 8)
+	rs := make([]model.Receipt, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		rs = append(rs, Receipt{ID: d.id(), Nonce: d.u64()})
+		rs = append(rs, model.Receipt{ID: d.id(), Nonce: d.u64()})
 	}
 	return rs
 }

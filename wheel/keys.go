@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Pebble key space. Every key starts with one prefix byte:
@@ -62,10 +64,10 @@ var (
 	keyFormat    = []byte("sformat")
 )
 
-func metaKey(id ID) []byte { return appendMetaKey(make([]byte, 0, 1+IDLen), id) }
+func metaKey(id model.ID) []byte { return appendMetaKey(make([]byte, 0, 1+model.IDLen), id) }
 
 // appendMetaKey appends the meta key of id to dst.
-func appendMetaKey(dst []byte, id ID) []byte {
+func appendMetaKey(dst []byte, id model.ID) []byte {
 	b := id.Bytes()
 	return append(append(dst, pMeta), b[:]...)
 }
@@ -77,8 +79,8 @@ func keyIndexKey(tid uint32, key string) []byte {
 	return append(k, key...)
 }
 
-func overflowKey(dueMs int64, id ID) []byte {
-	k := make([]byte, 0, 1+8+IDLen)
+func overflowKey(dueMs int64, id model.ID) []byte {
+	k := make([]byte, 0, 1+8+model.IDLen)
 	k = append(k, pOverflow)
 	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
 	b := id.Bytes()
@@ -91,8 +93,8 @@ func readyPrefix(tid uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{pReady}, tid)
 }
 
-func readyKey(tid uint32, dueMs, prio int64, id ID) []byte {
-	k := make([]byte, 0, 1+4+8+8+IDLen)
+func readyKey(tid uint32, dueMs, prio int64, id model.ID) []byte {
+	k := make([]byte, 0, 1+4+8+8+model.IDLen)
 	k = append(k, readyPrefix(tid)...)
 	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
 	k = binary.BigEndian.AppendUint64(k, prioBits(prio))
@@ -104,7 +106,7 @@ func deadPrefix(tid uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{pDead}, tid)
 }
 
-func deadKey(tid uint32, id ID) []byte {
+func deadKey(tid uint32, id model.ID) []byte {
 	b := id.Bytes()
 	return append(deadPrefix(tid), b[:]...)
 }
@@ -309,7 +311,7 @@ func decodeSegLen(b []byte) segLen {
 	return segLen{Length: int64(u64(b[0:8])), Live: int64(u64(b[8:16])), Bytes: int64(u64(b[16:24]))}
 }
 
-func encodeNode(n Node) []byte {
+func encodeNode(n model.Member) []byte {
 	e := &encoder{}
 	e.str(n.ID)
 	e.str(n.RaftAddr)
@@ -323,9 +325,9 @@ func encodeNode(n Node) []byte {
 // decodeNode decodes a node's record. A record written before members
 // recorded their gRPC address ends after the HTTP address: its GRPCAddr
 // is empty (unknown).
-func decodeNode(b []byte) (Node, error) {
+func decodeNode(b []byte) (model.Member, error) {
 	d := &decoder{b: b}
-	n := Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
+	n := model.Member{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
 	if d.err == nil && len(d.b) > 0 {
 		n.GRPCAddr = d.str()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // observer follows what committed batches do to the wheel: the leader's
@@ -46,14 +47,14 @@ const (
 type Event struct {
 	Kind   EventKind
 	Second int64
-	ID     ID
-	Msg    *Message // EventPlaced: the event's own copy, as the batch left it; nothing changes it after
+	ID     model.ID
+	Msg    *model.Message // EventPlaced: the event's own copy, as the batch left it; nothing changes it after
 	Lease  bool
 	Topic  string
 }
 
 type item struct {
-	msg    Message
+	msg    model.Message
 	second int64
 	idx    int
 }
@@ -118,13 +119,13 @@ type Loader struct {
 	// its slot until it merges.
 	loading []*slotLoad
 	h       itemHeap
-	byID    map[ID]*item
+	byID    map[model.ID]*item
 	changed chan struct{} // closed when the head may be earlier or topics became ready
 	ready   map[string]bool
 	// popped holds the messages PopDue returned and nobody claimed yet, by
 	// id, with the second of the slot they were loaded from; an event that
 	// moves or removes one deletes it (see Claim).
-	popped map[ID]int64
+	popped map[model.ID]int64
 }
 
 // slotLoad is the load of one slot second in progress.
@@ -142,7 +143,7 @@ type slotLoad struct {
 
 // NewLoader returns an empty loader.
 func NewLoader() *Loader {
-	return &Loader{byID: map[ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[ID]int64{}, loadedThrough: -1, follows: -1}
+	return &Loader{byID: map[model.ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[model.ID]int64{}, loadedThrough: -1, follows: -1}
 }
 
 // followsThrough implements observer: the last second loaded or loading.
@@ -199,7 +200,7 @@ func (l *Loader) loadingOf(second int64) *slotLoad {
 // in order. It returns how many of msgs it added: none when the load was
 // dropped since the snapshot (its slot expired, or the loader was attached
 // anew). Loads merge in the order of their seconds.
-func (l *Loader) merge(ld *slotLoad, msgs []Message) int {
+func (l *Loader) merge(ld *slotLoad, msgs []model.Message) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.loading) == 0 || l.loading[0] != ld {
@@ -240,7 +241,7 @@ func (l *Loader) signal() {
 }
 
 // push adds or replaces a message; l.mu is held.
-func (l *Loader) push(m Message, second int64) {
+func (l *Loader) push(m model.Message, second int64) {
 	if old := l.byID[m.ID]; old != nil {
 		heap.Remove(&l.h, old.idx)
 	}
@@ -268,11 +269,11 @@ func (l *Loader) push(m Message, second int64) {
 // every removal reaches the loader.) A message popped from another second
 // is skipped too: it also left this slot since, and the removal merge
 // applies next would delete the copy again at once.
-func (l *Loader) pushAll(msgs []Message, second int64) int {
+func (l *Loader) pushAll(msgs []model.Message, second int64) int {
 	if len(msgs) == 0 {
 		return 0
 	}
-	oldHead := ID{}
+	oldHead := model.ID{}
 	if len(l.h) > 0 {
 		oldHead = l.h[0].msg.ID
 	}
@@ -302,7 +303,7 @@ func (l *Loader) pushAll(msgs []Message, second int64) int {
 	return n
 }
 
-func (l *Loader) remove(id ID, second int64) {
+func (l *Loader) remove(id model.ID, second int64) {
 	if it := l.byID[id]; it != nil && it.second == second {
 		heap.Remove(&l.h, it.idx)
 		delete(l.byID, id)
@@ -362,7 +363,7 @@ func (l *Loader) expire(second int64) {
 		it := heap.Pop(&l.h).(*item)
 		delete(l.byID, it.msg.ID)
 	}
-	maps.DeleteFunc(l.popped, func(_ ID, sec int64) bool { return sec < second })
+	maps.DeleteFunc(l.popped, func(_ model.ID, sec int64) bool { return sec < second })
 	for len(l.loading) > 0 && l.loading[0].second < second {
 		l.loading[0] = nil
 		l.loading = l.loading[1:]
@@ -386,10 +387,10 @@ func (l *Loader) TakeReadyTopics() []string {
 // PopDue removes and returns the loaded messages due at or before nowMs, in
 // order, and the next due instant (-1 when none is loaded). The loader
 // keeps following each returned message until it is claimed (see Claim).
-func (l *Loader) PopDue(nowMs int64) ([]Message, int64) {
+func (l *Loader) PopDue(nowMs int64) ([]model.Message, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Message
+	var out []model.Message
 	for len(l.h) > 0 && l.h[0].msg.DeliverAtMs <= nowMs {
 		it := heap.Pop(&l.h).(*item)
 		delete(l.byID, it.msg.ID)
@@ -409,7 +410,7 @@ func (l *Loader) PopDue(nowMs int64) ([]Message, int64) {
 // or expired its slot. It stops following the message: a second Claim of
 // the same id reports false. This answers from memory what reading the
 // message's state from the index would, on the path of every hand-off.
-func (l *Loader) Claim(id ID) bool {
+func (l *Loader) Claim(id model.ID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, ok := l.popped[id]
@@ -427,7 +428,7 @@ func (l *Loader) Changed() <-chan struct{} {
 
 // Next blocks until the earliest loaded message is due by clk and returns
 // it. It never returns a message before its due millisecond.
-func (l *Loader) Next(ctx context.Context, clk Clock) (Message, error) {
+func (l *Loader) Next(ctx context.Context, clk Clock) (model.Message, error) {
 	for {
 		l.mu.Lock()
 		now := clk.Now()
@@ -450,7 +451,7 @@ func (l *Loader) Next(ctx context.Context, clk Clock) (Message, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return Message{}, ctx.Err()
+			return model.Message{}, ctx.Err()
 		case <-changed:
 		case <-timer:
 		}
@@ -565,7 +566,7 @@ func (s *Store) snapshotLoads(second int64) (*Loader, []*slotLoad, error) {
 
 // readLoad reads the messages of ld's slot file as the snapshot found it,
 // without the store's lock.
-func (s *Store) readLoad(ld *slotLoad) ([]Message, error) {
+func (s *Store) readLoad(ld *slotLoad) ([]model.Message, error) {
 	if ld.length == 0 {
 		return nil, nil
 	}
@@ -620,8 +621,8 @@ func liveRecords(fs vfs.FS, path string, length int64) ([]segment.Entry, error) 
 // decodeLive decodes the live records of the slot file of sec: messages,
 // and leases, which come due when they end (for a redelivery, or, out of
 // attempts, for the dead letters).
-func decodeLive(sec int64, live []segment.Entry) ([]Message, error) {
-	out := make([]Message, 0, len(live))
+func decodeLive(sec int64, live []segment.Entry) ([]model.Message, error) {
+	out := make([]model.Message, 0, len(live))
 	intern := map[string]string{}
 	for _, e := range live {
 		m, err := decodeMessage(e.Payload, intern)

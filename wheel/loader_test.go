@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // armClock is a FakeClock that records the timers Next arms, so that a
@@ -39,7 +41,7 @@ func (c *armClock) armed() (calls int, at int64) {
 func (c *armClock) nowMs() int64 { return c.Now().UnixMilli() }
 
 type nextResult struct {
-	m   Message
+	m   model.Message
 	err error
 }
 
@@ -74,7 +76,7 @@ func (r *nextRunner) start() {
 // wait returns once the running Next call has yielded (true) or armed a
 // timer that has not fired (false). A Next blocked without a timer (empty
 // loader) is waited for until something wakes it.
-func (r *nextRunner) wait() (Message, bool) {
+func (r *nextRunner) wait() (model.Message, bool) {
 	r.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -88,7 +90,7 @@ func (r *nextRunner) wait() (Message, bool) {
 		}
 		if calls, at := r.clk.armed(); calls > r.seen && at > r.clk.nowMs() {
 			r.seen = calls
-			return Message{}, false
+			return model.Message{}, false
 		}
 		if time.Now().After(deadline) {
 			r.t.Fatal("Next neither yielded nor armed a timer")
@@ -99,7 +101,7 @@ func (r *nextRunner) wait() (Message, bool) {
 
 // step moves the clock to ms; if that fires Next's timer, it waits for Next
 // to yield or re-arm.
-func (r *nextRunner) step(ms int64) (Message, bool) {
+func (r *nextRunner) step(ms int64) (model.Message, bool) {
 	r.t.Helper()
 	_, at := r.clk.armed()
 	r.clk.Set(time.UnixMilli(ms))
@@ -110,7 +112,7 @@ func (r *nextRunner) step(ms int64) (Message, bool) {
 			r.t.Fatalf("Next returned %s (%v) at %d without a wake-up", res.m.ID, res.err, ms)
 		default:
 		}
-		return Message{}, false
+		return model.Message{}, false
 	}
 	return r.wait()
 }
@@ -118,7 +120,7 @@ func (r *nextRunner) step(ms int64) (Message, bool) {
 // expectAt checks that the running Next call yields id exactly at due,
 // stepping the clock one millisecond at a time from a few before, and
 // starts the next call.
-func (r *nextRunner) expectAt(id ID, due int64) {
+func (r *nextRunner) expectAt(id model.ID, due int64) {
 	r.t.Helper()
 	m, ok := r.wait()
 	now := r.clk.nowMs()
@@ -225,7 +227,7 @@ func TestLoaderOrder(t *testing.T) {
 	enq := append(k.schedule(t0, msgs[:150]...), k.schedule(t0, msgs[150:]...)...)
 	k.load(t0s + 2)
 	type want struct {
-		id   ID
+		id   model.ID
 		due  int64
 		prio int64
 	}
@@ -243,7 +245,7 @@ func TestLoaderOrder(t *testing.T) {
 		}
 		return a.id.Less(b.id)
 	})
-	var got []Message
+	var got []model.Message
 	for now := t0; now <= t0+2000; now += 37 {
 		due, next := l.PopDue(now)
 		for _, m := range due {
@@ -323,7 +325,7 @@ func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 	l2 := NewLoader()
 	k.s.AttachLoader(l2)
 	k.load(t0s + 2)
-	k.one(Touch{NowMs: t0 + 10, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
+	k.one(Touch{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
 	due, _ = l2.PopDue(t0 + 5000)
 	if len(due) != 2 || due[0].ID != enq[0].ID || due[0].DeliverAtMs != t0+1011 || due[1].DeliverAtMs != t0+1510 {
 		t.Fatalf("due after touch %+v", due)
@@ -332,7 +334,7 @@ func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 	l3 := NewLoader()
 	k.s.AttachLoader(l3)
 	k.load(t0s + 2)
-	k.one(Bury{NowMs: t0 + 1011, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
+	k.one(Bury{NowMs: t0 + 1011, Receipts: []model.Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
 	due, _ = l3.PopDue(t0 + 5000)
 	if len(due) != 1 || due[0].ID != enq[1].ID {
 		t.Fatalf("due after bury %+v", due)
@@ -456,7 +458,7 @@ func TestLoaderClaim(t *testing.T) {
 	if l.Claim(enq[3].ID) {
 		t.Error("a message was claimed twice")
 	}
-	if l.Claim(ID{Index: 1 << 40}) {
+	if l.Claim(model.ID{Index: 1 << 40}) {
 		t.Error("a message never popped was claimed")
 	}
 	k.apply(Expire{Before: t0s + 1})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The tests of LoadThrough reading slot files without the store's lock:
@@ -43,7 +44,7 @@ func (k *storeKit) duringLoad(second int64, fn func()) {
 func (k *storeKit) wantLoaderMatches(l *Loader) {
 	k.t.Helper()
 	l.mu.Lock()
-	items := map[ID]item{}
+	items := map[model.ID]item{}
 	for id, it := range l.byID {
 		items[id] = *it
 	}
@@ -57,7 +58,7 @@ func (k *storeKit) wantLoaderMatches(l *Loader) {
 	if heapLen != len(items) {
 		k.t.Fatalf("heap of %d items, %d by id", heapLen, len(items))
 	}
-	live := map[ID]int64{}
+	live := map[model.ID]int64{}
 	for sec := k.s.Cursor(); sec <= loaded; sec++ {
 		info, err := k.s.Slot(SlotOf(sec), true)
 		if err != nil {
@@ -110,9 +111,9 @@ func (k *storeKit) loadChecked(l *Loader, second int64, n int) {
 }
 
 // popAll pops every loaded message and returns them by id.
-func popAll(l *Loader) map[ID]Message {
+func popAll(l *Loader) map[model.ID]model.Message {
 	due, _ := l.PopDue(MaxDueMs)
-	out := map[ID]Message{}
+	out := map[model.ID]model.Message{}
 	for _, m := range due {
 		out[m.ID] = m
 	}
@@ -130,7 +131,7 @@ func TestLoadThroughAppliesDuringLoad(t *testing.T) {
 		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, // rescheduled inside the slot during the load
 		NewMessage{Topic: "a", DeliverAtMs: t0 + 1300},
 	)
-	var added ID
+	var added model.ID
 	k.duringLoad(a, func() {
 		added = k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1400})[0].ID
 		k.one(Cancel{ID: enq[0].ID})
@@ -142,7 +143,7 @@ func TestLoadThroughAppliesDuringLoad(t *testing.T) {
 	k.loadChecked(l, a, 3)
 	due, _ := l.PopDue(t0 + 2000)
 	want := []struct {
-		id  ID
+		id  model.ID
 		due int64
 	}{{enq[1].ID, t0 + 1050}, {enq[2].ID, t0 + 1300}, {added, t0 + 1400}}
 	if len(due) != len(want) {
@@ -218,7 +219,7 @@ func TestLoadThroughPlacementUnclaimsAtOnce(t *testing.T) {
 		k.one(Reschedule{ID: enq[0].ID, DeliverAtMs: t0 + 2200})
 		// The heap part of this placement waits for the merge, its popped
 		// part must not.
-		m := Message{ID: enq[1].ID, Topic: "a", DeliverAtMs: t0 + 2100}
+		m := model.Message{ID: enq[1].ID, Topic: "a", DeliverAtMs: t0 + 2100}
 		l.applied([]Event{{Kind: EventPlaced, Second: a, ID: m.ID, Msg: &m}})
 		for i, e := range enq {
 			if l.Claim(e.ID) {
@@ -351,8 +352,8 @@ func TestLoadThroughReattachDropsLoads(t *testing.T) {
 func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	rng := rand.New(rand.NewSource(7))
-	var ids []ID
-	leased := map[ID]uint64{}
+	var ids []model.ID
+	leased := map[model.ID]uint64{}
 	nonce := uint64(0)
 	cursor := t0s
 	now := func() int64 { return cursor * TickMs }
@@ -382,7 +383,7 @@ func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 			}
 		default:
 			for id, n := range leased {
-				k.apply(Ack{NowMs: now(), Receipts: []Receipt{{ID: id, Nonce: n}}})
+				k.apply(Ack{NowMs: now(), Receipts: []model.Receipt{{ID: id, Nonce: n}}})
 				delete(leased, id)
 				break
 			}

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The reference model of recurring schedules (see model_test.go): the
@@ -19,7 +21,7 @@ var modelSchedules = []string{"s1", "s2", "s3"}
 func (md *refModel) setSchedule(c SetSchedule) Result {
 	r, err := newRecurrence(plainZones{}, &c.Spec, c.NowMs)
 	if err != nil {
-		return Result{Err: ErrInvalid}
+		return Result{Err: model.ErrInvalid}
 	}
 	info := ScheduleInfo{ScheduleSpec: c.Spec, CreatedMs: c.NowMs}
 	info.StartAtMs = r.start
@@ -30,7 +32,7 @@ func (md *refModel) setSchedule(c SetSchedule) Result {
 
 func (md *refModel) deleteSchedule(c DeleteSchedule) Result {
 	if md.scheds[c.Name] == nil {
-		return Result{Err: ErrNotFound}
+		return Result{Err: model.ErrNotFound}
 	}
 	delete(md.scheds, c.Name)
 	return Result{}
@@ -147,7 +149,7 @@ func (h *modelHarness) checkSchedules(md *refModel) {
 			h.fatalf("due order %+v disagrees with the model", due)
 		}
 	}
-	if _, err := h.s.Schedule("nosuch"); !errors.Is(err, ErrNotFound) {
+	if _, err := h.s.Schedule("nosuch"); !errors.Is(err, model.ErrNotFound) {
 		h.fatalf("unknown schedule: %v", err)
 	}
 }

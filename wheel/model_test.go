@@ -32,6 +32,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 var (
@@ -55,7 +56,7 @@ func TestModel(t *testing.T) {
 // hold the group in Seq's top byte: every read, placement and replay must
 // agree with the model as for group 0.
 func TestModelGroup(t *testing.T) {
-	runModel(t, *modelSeed, min(*modelSteps, 1500), MaxGroups-1)
+	runModel(t, *modelSeed, min(*modelSteps, 1500), model.MaxGroups-1)
 }
 
 // ---------------------------------------------------------------------------
@@ -75,11 +76,11 @@ func (l mLoc) String() string {
 }
 
 type mMsg struct {
-	Message       // what Get must return
-	state   State //
-	loc     mLoc
-	lease   bool // its wheel or overflow record is a lease redelivery
-	gen     int  // bumped every time a record is written into a wheel slot
+	model.Message       // what Get must return
+	state         State //
+	loc           mLoc
+	lease         bool // its wheel or overflow record is a lease redelivery
+	gen           int  // bumped every time a record is written into a wheel slot
 }
 
 type mTopicKey struct{ topic, key string }
@@ -87,23 +88,23 @@ type mTopicKey struct{ topic, key string }
 // refModel is the reference: what the store must look like after a log.
 type refModel struct {
 	cursor  int64
-	msgs    map[ID]*mMsg // messages that exist (not acked or cancelled)
-	created []ID         // every id ever created, in creation (= id) order
-	order   []ID         // a superset of the existing ids, in id order; see live
-	keys    map[mTopicKey]ID
+	msgs    map[model.ID]*mMsg // messages that exist (not acked or cancelled)
+	created []model.ID         // every id ever created, in creation (= id) order
+	order   []model.ID         // a superset of the existing ids, in id order; see live
+	keys    map[mTopicKey]model.ID
 	topics  map[string]bool
-	nodes   map[string]Node
+	nodes   map[string]model.Member
 	scheds  map[string]*ScheduleInfo // model_schedule_test.go
 	gen     int
 	group   int // the store's group: the top byte of every Seq it mints
 	index   uint64
 	seq     uint32
-	dirty   map[ID]bool // ids changed since the harness last looked
+	dirty   map[model.ID]bool // ids changed since the harness last looked
 }
 
 func newRefModel(group int) *refModel {
-	return &refModel{group: group, msgs: map[ID]*mMsg{}, keys: map[mTopicKey]ID{}, topics: map[string]bool{},
-		nodes: map[string]Node{}, dirty: map[ID]bool{}, scheds: map[string]*ScheduleInfo{}}
+	return &refModel{group: group, msgs: map[model.ID]*mMsg{}, keys: map[mTopicKey]model.ID{}, topics: map[string]bool{},
+		nodes: map[string]model.Member{}, dirty: map[model.ID]bool{}, scheds: map[string]*ScheduleInfo{}}
 }
 
 func mClamp(ms int64) int64 {
@@ -119,7 +120,7 @@ func mClamp(ms int64) int64 {
 func (md *refModel) begin(index uint64) { md.index, md.seq = index, 0 }
 
 // live returns the existing ids in id order.
-func (md *refModel) live() []ID {
+func (md *refModel) live() []model.ID {
 	if len(md.order) > 2*len(md.msgs)+16 {
 		kept := md.order[:0]
 		for _, id := range md.order {
@@ -245,9 +246,9 @@ func (md *refModel) schedule(c Schedule) Result {
 				continue
 			}
 		}
-		id := ID{Index: md.index, Seq: uint32(md.group)<<24 | md.seq}
+		id := model.ID{Index: md.index, Seq: uint32(md.group)<<24 | md.seq}
 		md.seq++
-		m := &mMsg{Message: Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: append([]byte(nil), nm.Body...),
+		m := &mMsg{Message: model.Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: append([]byte(nil), nm.Body...),
 			Headers: nm.Headers, Priority: nm.Priority, DeliverAtMs: mClamp(nm.DeliverAtMs), TTRMs: nm.TTRMs,
 			MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}}
 		if m.TTRMs <= 0 {
@@ -273,15 +274,15 @@ func (md *refModel) cancel(c Cancel) Result {
 	if c.Topic != "" {
 		var ok bool
 		if id, ok = md.keys[mTopicKey{c.Topic, c.Key}]; !ok {
-			return Result{Err: ErrNotFound}
+			return Result{Err: model.ErrNotFound}
 		}
 	}
 	m := md.msgs[id]
 	switch {
 	case m == nil:
-		return Result{Err: ErrNotFound}
+		return Result{Err: model.ErrNotFound}
 	case m.state == StateReserved:
-		return Result{Err: ErrConflict}
+		return Result{Err: model.ErrConflict}
 	}
 	md.finish(m)
 	return Result{Value: id}
@@ -291,9 +292,9 @@ func (md *refModel) reschedule(c Reschedule) Result {
 	m := md.msgs[c.ID]
 	switch {
 	case m == nil:
-		return Result{Err: ErrNotFound}
+		return Result{Err: model.ErrNotFound}
 	case m.state != StateDelayed && m.state != StateReady:
-		return Result{Err: ErrConflict}
+		return Result{Err: model.ErrConflict}
 	}
 	m.DeliverAtMs = mClamp(c.DeliverAtMs)
 	md.place(m, false)
@@ -324,7 +325,7 @@ func (md *refModel) lease(c Lease) Result {
 }
 
 // held returns the message a receipt holds if the receipt is valid at now.
-func (md *refModel) held(r Receipt, now int64) *mMsg {
+func (md *refModel) held(r model.Receipt, now int64) *mMsg {
 	m := md.msgs[r.ID]
 	if m == nil || m.state != StateReserved || m.Receipt != r.Nonce || now > m.LeaseExpiresMs {
 		return nil
@@ -500,12 +501,12 @@ type modelHarness struct {
 	log    []*logEntry
 	now    int64
 	nonce  uint64
-	issued []Receipt
+	issued []model.Receipt
 	// durable is the highest index the store must keep through a crash:
 	// the last Sync, Close, or Apply under SyncEveryBatch.
 	durable uint64
 	// popped holds, per id, the placement generation the loader yielded.
-	popped map[ID]int
+	popped map[model.ID]int
 	step   int
 	phase  string // what the step is doing, for failure messages
 	stats  map[string]int
@@ -518,7 +519,7 @@ var (
 
 func runModel(t *testing.T, seed int64, steps, group int) {
 	h := &modelHarness{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), fs: vfs.NewStrictMem(),
-		dir: "/db", group: group, md: newRefModel(group), popped: map[ID]int{}, stats: map[string]int{}}
+		dir: "/db", group: group, md: newRefModel(group), popped: map[model.ID]int{}, stats: map[string]int{}}
 	h.now = 1_700_000_000_000 + h.rng.Int63n(86_400_000)
 	h.open()
 	rep, err := Open("/replica", Options{FS: vfs.NewMem(), Group: group})
@@ -567,7 +568,7 @@ func runModel(t *testing.T, seed int64, steps, group int) {
 			h.s.DetachLoader()
 			h.l = NewLoader()
 			h.s.AttachLoader(h.l)
-			h.popped = map[ID]int{}
+			h.popped = map[model.ID]int{}
 		}
 		nEntries := 1
 		if h.rng.Intn(10) < 3 {
@@ -655,7 +656,7 @@ func (h *modelHarness) tryOpen() error {
 	h.s = s
 	h.l = NewLoader()
 	s.AttachLoader(h.l)
-	h.popped = map[ID]int{}
+	h.popped = map[model.ID]int{}
 	return nil
 }
 
@@ -936,7 +937,7 @@ func (h *modelHarness) genCmd() Command {
 			if h.rng.Intn(3) == 0 {
 				c = RemoveNode{ID: id}
 			} else {
-				c = SetNode{Node: Node{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
+				c = SetNode{Node: model.Member{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
 			}
 		}
 		if c != nil {
@@ -972,11 +973,11 @@ func (h *modelHarness) genDue() int64 {
 	}
 }
 
-func (h *modelHarness) pick(ids []ID) ID { return ids[h.rng.Intn(len(ids))] }
+func (h *modelHarness) pick(ids []model.ID) model.ID { return ids[h.rng.Intn(len(ids))] }
 
 // liveIDs returns the existing messages that satisfy f, in id order.
-func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []ID {
-	var out []ID
+func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []model.ID {
+	var out []model.ID
 	for _, id := range h.md.live() {
 		if m := h.md.msgs[id]; m != nil && (f == nil || f(m)) {
 			out = append(out, id)
@@ -987,14 +988,14 @@ func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []ID {
 
 // anyID returns an existing id, most of the time, else any id ever created
 // or one that never existed.
-func (h *modelHarness) anyID(live []ID) ID {
+func (h *modelHarness) anyID(live []model.ID) model.ID {
 	switch r := h.rng.Intn(10); {
 	case r < 7 && len(live) > 0:
 		return h.pick(live)
 	case r < 9 && len(h.md.created) > 0:
 		return h.pick(h.md.created)
 	default:
-		return ID{Index: uint64(len(h.log)) + 1000, Seq: seqOf(h.group, uint32(h.rng.Intn(3)))}
+		return model.ID{Index: uint64(len(h.log)) + 1000, Seq: model.SeqOf(h.group, uint32(h.rng.Intn(3)))}
 	}
 }
 
@@ -1077,7 +1078,7 @@ func (h *modelHarness) genLease() Command {
 		n += h.rng.Intn(len(due) / 4) // keep up with the backlog, as a leader would
 	}
 	for i := 0; i < n; i++ {
-		var id ID
+		var id model.ID
 		switch r := h.rng.Intn(20); {
 		case r < 17 && len(due) > 0:
 			id = h.pick(due)
@@ -1114,7 +1115,7 @@ func (h *modelHarness) genLease() Command {
 			it.RedeliverMs = it.ExpiresMs - h.rng.Int63n(1000) // the store uses the later of the two
 		}
 		c.Items = append(c.Items, it)
-		h.issued = append(h.issued, Receipt{ID: id, Nonce: it.Nonce})
+		h.issued = append(h.issued, model.Receipt{ID: id, Nonce: it.Nonce})
 	}
 	if len(c.Items) == 0 {
 		return nil
@@ -1122,9 +1123,9 @@ func (h *modelHarness) genLease() Command {
 	return c
 }
 
-func (h *modelHarness) genReceipts() []Receipt {
+func (h *modelHarness) genReceipts() []model.Receipt {
 	reserved := h.liveIDs(func(m *mMsg) bool { return m.state == StateReserved })
-	var out []Receipt
+	var out []model.Receipt
 	n := 1 + h.rng.Intn(3)
 	if len(reserved) > 40 {
 		n += h.rng.Intn(len(reserved) / 4)
@@ -1133,13 +1134,13 @@ func (h *modelHarness) genReceipts() []Receipt {
 		switch r := h.rng.Intn(20); {
 		case r < 14 && len(reserved) > 0:
 			m := h.md.msgs[h.pick(reserved)]
-			out = append(out, Receipt{ID: m.ID, Nonce: m.Receipt})
+			out = append(out, model.Receipt{ID: m.ID, Nonce: m.Receipt})
 		case r < 17 && len(h.issued) > 0:
 			out = append(out, h.issued[h.rng.Intn(len(h.issued))]) // often an old one
 		case r < 18 && len(out) > 0:
 			out = append(out, out[0]) // the same receipt twice
 		default:
-			out = append(out, Receipt{ID: h.anyID(reserved), Nonce: uint64(h.rng.Int63())})
+			out = append(out, model.Receipt{ID: h.anyID(reserved), Nonce: uint64(h.rng.Int63())})
 		}
 	}
 	return out
@@ -1323,7 +1324,7 @@ func (h *modelHarness) tearTail() {
 	case 1:
 		junk = make([]byte, 1+h.rng.Intn(60))
 	case 2, 3:
-		payload := EncodeMessage(nil, &Message{ID: ID{Index: uint64(len(h.log)) + 1}, Topic: "alpha", Body: []byte("lost")})
+		payload := EncodeMessage(nil, &model.Message{ID: model.ID{Index: uint64(len(h.log)) + 1}, Topic: "alpha", Body: []byte("lost")})
 		junk = segment.AppendRecord(nil, segment.Record{Type: segment.TypeMessage, Index: uint64(len(h.log)) + 1, Payload: payload})
 		if h.rng.Intn(2) == 0 {
 			junk = junk[:1+h.rng.Intn(len(junk)-1)]
@@ -1410,7 +1411,7 @@ func (h *modelHarness) checkOpts(md *refModel, full, all bool) {
 			h.checkGet(md, md.created[h.rng.Intn(len(md.created))])
 		}
 	} else {
-		ids := make([]ID, 0, len(md.dirty))
+		ids := make([]model.ID, 0, len(md.dirty))
 		for id := range md.dirty {
 			ids = append(ids, id)
 		}
@@ -1430,8 +1431,8 @@ func (h *modelHarness) checkOpts(md *refModel, full, all bool) {
 	}
 }
 
-func sortedNodes(m map[string]Node) []Node {
-	out := make([]Node, 0, len(m))
+func sortedNodes(m map[string]model.Member) []model.Member {
+	out := make([]model.Member, 0, len(m))
 	for _, n := range m {
 		out = append(out, n)
 	}
@@ -1439,11 +1440,11 @@ func sortedNodes(m map[string]Node) []Node {
 	return out
 }
 
-func (h *modelHarness) checkGet(md *refModel, id ID) {
+func (h *modelHarness) checkGet(md *refModel, id model.ID) {
 	v, err := h.s.Get(id)
 	m := md.msgs[id]
 	if m == nil {
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, model.ErrNotFound) {
 			h.fatalf("Get(%s) = %s %v; the model has no such message", id, fmtView(v), err)
 		}
 		return
@@ -1467,7 +1468,7 @@ func fmtModel(m *mMsg) string {
 }
 
 // viewDiff names the first field in which a message differs from the model.
-func viewDiff(g Message, st State, m *mMsg) string {
+func viewDiff(g model.Message, st State, m *mMsg) string {
 	w := m.Message
 	switch {
 	case st != m.state:
@@ -1554,7 +1555,7 @@ func (h *modelHarness) checkQueues(md *refModel) {
 	}
 }
 
-func dueLess(a, b *Message) bool {
+func dueLess(a, b *model.Message) bool {
 	if a.DeliverAtMs != b.DeliverAtMs {
 		return a.DeliverAtMs < b.DeliverAtMs
 	}
@@ -1629,13 +1630,13 @@ func (h *modelHarness) checkWheel(md *refModel) {
 		if info.Second != sl.Second || info.Messages != sl.Messages {
 			h.fatalf("Slot(%d) = second %d messages %d, Wheel says %d/%d", sl.Slot, info.Second, info.Messages, sl.Second, sl.Messages)
 		}
-		var live []ID
+		var live []model.ID
 		for _, r := range info.Records {
 			if r.Live {
 				live = append(live, r.ID)
 			}
 		}
-		var want []ID
+		var want []model.ID
 		for _, id := range md.live() {
 			if m := md.msgs[id]; m != nil && m.loc == mlWheel && m.DeliverAtMs/TickMs == sl.Second {
 				want = append(want, id)

@@ -1,6 +1,10 @@
 package wheel
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
 
 // TestNodeRecordOldAndNew: a member's record written before records held
 // a gRPC address (three strings) reads with an empty (unknown) GRPCAddr,
@@ -11,13 +15,13 @@ func TestNodeRecordOldAndNew(t *testing.T) {
 	old.str("10.0.0.1:7000")
 	old.str("10.0.0.1:8080")
 	n, err := decodeNode(old.b)
-	if err != nil || n != (Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080"}) {
+	if err != nil || n != (model.Member{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080"}) {
 		t.Fatalf("old record: %+v, %v", n, err)
 	}
 	if got := encodeNode(n); string(got) != string(old.b) {
 		t.Fatalf("a node without a gRPC address encodes as %x, want the old %x", got, old.b)
 	}
-	full := Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}
+	full := model.Member{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}
 	if n, err := decodeNode(encodeNode(full)); err != nil || n != full {
 		t.Fatalf("new record: %+v, %v", n, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestOverflowHistogram(t *testing.T) {
@@ -51,7 +52,7 @@ func TestOverflowHistogram(t *testing.T) {
 	want(h, 10, OverflowHistogram{BucketMs: h, Total: 1, Buckets: []OverflowBucket{{now + 30*h, 1}}})
 
 	for _, bad := range []int64{0, -h, h / 2, h + 1} {
-		if _, err := s.OverflowHistogram(bad, 1); !errors.Is(err, ErrInvalid) {
+		if _, err := s.OverflowHistogram(bad, 1); !errors.Is(err, model.ErrInvalid) {
 			t.Fatalf("bucket %d: %v, want ErrInvalid", bad, err)
 		}
 	}

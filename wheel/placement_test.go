@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // keysWith lists the index's keys with prefix p.
@@ -73,7 +75,7 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	// Leased: it gets a meta of its own; acked: gone.
 	k.one(Lease{NowMs: t0 + 2500, Items: []LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
 	k.wantState(enq[1].ID, StateReserved, t0+9000, 1)
-	k.one(Ack{NowMs: t0 + 2600, Receipts: []Receipt{{ID: enq[1].ID, Nonce: 4}}})
+	k.one(Ack{NowMs: t0 + 2600, Receipts: []model.Receipt{{ID: enq[1].ID, Nonce: 4}}})
 	k.wantGone(enq[1].ID)
 	if got := len(k.goneMarks()); got != 2 {
 		t.Fatalf("%d gone marks, want 2", got)
@@ -116,7 +118,7 @@ func TestPlacementsAcrossCommands(t *testing.T) {
 		Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}},
 		Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 7000}, {Topic: "a", DeliverAtMs: t0 + 500}}},
 	)
-	var ids []ID
+	var ids []model.ID
 	for _, r := range res {
 		for _, e := range r.Value.([]Enqueued) {
 			ids = append(ids, e.ID)
@@ -140,7 +142,7 @@ func TestFindPlacement(t *testing.T) {
 	for seq := uint32(0); seq < 300; seq += 1 + seq%3 {
 		sec += int64(seq%5) - 2 // back and forth
 		off += 17 + int64(seq)
-		tx.place(ID{Index: 42, Seq: seq}, sec, off)
+		tx.place(model.ID{Index: 42, Seq: seq}, sec, off)
 		want[seq] = [2]int64{sec, off}
 	}
 	for seq := uint32(0); seq < 310; seq++ {
@@ -160,8 +162,8 @@ func TestFindPlacement(t *testing.T) {
 
 func FuzzFindPlacement(f *testing.F) {
 	var tx tx
-	tx.place(ID{Index: 1, Seq: 0}, 5, 10)
-	tx.place(ID{Index: 1, Seq: 3}, 4, 99)
+	tx.place(model.ID{Index: 1, Seq: 0}, 5, 10)
+	tx.place(model.ID{Index: 1, Seq: 3}, 4, 99)
 	f.Add(tx.placing.buf, uint32(3))
 	f.Add([]byte{0x80, 0x80}, uint32(0))
 	f.Add(binary.AppendUvarint(nil, 1<<40), uint32(7))
@@ -183,10 +185,10 @@ func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
 		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
 	)
 	var items []LeaseItem
-	var receipts []Receipt
+	var receipts []model.Receipt
 	for i, e := range enq {
 		items = append(items, LeaseItem{ID: e.ID, Nonce: uint64(10 + i), ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000})
-		receipts = append(receipts, Receipt{ID: e.ID, Nonce: uint64(10 + i)})
+		receipts = append(receipts, model.Receipt{ID: e.ID, Nonce: uint64(10 + i)})
 	}
 	k.one(Lease{NowMs: t0 + 1500, Items: items})
 	k.s.mu.Lock()
@@ -217,14 +219,14 @@ func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
 // one's key, and an ack of the newer one does, from its meta.
 func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	lease := func(now int64, id ID, nonce uint64) {
+	lease := func(now int64, id model.ID, nonce uint64) {
 		t.Helper()
 		ok := k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: now + 100, RedeliverMs: now + 101}}}).([]bool)
 		if !ok[0] {
 			t.Fatalf("lease of %s refused", id)
 		}
 	}
-	keyMeta := func(id ID) meta {
+	keyMeta := func(id model.ID) meta {
 		t.Helper()
 		k.s.mu.Lock()
 		defer k.s.mu.Unlock()
@@ -239,7 +241,7 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 		t.Fatalf("a keyed message's meta %+v, want keyed k", mt)
 	}
 	lease(t0, oldID, 1)
-	k.one(Nack{NowMs: t0 + 10, Receipts: []Receipt{{ID: oldID, Nonce: 1}}})
+	k.one(Nack{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: oldID, Nonce: 1}}})
 	k.wantState(oldID, StateDead, t0+101, 1)
 	if mt := keyMeta(oldID); mt.Keyed || mt.Key != "" {
 		t.Fatalf("a dead message's meta %+v names a key", mt)
@@ -251,7 +253,7 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 	newID := newer[0].ID
 
 	// Redrive: the key is taken, so the redriven message holds none.
-	if n := k.one(Redrive{NowMs: t0 + 30, Topic: "a", IDs: []ID{oldID}}).(int); n != 1 {
+	if n := k.one(Redrive{NowMs: t0 + 30, Topic: "a", IDs: []model.ID{oldID}}).(int); n != 1 {
 		t.Fatalf("redrove %d, want 1", n)
 	}
 	if v := k.get(oldID); v.Key != "" {
@@ -261,7 +263,7 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 		t.Fatalf("the redriven message's meta %+v names the key a newer message holds", mt)
 	}
 	lease(t0+40, oldID, 2)
-	if c := k.one(Ack{NowMs: t0 + 50, Receipts: []Receipt{{ID: oldID, Nonce: 2}}}).(Counted); c.Done != 1 {
+	if c := k.one(Ack{NowMs: t0 + 50, Receipts: []model.Receipt{{ID: oldID, Nonce: 2}}}).(Counted); c.Done != 1 {
 		t.Fatalf("ack %+v", c)
 	}
 	if got := k.keyed(); got["k"] != newID {
@@ -270,7 +272,7 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 
 	// The newer message's ack frees the key its meta names.
 	lease(t0+1500, newID, 3)
-	if c := k.one(Ack{NowMs: t0 + 1550, Receipts: []Receipt{{ID: newID, Nonce: 3}}}).(Counted); c.Done != 1 {
+	if c := k.one(Ack{NowMs: t0 + 1550, Receipts: []model.Receipt{{ID: newID, Nonce: 3}}}).(Counted); c.Done != 1 {
 		t.Fatalf("ack %+v", c)
 	}
 	if got := k.keyed(); len(got) != 0 {

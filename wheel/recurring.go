@@ -7,6 +7,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/tz"
 )
 
@@ -120,13 +121,13 @@ func ValidateSchedule(sp *ScheduleSpec, nowMs int64) error {
 	first := unbounded.first(nowMs)
 	switch {
 	case first == 0 && sp.Cron != "":
-		return fmt.Errorf("%w: cron: %q never fires: it matches no date within five years of %d", ErrInvalid, sp.Cron, max(r.start, nowMs))
+		return fmt.Errorf("%w: cron: %q never fires: it matches no date within five years of %d", model.ErrInvalid, sp.Cron, max(r.start, nowMs))
 	case first == 0:
-		return fmt.Errorf("%w: start_at_ms: the first occurrence would come after %d", ErrInvalid, int64(MaxDueMs))
+		return fmt.Errorf("%w: start_at_ms: the first occurrence would come after %d", model.ErrInvalid, int64(MaxDueMs))
 	case sp.EndAtMs < nowMs:
-		return fmt.Errorf("%w: end_at_ms: %d is already past (now %d): the schedule would never fire", ErrInvalid, sp.EndAtMs, nowMs)
+		return fmt.Errorf("%w: end_at_ms: %d is already past (now %d): the schedule would never fire", model.ErrInvalid, sp.EndAtMs, nowMs)
 	default:
-		return fmt.Errorf("%w: end_at_ms: %d is before the first occurrence, %d: the schedule would never fire", ErrInvalid, sp.EndAtMs, first)
+		return fmt.Errorf("%w: end_at_ms: %d is before the first occurrence, %d: the schedule would never fire", model.ErrInvalid, sp.EndAtMs, first)
 	}
 }
 
@@ -134,7 +135,7 @@ func ValidateSchedule(sp *ScheduleSpec, nowMs int64) error {
 // StartAtMs when that is 0.
 func newRecurrence(zs zoneSource, sp *ScheduleSpec, start int64) (*recurrence, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+		return fmt.Errorf("%w: "+format, append([]any{model.ErrInvalid}, args...)...)
 	}
 	if err := validScheduleName(sp.Name); err != nil {
 		return nil, bad("name: %v", err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func mustRecurrence(t *testing.T, sp ScheduleSpec) *recurrence {
@@ -82,7 +84,7 @@ func TestCronParsing(t *testing.T) {
 			sp := ScheduleSpec{Name: "s", Topic: "t", Cron: tc.expr}
 			r, err := newRecurrence(plainZones{}, &sp, 0)
 			if tc.err != "" {
-				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), "cron") {
+				if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), tc.err) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "), "cron") {
 					t.Fatalf("err = %v; want ErrInvalid naming cron, containing %q", err, tc.err)
 				}
 				return
@@ -240,7 +242,7 @@ func TestValidateSchedule(t *testing.T) {
 		sp := good
 		tc.edit(&sp)
 		err := ValidateSchedule(&sp, now)
-		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), ErrInvalid.Error()+": "+tc.field+":") {
+		if !errors.Is(err, model.ErrInvalid) || !strings.HasPrefix(err.Error(), model.ErrInvalid.Error()+": "+tc.field+":") {
 			t.Errorf("%+v: err = %v; want ErrInvalid naming %s", sp, err, tc.field)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/robfig/cron/v3"
 )
 
@@ -336,7 +337,7 @@ func (t *tx) setSchedule(c SetSchedule) Result {
 func (t *tx) deleteSchedule(c DeleteSchedule) Result {
 	info, ok := t.scheduleInfo(c.Name)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: schedule %q", ErrNotFound, c.Name)}
+		return Result{Err: fmt.Errorf("%w: schedule %q", model.ErrNotFound, c.Name)}
 	}
 	if info.NextMs != 0 {
 		t.del(scheduleDueKey(info.NextMs, info.Name))
@@ -353,7 +354,7 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 	var msgs []NewMessage
 	// The occurrences are enqueued in this entry: those past what it may
 	// still enqueue stay where they are, as stale, for a later Advance.
-	room := MaxEntryMessages - int(t.seq)
+	room := model.MaxEntryMessages - int(t.seq)
 	for _, it := range c.Items {
 		info, ok := t.scheduleInfo(it.Name)
 		if !ok || info.NextMs == 0 || info.NextMs != it.FromMs || len(msgs) >= room {
@@ -409,7 +410,7 @@ func (s *Store) Schedule(name string) (ScheduleInfo, error) {
 		return ScheduleInfo{}, err
 	}
 	if !ok {
-		return ScheduleInfo{}, fmt.Errorf("%w: schedule %q", ErrNotFound, name)
+		return ScheduleInfo{}, fmt.Errorf("%w: schedule %q", model.ErrNotFound, name)
 	}
 	return info, nil
 }

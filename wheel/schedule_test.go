@@ -10,16 +10,18 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // keyed returns every message key in k's store and the message holding it.
-func (k *storeKit) keyed() map[string]ID {
+func (k *storeKit) keyed() map[string]model.ID {
 	k.t.Helper()
 	var b bytes.Buffer
 	if err := k.s.Dump(&b); err != nil {
 		k.t.Fatal(err)
 	}
-	out := map[string]ID{}
+	out := map[string]model.ID{}
 	sc := bufio.NewScanner(&b)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -28,7 +30,7 @@ func (k *storeKit) keyed() map[string]ID {
 			if err != nil {
 				k.t.Fatal(err)
 			}
-			id, err := ParseID(f[4])
+			id, err := model.ParseID(f[4])
 			if err != nil {
 				k.t.Fatal(err)
 			}
@@ -233,10 +235,10 @@ func TestScheduleDeleteWhileDue(t *testing.T) {
 	if r := k.apply(DeleteSchedule{Name: "a"})[0]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if r := k.apply(DeleteSchedule{Name: "a"})[0]; !errors.Is(r.Err, ErrNotFound) {
+	if r := k.apply(DeleteSchedule{Name: "a"})[0]; !errors.Is(r.Err, model.ErrNotFound) {
 		t.Fatalf("second delete: %v", r.Err)
 	}
-	if _, err := k.s.Schedule("a"); !errors.Is(err, ErrNotFound) {
+	if _, err := k.s.Schedule("a"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
 	}
 	if due, _ := k.s.DueSchedules(MaxDueMs, 10); len(due) != 0 || k.s.NumSchedules() != 0 {
@@ -268,7 +270,7 @@ func TestScheduleBadSpecStoresNothing(t *testing.T) {
 	}
 	before := dump()
 	r := k.apply(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", Cron: "0 9 * * *", Timezone: "Nowhere/Special"}})[0]
-	if !errors.Is(r.Err, ErrInvalid) || !strings.Contains(r.Err.Error(), "timezone") {
+	if !errors.Is(r.Err, model.ErrInvalid) || !strings.Contains(r.Err.Error(), "timezone") {
 		t.Fatalf("err = %v", r.Err)
 	}
 	if after := dump(); after != before {

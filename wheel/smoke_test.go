@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestSmokeLifecycle(t *testing.T) {
@@ -51,7 +52,7 @@ func TestSmokeLifecycle(t *testing.T) {
 	if tc[0].Reserved != 1 || tc[0].Delayed != 1 {
 		t.Fatalf("counts %+v", tc)
 	}
-	res, err = s.Apply([]Entry{{Index: 4, Cmds: []Command{Ack{NowMs: now + 2000, Receipts: []Receipt{{ID: due[0].ID, Nonce: 7}}}}}})
+	res, err = s.Apply([]Entry{{Index: 4, Cmds: []Command{Ack{NowMs: now + 2000, Receipts: []model.Receipt{{ID: due[0].ID, Nonce: 7}}}}}})
 	if err != nil || res[0][0].Value.(Counted).Done != 1 {
 		t.Fatal(err, res)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // ErrInconsistent means the files on disk do not cover the applied index the
@@ -96,7 +97,7 @@ type Store struct {
 	counts     map[uint32]counts
 	stats      map[uint32]TopicStats // transitions applied since the process started
 	overflow   int64
-	nodes      map[string]Node
+	nodes      map[string]model.Member
 	schedules  int64              // recurring schedules stored
 	zoneCache  zoneCache          // zones and cron expressions of the schedules
 	webhooks   map[string]Webhook // by topic
@@ -157,8 +158,8 @@ const flushEveryExpires = 10
 // back to what the index covers; if they cannot cover it, Open returns an
 // error wrapping ErrInconsistent.
 func Open(dir string, opts Options) (*Store, error) {
-	if opts.Group < 0 || opts.Group >= MaxGroups {
-		return nil, fmt.Errorf("%w: store group %d is out of range [0, %d)", ErrInvalid, opts.Group, MaxGroups)
+	if opts.Group < 0 || opts.Group >= model.MaxGroups {
+		return nil, fmt.Errorf("%w: store group %d is out of range [0, %d)", model.ErrInvalid, opts.Group, model.MaxGroups)
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.Default
@@ -175,7 +176,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
-		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{}, webhooks: map[string]Webhook{},
+		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]model.Member{}, webhooks: map[string]Webhook{},
 		metas: newMetaCache(), scheds: newScheduleCache(),
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // t0 is a second boundary: the wheel's cursor in these tests starts at t0s.
@@ -92,7 +93,7 @@ func (k *storeKit) schedule(now int64, msgs ...NewMessage) []Enqueued {
 	return k.one(Schedule{NowMs: now, Messages: msgs}).([]Enqueued)
 }
 
-func (k *storeKit) get(id ID) View {
+func (k *storeKit) get(id model.ID) View {
 	k.t.Helper()
 	v, err := k.s.Get(id)
 	if err != nil {
@@ -101,7 +102,7 @@ func (k *storeKit) get(id ID) View {
 	return v
 }
 
-func (k *storeKit) wantState(id ID, st State, dueMs int64, attempts int32) {
+func (k *storeKit) wantState(id model.ID, st State, dueMs int64, attempts int32) {
 	k.t.Helper()
 	v := k.get(id)
 	if v.State != st || v.DeliverAtMs != dueMs || v.Attempts != attempts {
@@ -110,9 +111,9 @@ func (k *storeKit) wantState(id ID, st State, dueMs int64, attempts int32) {
 	}
 }
 
-func (k *storeKit) wantGone(id ID) {
+func (k *storeKit) wantGone(id model.ID) {
 	k.t.Helper()
-	if v, err := k.s.Get(id); !errors.Is(err, ErrNotFound) {
+	if v, err := k.s.Get(id); !errors.Is(err, model.ErrNotFound) {
 		k.t.Fatalf("message %s: %+v %v; want not found", id, v.State, err)
 	}
 }
@@ -133,26 +134,26 @@ func (k *storeKit) wantCounts(want TopicCounts) {
 	}
 }
 
-func (k *storeKit) readyIDs(topic string) []ID {
+func (k *storeKit) readyIDs(topic string) []model.ID {
 	k.t.Helper()
 	vs, err := k.s.Ready(topic, 1000, nil)
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	var out []ID
+	var out []model.ID
 	for _, v := range vs {
 		out = append(out, v.ID)
 	}
 	return out
 }
 
-func (k *storeKit) deadIDs(topic string) []ID {
+func (k *storeKit) deadIDs(topic string) []model.ID {
 	k.t.Helper()
 	vs, err := k.s.Dead(topic, 1000)
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	var out []ID
+	var out []model.ID
 	for _, v := range vs {
 		out = append(out, v.ID)
 	}
@@ -177,8 +178,8 @@ func (k *storeKit) wheel() WheelInfo {
 	return w
 }
 
-func ids(es []Enqueued) []ID {
-	out := make([]ID, len(es))
+func ids(es []Enqueued) []model.ID {
+	out := make([]model.ID, len(es))
 	for i, e := range es {
 		out[i] = e.ID
 	}
@@ -196,11 +197,11 @@ func TestScheduleDefaults(t *testing.T) {
 		t.Fatalf("enqueued %+v", enq)
 	}
 	// IDs are (log index, position in the entry).
-	if enq[0].ID != (ID{Index: k.idx, Seq: 0}) || enq[1].ID != (ID{Index: k.idx, Seq: 1}) {
+	if enq[0].ID != (model.ID{Index: k.idx, Seq: 0}) || enq[1].ID != (model.ID{Index: k.idx, Seq: 1}) {
 		t.Fatalf("ids %v %v, want (%d,0) (%d,1)", enq[0].ID, enq[1].ID, k.idx, k.idx)
 	}
 	v := k.get(enq[0].ID)
-	want := Message{ID: enq[0].ID, Topic: "orders", Body: []byte("close order 7"), Headers: map[string]string{"a": "b"},
+	want := model.Message{ID: enq[0].ID, Topic: "orders", Body: []byte("close order 7"), Headers: map[string]string{"a": "b"},
 		Priority: 3, DeliverAtMs: now + 30_000, TTRMs: DefaultTTRMs, MaxAttempts: DefaultMaxAttempts, EnqueuedMs: now}
 	if v.State != StateDelayed || !reflect.DeepEqual(v.Message, want) {
 		t.Fatalf("got %+v %s\nwant %+v", v.Message, v.State, want)
@@ -226,7 +227,7 @@ func TestScheduleDedupe(t *testing.T) {
 		t.Fatalf("enqueued %+v", enq)
 	}
 	// IDs are only spent on new messages.
-	if enq[2].ID != (ID{Index: k.idx, Seq: 1}) {
+	if enq[2].ID != (model.ID{Index: k.idx, Seq: 1}) {
 		t.Fatalf("third message id %v, want position 1", enq[2].ID)
 	}
 	if string(k.get(enq[0].ID).Body) != "first" {
@@ -244,7 +245,7 @@ func TestScheduleDedupe(t *testing.T) {
 		t.Fatalf("duplicate of reserved %+v", d)
 	}
 	// Acked: the key is free.
-	if c := k.one(Ack{NowMs: now, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}}}).(Counted); c.Done != 1 {
+	if c := k.one(Ack{NowMs: now, Receipts: []model.Receipt{{ID: enq[0].ID, Nonce: 1}}}).(Counted); c.Done != 1 {
 		t.Fatalf("ack %+v", c)
 	}
 	fresh := k.schedule(now, NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1000, MaxAttempts: 1})
@@ -255,7 +256,7 @@ func TestScheduleDedupe(t *testing.T) {
 	k.apply(Expire{Before: t0s + 8})
 	now = t0 + 8000
 	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: fresh[0].ID, Nonce: 2, ExpiresMs: now + 100, RedeliverMs: now + 100}}})
-	if c := k.one(Nack{NowMs: now, Receipts: []Receipt{{ID: fresh[0].ID, Nonce: 2}}}).(Counted); c.Done != 1 {
+	if c := k.one(Nack{NowMs: now, Receipts: []model.Receipt{{ID: fresh[0].ID, Nonce: 2}}}).(Counted); c.Done != 1 {
 		t.Fatalf("nack %+v", c)
 	}
 	k.wantState(fresh[0].ID, StateDead, now+100, 1)
@@ -282,7 +283,7 @@ func TestSchedulePastDue(t *testing.T) {
 	if enq[2].DeliverAtMs != 0 {
 		t.Fatalf("clamped due reported as %d", enq[2].DeliverAtMs)
 	}
-	if got := k.readyIDs("a"); !reflect.DeepEqual(got, []ID{enq[2].ID, enq[0].ID}) {
+	if got := k.readyIDs("a"); !reflect.DeepEqual(got, []model.ID{enq[2].ID, enq[0].ID}) {
 		t.Fatalf("ready %v", got)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 2, Delayed: 2})
@@ -323,11 +324,11 @@ func TestCancel(t *testing.T) {
 		NewMessage{Topic: "a", DeliverAtMs: t0 - 5000},                 // ready
 		NewMessage{Topic: "a", Key: "r", DeliverAtMs: t0 + 100},
 	)
-	if id := k.one(Cancel{ID: enq[0].ID}).(ID); id != enq[0].ID {
+	if id := k.one(Cancel{ID: enq[0].ID}).(model.ID); id != enq[0].ID {
 		t.Fatalf("cancel returned %v", id)
 	}
 	k.wantGone(enq[0].ID)
-	if id := k.one(Cancel{Topic: "a", Key: "k"}).(ID); id != enq[1].ID {
+	if id := k.one(Cancel{Topic: "a", Key: "k"}).(model.ID); id != enq[1].ID {
 		t.Fatalf("cancel by key returned %v", id)
 	}
 	k.wantGone(enq[1].ID)
@@ -336,8 +337,8 @@ func TestCancel(t *testing.T) {
 	if w := k.wheel(); w.OverflowMessages != 0 {
 		t.Fatalf("overflow %d after cancel", w.OverflowMessages)
 	}
-	for _, c := range []Cancel{{ID: enq[0].ID}, {Topic: "a", Key: "k"}, {Topic: "nope", Key: "k"}, {ID: ID{Index: 999}}} {
-		if r := k.apply(c)[0]; !errors.Is(r.Err, ErrNotFound) {
+	for _, c := range []Cancel{{ID: enq[0].ID}, {Topic: "a", Key: "k"}, {Topic: "nope", Key: "k"}, {ID: model.ID{Index: 999}}} {
+		if r := k.apply(c)[0]; !errors.Is(r.Err, model.ErrNotFound) {
 			t.Fatalf("cancel %+v again: %v", c, r.Err)
 		}
 	}
@@ -348,7 +349,7 @@ func TestCancel(t *testing.T) {
 	// Reserved: conflict, by id and by key.
 	k.one(Lease{NowMs: t0 + 100, Items: []LeaseItem{{ID: enq[3].ID, Nonce: 9, ExpiresMs: t0 + 30_100, RedeliverMs: t0 + 30_100}}})
 	for _, c := range []Cancel{{ID: enq[3].ID}, {Topic: "a", Key: "r"}} {
-		if r := k.apply(c)[0]; !errors.Is(r.Err, ErrConflict) {
+		if r := k.apply(c)[0]; !errors.Is(r.Err, model.ErrConflict) {
 			t.Fatalf("cancel reserved %+v: %v, want conflict", c, r.Err)
 		}
 	}
@@ -386,12 +387,12 @@ func TestRescheduleAcrossHorizon(t *testing.T) {
 		t.Fatal("body lost")
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Delayed: 1})
-	if r := k.apply(Reschedule{ID: ID{Index: 77}, DeliverAtMs: t0})[0]; !errors.Is(r.Err, ErrNotFound) {
+	if r := k.apply(Reschedule{ID: model.ID{Index: 77}, DeliverAtMs: t0})[0]; !errors.Is(r.Err, model.ErrNotFound) {
 		t.Fatalf("missing: %v", r.Err)
 	}
 	k.apply(Expire{Before: t0s + 2})
 	k.one(Lease{NowMs: t0 + 2000, Items: []LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
-	if r := k.apply(Reschedule{ID: id, DeliverAtMs: t0})[0]; !errors.Is(r.Err, ErrConflict) {
+	if r := k.apply(Reschedule{ID: id, DeliverAtMs: t0})[0]; !errors.Is(r.Err, model.ErrConflict) {
 		t.Fatalf("reserved: %v", r.Err)
 	}
 }
@@ -406,7 +407,7 @@ func TestLease(t *testing.T) {
 		{ID: a, Nonce: 11, ExpiresMs: now + 2000, RedeliverMs: now + 2500},
 		{ID: a, Nonce: 12, ExpiresMs: now + 2000, RedeliverMs: now + 2500}, // handed out twice
 		{ID: b, Nonce: 13, ExpiresMs: now + 2000, RedeliverMs: now + 1000}, // redelivery before expiry: expiry wins
-		{ID: ID{Index: 99}, Nonce: 14, ExpiresMs: now + 2000},
+		{ID: model.ID{Index: 99}, Nonce: 14, ExpiresMs: now + 2000},
 	}}).([]bool)
 	if !reflect.DeepEqual(took, []bool{true, false, true, false}) {
 		t.Fatalf("lease took %v", took)
@@ -453,16 +454,16 @@ func TestAck(t *testing.T) {
 	a, b := enq[0].ID, enq[1].ID
 	now := t0 + 100
 	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: a, Nonce: 1, ExpiresMs: now + 1000, RedeliverMs: now + 1000}, {ID: b, Nonce: 2, ExpiresMs: now + 1000, RedeliverMs: now + 1000}}})
-	c := k.one(Ack{NowMs: now + 10, Receipts: []Receipt{{ID: a, Nonce: 99}, {ID: ID{Index: 1234}, Nonce: 1}}}).(Counted)
+	c := k.one(Ack{NowMs: now + 10, Receipts: []model.Receipt{{ID: a, Nonce: 99}, {ID: model.ID{Index: 1234}, Nonce: 1}}}).(Counted)
 	if c != (Counted{Stale: 2}) {
 		t.Fatalf("wrong nonce / unknown id: %+v", c)
 	}
-	c = k.one(Ack{NowMs: now + 1000, Receipts: []Receipt{{ID: a, Nonce: 1}, {ID: a, Nonce: 1}}}).(Counted)
+	c = k.one(Ack{NowMs: now + 1000, Receipts: []model.Receipt{{ID: a, Nonce: 1}, {ID: a, Nonce: 1}}}).(Counted)
 	if c != (Counted{Done: 1, Stale: 1}) {
 		t.Fatalf("ack at the expiry instant, twice: %+v", c)
 	}
 	k.wantGone(a)
-	c = k.one(Ack{NowMs: now + 1001, Receipts: []Receipt{{ID: b, Nonce: 2}}}).(Counted)
+	c = k.one(Ack{NowMs: now + 1001, Receipts: []model.Receipt{{ID: b, Nonce: 2}}}).(Counted)
 	if c != (Counted{Stale: 1}) {
 		t.Fatalf("ack after expiry: %+v", c)
 	}
@@ -490,10 +491,10 @@ func TestNack(t *testing.T) {
 		}
 	}
 	lease(1)
-	if c := k.one(Nack{NowMs: now, DelayMs: 3000, Receipts: []Receipt{{ID: id, Nonce: 7}}}).(Counted); c != (Counted{Stale: 1}) {
+	if c := k.one(Nack{NowMs: now, DelayMs: 3000, Receipts: []model.Receipt{{ID: id, Nonce: 7}}}).(Counted); c != (Counted{Stale: 1}) {
 		t.Fatalf("stale nack %+v", c)
 	}
-	if c := k.one(Nack{NowMs: now, DelayMs: 3000, Receipts: []Receipt{{ID: id, Nonce: 1}}}).(Counted); c != (Counted{Done: 1}) {
+	if c := k.one(Nack{NowMs: now, DelayMs: 3000, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(Counted); c != (Counted{Done: 1}) {
 		t.Fatalf("nack %+v", c)
 	}
 	v := k.get(id)
@@ -505,10 +506,10 @@ func TestNack(t *testing.T) {
 	now = t0 + 3100
 	k.apply(Expire{Before: t0s + 3})
 	lease(2)
-	k.one(Nack{NowMs: now, DelayMs: -50, Receipts: []Receipt{{ID: id, Nonce: 2}}})
+	k.one(Nack{NowMs: now, DelayMs: -50, Receipts: []model.Receipt{{ID: id, Nonce: 2}}})
 	// attempts (2) >= max_attempts (2): dead, and the key is free.
 	k.wantState(id, StateDead, now+1000, 2)
-	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []ID{id}) {
+	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []model.ID{id}) {
 		t.Fatalf("dead %v", got)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Dead: 1})
@@ -524,7 +525,7 @@ func TestNackFirstAttemptGoesBackToDelayed(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	id := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 3})[0].ID
 	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 500, RedeliverMs: t0 + 500}}})
-	k.one(Nack{NowMs: t0 + 10, DelayMs: 3 * 3600_000, Receipts: []Receipt{{ID: id, Nonce: 1}}})
+	k.one(Nack{NowMs: t0 + 10, DelayMs: 3 * 3600_000, Receipts: []model.Receipt{{ID: id, Nonce: 1}}})
 	k.wantState(id, StateDelayed, t0+10+3*3600_000, 1)
 	if w := k.wheel(); w.OverflowMessages != 1 {
 		t.Fatalf("nack beyond the horizon: %+v", w)
@@ -536,7 +537,7 @@ func TestTouch(t *testing.T) {
 	id := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0})[0].ID
 	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 5, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1200}}})
 	now := t0 + 900
-	if c := k.one(Touch{NowMs: now, Receipts: []Receipt{{ID: id, Nonce: 5}, {ID: id, Nonce: 6}}}).(Counted); c != (Counted{Done: 1, Stale: 1}) {
+	if c := k.one(Touch{NowMs: now, Receipts: []model.Receipt{{ID: id, Nonce: 5}, {ID: id, Nonce: 6}}}).(Counted); c != (Counted{Done: 1, Stale: 1}) {
 		t.Fatalf("touch %+v", c)
 	}
 	v := k.get(id)
@@ -548,7 +549,7 @@ func TestTouch(t *testing.T) {
 	// The old redelivery no longer fires: expiring past it leaves the message reserved.
 	k.apply(Expire{Before: t0s + 2})
 	k.wantState(id, StateReserved, now+1200, 1)
-	if c := k.one(Touch{NowMs: now + 1001, Receipts: []Receipt{{ID: id, Nonce: 5}}}).(Counted); c != (Counted{Stale: 1}) {
+	if c := k.one(Touch{NowMs: now + 1001, Receipts: []model.Receipt{{ID: id, Nonce: 5}}}).(Counted); c != (Counted{Stale: 1}) {
 		t.Fatalf("touch after expiry %+v", c)
 	}
 }
@@ -571,10 +572,10 @@ func TestExpireForwardsToReadyAndDeletesFiles(t *testing.T) {
 	if k.s.Cursor() != t0s+3 {
 		t.Fatalf("cursor %d", k.s.Cursor())
 	}
-	if got, want := k.readyIDs("a"), []ID{enq[2].ID, enq[1].ID, enq[0].ID}; !reflect.DeepEqual(got, want) {
+	if got, want := k.readyIDs("a"), []model.ID{enq[2].ID, enq[1].ID, enq[0].ID}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("ready a %v, want %v (due, then higher priority)", got, want)
 	}
-	if got := k.readyIDs("b"); !reflect.DeepEqual(got, []ID{enq[3].ID}) {
+	if got := k.readyIDs("b"); !reflect.DeepEqual(got, []model.ID{enq[3].ID}) {
 		t.Fatalf("ready b %v", got)
 	}
 	k.wantGone(cancelled)
@@ -672,7 +673,7 @@ func TestLeaseExpiryRedeliveryAndDeadLetters(t *testing.T) {
 		t.Fatalf("after the first redelivery %+v %s", v.Message, v.State)
 	}
 	// The stale receipt cannot ack it.
-	if c := k.one(Ack{NowMs: now + 400, Receipts: []Receipt{{ID: id, Nonce: 1}}}).(Counted); c.Stale != 1 {
+	if c := k.one(Ack{NowMs: now + 400, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(Counted); c.Stale != 1 {
 		t.Fatalf("old receipt acked a ready message: %+v", c)
 	}
 	now = t0 + 2000
@@ -685,7 +686,7 @@ func TestLeaseExpiryRedeliveryAndDeadLetters(t *testing.T) {
 	k.apply(Expire{Before: t0s + 3})
 	k.wantState(id, StateDead, now+300, 2)
 	k.wantCounts(TopicCounts{Topic: "a", Dead: 1})
-	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []ID{id}) {
+	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []model.ID{id}) {
 		t.Fatalf("dead %v", got)
 	}
 	// Redrive: back to ready, attempts reset, due now, key taken again.
@@ -704,11 +705,11 @@ func TestLeaseExpiryRedeliveryAndDeadLetters(t *testing.T) {
 
 func TestRedrive(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	kill := func(key string, nonce uint64) ID {
+	kill := func(key string, nonce uint64) model.ID {
 		t.Helper()
 		id := k.schedule(t0, NewMessage{Topic: "a", Key: key, DeliverAtMs: t0, MaxAttempts: 1})[0].ID
 		k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: t0 + 10, RedeliverMs: t0 + 10}}})
-		k.one(Nack{NowMs: t0, Receipts: []Receipt{{ID: id, Nonce: nonce}}})
+		k.one(Nack{NowMs: t0, Receipts: []model.Receipt{{ID: id, Nonce: nonce}}})
 		k.wantState(id, StateDead, t0+10, 1)
 		return id
 	}
@@ -716,7 +717,7 @@ func TestRedrive(t *testing.T) {
 	d2 := kill("k", 2) // the key was free again: same key, another message
 	d3 := kill("", 3)
 	holder := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 60_000})[0].ID
-	if n := k.one(Redrive{NowMs: t0 + 5, Topic: "a", IDs: []ID{d2, holder, {Index: 999}}}).(int); n != 1 {
+	if n := k.one(Redrive{NowMs: t0 + 5, Topic: "a", IDs: []model.ID{d2, holder, {Index: 999}}}).(int); n != 1 {
 		t.Fatalf("redrove %d of one dead id", n)
 	}
 	if v := k.get(d2); v.State != StateReady || v.Key != "" {
@@ -732,7 +733,7 @@ func TestRedrive(t *testing.T) {
 	if v := k.get(d1); v.Key != "k" {
 		t.Fatalf("d1 key %q", v.Key)
 	}
-	if got, want := k.readyIDs("a"), []ID{d2, d1, d3}; !reflect.DeepEqual(got, want) {
+	if got, want := k.readyIDs("a"), []model.ID{d2, d1, d3}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("ready %v, want %v", got, want)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 3})
@@ -842,7 +843,7 @@ func TestWheelAndSlotInspection(t *testing.T) {
 	}
 	want := []struct {
 		typ  string
-		id   ID
+		id   model.ID
 		live bool
 	}{{"message", enq[0].ID, true}, {"message", enq[1].ID, false}, {"tombstone", enq[1].ID, false}}
 	off := int64(segment.HeaderSize)
@@ -863,7 +864,7 @@ func TestWheelAndSlotInspection(t *testing.T) {
 		t.Fatalf("empty slot %+v %v", empty, err)
 	}
 	for _, bad := range []int{-1, Slots} {
-		if _, err := k.s.Slot(bad, false); !errors.Is(err, ErrNotFound) {
+		if _, err := k.s.Slot(bad, false); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("Slot(%d): %v", bad, err)
 		}
 	}
@@ -871,7 +872,7 @@ func TestWheelAndSlotInspection(t *testing.T) {
 
 func TestOpenSegmentsBound(t *testing.T) {
 	k := newStoreKit(t, Options{MaxOpenSegments: 4})
-	var all []ID
+	var all []model.ID
 	for i := 0; i < 100; i++ {
 		e := k.schedule(t0, NewMessage{Topic: "a", Body: []byte(fmt.Sprint(i)), DeliverAtMs: t0 + int64(i+1)*TickMs + int64(i)})
 		all = append(all, e[0].ID)
@@ -917,7 +918,7 @@ func TestTornTailCutOnOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := segment.AppendRecord(nil, segment.Record{Type: segment.TypeMessage, Index: k.idx + 1,
-		Payload: EncodeMessage(nil, &Message{ID: ID{Index: k.idx + 1}, Topic: "a", Body: []byte("lost")})})
+		Payload: EncodeMessage(nil, &model.Message{ID: model.ID{Index: k.idx + 1}, Topic: "a", Body: []byte("lost")})})
 	for name, tail := range map[string][]byte{
 		"whole record of a lost entry": lost,
 		"half a record":                lost[:len(lost)/2],
@@ -1012,7 +1013,7 @@ func TestReplayIdempotent(t *testing.T) {
 			t.Fatalf("results differ: %v %v", a, b)
 		}
 	}
-	var all []ID
+	var all []model.ID
 	var synced uint64
 	for i := 0; i < 20; i++ {
 		var msgs []NewMessage
@@ -1021,7 +1022,7 @@ func TestReplayIdempotent(t *testing.T) {
 		}
 		both(Schedule{NowMs: t0, Messages: msgs})
 		for j := range msgs {
-			all = append(all, ID{Index: k.idx, Seq: uint32(j)})
+			all = append(all, model.ID{Index: k.idx, Seq: uint32(j)})
 		}
 		if i == 5 {
 			both(Expire{Before: t0s + 2})
@@ -1115,10 +1116,10 @@ func TestCrashAfterMemtableRotation(t *testing.T) {
 
 func TestNodesReplicated(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	k.apply(SetNode{Node: Node{ID: "n2", RaftAddr: "b:1", HTTPAddr: "b:2"}}, SetNode{Node: Node{ID: "n1", RaftAddr: "a:1"}})
-	k.apply(SetNode{Node: Node{ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}})
+	k.apply(SetNode{Node: model.Member{ID: "n2", RaftAddr: "b:1", HTTPAddr: "b:2"}}, SetNode{Node: model.Member{ID: "n1", RaftAddr: "a:1"}})
+	k.apply(SetNode{Node: model.Member{ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}})
 	k.reopen()
-	want := []Node{{ID: "n1", RaftAddr: "a:1"}, {ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}}
+	want := []model.Member{{ID: "n1", RaftAddr: "a:1"}, {ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}}
 	if got := k.s.Nodes(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("nodes %+v", got)
 	}
@@ -1136,11 +1137,11 @@ func TestReadyLimitAndSkip(t *testing.T) {
 	}
 	enq := k.schedule(t0, msgs...)
 	// Due order, then higher priority: (0:p0,p3) (1:p1,p4) (2:p2,p5).
-	order := []ID{enq[3].ID, enq[0].ID, enq[4].ID, enq[1].ID, enq[5].ID, enq[2].ID}
+	order := []model.ID{enq[3].ID, enq[0].ID, enq[4].ID, enq[1].ID, enq[5].ID, enq[2].ID}
 	if got := k.readyIDs("a"); !reflect.DeepEqual(got, order) {
 		t.Fatalf("ready %v, want %v", got, order)
 	}
-	vs, err := k.s.Ready("a", 2, func(id ID) bool { return id == order[0] || id == order[2] })
+	vs, err := k.s.Ready("a", 2, func(id model.ID) bool { return id == order[0] || id == order[2] })
 	if err != nil || len(vs) != 2 || vs[0].ID != order[1] || vs[1].ID != order[3] {
 		t.Fatalf("limit 2 skipping two: %v %v", vs, err)
 	}
@@ -1185,7 +1186,7 @@ func TestClosedStore(t *testing.T) {
 	if _, err := k.s.Apply([]Entry{{Index: k.idx + 1, Cmds: []Command{Expire{Before: t0s + 5}}}}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("apply after close: %v", err)
 	}
-	if _, err := k.s.Get(ID{Index: 1}); !errors.Is(err, ErrClosed) {
+	if _, err := k.s.Get(model.ID{Index: 1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("get after close: %v", err)
 	}
 	k.s = nil
@@ -1361,7 +1362,7 @@ func TestDueMessagesReadReady(t *testing.T) {
 func TestKeysHeldAgreesWithGet(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	now := t0
-	var sent []ID
+	var sent []model.ID
 	phase := func(p int) {
 		var msgs []NewMessage
 		for i := range 40 {
@@ -1382,9 +1383,9 @@ func TestKeysHeldAgreesWithGet(t *testing.T) {
 	// over keys in the lower levels, level 0 and the memtable.
 	k.apply(Expire{Before: t0s + 2})
 	now += 2000
-	var free []Receipt
+	var free []model.Receipt
 	for i := 0; i < len(sent); i += 3 {
-		free = append(free, Receipt{ID: sent[i], Nonce: uint64(i + 1)})
+		free = append(free, model.Receipt{ID: sent[i], Nonce: uint64(i + 1)})
 		k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: sent[i], Nonce: uint64(i + 1), ExpiresMs: now + 60_000, RedeliverMs: now + 60_000}}})
 	}
 	if c := k.one(Ack{NowMs: now, Receipts: free}).(Counted); c.Done != len(free) {

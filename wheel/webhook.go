@@ -6,6 +6,8 @@ import (
 	"io"
 	"maps"
 	"slices"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Webhook is a topic's push endpoint: while a topic has one, the leader
@@ -76,7 +78,7 @@ func (t *tx) deleteWebhook(topic string) Result {
 		ok = w != nil
 	}
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: topic %s has no webhook", ErrNotFound, topic)}
+		return Result{Err: fmt.Errorf("%w: topic %s has no webhook", model.ErrNotFound, topic)}
 	}
 	t.del(webhookKey(topic))
 	t.newWebhooks[topic] = nil

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestWebhooksReplicated(t *testing.T) {
@@ -27,7 +29,7 @@ func TestWebhooksReplicated(t *testing.T) {
 		t.Fatalf("dump lacks the webhook or shows its secret:\n%s", dump.String())
 	}
 	res := k.apply(DeleteWebhook{Topic: "b"}, DeleteWebhook{Topic: "b"}, DeleteWebhook{Topic: "none"})
-	if res[0].Err != nil || !errors.Is(res[1].Err, ErrNotFound) || !errors.Is(res[2].Err, ErrNotFound) {
+	if res[0].Err != nil || !errors.Is(res[1].Err, model.ErrNotFound) || !errors.Is(res[2].Err, model.ErrNotFound) {
 		t.Fatalf("delete results %+v", res)
 	}
 	if _, ok := k.s.Webhook("b"); ok {

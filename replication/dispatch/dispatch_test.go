@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // fakeNode is a leader without Raft: a proposal is applied to the store
@@ -46,7 +47,7 @@ func (f *fakeNode) Propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Re
 
 func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]wheel.Result, error), error) {
 	if f.overload.Add(-1) >= 0 {
-		return nil, fmt.Errorf("%w: test back-pressure", wheel.ErrOverloaded)
+		return nil, fmt.Errorf("%w: test back-pressure", model.ErrOverloaded)
 	}
 	f.overload.Store(0)
 	res, commit, err := f.apply(cmds)
@@ -96,7 +97,7 @@ func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNod
 	return d, n, clk
 }
 
-func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs int64) wheel.ID {
+func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs int64) model.ID {
 	t.Helper()
 	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(),
 		Messages: []wheel.NewMessage{{Topic: topic, Body: []byte("x"), DeliverAtMs: dueMs, MaxAttempts: 3}}})
@@ -109,7 +110,7 @@ func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs i
 	return res[0].Value.([]wheel.Enqueued)[0].ID
 }
 
-func reserveNow(t *testing.T, d *Dispatcher, topic string) []wheel.Delivery {
+func reserveNow(t *testing.T, d *Dispatcher, topic string) []model.Delivery {
 	t.Helper()
 	ds, err := d.Reserve(t.Context(), topic, 10, 0, 0)
 	if err != nil {
@@ -173,10 +174,10 @@ func TestHandoffBeforeCommitOnlyUnderLease(t *testing.T) {
 			n.mu.Unlock()
 			n.submitted = make(chan struct{}, 1)
 			n.leaseHeld.Store(held)
-			answered := make(chan []wheel.Delivery, 1)
+			answered := make(chan []model.Delivery, 1)
 			go func() { answered <- reserveNow(t, d, "t") }()
 			<-n.submitted // the Lease is in the log order
-			var ds []wheel.Delivery
+			var ds []model.Delivery
 			if held {
 				ds = <-answered // not committed yet
 				close(commit)
@@ -295,7 +296,7 @@ func TestDueMessagesDroppedWhenTheirSlotExpires(t *testing.T) {
 	d, n, clk := startFake(t)
 	due := clk.Now().Add(300 * time.Millisecond).UnixMilli()
 	const count = 50
-	ids := make([]wheel.ID, count)
+	ids := make([]model.ID, count)
 	for i := range ids {
 		ids[i] = enqueueAt(t, n, clk, "idle", due)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/logrepeat"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Header names of a webhook request.
@@ -40,12 +41,12 @@ const (
 
 // Node is what the sender needs from the leader it runs on.
 type Node interface {
-	// Stream opens a dispatcher stream of topic (see wheel.Stream).
-	Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error)
+	// Stream opens a dispatcher stream of topic (see model.Consumer).
+	Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes deliveries.
-	Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error)
 	// Nack returns deliveries to delayed, due delayMs from now.
-	Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error)
+	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error)
 }
 
 // Config shapes a Sender; zero fields take their defaults.
@@ -159,8 +160,8 @@ func (s *Sender) Stop() {
 type topicSender struct {
 	s      *Sender
 	hook   wheel.Webhook
-	opt    wheel.StreamOptions
-	st     wheel.Stream // replaced only by run; stop reads it after run ended
+	opt    model.ConsumerOptions
+	st     model.Consumer // replaced only by run; stop reads it after run ended
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the loop, the settlers and the requests in flight
@@ -175,7 +176,7 @@ const maxIdlePerHost = 1024
 
 // settlement is a delivery answered, to be acked (ok) or nacked.
 type settlement struct {
-	d  wheel.Delivery
+	d  model.Delivery
 	ok bool
 }
 
@@ -195,7 +196,7 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
 	// lease ended and the message went to another attempt.
 	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
-	opt := wheel.StreamOptions{MaxInflight: window(h, ttr), TTR: ttr}
+	opt := model.ConsumerOptions{MaxInflight: window(h, ttr), TTR: ttr}
 	st, err := s.n.Stream(h.Topic, opt)
 	if err != nil {
 		return nil, err
@@ -270,7 +271,7 @@ func (ts *topicSender) reopen(err error) bool {
 			ts.st = st
 			return true
 		}
-		if errors.Is(err, wheel.ErrNotLeader) {
+		if errors.Is(err, model.ErrNotLeader) {
 			return false
 		}
 		cfg.Logger.Warn("reopening a webhook stream", "topic", ts.hook.Topic, "err", err)
@@ -306,7 +307,7 @@ func Sign(secret, id string, deliverAtMs int64, body []byte) string {
 }
 
 // send POSTs one delivery and settles it by the answer.
-func (ts *topicSender) send(d wheel.Delivery) {
+func (ts *topicSender) send(d model.Delivery) {
 	defer ts.wg.Done()
 	cfg := ts.s.cfg
 	h := ts.hook
@@ -363,8 +364,8 @@ func (ts *topicSender) settleBatch(batch []settlement) {
 	cfg := ts.s.cfg
 	ctx, cancel := context.WithTimeout(ts.ctx, cfg.SettleTimeout)
 	defer cancel()
-	var acks []wheel.Receipt
-	nacks := map[int64][]wheel.Receipt{}
+	var acks []model.Receipt
+	nacks := map[int64][]model.Receipt{}
 	for _, st := range batch {
 		if st.ok {
 			acks = append(acks, st.d.Receipt)
@@ -398,7 +399,7 @@ func (ts *topicSender) backoff(attempt int32) time.Duration {
 }
 
 // post sends the request and classifies its outcome.
-func (ts *topicSender) post(d wheel.Delivery) string {
+func (ts *topicSender) post(d model.Delivery) string {
 	h := ts.hook
 	ctx, cancel := context.WithTimeout(ts.ctx, time.Duration(h.TimeoutMs)*time.Millisecond)
 	defer cancel()

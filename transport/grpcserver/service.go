@@ -9,6 +9,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The calls validate as the HTTP handlers do, with the functions package
@@ -299,7 +300,7 @@ func viewOf(v wheel.View) *pb.MessageView {
 }
 
 // byID returns the backend of the group id names, to read from.
-func (s *Server) byID(id wheel.ID) (transport.Backend, error) {
+func (s *Server) byID(id model.ID) (transport.Backend, error) {
 	g, err := s.svc.GroupOfID("id", id)
 	if err != nil {
 		return nil, err

@@ -10,21 +10,22 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The validation every front end shares: each function returns nil or an
-// *Error of class wheel.ErrInvalid, wheel.ErrTooLarge or
-// wheel.ErrNotFound whose message names the field, the index within a
+// *Error of class model.ErrInvalid, model.ErrTooLarge or
+// model.ErrNotFound whose message names the field, the index within a
 // batch, and the limit, so that every API answers a request alike.
 
-// Invalid is a refusal of class wheel.ErrInvalid.
-func Invalid(format string, args ...any) *Error { return refuse(wheel.ErrInvalid, format, args...) }
+// Invalid is a refusal of class model.ErrInvalid.
+func Invalid(format string, args ...any) *Error { return refuse(model.ErrInvalid, format, args...) }
 
-// TooLarge is a refusal of class wheel.ErrTooLarge.
-func TooLarge(format string, args ...any) *Error { return refuse(wheel.ErrTooLarge, format, args...) }
+// TooLarge is a refusal of class model.ErrTooLarge.
+func TooLarge(format string, args ...any) *Error { return refuse(model.ErrTooLarge, format, args...) }
 
-// NotFound is a refusal of class wheel.ErrNotFound.
-func NotFound(format string, args ...any) *Error { return refuse(wheel.ErrNotFound, format, args...) }
+// NotFound is a refusal of class model.ErrNotFound.
+func NotFound(format string, args ...any) *Error { return refuse(model.ErrNotFound, format, args...) }
 
 // ValidateEnqueueProto checks every message of a protobuf request as
 // ValidateEnqueue does. Invariant: a body is the decoder's own copy (the
@@ -229,13 +230,13 @@ func ValidateReserve(req api.ReserveRequest, lim Limits) (n int, waitMs, ttrMs i
 }
 
 // ParseReceipts checks and parses the receipts of an ack, nack or touch.
-func ParseReceipts(list []string, lim Limits) ([]wheel.Receipt, error) {
-	return parseList("receipts", list, lim, false, wheel.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
+func ParseReceipts(list []string, lim Limits) ([]model.Receipt, error) {
+	return parseList("receipts", list, lim, false, model.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
 }
 
 // ParseIDs checks and parses the message ids of a redrive (none = all).
-func ParseIDs(list []string, lim Limits) ([]wheel.ID, error) {
-	return parseList("ids", list, lim, true, wheel.ParseID, "a message id (want 24 hex digits)")
+func ParseIDs(list []string, lim Limits) ([]model.ID, error) {
+	return parseList("ids", list, lim, true, model.ParseID, "a message id (want 24 hex digits)")
 }
 
 // parseList checks the length of a list of strings and parses each with
@@ -335,10 +336,10 @@ func ValidateSlot(n int) error {
 }
 
 // ParseID parses a message id given as field name.
-func ParseID(name, raw string) (wheel.ID, error) {
-	id, err := wheel.ParseID(raw)
+func ParseID(name, raw string) (model.ID, error) {
+	id, err := model.ParseID(raw)
 	if err != nil {
-		return wheel.ID{}, Invalid("%s: must be a message id (24 hex digits, not all zero), got %s", name, QuoteShort(raw))
+		return model.ID{}, Invalid("%s: must be a message id (24 hex digits, not all zero), got %s", name, QuoteShort(raw))
 	}
 	return id, nil
 }
@@ -368,8 +369,8 @@ func ValidateKey(key string, lim Limits) error {
 
 // ValidateStream checks the options of a stream (max_inflight and ttr_ms,
 // each optional) and returns them.
-func ValidateStream(maxInflight, ttrMs *int64, lim Limits) (wheel.StreamOptions, error) {
-	opt := wheel.StreamOptions{MaxInflight: lim.DefaultInflight}
+func ValidateStream(maxInflight, ttrMs *int64, lim Limits) (model.ConsumerOptions, error) {
+	opt := model.ConsumerOptions{MaxInflight: lim.DefaultInflight}
 	if maxInflight != nil {
 		if err := InRange("max_inflight", *maxInflight, 1, int64(lim.MaxInflight), ""); err != nil {
 			return opt, err
