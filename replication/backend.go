@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -54,7 +55,7 @@ func (n *Node) Indexes() (applied, commit uint64) {
 }
 
 // result unwraps the single result of a one-command proposal.
-func (n *Node) result(ctx context.Context, cmd wheel.Command) (any, error) {
+func (n *Node) result(ctx context.Context, cmd command.Command) (any, error) {
 	res, err := n.propose(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -63,7 +64,7 @@ func (n *Node) result(ctx context.Context, cmd wheel.Command) (any, error) {
 }
 
 // Enqueue schedules messages as one log entry.
-func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (n *Node) Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	if len(msgs) > model.MaxEntryMessages {
 		return nil, fmt.Errorf("%w: %d messages in one enqueue; one log entry holds at most %d", model.ErrInvalid, len(msgs), model.MaxEntryMessages)
 	}
@@ -76,12 +77,12 @@ func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.En
 			}
 		}
 	}
-	cmd := wheel.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
+	cmd := command.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
 	var (
 		v   any
 		err error
 	)
-	if slices.ContainsFunc(msgs, func(m wheel.NewMessage) bool { return m.Key != "" }) {
+	if slices.ContainsFunc(msgs, func(m command.NewMessage) bool { return m.Key != "" }) {
 		// A key may name a pending message: the answer comes from the state.
 		v, err = n.result(ctx, cmd)
 	} else {
@@ -96,7 +97,7 @@ func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.En
 // resultAtCommit is result for a Schedule of messages without keys,
 // answered once its entry commits (commit.go), or after its apply when
 // the commit went unseen.
-func (n *Node) resultAtCommit(ctx context.Context, cmd wheel.Schedule) (any, error) {
+func (n *Node) resultAtCommit(ctx context.Context, cmd command.Schedule) (any, error) {
 	p, err := n.submit(ctx, true, cmd)
 	if err != nil {
 		return nil, err
@@ -191,7 +192,7 @@ func (n *Node) Get(ctx context.Context, id model.ID) (wheel.View, error) {
 }
 
 // Cancel removes a delayed or ready message.
-func (n *Node) Cancel(ctx context.Context, c wheel.Cancel) (model.ID, error) {
+func (n *Node) Cancel(ctx context.Context, c command.Cancel) (model.ID, error) {
 	if d := n.dispatcher(); d != nil && c.Topic == "" && d.InFlight(c.ID) {
 		return model.ID{}, fmt.Errorf("%w: message %s is being handed to a consumer", model.ErrConflict, c.ID)
 	}
@@ -204,7 +205,7 @@ func (n *Node) Cancel(ctx context.Context, c wheel.Cancel) (model.ID, error) {
 
 // Reschedule moves a delayed or ready message.
 func (n *Node) Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) (int64, error) {
-	v, err := n.result(ctx, wheel.Reschedule{ID: id, DeliverAtMs: deliverAtMs})
+	v, err := n.result(ctx, command.Reschedule{ID: id, DeliverAtMs: deliverAtMs})
 	if err != nil {
 		return 0, err
 	}
@@ -238,12 +239,12 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	return d.Reserve(ctx, topic, max, wait, ttr)
 }
 
-func (n *Node) counted(ctx context.Context, cmd wheel.Command) (wheel.Counted, error) {
+func (n *Node) counted(ctx context.Context, cmd command.Command) (command.Counted, error) {
 	v, err := n.result(ctx, cmd)
 	if err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
-	return v.(wheel.Counted), nil
+	return v.(command.Counted), nil
 }
 
 // Stream opens a streaming consumer of topic; only the leader can.
@@ -265,10 +266,10 @@ func (n *Node) Stream(ctx context.Context, topic string, opt model.ConsumerOptio
 // back); once it has applied, that their leases ended. Should it fail
 // between the two, a stream that closes still releases them, and its sweep
 // forgets them once their leases end.
-func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []model.Receipt) (wheel.Counted, error) {
+func (n *Node) settled(ctx context.Context, cmd command.Command, rs []model.Receipt) (command.Counted, error) {
 	p, err := n.submit(ctx, false, cmd)
 	if err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
 	d := n.dispatcher()
 	if d != nil {
@@ -279,27 +280,27 @@ func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []model.Receip
 		err = res[0].Err
 	}
 	if err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
 	if d != nil {
 		d.Settled(rs)
 	}
-	return res[0].Value.(wheel.Counted), nil
+	return res[0].Value.(command.Counted), nil
 }
 
 // Ack finishes reserved messages.
-func (n *Node) Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error) {
-	return n.settled(ctx, wheel.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
+func (n *Node) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+	return n.settled(ctx, command.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
 }
 
 // Nack returns reserved messages to delayed.
-func (n *Node) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error) {
-	return n.settled(ctx, wheel.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
+func (n *Node) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
+	return n.settled(ctx, command.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
 }
 
 // Touch extends leases.
-func (n *Node) Touch(ctx context.Context, rs []model.Receipt) (wheel.Counted, error) {
-	return n.counted(ctx, wheel.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
+func (n *Node) Touch(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+	return n.counted(ctx, command.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
 }
 
 // Topics returns local per-topic counts.
@@ -320,7 +321,7 @@ func (n *Node) Dead(ctx context.Context, topic string, limit int) ([]wheel.View,
 
 // Redrive moves dead messages back to ready.
 func (n *Node) Redrive(ctx context.Context, topic string, ids []model.ID) (int, error) {
-	v, err := n.result(ctx, wheel.Redrive{NowMs: n.clock.Now().UnixMilli(), Topic: topic, IDs: ids})
+	v, err := n.result(ctx, command.Redrive{NowMs: n.clock.Now().UnixMilli(), Topic: topic, IDs: ids})
 	if err != nil {
 		return 0, err
 	}
@@ -351,7 +352,7 @@ func (n *Node) AddNode(ctx context.Context, m model.Member) error {
 	if err := waitFuture(ctx, n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 		return fmt.Errorf("%w: add voter %s: %w", model.ErrUnavailable, m.ID, err)
 	}
-	_, err := n.result(ctx, wheel.SetNode{Node: m})
+	_, err := n.result(ctx, command.SetNode{Node: m})
 	if err == nil {
 		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr, "grpc_addr", m.GRPCAddr)
 	}
@@ -396,7 +397,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 	if err := waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 		return fmt.Errorf("%w: remove %s: %w", model.ErrUnavailable, id, err)
 	}
-	_, err := n.result(ctx, wheel.RemoveNode{ID: id})
+	_, err := n.result(ctx, command.RemoveNode{ID: id})
 	if err == nil {
 		n.log.Info("node removed", "id", id)
 	}

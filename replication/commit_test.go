@@ -15,6 +15,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/raftlog"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -81,7 +82,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			hold := holds[n.cfg.ID]
 			ctx := context.Background()
 			now := time.Now().UnixMilli()
-			msgs := []wheel.NewMessage{
+			msgs := []command.NewMessage{
 				{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 60_000},
 				{Topic: "t", Body: []byte("b"), DeliverAtMs: -5},
 				{Topic: "t", Body: []byte("c"), DeliverAtMs: now + 3*3600_000},
@@ -182,7 +183,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			}
 
 			// With a key, the answer depends on the state: it waits for the apply.
-			keyed := []wheel.NewMessage{{Topic: "t", Key: "k", Body: []byte("d"), DeliverAtMs: now + 60_000}}
+			keyed := []command.NewMessage{{Topic: "t", Key: "k", Body: []byte("d"), DeliverAtMs: now + 60_000}}
 			first, err := n.Enqueue(ctx, keyed)
 			if err != nil {
 				t.Fatal(err)
@@ -209,13 +210,13 @@ func TestScheduledMatchesApply(t *testing.T) {
 			c := NewTestCluster(t, 1, func(cfg *Config) { cfg.Store.Group = group })
 			n := c.Leader().Node
 			now := time.Now().UnixMilli()
-			msgs := []wheel.NewMessage{
+			msgs := []command.NewMessage{
 				{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 1000},
 				{Topic: "t", Body: []byte("b"), DeliverAtMs: -1},
 				{Topic: "u", Body: []byte("c"), DeliverAtMs: wheel.MaxDueMs + 1},
 				{Topic: "t", Body: []byte("d"), DeliverAtMs: now + 10*3600_000},
 			}
-			p, err := n.submit(context.Background(), false, wheel.Schedule{NowMs: now, Messages: msgs})
+			p, err := n.submit(context.Background(), false, command.Schedule{NowMs: now, Messages: msgs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -421,7 +422,7 @@ func heldNode(t *testing.T) (*Node, *wheel.FakeClock, *applyHold) {
 func TestReadOwnLease(t *testing.T) {
 	n, clock, hold := heldNode(t)
 	ctx := context.Background()
-	res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte("a"), DeliverAtMs: clock.Now().UnixMilli() - 5, MaxAttempts: 3}})
+	res, err := n.Enqueue(ctx, []command.NewMessage{{Topic: "t", Body: []byte("a"), DeliverAtMs: clock.Now().UnixMilli() - 5, MaxAttempts: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +464,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	n, clock, hold := heldNode(t)
 	ctx := t.Context()
 	due := clock.Now().UnixMilli() - 5
-	res, err := n.Enqueue(ctx, []wheel.NewMessage{
+	res, err := n.Enqueue(ctx, []command.NewMessage{
 		{Topic: "t", Body: []byte("a"), DeliverAtMs: due, MaxAttempts: 3},
 		{Topic: "t", Body: []byte("b"), DeliverAtMs: due, MaxAttempts: 3},
 	})

@@ -13,17 +13,18 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // msg is a message due after delay, with the HTTP API's default lease
 // time and attempts.
-func msg(topic, body string, delay time.Duration) wheel.NewMessage {
-	return wheel.NewMessage{Topic: topic, Body: []byte(body), DeliverAtMs: time.Now().Add(delay).UnixMilli(),
+func msg(topic, body string, delay time.Duration) command.NewMessage {
+	return command.NewMessage{Topic: topic, Body: []byte(body), DeliverAtMs: time.Now().Add(delay).UnixMilli(),
 		TTRMs: 30_000, MaxAttempts: 10}
 }
 
-func enqueue(t testing.TB, n *Node, msgs ...wheel.NewMessage) []wheel.Enqueued {
+func enqueue(t testing.TB, n *Node, msgs ...command.NewMessage) []wheel.Enqueued {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -85,7 +86,7 @@ func TestThreeNodesFailover(t *testing.T) {
 		addr, isLeader, known := f.Node.LeaderHTTP()
 		return known && !isLeader && addr == leader.Cfg.HTTPAddr
 	})
-	if _, err := f.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("t", "x", 0)}); !errors.Is(err, model.ErrNotLeader) {
+	if _, err := f.Node.Enqueue(context.Background(), []command.NewMessage{msg("t", "x", 0)}); !errors.Is(err, model.ErrNotLeader) {
 		t.Fatalf("enqueue on a follower: %v, want ErrNotLeader", err)
 	}
 	if _, err := f.Node.Reserve(context.Background(), "t", 1, 0, 0); !errors.Is(err, model.ErrNotLeader) {
@@ -195,7 +196,7 @@ func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
 	due := n.clock.Now().Add(time.Hour).UnixMilli()
 	var ids []model.ID
 	for i := 0; i < 5; i++ {
-		res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte(fmt.Sprintf("m%d", i)), DeliverAtMs: due}})
+		res, err := n.Enqueue(ctx, []command.NewMessage{{Topic: "t", Body: []byte(fmt.Sprintf("m%d", i)), DeliverAtMs: due}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -17,7 +17,7 @@ func TestBackPressureOverloaded(t *testing.T) {
 	c := NewTestCluster(t, 1, func(cfg *Config) { cfg.MaxPendingApply = 8 })
 	l := c.Leader()
 	l.Node.pending.Add(8) // the queue is as deep as allowed
-	_, err := l.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("bp", "x", 0)})
+	_, err := l.Node.Enqueue(context.Background(), []command.NewMessage{msg("bp", "x", 0)})
 	if !errors.Is(err, model.ErrOverloaded) {
 		t.Fatalf("want ErrOverloaded, got %v", err)
 	}

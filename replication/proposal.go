@@ -8,14 +8,14 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // propose commits commands as one log entry and returns their results. It
 // answers ErrNotLeader on a follower and ErrOverloaded when too many
 // proposals are in flight.
-func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (n *Node) propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error) {
 	p, err := n.submit(ctx, false, cmds...)
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ type proposal struct {
 // commit. Entries submitted one after another are committed in that order,
 // before any entry submitted later. The caller must wait on the proposal;
 // with watch, it may wait for the commit alone (waitCommit).
-func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*proposal, error) {
+func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) (*proposal, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, model.ErrNotLeader
 	}
@@ -55,7 +55,7 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*
 	if watch {
 		p.commit = n.commits.add(p.id)
 	}
-	p.f = n.raft.ApplyLog(raft.Log{Data: wheel.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
+	p.f = n.raft.ApplyLog(raft.Log{Data: command.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
 	return p, nil
 }
 
@@ -63,9 +63,9 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*
 // until it is applied (when it was not recognised at commit) and returns
 // its results instead, or until it fails. The proposal stays counted as
 // pending until it is applied.
-func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
+func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) {
 	type outcome struct {
-		res []wheel.Result
+		res []command.Result
 		err error
 	}
 	applied := make(chan outcome, 1)
@@ -84,7 +84,7 @@ func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
 }
 
 // wait blocks until the proposal commits and returns its results.
-func (p *proposal) wait() ([]wheel.Result, error) {
+func (p *proposal) wait() ([]command.Result, error) {
 	n := p.n
 	defer n.pending.Add(-1)
 	err := p.f.Error()
@@ -100,7 +100,7 @@ func (p *proposal) wait() ([]wheel.Result, error) {
 	}
 	// The entry reached a quorum after it was submitted.
 	p.lease.confirmed(p.at)
-	res, ok := p.f.Response().([]wheel.Result)
+	res, ok := p.f.Response().([]command.Result)
 	if !ok || len(res) != p.cmds {
 		return nil, fmt.Errorf("%w: unexpected apply response %T", model.ErrUnavailable, p.f.Response())
 	}

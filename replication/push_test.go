@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -25,7 +25,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	// Due at once, in a topic the enqueue creates: the message goes
 	// straight to the topic's ready queue, and the dispatcher, woken by
 	// that, must find it there (wheel.TestObserverHearsOfPublishedState).
-	if _, err := l.Node.Enqueue(ctx, []wheel.NewMessage{{Topic: "s", Body: []byte("a"), TTRMs: 30000, MaxAttempts: 3}}); err != nil {
+	if _, err := l.Node.Enqueue(ctx, []command.NewMessage{{Topic: "s", Body: []byte("a"), TTRMs: 30000, MaxAttempts: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	// Bounded so that a lost wake-up fails here rather than hang the package.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // heldCluster starts three nodes on a fake clock (so that no leader
@@ -41,7 +42,7 @@ func heldCluster(t *testing.T, maxLag uint64) (*TestCluster, map[string]*applyHo
 // enqueueOne proposes one entry on the leader.
 func enqueueOne(t *testing.T, leader *Node) {
 	t.Helper()
-	if _, err := leader.Enqueue(context.Background(), []wheel.NewMessage{{Topic: "t", Body: []byte("x"), DeliverAtMs: -5}}); err != nil {
+	if _, err := leader.Enqueue(context.Background(), []command.NewMessage{{Topic: "t", Body: []byte("x"), DeliverAtMs: -5}}); err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
 }

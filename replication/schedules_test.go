@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // occurrenceKeys returns the keys of the messages in n's store that name
@@ -63,7 +64,7 @@ func TestScheduleOccurrencesFire(t *testing.T) {
 	n := c.Leader().Node
 	ctx := context.Background()
 	start := time.Now().Add(2500 * time.Millisecond).UnixMilli()
-	info, err := n.SetSchedule(ctx, wheel.ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")})
+	info, err := n.SetSchedule(ctx, command.ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +109,9 @@ func (h *advanceHold) wait(logs []*raft.Log) {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		cmds, _ := wheel.DecodeCommands(l.Data)
+		cmds, _ := command.DecodeCommands(l.Data)
 		for _, c := range cmds {
-			if a, ok := c.(wheel.AdvanceSchedules); ok && len(a.Items) > 0 && h.armed.CompareAndSwap(true, false) {
+			if a, ok := c.(command.AdvanceSchedules); ok && len(a.Items) > 0 && h.armed.CompareAndSwap(true, false) {
 				h.held <- a.Items[0].FromMs
 				<-h.gate
 				return
@@ -141,7 +142,7 @@ func TestScheduleLeaderKilledBetweenOccurrences(t *testing.T) {
 	hold.armed.Store(true)
 	const every = 4000
 	start := time.Now().Add(3 * time.Second).UnixMilli()
-	if _, err := leader.Node.SetSchedule(context.Background(), wheel.ScheduleSpec{Name: "s", Topic: "jobs", EveryMs: every, StartAtMs: start}); err != nil {
+	if _, err := leader.Node.SetSchedule(context.Background(), command.ScheduleSpec{Name: "s", Topic: "jobs", EveryMs: every, StartAtMs: start}); err != nil {
 		t.Fatal(err)
 	}
 	var held int64
@@ -202,7 +203,7 @@ func TestSchedulesRestoredFromSnapshot(t *testing.T) {
 	l := c.Leader()
 	ctx := context.Background()
 	for _, name := range []string{"a", "b", "c"} {
-		spec := wheel.ScheduleSpec{Name: name, Topic: "t", Cron: "0 9 * * *", Timezone: "America/New_York"}
+		spec := command.ScheduleSpec{Name: name, Topic: "t", Cron: "0 9 * * *", Timezone: "America/New_York"}
 		if _, err := l.Node.SetSchedule(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
@@ -236,10 +237,10 @@ func TestSchedulesRestoredFromSnapshot(t *testing.T) {
 type storeProposer struct {
 	st      *wheel.Store
 	index   uint64
-	entries [][]wheel.Command
+	entries [][]command.Command
 }
 
-func (p *storeProposer) propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (p *storeProposer) propose(_ context.Context, cmds ...command.Command) ([]command.Result, error) {
 	p.index++
 	p.entries = append(p.entries, cmds)
 	res, err := p.st.Apply([]wheel.Entry{{Index: p.index, Cmds: cmds}})
@@ -265,7 +266,7 @@ func newSchedulerKit(t *testing.T) *schedulerKit {
 	}
 	t.Cleanup(func() { st.Close() })
 	k := &schedulerKit{st: st, clock: wheel.NewFakeClock(time.UnixMilli(1_700_000_000_000)), p: &storeProposer{st: st}}
-	if _, err := k.p.propose(context.Background(), wheel.Expire{Before: k.now() / 1000}); err != nil {
+	if _, err := k.p.propose(context.Background(), command.Expire{Before: k.now() / 1000}); err != nil {
 		t.Fatal(err)
 	}
 	return k
@@ -289,8 +290,8 @@ func TestSchedulerBatchesAdvances(t *testing.T) {
 	st, clock, p, now := k.st, k.clock, k.p, k.now
 	start := clock.Now()
 	for i := range 5 {
-		spec := wheel.ScheduleSpec{Name: fmt.Sprintf("s%d", i), Topic: "t", EveryMs: 1000, StartAtMs: now() + 500}
-		if _, err := p.propose(context.Background(), wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
+		spec := command.ScheduleSpec{Name: fmt.Sprintf("s%d", i), Topic: "t", EveryMs: 1000, StartAtMs: now() + 500}
+		if _, err := p.propose(context.Background(), command.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -304,7 +305,7 @@ func TestSchedulerBatchesAdvances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range p.entries {
-			if n := len(e[0].(wheel.AdvanceSchedules).Items); n > 2 {
+			if n := len(e[0].(command.AdvanceSchedules).Items); n > 2 {
 				t.Fatalf("an entry advanced %d schedules; the batch is 2", n)
 			}
 		}
@@ -344,8 +345,8 @@ func TestSchedulerHeldBackSkipsNothing(t *testing.T) {
 	st, clock, p, now := k.st, k.clock, k.p, k.now
 	ctx := context.Background()
 	start := now() + 500
-	spec := wheel.ScheduleSpec{Name: "s", Topic: "t", EveryMs: 1000, StartAtMs: start}
-	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
+	spec := command.ScheduleSpec{Name: "s", Topic: "t", EveryMs: 1000, StartAtMs: start}
+	if _, err := p.propose(ctx, command.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	s := k.scheduler(2)
@@ -407,8 +408,8 @@ func TestSchedulerFindsScheduleSetBehindIt(t *testing.T) {
 		clock.Advance(250 * time.Millisecond)
 	}
 	stamped := now() - 30_000
-	spec := wheel.ScheduleSpec{Name: "late", Topic: "t", EveryMs: 1000, StartAtMs: stamped + 500}
-	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: stamped, Spec: spec}); err != nil {
+	spec := command.ScheduleSpec{Name: "late", Topic: "t", EveryMs: 1000, StartAtMs: stamped + 500}
+	if _, err := p.propose(ctx, command.SetSchedule{NowMs: stamped, Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.step(ctx); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/replication/webhook"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -15,8 +15,8 @@ import (
 // per-topic config, and the sender the leader runs (package webhook).
 
 // SetWebhook sets or replaces a topic's webhook.
-func (n *Node) SetWebhook(ctx context.Context, w wheel.Webhook) error {
-	if _, err := n.result(ctx, wheel.SetWebhook{Webhook: w}); err != nil {
+func (n *Node) SetWebhook(ctx context.Context, w command.Webhook) error {
+	if _, err := n.result(ctx, command.SetWebhook{Webhook: w}); err != nil {
 		return err
 	}
 	n.reconcileWebhooks()
@@ -25,7 +25,7 @@ func (n *Node) SetWebhook(ctx context.Context, w wheel.Webhook) error {
 
 // DeleteWebhook removes a topic's webhook.
 func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
-	if _, err := n.result(ctx, wheel.DeleteWebhook{Topic: topic}); err != nil {
+	if _, err := n.result(ctx, command.DeleteWebhook{Topic: topic}); err != nil {
 		return err
 	}
 	n.reconcileWebhooks()
@@ -33,13 +33,13 @@ func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
 }
 
 // Webhook returns a topic's webhook from local state.
-func (n *Node) Webhook(ctx context.Context, topic string) (wheel.Webhook, error) {
+func (n *Node) Webhook(ctx context.Context, topic string) (command.Webhook, error) {
 	if err := n.readable(ctx); err != nil {
-		return wheel.Webhook{}, err
+		return command.Webhook{}, err
 	}
 	w, ok := n.store().Webhook(topic)
 	if !ok {
-		return wheel.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", model.ErrNotFound, topic)
+		return command.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", model.ErrNotFound, topic)
 	}
 	return w, nil
 }
@@ -65,7 +65,7 @@ func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []model.Deli
 // startWebhooks starts the leader's sender on d with the webhooks current
 // returns. It publishes the sender before its first reconcile, so a
 // webhook set or removed meanwhile is seen by that reconcile or by its own.
-func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []wheel.Webhook) {
+func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []command.Webhook) {
 	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
 		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
 		Observe: func(topic, outcome string, late float64) {
@@ -113,7 +113,7 @@ func (n *Node) sender() *webhook.Sender {
 }
 
 // storedWebhooks returns the webhooks of the current store.
-func (n *Node) storedWebhooks() []wheel.Webhook { return n.store().Webhooks() }
+func (n *Node) storedWebhooks() []command.Webhook { return n.store().Webhooks() }
 
 // hookNode is the leader as its webhook sender sees it (webhook.Node).
 type hookNode struct {
@@ -127,10 +127,10 @@ func (h hookNode) Stream(topic string, opt model.ConsumerOptions) (model.Consume
 	return h.d.SenderStream(topic, opt)
 }
 
-func (h hookNode) Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error) {
+func (h hookNode) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
 	return h.n.Ack(ctx, rs)
 }
 
-func (h hookNode) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error) {
+func (h hookNode) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	return h.n.Nack(ctx, rs, delayMs)
 }

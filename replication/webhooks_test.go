@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -23,17 +23,17 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 	if open, _ := d.StreamStats(); open != 0 {
 		t.Fatalf("%d streams open before the webhook", open)
 	}
-	hook := wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}
+	hook := command.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}
 	reconciled := make(chan struct{})
 	first := true
-	n.startWebhooks(d, func() []wheel.Webhook {
+	n.startWebhooks(d, func() []command.Webhook {
 		if !first {
 			return n.storedWebhooks()
 		}
 		first = false
 		// The store is read (empty), then the webhook is stored and
 		// reconciled as SetWebhook does, while this reconcile runs.
-		if _, err := n.result(t.Context(), wheel.SetWebhook{Webhook: hook}); err != nil {
+		if _, err := n.result(t.Context(), command.SetWebhook{Webhook: hook}); err != nil {
 			t.Error(err)
 		}
 		// SetWebhook's reconcile finds the sender now and waits for
@@ -63,7 +63,7 @@ func TestSetWebhookEndsConsumerStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if err := n.SetWebhook(t.Context(), wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}); err != nil {
+	if err := n.SetWebhook(t.Context(), command.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

@@ -9,6 +9,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -34,7 +35,7 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 
 // decodeEnqueueBody reads and validates an enqueue's body, JSON or
 // protobuf, into messages whose due times are absolute.
-func (s *Server) decodeEnqueueBody(r *http.Request) ([]wheel.NewMessage, error) {
+func (s *Server) decodeEnqueueBody(r *http.Request) ([]command.NewMessage, error) {
 	data, err := readBody(r)
 	if err != nil {
 		return nil, err
@@ -72,7 +73,7 @@ func (s *Server) cancel(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{ID: id}))
+	return cancelled(s.be(r).Cancel(r.Context(), command.Cancel{ID: id}))
 }
 
 func (s *Server) cancelKey(r *http.Request) (any, error) {
@@ -80,7 +81,7 @@ func (s *Server) cancelKey(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
+	return cancelled(s.be(r).Cancel(r.Context(), command.Cancel{Topic: topic, Key: key}))
 }
 
 func cancelled(id model.ID, err error) (any, error) {
@@ -144,7 +145,7 @@ type settlement struct {
 	path string // the route's path
 	// answer is the answer that gives c; its count of settled receipts
 	// is the JSON field doneKey.
-	answer  func(c wheel.Counted) any
+	answer  func(c command.Counted) any
 	doneKey string
 }
 
@@ -152,11 +153,11 @@ type settlement struct {
 func settlementOf(op service.Op) settlement {
 	switch op {
 	case service.OpNack:
-		return settlement{"/v1/nack", func(c wheel.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
+		return settlement{"/v1/nack", func(c command.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
 	case service.OpTouch:
-		return settlement{"/v1/touch", func(c wheel.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
+		return settlement{"/v1/touch", func(c command.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
 	}
-	return settlement{"/v1/ack", func(c wheel.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
+	return settlement{"/v1/ack", func(c command.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
 }
 
 // settle settles the receipts of r's ack, nack or touch on the backend

@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -118,7 +119,7 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 }
 
 // Enqueue sends an enqueue, its due times absolute.
-func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	req := api.EnqueueRequest{Messages: make([]api.Message, len(msgs))}
 	for i, m := range msgs {
 		req.Messages[i] = messageOf(m)
@@ -145,7 +146,7 @@ func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []wheel.NewMes
 
 // messageOf is the JSON form of a validated message, due at its absolute
 // time.
-func messageOf(m wheel.NewMessage) api.Message {
+func messageOf(m command.NewMessage) api.Message {
 	at, ttr, attempts := m.DeliverAtMs, m.TTRMs, m.MaxAttempts
 	out := api.Message{Topic: m.Topic, Payload: api.PayloadOf(m.Body), DeliverAtMs: &at, Key: m.Key,
 		Priority: m.Priority, Headers: m.Headers}
@@ -159,7 +160,7 @@ func messageOf(m wheel.NewMessage) api.Message {
 }
 
 // Settle sends an ack, nack or touch.
-func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error) {
 	list := make([]string, len(rs))
 	for i, r := range rs {
 		list[i] = r.String()
@@ -171,11 +172,11 @@ func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []
 	}
 	var out map[string]int
 	index, err := p.do(ctx, to, rs[0].ID.Group(), http.MethodPost, st.path, body, &out)
-	return wheel.Counted{Done: out[st.doneKey], Stale: out["stale"]}, index, err
+	return command.Counted{Done: out[st.doneKey], Stale: out["stale"]}, index, err
 }
 
 // Cancel is not asked of parts (the route is forwarded whole).
-func (parts) Cancel(context.Context, model.Member, wheel.Cancel) (model.ID, uint64, error) {
+func (parts) Cancel(context.Context, model.Member, command.Cancel) (model.ID, uint64, error) {
 	return model.ID{}, 0, service.ErrNoForward
 }
 

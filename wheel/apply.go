@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -14,7 +15,7 @@ import (
 // command's result. Entries at or below the applied index were applied
 // before a restart and are skipped (their results are nil). An error means
 // storage failed; the store refuses further writes.
-func (s *Store) Apply(entries []Entry) ([][]Result, error) {
+func (s *Store) Apply(entries []Entry) ([][]command.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.broken != nil {
@@ -24,13 +25,13 @@ func (s *Store) Apply(entries []Entry) ([][]Result, error) {
 		return nil, fmt.Errorf("apply: store opened read-only")
 	}
 	t := s.newTx()
-	out := make([][]Result, len(entries))
+	out := make([][]command.Result, len(entries))
 	for i, e := range entries {
 		if e.Index <= s.applied || e.Index <= t.applied {
 			continue
 		}
 		t.index, t.seq, t.applied = e.Index, 0, e.Index
-		res := make([]Result, len(e.Cmds))
+		res := make([]command.Result, len(e.Cmds))
 		for j, c := range e.Cmds {
 			res[j] = t.apply(c)
 			if t.err != nil {
@@ -53,53 +54,53 @@ func (s *Store) Apply(entries []Entry) ([][]Result, error) {
 	return out, nil
 }
 
-func (t *tx) apply(c Command) Result {
+func (t *tx) apply(c command.Command) command.Result {
 	switch c := c.(type) {
-	case Schedule:
+	case command.Schedule:
 		return t.schedule(c)
-	case Cancel:
+	case command.Cancel:
 		return t.cancel(c)
-	case Reschedule:
+	case command.Reschedule:
 		return t.reschedule(c)
-	case Lease:
+	case command.Lease:
 		return t.lease(c)
-	case Ack:
+	case command.Ack:
 		return t.ack(c)
-	case Nack:
+	case command.Nack:
 		return t.nack(c)
-	case Touch:
+	case command.Touch:
 		return t.touch(c)
-	case Bury:
+	case command.Bury:
 		return t.bury(c)
-	case Expire:
+	case command.Expire:
 		t.s.expiresSinceFlush++
 		t.expire(c.Before)
-		return Result{}
-	case Promote:
-		return Result{Value: t.promote(c.Before)}
-	case Redrive:
+		return command.Result{}
+	case command.Promote:
+		return command.Result{Value: t.promote(c.Before)}
+	case command.Redrive:
 		return t.redrive(c)
-	case SetNode:
+	case command.SetNode:
 		n := c.Node
 		t.set(nodeKey(n.ID), encodeNode(n))
 		t.newNodes[n.ID] = &n
-		return Result{}
-	case RemoveNode:
+		return command.Result{}
+	case command.RemoveNode:
 		t.del(nodeKey(c.ID))
 		t.newNodes[c.ID] = nil
-		return Result{}
-	case SetWebhook:
+		return command.Result{}
+	case command.SetWebhook:
 		return t.setWebhook(c.Webhook)
-	case DeleteWebhook:
+	case command.DeleteWebhook:
 		return t.deleteWebhook(c.Topic)
-	case SetSchedule:
+	case command.SetSchedule:
 		return t.setSchedule(c)
-	case DeleteSchedule:
+	case command.DeleteSchedule:
 		return t.deleteSchedule(c)
-	case AdvanceSchedules:
+	case command.AdvanceSchedules:
 		return t.advanceSchedules(c)
 	default:
-		return Result{Err: fmt.Errorf("%w: unknown command %T", model.ErrInvalid, c)}
+		return command.Result{Err: fmt.Errorf("%w: unknown command %T", model.ErrInvalid, c)}
 	}
 }
 
@@ -113,9 +114,9 @@ func clampDue(ms int64) int64 {
 	return ms
 }
 
-func (t *tx) schedule(c Schedule) Result {
+func (t *tx) schedule(c command.Schedule) command.Result {
 	if room := model.MaxEntryMessages - int(t.seq); len(c.Messages) > room {
-		return Result{Err: fmt.Errorf("%w: a log entry enqueues at most %d messages (MaxEntryMessages); this command brings it to %d",
+		return command.Result{Err: fmt.Errorf("%w: a log entry enqueues at most %d messages (MaxEntryMessages); this command brings it to %d",
 			model.ErrInvalid, model.MaxEntryMessages, int(t.seq)+len(c.Messages))}
 	}
 	out := make([]Enqueued, 0, len(c.Messages))
@@ -154,7 +155,7 @@ func (t *tx) schedule(c Schedule) Result {
 		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
 	}
 	t.flushPlacing()
-	return Result{Value: out}
+	return command.Result{Value: out}
 }
 
 // keysHeldBy reports, for each of msgs, whether its key is held in the
@@ -163,7 +164,7 @@ func (t *tx) schedule(c Schedule) Result {
 // against the command's own earlier writes. It creates no topic: a topic
 // the command creates holds no key yet, and topics are numbered in the
 // order the command's messages name them.
-func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
+func (t *tx) keysHeldBy(msgs []command.NewMessage) []bool {
 	held := make([]bool, len(msgs))
 	var keys [][]byte
 	var at []int
@@ -198,7 +199,7 @@ func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
 // its time clamped to [0, MaxDueMs]. With no key there is no duplicate to
 // find, so the answer does not depend on the state, and a leader can give
 // it as soon as the entry commits.
-func Scheduled(group int, index uint64, msgs []NewMessage) []Enqueued {
+func Scheduled(group int, index uint64, msgs []command.NewMessage) []Enqueued {
 	out := make([]Enqueued, len(msgs))
 	for i := range msgs {
 		out[i] = Enqueued{ID: model.ID{Index: index, Seq: model.SeqOf(group, uint32(i))}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
@@ -212,7 +213,7 @@ const (
 	DefaultMaxAttempts = 10
 )
 
-func (t *tx) resolve(c Cancel) (model.ID, bool) {
+func (t *tx) resolve(c command.Cancel) (model.ID, bool) {
 	if c.Topic == "" {
 		return c.ID, true
 	}
@@ -228,42 +229,42 @@ func (t *tx) resolve(c Cancel) (model.ID, bool) {
 	return id, err == nil
 }
 
-func (t *tx) cancel(c Cancel) Result {
+func (t *tx) cancel(c command.Cancel) command.Result {
 	id, ok := t.resolve(c)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", model.ErrNotFound, c.Key, c.Topic)}
+		return command.Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", model.ErrNotFound, c.Key, c.Topic)}
 	}
 	mt, ok := t.meta(id)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, id)}
+		return command.Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, id)}
 	}
 	if mt.State == StateReserved {
-		return Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", model.ErrConflict, id)}
+		return command.Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", model.ErrConflict, id)}
 	}
 	t.finish(id, mt)
 	t.stat(mt.TopicID).Cancelled++
-	return Result{Value: id}
+	return command.Result{Value: id}
 }
 
-func (t *tx) reschedule(c Reschedule) Result {
+func (t *tx) reschedule(c command.Reschedule) command.Result {
 	mt, ok := t.meta(c.ID)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, c.ID)}
+		return command.Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, c.ID)}
 	}
 	if mt.State != StateDelayed && mt.State != StateReady {
-		return Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", model.ErrConflict, c.ID, mt.State)}
+		return command.Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", model.ErrConflict, c.ID, mt.State)}
 	}
 	m, ok := t.full(c.ID, mt)
 	if !ok {
-		return Result{}
+		return command.Result{}
 	}
 	t.unplace(c.ID, mt)
 	m.DeliverAtMs = clampDue(c.DeliverAtMs)
 	t.put(&m, mt.TopicID, mt.State, segment.TypeMessage)
-	return Result{Value: m.DeliverAtMs}
+	return command.Result{Value: m.DeliverAtMs}
 }
 
-func (t *tx) lease(c Lease) Result {
+func (t *tx) lease(c command.Lease) command.Result {
 	ok := make([]bool, len(c.Items))
 	for i, it := range c.Items {
 		mt, found := t.meta(it.ID)
@@ -291,7 +292,7 @@ func (t *tx) lease(c Lease) Result {
 		}
 		ok[i] = true
 	}
-	return Result{Value: ok}
+	return command.Result{Value: ok}
 }
 
 // held returns the meta and message of a receipt that is still valid at
@@ -311,8 +312,8 @@ func (t *tx) held(r model.Receipt, now int64, full bool) (meta, model.Message, b
 
 // eachHeld calls fn for every receipt still valid at now and counts the
 // others as stale. Unless full, fn gets the message's id alone (see held).
-func (t *tx) eachHeld(rs []model.Receipt, now int64, full bool, fn func(mt meta, m *model.Message)) Result {
-	var n Counted
+func (t *tx) eachHeld(rs []model.Receipt, now int64, full bool, fn func(mt meta, m *model.Message)) command.Result {
+	var n command.Counted
 	for _, r := range rs {
 		mt, m, ok := t.held(r, now, full)
 		if !ok {
@@ -322,17 +323,17 @@ func (t *tx) eachHeld(rs []model.Receipt, now int64, full bool, fn func(mt meta,
 		fn(mt, &m)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
-func (t *tx) ack(c Ack) Result {
+func (t *tx) ack(c command.Ack) command.Result {
 	return t.eachHeld(c.Receipts, c.NowMs, false, func(mt meta, m *model.Message) {
 		t.finish(m.ID, mt)
 		t.stat(mt.TopicID).Acked++
 	})
 }
 
-func (t *tx) nack(c Nack) Result {
+func (t *tx) nack(c command.Nack) command.Result {
 	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *model.Message) {
 		t.unplace(m.ID, mt)
 		clearLease(m)
@@ -346,7 +347,7 @@ func (t *tx) nack(c Nack) Result {
 	})
 }
 
-func (t *tx) touch(c Touch) Result {
+func (t *tx) touch(c command.Touch) command.Result {
 	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *model.Message) {
 		t.unplace(m.ID, mt)
 		backoff := max(m.DeliverAtMs-m.LeaseExpiresMs, 0)
@@ -359,8 +360,8 @@ func (t *tx) touch(c Touch) Result {
 // bury moves reserved messages out of attempts whose lease ended before
 // c.NowMs to the dead letters: what the expiry of their slot would do, at
 // the end of the lease.
-func (t *tx) bury(c Bury) Result {
-	var n Counted
+func (t *tx) bury(c command.Bury) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		mt, ok := t.meta(r.ID)
 		if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || mt.LeaseExpMs >= c.NowMs {
@@ -380,13 +381,13 @@ func (t *tx) bury(c Bury) Result {
 		t.toDead(&m, mt.TopicID, mt.State)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
-func (t *tx) redrive(c Redrive) Result {
+func (t *tx) redrive(c command.Redrive) command.Result {
 	tid, ok := t.topicID(c.Topic, false)
 	if !ok {
-		return Result{Value: 0}
+		return command.Result{Value: 0}
 	}
 	ids := c.IDs
 	if len(ids) == 0 {
@@ -421,7 +422,7 @@ func (t *tx) redrive(c Redrive) Result {
 		t.toReady(&m, tid, mt.State)
 		n++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // expire fires every slot before the second before and moves the cursor

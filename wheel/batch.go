@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -54,7 +55,7 @@ type tx struct {
 	newTopic map[string]uint32
 	newNodes map[string]*model.Member // nil value: removed
 	// newWebhooks are the webhooks the batch set (nil: deleted).
-	newWebhooks map[string]*Webhook
+	newWebhooks map[string]*command.Webhook
 	// events are what the batch did that the observer hears of; follows is
 	// the last slot second whose placements it follows (-1: none). Neither
 	// changes what the batch writes.
@@ -94,7 +95,7 @@ func (s *Store) newTx() *tx {
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules, dueLow: math.MaxInt64,
 		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[model.ID]*meta{}, scheds: map[string]*ScheduleInfo{},
-		newNodes: map[string]*model.Member{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
+		newNodes: map[string]*model.Member{}, newWebhooks: map[string]*command.Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
 		t.follows = s.observer.followsThrough()

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"testing"
 
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -65,7 +66,7 @@ func TestOpenRefusesGroupOutOfRange(t *testing.T) {
 func TestScheduledMatchesApplyInGroup(t *testing.T) {
 	for _, g := range []int{0, 1, model.MaxGroups - 1} {
 		k := newStoreKit(t, Options{Group: g})
-		msgs := []NewMessage{
+		msgs := []command.NewMessage{
 			{Topic: "a", DeliverAtMs: t0 + 1500},
 			{Topic: "a", DeliverAtMs: t0 - 5000},
 			{Topic: "b", DeliverAtMs: t0 + 3*3600_000},
@@ -90,10 +91,10 @@ func TestScheduledMatchesApplyInGroup(t *testing.T) {
 func TestPlacementsInGroup(t *testing.T) {
 	k := newStoreKit(t, Options{Group: model.MaxGroups - 1})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 4500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 4500},
 	)
 	if got := len(k.keysWith(pMeta)); got != 1 {
 		t.Fatalf("%d metas, want only the keyed message's", got)
@@ -112,15 +113,15 @@ func TestPlacementsInGroup(t *testing.T) {
 			t.Fatalf("message ids %v, want the enqueued %v", ids, enq)
 		}
 	}
-	k.one(Cancel{ID: enq[0].ID})
+	k.one(command.Cancel{ID: enq[0].ID})
 	k.wantGone(enq[0].ID)
-	k.one(Lease{NowMs: t0 + 2500, Items: []LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
-	k.one(Ack{NowMs: t0 + 2600, Receipts: []model.Receipt{{ID: enq[1].ID, Nonce: 4}}})
+	k.one(command.Lease{NowMs: t0 + 2500, Items: []command.LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
+	k.one(command.Ack{NowMs: t0 + 2600, Receipts: []model.Receipt{{ID: enq[1].ID, Nonce: 4}}})
 	k.wantGone(enq[1].ID)
 	k.reopen()
 	k.wantState(enq[3].ID, StateDelayed, t0+4500, 0)
 	k.wantGone(enq[0].ID)
-	k.apply(Expire{Before: t0s + 5})
+	k.apply(command.Expire{Before: t0s + 5})
 	k.wantState(enq[3].ID, StateReady, t0+4500, 0)
 	for _, p := range []byte{pPlaced, pPlacedBy} {
 		if got := k.keysWith(p); len(got) != 0 {
@@ -138,8 +139,8 @@ func TestPlacementsInGroup(t *testing.T) {
 // past the limit for later.
 func TestEntryMessageLimit(t *testing.T) {
 	k := newStoreKit(t, Options{Group: 2})
-	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "s1", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
-	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "s2", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
+	k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "s1", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
+	k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "s2", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
 
 	k.s.mu.Lock()
 	defer k.s.mu.Unlock()
@@ -147,17 +148,17 @@ func TestEntryMessageLimit(t *testing.T) {
 	defer tx.b.Close()
 	tx.index, tx.applied = k.idx+1, k.idx+1
 	tx.seq = model.MaxEntryMessages - 2
-	r := tx.schedule(Schedule{NowMs: t0, Messages: make([]NewMessage, 3)})
+	r := tx.schedule(command.Schedule{NowMs: t0, Messages: make([]command.NewMessage, 3)})
 	if !errors.Is(r.Err, model.ErrInvalid) || tx.seq != model.MaxEntryMessages-2 {
 		t.Fatalf("a Schedule past the limit: %v, position %d", r.Err, tx.seq)
 	}
-	r = tx.schedule(Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}})
+	r = tx.schedule(command.Schedule{NowMs: t0, Messages: []command.NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}})
 	enq := r.Value.([]Enqueued)
 	if r.Err != nil || enq[0].ID.Group() != 2 || enq[0].ID.Seq != model.SeqOf(2, model.MaxEntryMessages-2) {
 		t.Fatalf("a Schedule within the limit: %+v, %v", enq, r.Err)
 	}
-	r = tx.advanceSchedules(AdvanceSchedules{NowMs: t0 + 4000, Items: []AdvanceItem{{"s1", t0 + 5000}, {"s2", t0 + 5000}}})
-	if got := r.Value.(AdvanceResult); got.Fired != 1 || got.Stale != 1 {
+	r = tx.advanceSchedules(command.AdvanceSchedules{NowMs: t0 + 4000, Items: []command.AdvanceItem{{Name: "s1", FromMs: t0 + 5000}, {Name: "s2", FromMs: t0 + 5000}}})
+	if got := r.Value.(command.AdvanceResult); got.Fired != 1 || got.Stale != 1 {
 		t.Fatalf("advance at the limit: %+v, want one fired, one left", got)
 	}
 	if tx.seq != model.MaxEntryMessages {

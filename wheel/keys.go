@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -189,18 +190,18 @@ func (m *meta) appendTo(b []byte) []byte {
 	if m.Keyed {
 		st |= keyedBit
 	}
-	e := &encoder{b: append(b, metaTag, st, byte(m.Loc))}
-	e.uvarint(uint64(m.TopicID))
-	e.varint(m.DueMs)
-	e.varint(m.Priority)
-	e.varint(m.Second - m.secondBase())
-	e.varint(m.Offset)
-	e.uvarint(m.Receipt)
-	e.varint(m.LeaseExpMs)
+	e := &command.Encoder{B: append(b, metaTag, st, byte(m.Loc))}
+	e.Uvarint(uint64(m.TopicID))
+	e.Varint(m.DueMs)
+	e.Varint(m.Priority)
+	e.Varint(m.Second - m.secondBase())
+	e.Varint(m.Offset)
+	e.Uvarint(m.Receipt)
+	e.Varint(m.LeaseExpMs)
 	if m.Keyed {
-		e.str(m.Key)
+		e.Str(m.Key)
 	}
-	return e.b
+	return e.B
 }
 
 // encode returns the encoding of m in a new slice.
@@ -216,27 +217,27 @@ func (m *meta) secondBase() int64 {
 }
 
 func decodeMeta(b []byte) (meta, error) {
-	d := &decoder{b: b}
-	if d.byte() != metaTag {
-		return meta{}, fmt.Errorf("%w: meta of %d bytes", ErrCorruptCommand, len(b))
+	d := &command.Decoder{B: b}
+	if d.Byte() != metaTag {
+		return meta{}, fmt.Errorf("%w: meta of %d bytes", command.ErrCorruptCommand, len(b))
 	}
-	st := d.byte()
-	m := meta{State: State(st &^ keyedBit), Keyed: st&keyedBit != 0, Loc: location(d.byte())}
-	tid := d.uvarint()
-	m.DueMs = d.varint()
-	m.Priority = d.varint()
-	m.Second = d.varint() + m.secondBase()
-	m.Offset = d.varint()
-	m.Receipt = d.uvarint()
-	m.LeaseExpMs = d.varint()
+	st := d.Byte()
+	m := meta{State: State(st &^ keyedBit), Keyed: st&keyedBit != 0, Loc: location(d.Byte())}
+	tid := d.Uvarint()
+	m.DueMs = d.Varint()
+	m.Priority = d.Varint()
+	m.Second = d.Varint() + m.secondBase()
+	m.Offset = d.Varint()
+	m.Receipt = d.Uvarint()
+	m.LeaseExpMs = d.Varint()
 	if m.Keyed {
-		m.Key = d.str()
+		m.Key = d.Str()
 	}
 	switch {
-	case d.err != nil:
-		return meta{}, fmt.Errorf("meta of %d bytes: %w", len(b), d.err)
-	case len(d.b) != 0 || tid > math.MaxUint32 || (m.Keyed && m.Key == ""):
-		return meta{}, fmt.Errorf("%w: malformed meta of %d bytes", ErrCorruptCommand, len(b))
+	case d.Err != nil:
+		return meta{}, fmt.Errorf("meta of %d bytes: %w", len(b), d.Err)
+	case len(d.B) != 0 || tid > math.MaxUint32 || (m.Keyed && m.Key == ""):
+		return meta{}, fmt.Errorf("%w: malformed meta of %d bytes", command.ErrCorruptCommand, len(b))
 	}
 	m.TopicID = uint32(tid)
 	return m, nil
@@ -312,24 +313,24 @@ func decodeSegLen(b []byte) segLen {
 }
 
 func encodeNode(n model.Member) []byte {
-	e := &encoder{}
-	e.str(n.ID)
-	e.str(n.RaftAddr)
-	e.str(n.HTTPAddr)
+	e := &command.Encoder{}
+	e.Str(n.ID)
+	e.Str(n.RaftAddr)
+	e.Str(n.HTTPAddr)
 	if n.GRPCAddr != "" {
-		e.str(n.GRPCAddr)
+		e.Str(n.GRPCAddr)
 	}
-	return e.b
+	return e.B
 }
 
 // decodeNode decodes a node's record. A record written before members
 // recorded their gRPC address ends after the HTTP address: its GRPCAddr
 // is empty (unknown).
 func decodeNode(b []byte) (model.Member, error) {
-	d := &decoder{b: b}
-	n := model.Member{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
-	if d.err == nil && len(d.b) > 0 {
-		n.GRPCAddr = d.str()
+	d := &command.Decoder{B: b}
+	n := model.Member{ID: d.Str(), RaftAddr: d.Str(), HTTPAddr: d.Str()}
+	if d.Err == nil && len(d.B) > 0 {
+		n.GRPCAddr = d.Str()
 	}
-	return n, d.err
+	return n, d.Err
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -133,42 +134,42 @@ func (md *refModel) live() []model.ID {
 	return md.order
 }
 
-func (md *refModel) apply(c Command) Result {
+func (md *refModel) apply(c command.Command) command.Result {
 	switch c := c.(type) {
-	case Schedule:
+	case command.Schedule:
 		return md.schedule(c)
-	case Cancel:
+	case command.Cancel:
 		return md.cancel(c)
-	case Reschedule:
+	case command.Reschedule:
 		return md.reschedule(c)
-	case Lease:
+	case command.Lease:
 		return md.lease(c)
-	case Ack:
+	case command.Ack:
 		return md.ack(c)
-	case Nack:
+	case command.Nack:
 		return md.nack(c)
-	case Touch:
+	case command.Touch:
 		return md.touch(c)
-	case Bury:
+	case command.Bury:
 		return md.bury(c)
-	case Expire:
+	case command.Expire:
 		md.expire(c.Before)
-		return Result{}
-	case Promote:
-		return Result{Value: md.promote(c.Before)}
-	case Redrive:
+		return command.Result{}
+	case command.Promote:
+		return command.Result{Value: md.promote(c.Before)}
+	case command.Redrive:
 		return md.redrive(c)
-	case SetNode:
+	case command.SetNode:
 		md.nodes[c.Node.ID] = c.Node
-		return Result{}
-	case RemoveNode:
+		return command.Result{}
+	case command.RemoveNode:
 		delete(md.nodes, c.ID)
-		return Result{}
-	case SetSchedule:
+		return command.Result{}
+	case command.SetSchedule:
 		return md.setSchedule(c)
-	case DeleteSchedule:
+	case command.DeleteSchedule:
 		return md.deleteSchedule(c)
-	case AdvanceSchedules:
+	case command.AdvanceSchedules:
 		return md.advanceSchedules(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", c))
@@ -236,7 +237,7 @@ func (md *refModel) finish(m *mMsg) {
 	delete(md.msgs, m.ID)
 }
 
-func (md *refModel) schedule(c Schedule) Result {
+func (md *refModel) schedule(c command.Schedule) command.Result {
 	out := make([]Enqueued, 0, len(c.Messages))
 	for _, nm := range c.Messages {
 		md.topics[nm.Topic] = true
@@ -266,42 +267,42 @@ func (md *refModel) schedule(c Schedule) Result {
 		md.place(m, false)
 		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
 	}
-	return Result{Value: out}
+	return command.Result{Value: out}
 }
 
-func (md *refModel) cancel(c Cancel) Result {
+func (md *refModel) cancel(c command.Cancel) command.Result {
 	id := c.ID
 	if c.Topic != "" {
 		var ok bool
 		if id, ok = md.keys[mTopicKey{c.Topic, c.Key}]; !ok {
-			return Result{Err: model.ErrNotFound}
+			return command.Result{Err: model.ErrNotFound}
 		}
 	}
 	m := md.msgs[id]
 	switch {
 	case m == nil:
-		return Result{Err: model.ErrNotFound}
+		return command.Result{Err: model.ErrNotFound}
 	case m.state == StateReserved:
-		return Result{Err: model.ErrConflict}
+		return command.Result{Err: model.ErrConflict}
 	}
 	md.finish(m)
-	return Result{Value: id}
+	return command.Result{Value: id}
 }
 
-func (md *refModel) reschedule(c Reschedule) Result {
+func (md *refModel) reschedule(c command.Reschedule) command.Result {
 	m := md.msgs[c.ID]
 	switch {
 	case m == nil:
-		return Result{Err: model.ErrNotFound}
+		return command.Result{Err: model.ErrNotFound}
 	case m.state != StateDelayed && m.state != StateReady:
-		return Result{Err: model.ErrConflict}
+		return command.Result{Err: model.ErrConflict}
 	}
 	m.DeliverAtMs = mClamp(c.DeliverAtMs)
 	md.place(m, false)
-	return Result{Value: m.DeliverAtMs}
+	return command.Result{Value: m.DeliverAtMs}
 }
 
-func (md *refModel) lease(c Lease) Result {
+func (md *refModel) lease(c command.Lease) command.Result {
 	took := make([]bool, len(c.Items))
 	for i, it := range c.Items {
 		m := md.msgs[it.ID]
@@ -321,7 +322,7 @@ func (md *refModel) lease(c Lease) Result {
 		md.place(m, true)
 		took[i] = true
 	}
-	return Result{Value: took}
+	return command.Result{Value: took}
 }
 
 // held returns the message a receipt holds if the receipt is valid at now.
@@ -333,8 +334,8 @@ func (md *refModel) held(r model.Receipt, now int64) *mMsg {
 	return m
 }
 
-func (md *refModel) ack(c Ack) Result {
-	var n Counted
+func (md *refModel) ack(c command.Ack) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.held(r, c.NowMs)
 		if m == nil {
@@ -344,11 +345,11 @@ func (md *refModel) ack(c Ack) Result {
 		md.finish(m)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
-func (md *refModel) nack(c Nack) Result {
-	var n Counted
+func (md *refModel) nack(c command.Nack) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.held(r, c.NowMs)
 		if m == nil {
@@ -364,11 +365,11 @@ func (md *refModel) nack(c Nack) Result {
 		}
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
-func (md *refModel) touch(c Touch) Result {
-	var n Counted
+func (md *refModel) touch(c command.Touch) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.held(r, c.NowMs)
 		if m == nil {
@@ -382,13 +383,13 @@ func (md *refModel) touch(c Touch) Result {
 		md.place(m, true)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // bury kills reserved messages out of attempts whose lease ended before
 // c.NowMs.
-func (md *refModel) bury(c Bury) Result {
-	var n Counted
+func (md *refModel) bury(c command.Bury) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.msgs[r.ID]
 		if m == nil || m.state != StateReserved || m.Receipt != r.Nonce || m.LeaseExpiresMs >= c.NowMs || m.Attempts < m.MaxAttempts {
@@ -398,7 +399,7 @@ func (md *refModel) bury(c Bury) Result {
 		md.kill(m)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // expire fires every slot before the second before and reports whether the
@@ -439,9 +440,9 @@ func (md *refModel) promote(before int64) int {
 	return len(move)
 }
 
-func (md *refModel) redrive(c Redrive) Result {
+func (md *refModel) redrive(c command.Redrive) command.Result {
 	if !md.topics[c.Topic] {
-		return Result{Value: 0}
+		return command.Result{Value: 0}
 	}
 	ids := c.IDs
 	if len(ids) == 0 {
@@ -470,7 +471,7 @@ func (md *refModel) redrive(c Redrive) Result {
 		md.toReady(m)
 		n++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // ---------------------------------------------------------------------------
@@ -478,8 +479,8 @@ func (md *refModel) redrive(c Redrive) Result {
 
 type logEntry struct {
 	index uint64
-	data  []byte   // the encoded entry, as Raft would carry it
-	want  []Result // the model's results
+	data  []byte           // the encoded entry, as Raft would carry it
+	want  []command.Result // the model's results
 	now   int64
 }
 
@@ -534,7 +535,7 @@ func runModel(t *testing.T, seed int64, steps, group int) {
 		h.rep.Close()
 	}()
 	// The leader's first entry starts the wheel at the current second.
-	h.applyNew([][]Command{{Expire{Before: h.now / TickMs}, Promote{Before: h.now/TickMs + Slots}}})
+	h.applyNew([][]command.Command{{command.Expire{Before: h.now / TickMs}, command.Promote{Before: h.now/TickMs + Slots}}})
 	h.check(h.md, true)
 	for h.step = 1; h.step <= steps; h.step++ {
 		h.advance()
@@ -574,13 +575,13 @@ func runModel(t *testing.T, seed int64, steps, group int) {
 		if h.rng.Intn(10) < 3 {
 			nEntries = 2 + h.rng.Intn(4)
 		}
-		batch := make([][]Command, nEntries)
+		batch := make([][]command.Command, nEntries)
 		for i := range batch {
 			n := 1
 			if h.rng.Intn(4) == 0 {
 				n = 2 + h.rng.Intn(3)
 			}
-			batch[i] = make([]Command, n)
+			batch[i] = make([]command.Command, n)
 		}
 		h.applyNew(batch)
 		full := *modelFull > 0 && h.step%*modelFull == 0
@@ -607,17 +608,17 @@ func (h *modelHarness) fatalf(format string, args ...any) {
 	fmt.Fprintf(&b, format, args...)
 	b.WriteString("\nlast entries:")
 	for _, e := range h.log[max(0, len(h.log)-6):] {
-		cmds, _ := DecodeCommands(e.data)
+		cmds, _ := command.DecodeCommands(e.data)
 		fmt.Fprintf(&b, "\n  %d now=%d %s", e.index, e.now, fmtCmds(cmds))
 	}
 	h.t.Fatal(b.String())
 }
 
-func fmtCmds(cmds []Command) string {
+func fmtCmds(cmds []command.Command) string {
 	var parts []string
 	for _, c := range cmds {
 		switch c := c.(type) {
-		case Schedule:
+		case command.Schedule:
 			var ms []string
 			for _, m := range c.Messages {
 				ms = append(ms, fmt.Sprintf("{%s/%s due=%d p=%d ttr=%d max=%d}", m.Topic, m.Key, m.DeliverAtMs, m.Priority, m.TTRMs, m.MaxAttempts))
@@ -711,7 +712,7 @@ func (h *modelHarness) advance() {
 // applyNew fills the command slots of batch (one slice per entry) from the
 // generator, runs them through the model and then, as one Apply call,
 // through the store, and compares the results.
-func (h *modelHarness) applyNew(batch [][]Command) {
+func (h *modelHarness) applyNew(batch [][]command.Command) {
 	var es []*logEntry
 	for _, cmds := range batch {
 		e := &logEntry{index: uint64(len(h.log)) + 1, now: h.now}
@@ -722,7 +723,7 @@ func (h *modelHarness) applyNew(batch [][]Command) {
 			}
 			e.want = append(e.want, h.md.apply(cmds[j]))
 		}
-		e.data = EncodeCommands(cmds)
+		e.data = command.EncodeCommands(cmds)
 		h.log = append(h.log, e)
 		es = append(es, e)
 	}
@@ -734,7 +735,7 @@ func (h *modelHarness) applyNew(batch [][]Command) {
 // and compares the results with the model's.
 func (h *modelHarness) applyReplica(es []*logEntry) {
 	for _, e := range es {
-		cmds, err := DecodeCommands(e.data)
+		cmds, err := command.DecodeCommands(e.data)
 		if err != nil {
 			h.fatalf("decode entry %d: %v", e.index, err)
 		}
@@ -849,7 +850,7 @@ func lineDiff(a, b string) string {
 func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
 	entries := make([]Entry, len(es))
 	for i, e := range es {
-		cmds, err := DecodeCommands(e.data)
+		cmds, err := command.DecodeCommands(e.data)
 		if err != nil {
 			h.fatalf("decode entry %d: %v", e.index, err)
 		}
@@ -872,7 +873,7 @@ func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
 		if len(res[i]) != len(e.want) {
 			h.fatalf("entry %d: %d results, want %d", e.index, len(res[i]), len(e.want))
 		}
-		cmds, _ := DecodeCommands(e.data)
+		cmds, _ := command.DecodeCommands(e.data)
 		for j, want := range e.want {
 			if !resultEqual(want, res[i][j]) {
 				h.fatalf("entry %d command %d %s: result %s, model says %s", e.index, j, fmtCmds(cmds[j:j+1]), fmtResult(res[i][j]), fmtResult(want))
@@ -887,14 +888,14 @@ func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
 	}
 }
 
-func resultEqual(want, got Result) bool {
+func resultEqual(want, got command.Result) bool {
 	if want.Err != nil {
 		return got.Err != nil && errors.Is(got.Err, want.Err)
 	}
 	return got.Err == nil && reflect.DeepEqual(want.Value, got.Value)
 }
 
-func fmtResult(r Result) string {
+func fmtResult(r command.Result) string {
 	if r.Err != nil {
 		return "error(" + r.Err.Error() + ")"
 	}
@@ -904,9 +905,9 @@ func fmtResult(r Result) string {
 // ---------------------------------------------------------------------------
 // Command generation.
 
-func (h *modelHarness) genCmd() Command {
+func (h *modelHarness) genCmd() command.Command {
 	for {
-		var c Command
+		var c command.Command
 		switch r := h.rng.Intn(100); {
 		case r < 25:
 			c = h.genSchedule()
@@ -925,7 +926,7 @@ func (h *modelHarness) genCmd() Command {
 		case r < 72:
 			c = h.genTouch()
 		case r < 74:
-			c = Bury{NowMs: h.now, Receipts: h.genReceipts()}
+			c = command.Bury{NowMs: h.now, Receipts: h.genReceipts()}
 		case r < 86:
 			c = h.genExpire()
 		case r < 94:
@@ -935,9 +936,9 @@ func (h *modelHarness) genCmd() Command {
 		default:
 			id := fmt.Sprintf("n%d", h.rng.Intn(3))
 			if h.rng.Intn(3) == 0 {
-				c = RemoveNode{ID: id}
+				c = command.RemoveNode{ID: id}
 			} else {
-				c = SetNode{Node: model.Member{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
+				c = command.SetNode{Node: model.Member{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
 			}
 		}
 		if c != nil {
@@ -999,7 +1000,7 @@ func (h *modelHarness) anyID(live []model.ID) model.ID {
 	}
 }
 
-func (h *modelHarness) genSchedule() Command {
+func (h *modelHarness) genSchedule() command.Command {
 	n := 1 + h.rng.Intn(3)
 	if h.rng.Intn(10) == 0 {
 		n = 4 + h.rng.Intn(8)
@@ -1007,7 +1008,7 @@ func (h *modelHarness) genSchedule() Command {
 	if h.rng.Intn(50) == 0 {
 		n = 0
 	}
-	c := Schedule{NowMs: h.now, Messages: make([]NewMessage, n)}
+	c := command.Schedule{NowMs: h.now, Messages: make([]command.NewMessage, n)}
 	for i := range c.Messages {
 		m := &c.Messages[i]
 		m.Topic = modelTopics[h.rng.Intn(len(modelTopics))]
@@ -1047,7 +1048,7 @@ func (h *modelHarness) genSchedule() Command {
 	return c
 }
 
-func (h *modelHarness) genCancel() Command {
+func (h *modelHarness) genCancel() command.Command {
 	if h.rng.Intn(10) < 4 {
 		topic := modelTopics[h.rng.Intn(len(modelTopics))]
 		if h.rng.Intn(20) == 0 {
@@ -1057,22 +1058,22 @@ func (h *modelHarness) genCancel() Command {
 		if h.rng.Intn(20) == 0 {
 			key = ""
 		}
-		return Cancel{Topic: topic, Key: key}
+		return command.Cancel{Topic: topic, Key: key}
 	}
-	return Cancel{ID: h.anyID(h.liveIDs(nil))}
+	return command.Cancel{ID: h.anyID(h.liveIDs(nil))}
 }
 
-func (h *modelHarness) genReschedule() Command {
-	return Reschedule{ID: h.anyID(h.liveIDs(nil)), DeliverAtMs: h.genDue()}
+func (h *modelHarness) genReschedule() command.Command {
+	return command.Reschedule{ID: h.anyID(h.liveIDs(nil)), DeliverAtMs: h.genDue()}
 }
 
-func (h *modelHarness) genLease() Command {
+func (h *modelHarness) genLease() command.Command {
 	now := h.now
 	due := h.liveIDs(func(m *mMsg) bool {
 		return ((m.state == StateDelayed || m.state == StateReady) && m.DeliverAtMs <= now) ||
 			(m.state == StateReserved && m.LeaseExpiresMs <= now) // == now: still held, a no-op
 	})
-	c := Lease{NowMs: now}
+	c := command.Lease{NowMs: now}
 	n := 1 + h.rng.Intn(4)
 	if len(due) > 40 {
 		n += h.rng.Intn(len(due) / 4) // keep up with the backlog, as a leader would
@@ -1095,7 +1096,7 @@ func (h *modelHarness) genLease() Command {
 			ttr = m.TTRMs
 		}
 		h.nonce++
-		it := LeaseItem{ID: id, Nonce: h.nonce}
+		it := command.LeaseItem{ID: id, Nonce: h.nonce}
 		switch r := h.rng.Intn(10); {
 		case r < 5:
 			it.ExpiresMs = now + ttr
@@ -1146,12 +1147,12 @@ func (h *modelHarness) genReceipts() []model.Receipt {
 	return out
 }
 
-func (h *modelHarness) genAck() Command {
-	return Ack{NowMs: h.now, Receipts: h.genReceipts()}
+func (h *modelHarness) genAck() command.Command {
+	return command.Ack{NowMs: h.now, Receipts: h.genReceipts()}
 }
 
-func (h *modelHarness) genNack() Command {
-	c := Nack{NowMs: h.now, Receipts: h.genReceipts()}
+func (h *modelHarness) genNack() command.Command {
+	c := command.Nack{NowMs: h.now, Receipts: h.genReceipts()}
 	switch r := h.rng.Intn(10); {
 	case r < 3:
 	case r < 7:
@@ -1166,41 +1167,41 @@ func (h *modelHarness) genNack() Command {
 	return c
 }
 
-func (h *modelHarness) genTouch() Command {
-	return Touch{NowMs: h.now, Receipts: h.genReceipts()}
+func (h *modelHarness) genTouch() command.Command {
+	return command.Touch{NowMs: h.now, Receipts: h.genReceipts()}
 }
 
-func (h *modelHarness) genExpire() Command {
+func (h *modelHarness) genExpire() command.Command {
 	sec := h.now / TickMs
 	switch r := h.rng.Intn(20); {
 	case r < 13:
-		return Expire{Before: sec}
+		return command.Expire{Before: sec}
 	case r < 17:
-		return Expire{Before: sec - h.rng.Int63n(4)}
+		return command.Expire{Before: sec - h.rng.Int63n(4)}
 	case r < 19:
-		return Expire{Before: sec - h.rng.Int63n(200)}
+		return command.Expire{Before: sec - h.rng.Int63n(200)}
 	default:
-		return Expire{Before: h.md.cursor - h.rng.Int63n(3)} // nothing to do
+		return command.Expire{Before: h.md.cursor - h.rng.Int63n(3)} // nothing to do
 	}
 }
 
-func (h *modelHarness) genPromote() Command {
+func (h *modelHarness) genPromote() command.Command {
 	switch r := h.rng.Intn(10); {
 	case r < 7:
-		return Promote{Before: h.md.cursor + Slots}
+		return command.Promote{Before: h.md.cursor + Slots}
 	case r < 9:
-		return Promote{Before: h.now/TickMs + h.rng.Int63n(Slots+100)}
+		return command.Promote{Before: h.now/TickMs + h.rng.Int63n(Slots+100)}
 	default:
-		return Promote{Before: h.rng.Int63n(3)}
+		return command.Promote{Before: h.rng.Int63n(3)}
 	}
 }
 
-func (h *modelHarness) genRedrive() Command {
+func (h *modelHarness) genRedrive() command.Command {
 	topic := modelTopics[h.rng.Intn(len(modelTopics))]
 	if h.rng.Intn(30) == 0 {
 		topic = "nosuchtopic"
 	}
-	c := Redrive{NowMs: h.now, Topic: topic}
+	c := command.Redrive{NowMs: h.now, Topic: topic}
 	if h.rng.Intn(2) == 0 {
 		dead := h.liveIDs(func(m *mMsg) bool { return m.state == StateDead })
 		for i, n := 0, 1+h.rng.Intn(3); i < n; i++ {
@@ -1251,7 +1252,7 @@ func (h *modelHarness) crash() {
 func (h *modelHarness) modelAt(n uint64) *refModel {
 	md := newRefModel(h.group)
 	for _, e := range h.log[:n] {
-		cmds, err := DecodeCommands(e.data)
+		cmds, err := command.DecodeCommands(e.data)
 		if err != nil {
 			h.fatalf("decode %d: %v", e.index, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -17,16 +18,16 @@ const recordVersion = 1
 // enqueued_ms, receipt nonce (8 bytes little-endian), lease_expires_ms and
 // lease_ms.
 func EncodeMessage(dst []byte, m *model.Message) []byte {
-	e := &encoder{b: dst}
-	e.b = append(e.b, recordVersion)
-	e.id(m.ID)
-	e.message(m.Topic, m.Key, m.Body, m.Headers, m.Priority, m.DeliverAtMs, m.TTRMs, m.MaxAttempts)
-	e.varint(int64(m.Attempts))
-	e.varint(m.EnqueuedMs)
-	e.u64(m.Receipt)
-	e.varint(m.LeaseExpiresMs)
-	e.varint(m.LeaseMs)
-	return e.b
+	e := &command.Encoder{B: dst}
+	e.B = append(e.B, recordVersion)
+	e.ID(m.ID)
+	e.Message(m.Topic, m.Key, m.Body, m.Headers, m.Priority, m.DeliverAtMs, m.TTRMs, m.MaxAttempts)
+	e.Varint(int64(m.Attempts))
+	e.Varint(m.EnqueuedMs)
+	e.U64(m.Receipt)
+	e.Varint(m.LeaseExpiresMs)
+	e.Varint(m.LeaseMs)
+	return e.B
 }
 
 // DecodeMessage decodes a payload written by EncodeMessage.
@@ -35,24 +36,24 @@ func DecodeMessage(b []byte) (model.Message, error) { return decodeMessage(b, ni
 // decodeMessage decodes a message. With intern set (bulk loads), the body
 // aliases b instead of being copied, and topic names are shared.
 func decodeMessage(b []byte, intern map[string]string) (model.Message, error) {
-	d := &decoder{b: b}
-	if v := d.byte(); d.err == nil && v != recordVersion {
-		return model.Message{}, fmt.Errorf("%w: message record version %d", ErrCorruptCommand, v)
+	d := &command.Decoder{B: b}
+	if v := d.Byte(); d.Err == nil && v != recordVersion {
+		return model.Message{}, fmt.Errorf("%w: message record version %d", command.ErrCorruptCommand, v)
 	}
-	id := d.id()
-	nm := d.message(intern, intern != nil)
+	id := d.ID()
+	nm := d.Message(intern, intern != nil)
 	m := model.Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 		DeliverAtMs: nm.DeliverAtMs, TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts}
-	m.Attempts = d.i32()
-	m.EnqueuedMs = d.varint()
-	m.Receipt = d.u64()
-	m.LeaseExpiresMs = d.varint()
-	m.LeaseMs = d.varint()
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes in message record", ErrCorruptCommand, len(d.b))
+	m.Attempts = d.I32()
+	m.EnqueuedMs = d.Varint()
+	m.Receipt = d.U64()
+	m.LeaseExpiresMs = d.Varint()
+	m.LeaseMs = d.Varint()
+	if d.Err == nil && len(d.B) != 0 {
+		d.Err = fmt.Errorf("%w: %d trailing bytes in message record", command.ErrCorruptCommand, len(d.B))
 	}
-	if d.err != nil {
-		return model.Message{}, d.err
+	if d.Err != nil {
+		return model.Message{}, d.Err
 	}
 	return m, nil
 }
@@ -67,7 +68,7 @@ func EncodeTombstone(id model.ID) []byte {
 // DecodeTombstone decodes a tombstone payload.
 func DecodeTombstone(b []byte) (model.ID, error) {
 	if len(b) != 1+model.IDLen || b[0] != recordVersion {
-		return model.ID{}, fmt.Errorf("%w: tombstone of %d bytes", ErrCorruptCommand, len(b))
+		return model.ID{}, fmt.Errorf("%w: tombstone of %d bytes", command.ErrCorruptCommand, len(b))
 	}
 	return model.IDFromBytes(b[1:])
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -63,7 +64,7 @@ type Options struct {
 // Entry is one log entry's commands and its Raft index.
 type Entry struct {
 	Index uint64
-	Cmds  []Command
+	Cmds  []command.Command
 }
 
 // Store applies commands to the segment files and the Pebble index. Apply is
@@ -98,11 +99,11 @@ type Store struct {
 	stats      map[uint32]TopicStats // transitions applied since the process started
 	overflow   int64
 	nodes      map[string]model.Member
-	schedules  int64              // recurring schedules stored
-	zoneCache  zoneCache          // zones and cron expressions of the schedules
-	webhooks   map[string]Webhook // by topic
+	schedules  int64                      // recurring schedules stored
+	zoneCache  zoneCache                  // zones and cron expressions of the schedules
+	webhooks   map[string]command.Webhook // by topic
 	// hooks is a copy of webhooks for lock-free readers (every reserve asks).
-	hooks atomic.Pointer[map[string]Webhook]
+	hooks atomic.Pointer[map[string]command.Webhook]
 	// readyFloors is where reads of the ready queues start.
 	readyFloors readyFloors
 	// metas are the metas recent batches wrote (metacache.go).
@@ -176,7 +177,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
-		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]model.Member{}, webhooks: map[string]Webhook{},
+		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]model.Member{}, webhooks: map[string]command.Webhook{},
 		metas: newMetaCache(), scheds: newScheduleCache(),
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
@@ -306,7 +307,7 @@ func (s *Store) load() error {
 	}
 	if err := s.scan([]byte{pTopic}, func(k, v []byte) error {
 		if len(v) != 4 {
-			return fmt.Errorf("%w: topic id of %d bytes", ErrCorruptCommand, len(v))
+			return fmt.Errorf("%w: topic id of %d bytes", command.ErrCorruptCommand, len(v))
 		}
 		tid := binary.BigEndian.Uint32(v)
 		s.topics[string(k[1:])] = tid

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -29,7 +30,7 @@ type fakeNode struct {
 func (f *fakeNode) Store() *wheel.Store { return f.st }
 func (f *fakeNode) LeaseHeld() bool     { return f.leaseHeld.Load() }
 
-func (f *fakeNode) apply(cmds []wheel.Command) ([]wheel.Result, chan struct{}, error) {
+func (f *fakeNode) apply(cmds []command.Command) ([]command.Result, chan struct{}, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
@@ -40,12 +41,12 @@ func (f *fakeNode) apply(cmds []wheel.Command) ([]wheel.Result, chan struct{}, e
 	return res[0], f.commit, nil
 }
 
-func (f *fakeNode) Propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (f *fakeNode) Propose(_ context.Context, cmds ...command.Command) ([]command.Result, error) {
 	res, _, err := f.apply(cmds)
 	return res, err
 }
 
-func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]wheel.Result, error), error) {
+func (f *fakeNode) Submit(_ context.Context, cmds ...command.Command) (func() ([]command.Result, error), error) {
 	if f.overload.Add(-1) >= 0 {
 		return nil, fmt.Errorf("%w: test back-pressure", model.ErrOverloaded)
 	}
@@ -57,7 +58,7 @@ func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]w
 	if f.submitted != nil {
 		f.submitted <- struct{}{}
 	}
-	return func() ([]wheel.Result, error) {
+	return func() ([]command.Result, error) {
 		if commit != nil {
 			<-commit
 		}
@@ -99,8 +100,8 @@ func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNod
 
 func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs int64) model.ID {
 	t.Helper()
-	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(),
-		Messages: []wheel.NewMessage{{Topic: topic, Body: []byte("x"), DeliverAtMs: dueMs, MaxAttempts: 3}}})
+	res, err := n.Propose(t.Context(), command.Schedule{NowMs: clk.Now().UnixMilli(),
+		Messages: []command.NewMessage{{Topic: topic, Body: []byte("x"), DeliverAtMs: dueMs, MaxAttempts: 3}}})
 	if err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
@@ -236,7 +237,7 @@ func TestWakerFollowsInjectedClock(t *testing.T) {
 // the dispatcher's burial can move it.
 func TestLastLeaseExpiryBuriesAtOnce(t *testing.T) {
 	d, n, clk := startFakeWith(t, func(c *Config) { c.ExpireGrace = time.Hour })
-	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(), Messages: []wheel.NewMessage{
+	res, err := n.Propose(t.Context(), command.Schedule{NowMs: clk.Now().UnixMilli(), Messages: []command.NewMessage{
 		{Topic: "t", Body: []byte("last"), DeliverAtMs: clk.Now().UnixMilli(), TTRMs: 600, MaxAttempts: 1},
 		{Topic: "t", Body: []byte("more"), DeliverAtMs: clk.Now().UnixMilli(), TTRMs: 600, MaxAttempts: 2},
 	}})

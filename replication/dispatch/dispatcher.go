@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -18,12 +19,12 @@ type Node interface {
 	// it; the node then calls Reattach.
 	Store() *wheel.Store
 	// Propose commits cmds as one log entry and returns their results.
-	Propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error)
+	Propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error)
 	// Submit hands cmds to the log as one entry without waiting for the
 	// commit. Entries submitted one after another commit in that order,
 	// before any entry submitted later. wait blocks until the entry
 	// commits and returns its results; it must be called once.
-	Submit(ctx context.Context, cmds ...wheel.Command) (wait func() ([]wheel.Result, error), err error)
+	Submit(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), err error)
 	// LeaseHeld reports whether the node holds the leadership lease: no
 	// other leader can exist yet, so nothing but this node can deliver.
 	LeaseHeld() bool
@@ -180,7 +181,7 @@ func (d *Dispatcher) tick() error {
 	before := wheel.SecondOf(now.Add(-d.cfg.ExpireGrace).UnixMilli())
 	if before > st.Cursor() {
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
-		_, err := d.n.Propose(ctx, wheel.Expire{Before: before}, wheel.Promote{Before: before + wheel.HorizonSecs})
+		_, err := d.n.Propose(ctx, command.Expire{Before: before}, command.Promote{Before: before + wheel.HorizonSecs})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("expire up to second %d: %w", before, err)
@@ -272,7 +273,7 @@ func (d *Dispatcher) offerLocked() int64 {
 func (d *Dispatcher) bury(nowMs int64, rs []model.Receipt) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := d.n.Propose(ctx, wheel.Bury{NowMs: nowMs, Receipts: rs}); err != nil && d.ctx.Err() == nil {
+	if _, err := d.n.Propose(ctx, command.Bury{NowMs: nowMs, Receipts: rs}); err != nil && d.ctx.Err() == nil {
 		d.log.Warn("moving messages out of attempts to the dead letters; their slot's expiry will", "messages", len(rs), "err", err)
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // leaseCommit is a submitted Lease entry and the hand-off it carries.
 type leaseCommit struct {
-	wait func() ([]wheel.Result, error)
+	wait func() ([]command.Result, error)
 	msgs []model.Message
 	res  chan leaseRes // buffered: finishLease never waits for the hand-off
 	// applied is closed once the entry is applied here (or has failed).
@@ -38,7 +38,7 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time
 		return []model.Delivery{}, nil
 	}
 	now := d.clock.Now().UnixMilli()
-	items := make([]wheel.LeaseItem, len(msgs))
+	items := make([]command.LeaseItem, len(msgs))
 	for i, m := range msgs {
 		ttrMs := m.TTRMs
 		if ttr > 0 {
@@ -53,9 +53,9 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time
 		if m.Attempts+1 >= m.MaxAttempts {
 			redeliver = exp + 1
 		}
-		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
+		items[i] = command.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
 	}
-	wait, err := d.n.Submit(d.ctx, wheel.Lease{NowMs: now, Items: items})
+	wait, err := d.n.Submit(d.ctx, command.Lease{NowMs: now, Items: items})
 	if err != nil {
 		d.release(msgs, nil)
 		return nil, err
@@ -94,7 +94,7 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time
 }
 
 // deliveries builds the answer for leased messages and observes lateness.
-func (d *Dispatcher) deliveries(msgs []model.Message, items []wheel.LeaseItem, ok []bool) []model.Delivery {
+func (d *Dispatcher) deliveries(msgs []model.Message, items []command.LeaseItem, ok []bool) []model.Delivery {
 	out := make([]model.Delivery, 0, len(msgs))
 	at := d.clock.Now().UnixMilli()
 	for i, m := range msgs {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -423,7 +424,7 @@ func (d *Dispatcher) releaseNow(rs []model.Receipt) {
 	for len(rs) > 0 {
 		n := min(len(rs), releaseBatch)
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
-		_, err := d.n.Propose(ctx, wheel.Nack{NowMs: d.clock.Now().UnixMilli(), Receipts: rs[:n]})
+		_, err := d.n.Propose(ctx, command.Nack{NowMs: d.clock.Now().UnixMilli(), Receipts: rs[:n]})
 		cancel()
 		if err != nil && d.ctx.Err() == nil {
 			d.log.Warn("releasing a closed stream's deliveries; their leases will end on their own", "messages", n, "err", err)

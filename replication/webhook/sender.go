@@ -17,6 +17,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/logrepeat"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -44,9 +45,9 @@ type Node interface {
 	// Stream opens a dispatcher stream of topic (see model.Consumer).
 	Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes deliveries.
-	Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error)
+	Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// Nack returns deliveries to delayed, due delayMs from now.
-	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error)
+	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error)
 }
 
 // Config shapes a Sender; zero fields take their defaults.
@@ -120,10 +121,10 @@ func New(n Node, cfg Config) *Sender {
 // starts the new ones, restarts the changed ones and stops the removed
 // ones. It reads current under its lock, so concurrent calls leave the
 // senders of the latest config.
-func (s *Sender) Reconcile(current func() []wheel.Webhook) {
+func (s *Sender) Reconcile(current func() []command.Webhook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := map[string]wheel.Webhook{}
+	want := map[string]command.Webhook{}
 	for _, h := range current() {
 		want[h.Topic] = h
 	}
@@ -159,7 +160,7 @@ func (s *Sender) Stop() {
 // topicSender sends one topic's deliveries.
 type topicSender struct {
 	s      *Sender
-	hook   wheel.Webhook
+	hook   command.Webhook
 	opt    model.ConsumerOptions
 	st     model.Consumer // replaced only by run; stop reads it after run ended
 	ctx    context.Context
@@ -192,7 +193,7 @@ const (
 	maxSettleBatch = 1000
 )
 
-func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
+func (s *Sender) start(h command.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
 	// lease ended and the message went to another attempt.
 	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
@@ -214,7 +215,7 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 // window is how many deliveries the sender's stream may hold: at most
 // max_concurrency, and with rate_per_s no more than can start before the
 // lease they were taken with ends.
-func window(h wheel.Webhook, lease time.Duration) int {
+func window(h command.Webhook, lease time.Duration) int {
 	w := max(h.MaxConcurrency, 1)
 	if h.RatePerS > 0 {
 		w = min(w, max(1, h.RatePerS*int64(lease/time.Second)))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -77,20 +78,20 @@ func (n *fakeNode) stream() *fakeStream {
 	return n.st
 }
 
-func (n *fakeNode) Ack(_ context.Context, rs []model.Receipt) (wheel.Counted, error) {
+func (n *fakeNode) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
 	n.mu.Lock()
 	n.acks = append(n.acks, rs...)
 	n.mu.Unlock()
 	n.done <- struct{}{}
-	return wheel.Counted{Done: len(rs)}, nil
+	return command.Counted{Done: len(rs)}, nil
 }
 
-func (n *fakeNode) Nack(_ context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error) {
+func (n *fakeNode) Nack(_ context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	n.mu.Lock()
 	n.nacks = append(n.nacks, delayMs)
 	n.mu.Unlock()
 	n.done <- struct{}{}
-	return wheel.Counted{Done: len(rs)}, nil
+	return command.Counted{Done: len(rs)}, nil
 }
 
 func newFake() *fakeNode {
@@ -133,8 +134,8 @@ func TestFailuresBackOffExponentially(t *testing.T) {
 	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000)), Backoff: time.Second, MaxBackoff: 5 * time.Second,
 		Observe: func(_, outcome string, _ float64) { omu.Lock(); outcomes = append(outcomes, outcome); omu.Unlock() }})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	want := []int64{1000, 2000, 4000, 5000}
 	for i := range want {
@@ -165,8 +166,8 @@ func TestRefusedAndAcked(t *testing.T) {
 	n := newFake()
 	var outcome string
 	s := New(n, Config{Observe: func(_, o string, _ float64) { outcome = o }})
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: closed, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: closed, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
@@ -180,8 +181,8 @@ func TestRefusedAndAcked(t *testing.T) {
 	n = newFake()
 	s = New(n, Config{})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
@@ -204,8 +205,8 @@ func TestHostNotAllowedIsNeverDialed(t *testing.T) {
 	n := newFake()
 	s := New(n, Config{Allow: func(host string) error { return errors.New("not allowed: " + host) }})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
@@ -225,8 +226,8 @@ func TestRateLimitsTheWindow(t *testing.T) {
 	n := newFake()
 	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
 	})
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -248,8 +249,8 @@ func TestDeliveryWithShortLeaseIsNotSent(t *testing.T) {
 	defer srv.Close()
 	n := newFake()
 	s := New(n, Config{Clock: wheel.NewFakeClock(time.UnixMilli(5000))})
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
 	})
 	short, ok := delivery(1), delivery(2)
 	short.LeaseExpiresMs = 5500 // ends 500 ms from now, before a 1 s timeout could pass
@@ -275,8 +276,8 @@ func TestRedirectIsA3xxFailure(t *testing.T) {
 	var mu sync.Mutex
 	var outcomes []string
 	s := New(n, Config{Observe: func(_, o string, _ float64) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }})
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
@@ -299,8 +300,8 @@ func TestEndedStreamIsReopened(t *testing.T) {
 	clk := wheel.NewFakeClock(time.UnixMilli(5000))
 	s := New(n, Config{Clock: clk})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 1}}
 	})
 	first := n.stream()
 	first.ended <- model.ErrUnavailable
@@ -335,8 +336,8 @@ func TestUnsendableHeadersAreLeftOut(t *testing.T) {
 	n := newFake()
 	s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	d := delivery(1)
 	d.Headers = map[string]string{"a b": "v", "X-Injected": "a\r\nEvil: 1", "Content-Length": "99", "X-Ok": "yes"}
@@ -389,8 +390,8 @@ func TestLeftOutHeaderWarnedOncePerSecond(t *testing.T) {
 	clock := wheel.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s := New(n, Config{Clock: clock, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	deliver := func(attempts ...int32) {
 		for _, a := range attempts {

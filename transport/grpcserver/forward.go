@@ -21,6 +21,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -98,7 +99,7 @@ func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to model.Memb
 }
 
 // Enqueue forwards an enqueue, its due times absolute.
-func (f *forwarder) Enqueue(ctx context.Context, to model.Member, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (f *forwarder) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	req := &pb.EnqueueRequest{Messages: make([]*pb.Message, len(msgs))}
 	for i, m := range msgs {
 		req.Messages[i] = messageOf(m)
@@ -120,7 +121,7 @@ func (f *forwarder) Enqueue(ctx context.Context, to model.Member, msgs []wheel.N
 
 // messageOf is the protobuf form of a validated message, due at its
 // absolute time.
-func messageOf(m wheel.NewMessage) *pb.Message {
+func messageOf(m command.NewMessage) *pb.Message {
 	at := m.DeliverAtMs
 	out := &pb.Message{Topic: m.Topic, Body: m.Body, DeliverAtMs: &at, Key: m.Key, Priority: m.Priority, Headers: m.Headers}
 	if m.TTRMs > 0 {
@@ -135,7 +136,7 @@ func messageOf(m wheel.NewMessage) *pb.Message {
 }
 
 // Cancel forwards a cancel by id or by topic and key.
-func (f *forwarder) Cancel(ctx context.Context, to model.Member, c wheel.Cancel) (model.ID, uint64, error) {
+func (f *forwarder) Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error) {
 	req := &pb.CancelRequest{Topic: c.Topic, Key: c.Key}
 	if c.Topic == "" {
 		req.Id = c.ID.String()
@@ -189,7 +190,7 @@ func deliveryFrom(d *pb.Delivery) (model.Delivery, error) {
 }
 
 // Settle forwards an ack, nack or touch.
-func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error) {
 	list := make([]string, len(rs))
 	for i, r := range rs {
 		list[i] = r.String()
@@ -205,7 +206,7 @@ func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, 
 	default:
 		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Ack)
 	}
-	return wheel.Counted{Done: int(resp.GetDone()), Stale: int(resp.GetStale())}, index, err
+	return command.Counted{Done: int(resp.GetDone()), Stale: int(resp.GetStale())}, index, err
 }
 
 // Redrive forwards a redrive (all of the topic's dead when ids is empty).

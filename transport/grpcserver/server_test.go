@@ -28,6 +28,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -317,7 +318,7 @@ func subscribeErr(ctx context.Context, c pb.DelaywheelClient, topic string) erro
 // overloaded refuses every enqueue as a node whose log is full does.
 type overloaded struct{ transport.Backend }
 
-func (overloaded) Enqueue(context.Context, []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (overloaded) Enqueue(context.Context, []command.NewMessage) ([]wheel.Enqueued, error) {
 	return nil, fmt.Errorf("%w: too many entries waiting to be applied", model.ErrOverloaded)
 }
 
@@ -559,7 +560,7 @@ type heldAcks struct {
 	calls   chan struct{}
 }
 
-func (h heldAcks) Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error) {
+func (h heldAcks) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
 	h.calls <- struct{}{}
 	<-h.release
 	return h.Backend.Ack(ctx, rs)

@@ -9,6 +9,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -56,7 +57,7 @@ func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, 
 // both ways, or a key without its topic, is refused rather than read one
 // way.
 func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
-	var c wheel.Cancel
+	var c command.Cancel
 	var err error
 	switch {
 	case req.GetId() != "" && (req.GetTopic() != "" || req.GetKey() != ""):

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -20,15 +20,15 @@ type settleRecorder struct {
 	ackErr error
 }
 
-func (b *settleRecorder) Ack(_ context.Context, rs []model.Receipt) (wheel.Counted, error) {
+func (b *settleRecorder) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
 	b.acks = append(b.acks, slices.Clone(rs))
-	return wheel.Counted{Done: len(rs)}, b.ackErr
+	return command.Counted{Done: len(rs)}, b.ackErr
 }
 
-func (b *settleRecorder) Nack(_ context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error) {
+func (b *settleRecorder) Nack(_ context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	b.nacks = append(b.nacks, slices.Clone(rs))
 	b.delays = append(b.delays, delayMs)
-	return wheel.Counted{Done: len(rs)}, nil
+	return command.Counted{Done: len(rs)}, nil
 }
 
 func receipts(nonces ...uint64) []model.Receipt {

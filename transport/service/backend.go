@@ -7,6 +7,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -44,14 +45,14 @@ type Backend interface {
 	ReadAfter(index uint64)
 
 	// Enqueue schedules messages whose DeliverAtMs is already absolute.
-	Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error)
+	Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error)
 	// Get returns a pending message.
 	Get(ctx context.Context, id model.ID) (wheel.View, error)
 	// GetByKey returns the pending message of topic that holds key.
 	GetByKey(ctx context.Context, topic, key string) (wheel.View, error)
 	// Cancel removes a delayed or ready message by ID, or by (Topic, Key)
 	// when Topic != "", and returns its ID.
-	Cancel(ctx context.Context, c wheel.Cancel) (model.ID, error)
+	Cancel(ctx context.Context, c command.Cancel) (model.ID, error)
 	// Reschedule moves a delayed or ready message and returns its new due time.
 	Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) (int64, error)
 	// Reserve hands out up to max due messages of topic, waiting up to wait
@@ -64,11 +65,11 @@ type Backend interface {
 	// leadership is lost. Every push front end serves one.
 	Stream(ctx context.Context, topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes reserved messages.
-	Ack(ctx context.Context, rs []model.Receipt) (wheel.Counted, error)
+	Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// Nack returns reserved messages to delayed, due delayMs from now.
-	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (wheel.Counted, error)
+	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error)
 	// Touch extends leases by their time-to-run.
-	Touch(ctx context.Context, rs []model.Receipt) (wheel.Counted, error)
+	Touch(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// Topics returns the per-state counts of every topic.
 	Topics(ctx context.Context) ([]wheel.TopicCounts, error)
 	// Dead lists up to limit dead messages of topic.
@@ -98,14 +99,14 @@ type Backend interface {
 	Backup(ctx context.Context, w io.Writer) (uint64, error)
 
 	// SetWebhook sets or replaces a topic's webhook.
-	SetWebhook(ctx context.Context, w wheel.Webhook) error
+	SetWebhook(ctx context.Context, w command.Webhook) error
 	// Webhook returns a topic's webhook (model.ErrNotFound: none).
-	Webhook(ctx context.Context, topic string) (wheel.Webhook, error)
+	Webhook(ctx context.Context, topic string) (command.Webhook, error)
 	// DeleteWebhook removes a topic's webhook (model.ErrNotFound: none).
 	DeleteWebhook(ctx context.Context, topic string) error
 
 	// SetSchedule creates or replaces a schedule and returns it as stored.
-	SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.ScheduleInfo, error)
+	SetSchedule(ctx context.Context, spec command.ScheduleSpec) (wheel.ScheduleInfo, error)
 	// DeleteSchedule removes a schedule; occurrences already enqueued stay.
 	DeleteSchedule(ctx context.Context, name string) error
 	// Schedule returns a stored schedule.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -20,11 +21,11 @@ import (
 // write here. A refusal of the leader comes back as the Forwarder's wire
 // carries it; ErrNoForward says nothing was sent.
 type Forwarder interface {
-	Enqueue(ctx context.Context, to model.Member, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error)
-	Cancel(ctx context.Context, to model.Member, c wheel.Cancel) (model.ID, uint64, error)
+	Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error)
+	Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error)
 	Reschedule(ctx context.Context, to model.Member, id model.ID, deliverAtMs int64) (int64, uint64, error)
 	Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error)
-	Settle(ctx context.Context, to model.Member, op Op, rs []model.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error)
+	Settle(ctx context.Context, to model.Member, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error)
 	Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error)
 	// Reaches reports whether a call of ctx can be forwarded to the
 	// leader at to.
@@ -192,9 +193,9 @@ func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T
 
 // Enqueue schedules a validated batch (due times absolute): each group's
 // messages as one enqueue of that group, the results in the batch's order.
-func (r *Router) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (r *Router) Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	groups, parts := Split(len(msgs), func(i int) int { return r.GroupOfTopic(msgs[i].Topic) })
-	in := func(g int, part []wheel.NewMessage) ([]wheel.Enqueued, error) {
+	in := func(g int, part []command.NewMessage) ([]wheel.Enqueued, error) {
 		return Call(ctx, r, g, func(b Backend) ([]wheel.Enqueued, error) { return b.Enqueue(ctx, part) },
 			func(f Forwarder, to model.Member) ([]wheel.Enqueued, uint64, error) { return f.Enqueue(ctx, to, part) })
 	}
@@ -204,7 +205,7 @@ func (r *Router) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.
 	res := make([]wheel.Enqueued, len(msgs))
 	err := EachGroup(groups, func(g int) error {
 		idx := parts[g]
-		part := make([]wheel.NewMessage, len(idx))
+		part := make([]command.NewMessage, len(idx))
 		for j, i := range idx {
 			part[j] = msgs[i]
 		}
@@ -239,14 +240,14 @@ func first[T any](s []T) T {
 // receipts, each group's as one call of that group, and sums the counts.
 // A receipt of a group this cluster does not have is refused, naming
 // field[i].
-func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Receipt, nackDelayMs int64) (wheel.Counted, error) {
+func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, error) {
 	if err := r.CheckReceipts(field, rs); err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
 	groups, parts := Split(len(rs), func(i int) int { return rs[i].ID.Group() })
-	in := func(g int, part []model.Receipt) (wheel.Counted, error) {
-		return Call(ctx, r, g, func(b Backend) (wheel.Counted, error) { return SettleOn(ctx, b, op, part, nackDelayMs) },
-			func(f Forwarder, to model.Member) (wheel.Counted, uint64, error) {
+	in := func(g int, part []model.Receipt) (command.Counted, error) {
+		return Call(ctx, r, g, func(b Backend) (command.Counted, error) { return SettleOn(ctx, b, op, part, nackDelayMs) },
+			func(f Forwarder, to model.Member) (command.Counted, uint64, error) {
 				return f.Settle(ctx, to, op, part, nackDelayMs)
 			})
 	}
@@ -254,7 +255,7 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Rec
 		return in(first(rs).ID.Group(), rs)
 	}
 	var mu sync.Mutex
-	var sum wheel.Counted
+	var sum command.Counted
 	err := EachGroup(groups, func(g int) error {
 		part := make([]model.Receipt, len(parts[g]))
 		for j, i := range parts[g] {
@@ -286,7 +287,7 @@ func (r *Router) CheckReceipts(field string, rs []model.Receipt) error {
 }
 
 // SettleOn acks, nacks (due nackDelayMs from now) or touches rs on b.
-func SettleOn(ctx context.Context, b Backend, op Op, rs []model.Receipt, nackDelayMs int64) (wheel.Counted, error) {
+func SettleOn(ctx context.Context, b Backend, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, error) {
 	switch op {
 	case OpNack:
 		return b.Nack(ctx, rs, nackDelayMs)
@@ -298,7 +299,7 @@ func SettleOn(ctx context.Context, b Backend, op Op, rs []model.Receipt, nackDel
 
 // Cancel removes a delayed or ready message by id, or by topic and key,
 // in its group.
-func (r *Router) Cancel(ctx context.Context, c wheel.Cancel) (model.ID, error) {
+func (r *Router) Cancel(ctx context.Context, c command.Cancel) (model.ID, error) {
 	g := r.GroupOfTopic(c.Topic)
 	if c.Topic == "" {
 		var err error

@@ -8,6 +8,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -18,20 +19,20 @@ type group struct {
 	leads           bool
 	leader          model.Member
 	readAfter       uint64
-	enqueued        [][]wheel.NewMessage
+	enqueued        [][]command.NewMessage
 }
 
 func (b *group) Leader() (model.Member, bool, bool) { return b.leader, b.leads, true }
 func (b *group) Removed() error                     { return nil }
 func (b *group) ReadAfter(index uint64)             { b.readAfter = index }
-func (b *group) Enqueue(_ context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (b *group) Enqueue(_ context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	b.enqueued = append(b.enqueued, msgs)
 	return results(b.g, msgs), nil
 }
 
 // results are the answers of group g to msgs: ids naming g, due where
 // they ask.
-func results(g int, msgs []wheel.NewMessage) []wheel.Enqueued {
+func results(g int, msgs []command.NewMessage) []wheel.Enqueued {
 	out := make([]wheel.Enqueued, len(msgs))
 	for i, m := range msgs {
 		out[i] = wheel.Enqueued{ID: model.ID{Index: uint64(i + 1), Seq: uint32(g)<<24 | uint32(i)}, DeliverAtMs: m.DeliverAtMs}
@@ -42,11 +43,11 @@ func results(g int, msgs []wheel.NewMessage) []wheel.Enqueued {
 // forwarder answers what it is sent as the leader at to would, or fails.
 type forwarder struct {
 	service.Forwarder
-	sent map[string][]wheel.NewMessage // by leader
+	sent map[string][]command.NewMessage // by leader
 	fail error
 }
 
-func (f *forwarder) Enqueue(_ context.Context, to model.Member, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (f *forwarder) Enqueue(_ context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	if f.fail != nil {
 		return nil, 0, f.fail
 	}
@@ -73,9 +74,9 @@ func topicOf(g, n int) string {
 func TestRouterEnqueueSplitsByGroup(t *testing.T) {
 	g0 := &group{g: 0, leads: true}
 	g1 := &group{g: 1, leader: model.Member{ID: "n2", HTTPAddr: "h2:1", GRPCAddr: "h2:2"}}
-	fwd := &forwarder{sent: map[string][]wheel.NewMessage{}}
+	fwd := &forwarder{sent: map[string][]command.NewMessage{}}
 	r := service.NewRouter([]service.Backend{g0, g1}, fwd)
-	msgs := []wheel.NewMessage{{Topic: topicOf(1, 2), DeliverAtMs: 1}, {Topic: topicOf(0, 2), DeliverAtMs: 2}, {Topic: topicOf(1, 2), DeliverAtMs: 3}}
+	msgs := []command.NewMessage{{Topic: topicOf(1, 2), DeliverAtMs: 1}, {Topic: topicOf(0, 2), DeliverAtMs: 2}, {Topic: topicOf(1, 2), DeliverAtMs: 3}}
 	res, err := r.Enqueue(t.Context(), msgs)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -31,12 +32,12 @@ func NotFound(format string, args ...any) *Error { return refuse(model.ErrNotFou
 // ValidateEnqueue does. Invariant: a body is the decoder's own copy (the
 // generated decoder never aliases its input), so it becomes the message's
 // body as it is, where the JSON form needs a copy into a []byte.
-func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	msgs := req.GetMessages()
 	if err := CheckCount("messages", len(msgs), lim.MaxBatch, false); err != nil {
 		return nil, err
 	}
-	out := make([]wheel.NewMessage, len(msgs))
+	out := make([]command.NewMessage, len(msgs))
 	for i, p := range msgs {
 		m := api.MessageFields(p)
 		body := p.GetBody()
@@ -53,11 +54,11 @@ func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wh
 
 // ValidateEnqueue checks every message of req and converts it, with the
 // defaults filled in and its due time made absolute.
-func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	if err := CheckCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
 		return nil, err
 	}
-	out := make([]wheel.NewMessage, len(req.Messages))
+	out := make([]command.NewMessage, len(req.Messages))
 	for i := range req.Messages {
 		// Unnamed first: the names an error gives its fields are built only
 		// for a message that fails, which is then checked again with them.
@@ -72,7 +73,7 @@ func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.N
 }
 
 // ValidateMessage checks one message; where is "messages[i]".
-func ValidateMessage(m *api.Message, where string, lim Limits, nowMs int64) (wheel.NewMessage, error) {
+func ValidateMessage(m *api.Message, where string, lim Limits, nowMs int64) (command.NewMessage, error) {
 	body, bodyErr := validatePayload(where, m.Payload, lim)
 	return validateFields(m, body, bodyErr, where, lim, nowMs)
 }
@@ -80,8 +81,8 @@ func ValidateMessage(m *api.Message, where string, lim Limits, nowMs int64) (whe
 // validateFields checks one message whose body is decoded already: body,
 // or bodyErr, which it reports where validateMessage always has (after the
 // topic), so that both forms name the same first error.
-func validateFields(m *api.Message, body []byte, bodyErr error, where string, lim Limits, nowMs int64) (wheel.NewMessage, error) {
-	nm := wheel.NewMessage{Topic: m.Topic, Key: m.Key, Priority: m.Priority, Headers: m.Headers,
+func validateFields(m *api.Message, body []byte, bodyErr error, where string, lim Limits, nowMs int64) (command.NewMessage, error) {
+	nm := command.NewMessage{Topic: m.Topic, Key: m.Key, Priority: m.Priority, Headers: m.Headers,
 		TTRMs: lim.DefaultTTRMs, MaxAttempts: lim.DefaultMaxAttempts}
 	var err error
 	if err = ValidateTopic(FieldPath(where, "topic"), m.Topic, lim); err != nil {
