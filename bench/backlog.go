@@ -147,9 +147,11 @@ func runBacklog(ctx context.Context, cfg Config, t target, res *Result) error {
 		return fmt.Sprintf("backlog %s: %s/%s pending, %s/s", t.Name(), si(float64(p.done.Load())), si(float64(n)),
 			si(float64(p.done.Load())/time.Since(p.start).Seconds()))
 	})
+	cw := startCPU(t)
 	err = p.Run(ctx, &cfg, t)
 	stop()
 	b.Fill = *p.result(t)
+	b.Fill.CPU = cw.end(int(p.done.Load()))
 	res.Throughput, res.ThroughputOf = p.tl.Rates(120), "enqueued"
 	if err != nil {
 		return fmt.Errorf("fill: %w", err)

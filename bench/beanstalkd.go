@@ -59,6 +59,21 @@ func spawnBeanstalkd(ctx context.Context, cfg *Config, dir string) (*bsTarget, e
 	return t, nil
 }
 
+// connectBeanstalkd drives the running server at cfg.BeanstalkdAddr.
+func connectBeanstalkd(ctx context.Context, cfg *Config) (*bsTarget, error) {
+	t := &bsTarget{addr: cfg.BeanstalkdAddr, tube: "bench-" + cfg.runID, wait: cfg.Wait,
+		conns: make(chan *bsConn, cfg.Producers+4), ttr: 60}
+	c, err := dialBeanstalk(ctx, t.addr)
+	if err != nil {
+		return nil, fmt.Errorf("--beanstalkd-target-addr: %w", err)
+	}
+	defer c.Close()
+	if _, err := c.Stats(ctx, "stats"); err != nil {
+		return nil, fmt.Errorf("--beanstalkd-target-addr: %w", err)
+	}
+	return t, nil
+}
+
 func (t *bsTarget) waitReady(ctx context.Context) error {
 	return waitReady(ctx, t.proc, readyTimeout, func(ctx context.Context) error {
 		c, err := dialBeanstalk(ctx, t.addr)
@@ -174,9 +189,17 @@ func (t *bsTarget) Pending(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func (t *bsTarget) Resources(context.Context) (resources, error) { return footprint(t.proc, t.dir) }
+func (t *bsTarget) Resources(context.Context) (resources, error) {
+	if t.proc == nil {
+		return resources{RSSBytes: -1, RSSAnonBytes: -1, RSSFileBytes: -1, DiskBytes: -1}, errNotSpawned
+	}
+	return footprint(t.proc, t.dir)
+}
 
 func (t *bsTarget) Restart(ctx context.Context) (restartTimes, error) {
+	if t.proc == nil {
+		return restartTimes{}, errNotSpawned
+	}
 	t.drain()
 	return restartProc(ctx, t.proc, t.waitReady)
 }
@@ -195,6 +218,9 @@ func (t *bsTarget) drain() {
 
 func (t *bsTarget) Close() error {
 	t.drain()
+	if t.proc == nil {
+		return nil
+	}
 	_, err := t.proc.Stop(30 * time.Second)
 	return err
 }

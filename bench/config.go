@@ -46,6 +46,9 @@ type Config struct {
 	Spawn     int
 	Binary    string
 	TokenFile string // bearer token for the delaywheel API
+	// ServerPIDs are the pids of the running cluster at Addrs, on this
+	// machine: their CPU time is read from /proc and reported per message.
+	ServerPIDs []int
 	// Groups is the spawned cluster's --groups: Raft groups per node
 	// (default 1). Topics spreads the messages over that many topics, by
 	// sequence number, each consumer taking one of them, so that a cluster
@@ -97,6 +100,11 @@ type Config struct {
 	// BeanstalkdFsync is beanstalkd's -f: fsync the binlog at most this
 	// often. 0 fsyncs every write, the durability of the other targets.
 	BeanstalkdFsync time.Duration
+	// BeanstalkdAddr is a running server of beanstalkd's protocol (a
+	// delaywheel node's --beanstalkd-addr, or beanstalkd) that the
+	// beanstalkd target drives instead of spawning beanstalkd; its
+	// memory, disk and restarts are then not measured.
+	BeanstalkdAddr string
 
 	KillAfter time.Duration // failover: from the first due time to the kill; 0 = a third of Duration
 	Down      time.Duration // failover: how long the killed leader stays down
@@ -237,6 +245,14 @@ func (cfg Config) validate() error {
 	}
 	if len(cfg.Addrs) > 0 && cfg.Spawn != 0 {
 		errs = append(errs, errors.New("--addr and --spawn exclude each other: bench a running cluster, or spawn one"))
+	}
+	if len(cfg.ServerPIDs) > 0 && len(cfg.Addrs) == 0 {
+		errs = append(errs, errors.New("--server-pid: only with --addr (the servers the harness spawns are measured anyway)"))
+	}
+	for _, pid := range cfg.ServerPIDs {
+		if pid < 1 {
+			errs = append(errs, fmt.Errorf("--server-pid %d: must be a process id, 1 or more", pid))
+		}
 	}
 	if cfg.Spawn != 0 && cfg.Spawn != 1 && cfg.Spawn != 3 {
 		errs = append(errs, fmt.Errorf("--spawn %d: want 1 or 3 nodes", cfg.Spawn))

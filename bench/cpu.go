@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// ServerCPU is the CPU time the spawned servers used over a window of a
-// run: every node's user and system time, added up. On one machine that
+// ServerCPU is the CPU time the servers used over a window of a run:
+// every node's user and system time, added up, for a server the harness
+// spawned or whose pid it was given (Config.ServerPIDs). On one machine that
 // is what the cluster costs per message, a figure that noise from other
 // processes on a shared machine moves far less than latency.
 type ServerCPU struct {
@@ -14,12 +15,12 @@ type ServerCPU struct {
 	Cores     float64 `json:"cores"`              // CPU time ÷ the window's length
 	PerMsgUs  float64 `json:"us_per_msg"`         // CPU time ÷ the messages of the window
 	WindowS   float64 `json:"window_s"`           // the window's length
-	LeaderSec float64 `json:"leader_cpu_s"`       // of which the leader's
+	LeaderSec float64 `json:"leader_cpu_s"`       // of which the leader's (-1: not known)
 	Messages  int     `json:"messages,omitempty"` // the messages of the window
 }
 
-// cpuReader is a target that can read its spawned servers' CPU time:
-// all of them, and the leader's.
+// cpuReader is a target that can read its servers' CPU time: all of
+// them, and the leader's (-1 when it cannot tell which one leads).
 type cpuReader interface {
 	serverCPU() (all, leader time.Duration, err error)
 }
@@ -37,7 +38,7 @@ type cpuWindow struct {
 func startCPU(t target) *cpuWindow {
 	r, ok := t.(cpuReader)
 	if !ok {
-		return &cpuWindow{err: errors.New("not a spawned delaywheel")}
+		return &cpuWindow{err: errors.New("no server pid to read the CPU time of")}
 	}
 	w := &cpuWindow{r: r, at: time.Now()}
 	w.all, w.leader, w.err = r.serverCPU()
@@ -56,7 +57,10 @@ func (w *cpuWindow) end(msgs int) *ServerCPU {
 	}
 	s := (all - w.all).Seconds()
 	win := time.Since(w.at).Seconds()
-	c := &ServerCPU{Seconds: round3(s), WindowS: round3(win), LeaderSec: round3((leader - w.leader).Seconds()), Messages: msgs}
+	c := &ServerCPU{Seconds: round3(s), WindowS: round3(win), LeaderSec: -1, Messages: msgs}
+	if leader >= 0 && w.leader >= 0 {
+		c.LeaderSec = round3((leader - w.leader).Seconds())
+	}
 	if win > 0 {
 		c.Cores = round3(s / win)
 	}
@@ -64,4 +68,38 @@ func (w *cpuWindow) end(msgs int) *ServerCPU {
 		c.PerMsgUs = round3(s * 1e6 / float64(msgs))
 	}
 	return c
+}
+
+// procsCPU adds up the CPU time of processes by pid, from /proc.
+func procsCPU(pids []int) (time.Duration, error) {
+	var all time.Duration
+	for _, pid := range pids {
+		d, err := cpuOf(pid)
+		if err != nil {
+			return 0, err
+		}
+		all += d
+	}
+	return all, nil
+}
+
+// serverCPU reads the CPU time of a spawned Redis: one process, which is
+// its own leader.
+func (t *redisTarget) serverCPU() (all, leader time.Duration, err error) {
+	d, err := t.proc.CPU()
+	return d, d, err
+}
+
+// serverCPU reads the CPU time of a spawned beanstalkd: one process.
+func (t *bsTarget) serverCPU() (all, leader time.Duration, err error) {
+	d, err := t.proc.CPU()
+	return d, d, err
+}
+
+// perMsgUs is c's CPU per message in µs for a table cell, "" when not measured.
+func (c *ServerCPU) perMsgUs() string {
+	if c == nil || c.Messages == 0 {
+		return ""
+	}
+	return f1(c.PerMsgUs)
 }

@@ -39,6 +39,7 @@ type dwTarget struct {
 	token     string
 	leader    atomic.Int32 // index of the node believed to lead
 	cluster   *dwCluster   // nil when the harness did not spawn it
+	pids      []int        // of a cluster not spawned: its servers' pids, if given
 	logger    *slog.Logger
 
 	reserveMax  int
@@ -75,6 +76,7 @@ func newDelaywheelTarget(ctx context.Context, cfg *Config, addrs []string, clust
 		hc:          &http.Client{Transport: tr},
 		token:       token,
 		cluster:     cluster,
+		pids:        cfg.ServerPIDs,
 		logger:      cfg.logger,
 		reserveMax:  cfg.ReserveMax,
 		waitMs:      cfg.Wait.Milliseconds(),
@@ -589,10 +591,15 @@ func (c *dwConsumer) Close() error {
 }
 
 // serverCPU adds up the CPU time of the spawned nodes, and gives the
-// leader's apart.
+// leader's apart; of a cluster reached by address, the CPU time of the
+// pids it was given (the leader's is not known: -1).
 func (t *dwTarget) serverCPU() (all, leader time.Duration, err error) {
 	if t.cluster == nil {
-		return 0, 0, errNotSpawned
+		if len(t.pids) == 0 {
+			return 0, 0, errNotSpawned
+		}
+		all, err := procsCPU(t.pids)
+		return all, -1, err
 	}
 	ld := t.leaderNode()
 	for _, nd := range t.cluster.nodes {

@@ -70,8 +70,11 @@
 // on real bodies.
 //
 // CPU time is read from /proc/<pid>/stat, user and system, for every
-// spawned node (cpu.go): fire and schedules report what the nodes used
-// from the first due time to the end of the wait, and per message. A
+// spawned server of every target, and for the pids given with --addr
+// (--server-pid) (cpu.go): fire reports what the servers used from the
+// start of enqueueing to the end of the wait, per message (enqueue, hand-off
+// and ack), and the part spent while enqueueing; enqueue and backlog what
+// the enqueues used; schedules from the first occurrence on. A
 // server's CPU time per message hardly depends on what else the machine
 // runs, while lateness does, so a change of delaywheel that should make it
 // cheaper is measured there first.

@@ -19,10 +19,13 @@ type FireResult struct {
 	HeadroomS      float64 `json:"headroom_s"`        // first due time − end of enqueueing; < 0: they overlapped
 	ConsumerErrors int64   `json:"consumer_errors"`   // failed reserves and acks
 	Retries        int64   `json:"retries,omitempty"` // enqueue and ack calls retried
-	// CPU is the spawned servers' CPU time from the first due time to the
-	// end of the wait for deliveries, per message: the fire path, with
-	// enqueueing too where it overlapped (HeadroomS < 0).
-	CPU *ServerCPU `json:"server_cpu,omitempty"`
+	// CPU is the servers' CPU time from the start of enqueueing to the end
+	// of the wait for deliveries, per message: what a message costs from
+	// its enqueue through its hand-off to its ack. EnqueueCPU is the part
+	// spent while enqueueing (which includes firing where the two
+	// overlapped, HeadroomS < 0).
+	CPU        *ServerCPU `json:"server_cpu,omitempty"`
+	EnqueueCPU *ServerCPU `json:"enqueue_server_cpu,omitempty"`
 }
 
 // fireRun is a fire workload in progress.
@@ -149,7 +152,9 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, opt fireOpts) 
 		return fmt.Sprintf("%s %s: enqueued %s/%s, due %s, received %s", cfg.Workload, t.Name(),
 			si(float64(fr.prod.done.Load())), si(float64(n)), si(float64(dueNow)), si(float64(fr.led.ReceivedCount())))
 	})
+	cw := startCPU(t)
 	perr := fr.prod.Run(ctx, &cfg, t)
+	enqCPU := cw.end(int(fr.prod.done.Load()))
 	if perr != nil {
 		fr.led.Failed(n - int(fr.prod.done.Load()))
 	} else if fr.prod.end.After(fr.firstDue) {
@@ -172,7 +177,6 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, opt fireOpts) 
 	if perr == nil {
 		sleepCtx(ctx, time.Until(fr.firstDue))
 	}
-	cw := startCPU(t)
 	tick := time.NewTicker(50 * time.Millisecond)
 	for perr == nil && ctx.Err() == nil && time.Now().Before(end) {
 		if opt.settleEarly && time.Now().After(fr.lastDue.Add(2*time.Second)) && settled(ctx, fr) {
@@ -200,6 +204,7 @@ func fire(ctx context.Context, cfg Config, t target, res *Result, opt fireOpts) 
 		HeadroomS:      round3(fr.firstDue.Sub(fr.prod.end).Seconds()),
 		ConsumerErrors: cerrs.Load(),
 		CPU:            cw.end(o.Messages),
+		EnqueueCPU:     enqCPU,
 	}
 	if dw, ok := t.(*dwTarget); ok {
 		res.Fire.Retries = dw.retries.Load()

@@ -74,13 +74,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	ran := r.ran()
 	switch r.Workload {
 	case WorkloadEnqueue:
-		row("target", "messages", "seconds", "msg/s", "call p50 ms", "p90", "p99", "p99.9", "max")
+		row("target", "messages", "seconds", "msg/s", "server CPU µs/msg", "call p50 ms", "p90", "p99", "p99.9", "max")
 		for _, res := range ran {
 			e := res.Enqueue
-			row(res.Target, e.Messages, f3(e.Seconds), f0(e.PerSec), f2(e.Latency.P50), f2(e.Latency.P90), f2(e.Latency.P99), f2(e.Latency.P999), f2(e.Latency.Max))
+			row(res.Target, e.Messages, f3(e.Seconds), f0(e.PerSec), e.CPU.perMsgUs(), f2(e.Latency.P50), f2(e.Latency.P90), f2(e.Latency.P99), f2(e.Latency.P999), f2(e.Latency.Max))
 		}
 	case WorkloadFire, WorkloadFailover:
-		head := []any{"target", "sent", "received", "lost", "early", "dup", "late p50 ms", "p90", "p99", "p99.9", "max"}
+		head := []any{"target", "sent", "received", "lost", "early", "dup", "late p50 ms", "p90", "p99", "p99.9", "max", "server CPU µs/msg"}
 		if r.Workload == WorkloadFailover {
 			head = append(head, "killed", "election ms", "gap ms")
 		}
@@ -88,9 +88,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for _, res := range ran {
 			f := res.Fire
 			l := f.Lateness
-			cells := []any{res.Target, f.Sent, f.Received, f.Lost, f.Early, f.Duplicates, f2(l.P50), f2(l.P90), f2(l.P99), f2(l.P999), f2(l.Max)}
+			cells := []any{res.Target, f.Sent, f.Received, f.Lost, f.Early, f.Duplicates, f2(l.P50), f2(l.P90), f2(l.P99), f2(l.P999), f2(l.Max), f.CPU.perMsgUs()}
 			if wh := res.Webhook; wh != nil && wh.Hang {
-				cells = []any{res.Target, f.Sent, f.Received, "n/a", f.Early, f.Duplicates, "n/a", "n/a", "n/a", "n/a", "n/a"}
+				cells = []any{res.Target, f.Sent, f.Received, "n/a", f.Early, f.Duplicates, "n/a", "n/a", "n/a", "n/a", "n/a", f.CPU.perMsgUs()}
 			}
 			if fo := res.Failover; fo != nil {
 				cells = append(cells, fo.KilledNode, f0(fo.ElectionMs), f0(fo.GapMs))
@@ -98,10 +98,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			row(cells...)
 		}
 	case WorkloadBacklog:
-		row("target", "pending", "fill msg/s", "disk", "disk B/msg", "stop s", "restart→ready s")
+		row("target", "pending", "fill msg/s", "fill server CPU µs/msg", "disk", "disk B/msg", "stop s", "restart→ready s")
 		for _, res := range ran {
 			k := res.Backlog
-			row(res.Target, k.Pending, f0(k.Fill.PerSec), bytesStr(k.DiskFull), f1(k.DiskPerMsg), f2(k.StopS), f3(k.RestartToReadyS))
+			row(res.Target, k.Pending, f0(k.Fill.PerSec), k.Fill.CPU.perMsgUs(), bytesStr(k.DiskFull), f1(k.DiskPerMsg), f2(k.StopS), f3(k.RestartToReadyS))
 		}
 		tw.Flush()
 		b.WriteString("\nresident memory (VmRSS = anonymous + mapped file pages, the executable's included):\n")
@@ -130,8 +130,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 			writeWebhook(&b, res.Target, res.Webhook)
 		}
 		if c := res.serverCPU(); c != nil {
-			fmt.Fprintf(&b, "%s: the servers used %.1f s of CPU over %.1f s (%.2f cores; the leader %.1f s), %.1f µs a message\n",
-				res.Target, c.Seconds, c.WindowS, c.Cores, c.LeaderSec, c.PerMsgUs)
+			leader := ""
+			if c.LeaderSec >= 0 {
+				leader = fmt.Sprintf("; the leader %.1f s", c.LeaderSec)
+			}
+			enq := ""
+			if res.Fire != nil && res.Fire.EnqueueCPU != nil {
+				enq = fmt.Sprintf(" (%.1f µs of it while enqueueing)", res.Fire.EnqueueCPU.Seconds*1e6/float64(max(c.Messages, 1)))
+			}
+			fmt.Fprintf(&b, "%s: the servers used %.1f s of CPU over %.1f s (%.2f cores%s), %.1f µs a message%s\n",
+				res.Target, c.Seconds, c.WindowS, c.Cores, leader, c.PerMsgUs, enq)
 		}
 	}
 	for _, res := range r.Results {

@@ -75,3 +75,35 @@ func TestCPUOfSelf(t *testing.T) {
 		}
 	}
 }
+
+// TestServerCPUOfGivenPIDs: a cluster reached by address measures the pids
+// it was given, as a spawned server is measured, and knows no leader.
+func TestServerCPUOfGivenPIDs(t *testing.T) {
+	if _, _, err := (&dwTarget{}).serverCPU(); err == nil {
+		t.Fatal("a cluster neither spawned nor given pids read a CPU time")
+	}
+	tg := &dwTarget{pids: []int{os.Getpid(), os.Getpid()}}
+	w := startCPU(tg)
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	for {
+		all, leader, err := tg.serverCPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leader != -1 {
+			t.Fatalf("leader CPU %v, want -1 (not known)", leader)
+		}
+		if all > w.all {
+			break
+		}
+	}
+	c := w.end(10)
+	if c == nil || c.Seconds <= 0 || c.PerMsgUs <= 0 || c.LeaderSec != -1 {
+		t.Fatalf("window %+v: want CPU per message and no leader", c)
+	}
+	if (&cpuWindow{err: errNotSpawned}).end(10) != nil {
+		t.Fatal("a window that could not start reported CPU")
+	}
+}

@@ -110,6 +110,8 @@ type EnqueueResult struct {
 	Latency  Summary    `json:"call_latency"` // one enqueue call of a batch
 	CDF      []CDFPoint `json:"call_latency_cdf,omitempty"`
 	Retries  int64      `json:"retries,omitempty"`
+	// CPU is the servers' CPU time over the enqueue, when it can be read.
+	CPU *ServerCPU `json:"server_cpu,omitempty"`
 }
 
 func (p *producers) result(t target) *EnqueueResult {
@@ -136,9 +138,11 @@ func runEnqueue(ctx context.Context, cfg Config, t target, res *Result) error {
 		return fmt.Sprintf("enqueue %s: %s/%s messages, %s/s", t.Name(), si(float64(p.done.Load())), si(float64(n)),
 			si(float64(p.done.Load())/time.Since(p.start).Seconds()))
 	})
+	cw := startCPU(t)
 	err := p.Run(ctx, &cfg, t)
 	stop()
 	res.Enqueue = p.result(t)
+	res.Enqueue.CPU = cw.end(int(p.done.Load()))
 	res.Throughput, res.ThroughputOf = p.tl.Rates(120), "enqueued"
 	return err
 }

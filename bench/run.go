@@ -152,7 +152,7 @@ func runTarget(ctx context.Context, cfg Config, dir, name string) (res Result) {
 			return res
 		}
 	case TargetBeanstalkd:
-		if _, err := exec.LookPath("beanstalkd"); err != nil {
+		if _, err := exec.LookPath("beanstalkd"); err != nil && cfg.BeanstalkdAddr == "" {
 			res.Skipped = installHint("beanstalkd")
 			return res
 		}
@@ -224,6 +224,9 @@ func openTarget(ctx context.Context, cfg Config, dir, name string) (target, erro
 	case TargetRedis:
 		return spawnRedis(ctx, &cfg, dir)
 	case TargetBeanstalkd:
+		if cfg.BeanstalkdAddr != "" {
+			return connectBeanstalkd(ctx, &cfg)
+		}
 		return spawnBeanstalkd(ctx, &cfg, dir)
 	}
 	return nil, fmt.Errorf("unknown target %q", name)
@@ -265,6 +268,10 @@ func (r *Result) serverCPU() *ServerCPU {
 		return r.Fire.CPU
 	case r.Schedules != nil:
 		return r.Schedules.CPU
+	case r.Enqueue != nil:
+		return r.Enqueue.CPU
+	case r.Backlog != nil:
+		return r.Backlog.Fill.CPU
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workload: WorkloadFire, Spawn: 3, Groups: 3, Topics: 3, Consumers: 3, Proto: ProtoGRPC}, ""},
 		{Config{Workload: WorkloadFire, Topics: 8, Consumers: 4}, "--topics 8 needs at least as many --consumers"},
 		{Config{Workload: WorkloadSchedules, Topics: 2}, "--topics: the schedules workload"},
+		{Config{Workload: WorkloadFire, Addrs: []string{"x:1"}, ServerPIDs: []int{42}}, ""},
+		{Config{Workload: WorkloadFire, ServerPIDs: []int{42}}, "--server-pid: only with --addr"},
+		{Config{Workload: WorkloadFire, Addrs: []string{"x:1"}, ServerPIDs: []int{0}}, "--server-pid 0"},
 	} {
 		err := tc.cfg.withDefaults().validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {

@@ -298,6 +298,11 @@ func (n *Node) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (com
 	return n.settled(ctx, command.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
 }
 
+// DeadLetter moves reserved messages to their topics' dead letters.
+func (n *Node) DeadLetter(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+	return n.settled(ctx, command.DeadLetter{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
+}
+
 // Touch extends leases.
 func (n *Node) Touch(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
 	return n.counted(ctx, command.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})

@@ -75,7 +75,7 @@ func TestClusterViewTellsTheTruth(t *testing.T) {
 // A removed member stops serving at once and says why, and still does
 // after a restart on its data dir; added back, it serves again.
 func TestRemovedMemberRefusesThenRejoins(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	leader := c.Leader()
 	i := c.FollowerIndex()
@@ -136,7 +136,7 @@ func (b *addressLater) RemoveNode(ctx context.Context, id string, confirm func(c
 func TestRemoveWaitsForMemberAddress(t *testing.T) {
 	backends := map[string]*addressLater{}
 	var n atomic.Int32
-	c := transporttest.StartCluster(t, 3, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
+	c := startCluster(t, 3, transporttest.Options{Backend: func(b transport.Backend) transport.Backend {
 		id := []string{"n1", "n2", "n3"}[n.Add(1)-1] // the kit serves its nodes in order
 		backends[id] = &addressLater{Backend: b, self: id}
 		return backends[id]
@@ -251,7 +251,7 @@ func TestClusterViewOfALoneNode(t *testing.T) {
 // the leader, which it returns.
 func clusterWithMessage(t *testing.T) (*transporttest.Cluster, *transporttest.Node) {
 	t.Helper()
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	leader := c.Leader()
 	_, err := leader.Client.Enqueue(t.Context(), []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
 	check(t, "enqueue", err)

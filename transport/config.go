@@ -19,7 +19,8 @@ type Config struct {
 	// Default slog.Default().
 	Logger *slog.Logger
 	// AuthToken, when non-empty, is required as "Authorization: Bearer
-	// <token>" on every /v1 route. /healthz, /readyz and /metrics stay open.
+	// <token>" on every /v1 route. /healthz, /readyz, /metrics, /ui and
+	// /v1/openapi.json stay open.
 	AuthToken string
 	// Gatherer is served on /metrics. Default: an empty registry.
 	Gatherer prometheus.Gatherer

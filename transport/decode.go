@@ -230,9 +230,6 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// fieldPath joins a location and a field name (service.FieldPath).
-func fieldPath(where, field string) string { return service.FieldPath(where, field) }
-
 // isMediaType reports whether a Content-Type header names the media type
 // want, ignoring parameters and case.
 func isMediaType(header, want string) bool {

@@ -13,7 +13,12 @@
 // which the Raft node implements; it must not know about Raft, Pebble or
 // segment files. The JSON wire types live in package transport/api and the Go
 // client in transport/client. Tests run the API against real nodes started
-// by package transport/transporttest, which only tests import. The gRPC API
+// by package transport/transporttest, which only tests import; every test
+// server of this package validates each request and answer against the
+// OpenAPI document (transport/api/openapi.json, served open at GET
+// /v1/openapi.json) with libopenapi-validator, a test-only dependency, and
+// a test fails when a route the server registers is missing from the
+// document (openapi_test.go, openapi_routes_test.go). The gRPC API
 // (package transport/grpcserver) validates with package transport/service
 // too, and maps the same errors, so that both APIs answer a request alike.
 //

@@ -31,7 +31,7 @@ func topicsOver(k, n int) (topics []string, groups map[int]bool) {
 // topics of every group are listed together.
 func TestGroupsBatchSpansGroups(t *testing.T) {
 	const groups = 3
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
+	c := startGroups(t, 3, groups, transporttest.Options{})
 	ctx := t.Context()
 	topics, covered := topicsOver(24, groups)
 	if len(covered) != groups {
@@ -91,7 +91,7 @@ func TestGroupsBatchSpansGroups(t *testing.T) {
 // refused naming group.
 func TestGroupsClusterReadyAndRange(t *testing.T) {
 	const groups = 3
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
+	c := startGroups(t, 3, groups, transporttest.Options{})
 	ctx := t.Context()
 	c.Spread(t)
 	for _, n := range c.Nodes {
@@ -149,7 +149,7 @@ func TestGroupsClusterReadyAndRange(t *testing.T) {
 // leader and takes them again.
 func TestGroupsOneLeaderDown(t *testing.T) {
 	const groups = 3
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
+	c := startGroups(t, 3, groups, transporttest.Options{})
 	ctx := t.Context()
 	topics, _ := topicsOver(24, groups)
 	byGroup := map[int]string{}
@@ -189,7 +189,7 @@ func TestGroupsOneLeaderDown(t *testing.T) {
 func TestGroupsSettleAndSchedules(t *testing.T) {
 	const groups = 3
 	// With a token, which each group's part carries on to its leader.
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{Server: func(cfg *transport.Config) { cfg.AuthToken = "tok" }})
+	c := startGroups(t, 3, groups, transporttest.Options{Server: func(cfg *transport.Config) { cfg.AuthToken = "tok" }})
 	ctx := t.Context()
 	c.Spread(t)
 	topics, _ := topicsOver(12, groups)
@@ -274,7 +274,7 @@ func TestGroupsSettleAndSchedules(t *testing.T) {
 // it leads included, and adding it back adds it to every group.
 func TestGroupsMembership(t *testing.T) {
 	const groups = 3
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{})
+	c := startGroups(t, 3, groups, transporttest.Options{})
 	ctx := t.Context()
 	gone := c.Nodes[2]
 	check(t, "remove n3", c.Nodes[0].Client.RemoveNode(ctx, gone.ID))
@@ -301,7 +301,7 @@ func TestGroupsMembership(t *testing.T) {
 // settles, finds its receipts stale, or is refused.
 func TestGroupsOneGroupAtItsLeader(t *testing.T) {
 	const groups, g = 3, 1
-	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{
+	c := startGroups(t, 3, groups, transporttest.Options{
 		Replication: func(cfg *replication.Config) { cfg.MaxTopics = 1 },
 	})
 	ctx := t.Context()

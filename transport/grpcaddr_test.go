@@ -10,7 +10,7 @@ import (
 // TestLocalViewGRPC: a node reports its gRPC address in its cluster view.
 // (Followers find the leader's in its replicated member record.)
 func TestLocalViewGRPC(t *testing.T) {
-	n := transporttest.Start(t, transporttest.Options{Server: func(c *transport.Config) {
+	n := startNode(t, transporttest.Options{Server: func(c *transport.Config) {
 		c.AuthToken = "tok"
 		c.GRPCAddr = "127.0.0.1:7072"
 	}})

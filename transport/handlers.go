@@ -327,3 +327,12 @@ func (s *Server) backup(r *http.Request) (any, error) {
 		return err
 	}), nil
 }
+
+// openAPI answers the OpenAPI document of the API. It is open, as /healthz
+// and /metrics are: it says nothing of the data, and a client needs it
+// before it holds a token.
+func (s *Server) openAPI(*http.Request) (any, error) {
+	return stream(func(w http.ResponseWriter) error {
+		return writeBody(w, http.StatusOK, "application/json", api.OpenAPI())
+	}), nil
+}

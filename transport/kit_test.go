@@ -34,7 +34,9 @@ func newEnv(t *testing.T, edit ...func(*transport.Config)) *env {
 	return newEnvWith(t, transporttest.Options{}, edit...)
 }
 
-// newEnvWith starts a one-node cluster with the kit options o.
+// newEnvWith starts a one-node cluster with the kit options o. Its
+// server validates every request and answer against the OpenAPI document
+// (validatedOptions).
 func newEnvWith(t *testing.T, o transporttest.Options, edit ...func(*transport.Config)) *env {
 	t.Helper()
 	o.Server = func(c *transport.Config) {
@@ -42,7 +44,7 @@ func newEnvWith(t *testing.T, o transporttest.Options, edit ...func(*transport.C
 			f(c)
 		}
 	}
-	n := transporttest.Start(t, o)
+	n := startNode(t, o)
 	return &env{t: t, Node: n, c: n.Client}
 }
 

@@ -17,7 +17,7 @@ import (
 // answers a forwarded write with the index it had applied (the lease or the
 // enqueue included), and the follower's reads wait until it has applied it.
 func TestFollowerReadsWhatItForwarded(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	follower := c.Follower()
 	for i := range 20 {

@@ -51,7 +51,7 @@ func TestReadyzIsTheNodesOwn(t *testing.T) {
 		nodes[b] = k
 		return behind{b, k.lag, k.notReady}
 	}}
-	c := transporttest.StartCluster(t, 3, o)
+	c := startCluster(t, 3, o)
 	ctx := t.Context()
 	leader, f := c.Leader(), c.Follower()
 	_, err := leader.Client.Enqueue(ctx, []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
@@ -99,7 +99,7 @@ func TestReadyzAfterRestartWithBacklog(t *testing.T) {
 }
 
 func testReadyzAfterRestart(t *testing.T, edit func(*replication.Config)) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{Replication: edit})
+	c := startCluster(t, 3, transporttest.Options{Replication: edit})
 	ctx := t.Context()
 	i := c.FollowerIndex()
 	f := c.Nodes[i]

@@ -235,7 +235,7 @@ func TestClusterRoutes(t *testing.T) {
 	defaults := func(c *replication.Config) { c.HeartbeatTimeout, c.ElectionTimeout = 0, 0 }
 	e := newEnvWith(t, transporttest.Options{Replication: defaults})
 	ctx := t.Context()
-	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Replication: defaults})
+	j := startJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Replication: defaults})
 	n2 := api.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.Addr}
 	check(t, "add node", e.c.AddNode(ctx, n2))
 	c, err := e.c.Cluster(ctx)
@@ -266,7 +266,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	// Its 503s are answers to a probe, not failures: no warning each.
 	var logs replication.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	j := transporttest.StartJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Server: func(c *transport.Config) { c.Logger = logger }})
+	j := startJoiner(t, "n2", transporttest.Options{Clock: e.Clock, Server: func(c *transport.Config) { c.Logger = logger }})
 	err := j.Client.Readyz(ctx)
 	var ce *client.Error
 	if !asClientError(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.RetryAfter != time.Second {

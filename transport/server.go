@@ -37,6 +37,7 @@ type Server struct {
 	parts    parts                 // forwards their parts
 	log      *slog.Logger
 	handler  http.Handler
+	patterns []string // every pattern newMux registered, in order
 	tokenSum [sha256.Size]byte
 	metrics  *CallMetrics // nil without a Registerer
 
@@ -125,6 +126,7 @@ func (s *Server) routeList() []route {
 	return []route{
 		{"GET /healthz", open, s.healthz},
 		{"GET /readyz", open, s.readyz},
+		{"GET /v1/openapi.json", open, s.openAPI},
 		{"POST /v1/messages", leader, s.enqueue},
 		{"GET /v1/messages/{id}", local, s.get},
 		{"DELETE /v1/messages/{id}", leader, s.cancel},
@@ -160,26 +162,30 @@ func (s *Server) routeList() []route {
 // another method, and a JSON 404 for everything else.
 func (s *Server) newMux() *http.ServeMux {
 	mux := http.NewServeMux()
+	handle := func(pattern string, h http.Handler) {
+		s.patterns = append(s.patterns, pattern)
+		mux.Handle(pattern, h)
+	}
 	methods := map[string][]string{}
 	for _, rt := range s.routeList() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		methods[path] = append(methods[path], method)
-		mux.Handle(rt.pattern, s.wrap(rt))
+		handle(rt.pattern, s.wrap(rt))
 	}
 	for path, ms := range methods {
 		sort.Strings(ms)
 		allow := strings.Join(ms, ", ")
-		mux.Handle(path, s.wrap(route{path, open, func(r *http.Request) (any, error) {
+		handle(path, s.wrap(route{path, open, func(r *http.Request) (any, error) {
 			return nil, &Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed,
 				Message: fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, path, allow), allow: allow}
 		}}))
 	}
 	metrics := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
-	mux.Handle("GET /metrics", metrics)
-	mux.Handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
-	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	mux.Handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
-		return nil, notFound("no route %s %s; the endpoints are listed in transport/api/API.md", r.Method, r.URL.Path)
+	handle("GET /metrics", metrics)
+	handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
+	handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
+		return nil, notFound("no route %s %s; the endpoints are in transport/api/API.md and GET /v1/openapi.json", r.Method, r.URL.Path)
 	}}))
 	return mux
 }

@@ -185,7 +185,7 @@ func newForwardPair(t *testing.T, edit ...func(*transport.Config)) *forwardPair 
 			})
 		},
 	}
-	c := transporttest.StartCluster(t, 2, o)
+	c := startCluster(t, 2, o)
 	leader, follower := c.Leader(), c.Follower()
 	p.mu.Lock()
 	p.leaderID = leader.ID
@@ -253,7 +253,7 @@ func TestForwardLoopAndNoLeader(t *testing.T) {
 	p.nothingSeen(t)
 
 	// A node that waits to be added knows no leader.
-	j := transporttest.StartJoiner(t, "n3", transporttest.Options{Clock: p.follower.Clock})
+	j := startJoiner(t, "n3", transporttest.Options{Clock: p.follower.Clock})
 	_, err := j.Client.Enqueue(t.Context(), []api.Message{{Topic: "t"}})
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.Code != api.CodeUnavailable || ce.RetryAfter.Seconds() != 1 {
@@ -302,7 +302,7 @@ func TestWaitersLimit(t *testing.T) {
 }
 
 func TestServeShutsDownGracefully(t *testing.T) {
-	n := transporttest.Start(t, transporttest.Options{})
+	n := startNode(t, transporttest.Options{})
 	polling := make(chan struct{}, 1)
 	srv := transport.NewServer(transport.Config{Clock: n.Clock.Now}, reserveSignal{n.Node, polling})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

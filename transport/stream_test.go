@@ -172,7 +172,7 @@ func TestStreamValidation(t *testing.T) {
 }
 
 func TestStreamThroughFollowerEndsOnLeaderChange(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	leader, follower := c.Leader(), c.Follower()
 	s := openStream(t, follower.URL+"/v1/topics/f/stream")

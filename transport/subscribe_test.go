@@ -33,7 +33,7 @@ func TestSubscribeRefusedForGood(t *testing.T) {
 }
 
 func TestSubscribeReconnectsAfterLeaderChange(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	i := c.FollowerIndex()
 	follower := c.Nodes[i]

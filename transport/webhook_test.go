@@ -243,7 +243,7 @@ func TestWebhookValidation(t *testing.T) {
 }
 
 func TestWebhookReplicatedAndSentByTheNextLeader(t *testing.T) {
-	c := transporttest.StartCluster(t, 3, transporttest.Options{})
+	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()
 	rc := newReceiver(t, http.StatusOK, false)
 	follower := c.Follower()

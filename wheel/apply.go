@@ -75,6 +75,8 @@ func (t *tx) apply(c command.Command) command.Result {
 		return t.touch(c)
 	case command.Bury:
 		return t.bury(c)
+	case command.DeadLetter:
+		return t.deadLetter(c)
 	case command.Expire:
 		t.s.expiresSinceFlush++
 		t.expire(c.Before)

@@ -75,6 +75,10 @@ type tx struct {
 	// scheds are the schedules the batch wrote, as a read would decode
 	// them, and nil where it deleted one (schedulecache.go).
 	scheds map[string]*ScheduleInfo
+	// newPlaced are the placements the batch wrote, by entry, and
+	// dropPlaced the entries whose placements it deleted (placedcache.go).
+	newPlaced  map[uint64][]byte
+	dropPlaced map[uint64]bool
 	// implicit is set while a Schedule puts a new message without a key:
 	// its placement (placement.go) stands for its meta.
 	implicit bool
@@ -234,6 +238,15 @@ func (t *tx) meta(id model.ID) (meta, bool) {
 		}
 	} else if m, ok := t.s.metas.get(id); ok {
 		return m, true
+	} else if e := t.cachedPlaced(id.Index); e != nil && !e.hasMeta(id.Seq) {
+		// The entry's placements are cached and the message has no meta key
+		// (the invariant at placedCache): its placement implies its meta.
+		m, ok, err := implicitMeta(txSource{t}, id)
+		if err != nil {
+			t.fail(err)
+			return meta{}, false
+		}
+		return m, ok
 	}
 	m, ok, err := lookupMeta(txSource{t}, id)
 	if err != nil {
@@ -401,6 +414,17 @@ func (t *tx) commit() error {
 		return fmt.Errorf("commit index: %w", err)
 	}
 	s.metas.commit(t.metas)
+	if len(t.newPlaced) > 0 || len(t.dropPlaced) > 0 || len(s.placed.entries) > 0 {
+		added := make(map[uint64][]placed, len(t.newPlaced))
+		for index, v := range t.newPlaced {
+			// Encoded by flushPlacing, so this does not fail; an entry
+			// that did would merely not be cached.
+			if ps, err := decodePlacements(v); err == nil {
+				added[index] = ps
+			}
+		}
+		s.placed.commit(added, t.dropPlaced, t.metas)
+	}
 	s.scheds.commit(t.scheds)
 	s.readyFloors.lower(t.readyLow)
 	s.dueFloor = min(s.dueFloor, t.dueLow)

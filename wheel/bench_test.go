@@ -106,6 +106,7 @@ func BenchmarkSchedule(b *testing.B) {
 				b.SetBytes(benchBatch * 100)
 				b.ResetTimer()
 				start := time.Now()
+				cpu0 := processCPU()
 				for i := 0; i < b.N; i++ {
 					now += 10
 					for j := range msgs {
@@ -124,6 +125,7 @@ func BenchmarkSchedule(b *testing.B) {
 				el := time.Since(start)
 				b.ReportMetric(float64(b.N*benchBatch)/el.Seconds(), "msgs/s")
 				b.ReportMetric(float64(el.Microseconds())/float64(b.N)/1000, "ms/batch")
+				b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*benchBatch)/1000, "cpu-µs/msg")
 			})
 		}
 	}
@@ -333,6 +335,7 @@ func BenchmarkFire(b *testing.B) {
 	l := NewLoader()
 	s.AttachLoader(l)
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for i := 0; i < b.N; i++ {
 		sec := start + int64(i) + 1
 		if _, err := s.LoadThrough(sec); err != nil {
@@ -348,6 +351,7 @@ func BenchmarkFire(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*perSec)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N*perSec), "cpu-µs/msg")
 }
 
 // benchApplier returns a function that applies its commands to s as the

@@ -37,6 +37,7 @@ var codecCommandTypes = []command.Command{
 	command.SetSchedule{},
 	command.DeleteSchedule{},
 	command.AdvanceSchedules{},
+	command.DeadLetter{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -114,7 +115,7 @@ func TestCodecEveryKindCovered(t *testing.T) {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
-	for k := command.KindSetSchedule; k <= command.KindAdvanceSchedules; k++ {
+	for k := command.KindSetSchedule; k <= command.KindDeadLetter; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}

@@ -7,8 +7,9 @@ import (
 )
 
 // A consumer's hand-offs: Lease takes ready messages for their lease, and
-// Ack, Nack, Touch and Bury settle a lease by its receipt; Redrive returns
-// dead letters to ready. Each is a command of apply.go's dispatch.
+// Ack, Nack, Touch, Bury and DeadLetter settle a lease by its receipt;
+// Redrive returns dead letters to ready. Each is a command of apply.go's
+// dispatch.
 
 func (t *tx) lease(c command.Lease) command.Result {
 	ok := make([]bool, len(c.Items))
@@ -128,6 +129,16 @@ func (t *tx) bury(c command.Bury) command.Result {
 		n.Done++
 	}
 	return command.Result{Value: n}
+}
+
+// deadLetter moves held messages to the dead letters, as a nack of their
+// last attempt does.
+func (t *tx) deadLetter(c command.DeadLetter) command.Result {
+	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *model.Message) {
+		t.unplace(m.ID, mt)
+		clearLease(m)
+		t.toDead(m, mt.TopicID, mt.State)
+	})
 }
 
 func (t *tx) redrive(c command.Redrive) command.Result {

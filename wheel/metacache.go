@@ -38,10 +38,15 @@ func newMetaCache() *metaCache {
 func (c *metaCache) get(id model.ID) (meta, bool) { return c.lru.Get(id) }
 
 // commit records what a committed batch wrote: a meta, or nil where it
-// deleted one or marked it gone.
+// deleted one or marked it gone. A meta that puts its message in the
+// overflow is dropped rather than kept: its message comes due beyond the
+// horizon, long after the cache has turned over, and promoting it writes
+// it a new meta, so keeping it would cost every enqueue beyond the horizon
+// an insertion and an eviction, and evict the metas that a lease or an
+// ack is about to read.
 func (c *metaCache) commit(written map[model.ID]*meta) {
 	for id, m := range written {
-		if m == nil {
+		if m == nil || m.Loc == locOverflow {
 			c.lru.Remove(id)
 		} else {
 			c.lru.Add(id, *m)

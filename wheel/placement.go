@@ -285,6 +285,10 @@ func (t *tx) flushPlacing() {
 	}
 	t.set(placedKey(p.index), p.buf)
 	delete(t.placed, p.index)
+	if t.newPlaced == nil {
+		t.newPlaced = map[uint64][]byte{}
+	}
+	t.newPlaced[p.index] = append(t.newPlaced[p.index][:0], p.buf...)
 	if p.written != p.maxSec {
 		if p.written >= 0 {
 			t.del(placedByKey(p.written, p.index))
@@ -413,6 +417,10 @@ func decodePlacements(v []byte) ([]placed, error) {
 func (t *tx) placement(id model.ID) (second, off int64, ok bool, err error) {
 	ps, cached := t.placed[id.Index]
 	if !cached {
+		if e := t.cachedPlaced(id.Index); e != nil {
+			second, off, ok = e.find(id.Seq)
+			return second, off, ok, nil
+		}
 		v := t.get(placedKey(id.Index))
 		if t.err != nil {
 			return 0, 0, false, t.err
@@ -430,6 +438,15 @@ func (t *tx) placement(id model.ID) (second, off int64, ok bool, err error) {
 		return 0, 0, false, nil
 	}
 	return ps[i].second, ps[i].off, true, nil
+}
+
+// cachedPlaced returns the committed placements of entry index the store
+// keeps (placedCache), unless this batch wrote or deleted them.
+func (t *tx) cachedPlaced(index uint64) *placedEntry {
+	if t.newPlaced[index] != nil || t.dropPlaced[index] {
+		return nil
+	}
+	return t.s.placed.get(index)
 }
 
 // implicitMeta returns the meta a message without one of its own has by its
@@ -511,6 +528,10 @@ func (t *tx) dropPlacements(before int64) {
 		index := binary.BigEndian.Uint64(k[9:])
 		t.del(placedKey(index))
 		delete(t.placed, index)
+		if t.dropPlaced == nil {
+			t.dropPlaced = map[uint64]bool{}
+		}
+		t.dropPlaced[index] = true
 		lo := binary.BigEndian.AppendUint64([]byte{pMeta}, index)
 		metas, vals := t.scanKeys(lo, prefixEnd(lo), 0)
 		for i, k := range metas {

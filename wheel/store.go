@@ -108,6 +108,8 @@ type Store struct {
 	readyFloors readyFloors
 	// metas are the metas recent batches wrote (metacache.go).
 	metas *metaCache
+	// placed are the placements recent batches wrote (placedcache.go).
+	placed *placedCache
 	// scheds are the schedules recent batches wrote (schedulecache.go).
 	scheds *scheduleCache
 	// dueFloor is where DueSchedules starts reading (schedule.go).
@@ -178,7 +180,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
 		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]model.Member{}, webhooks: map[string]command.Webhook{},
-		metas: newMetaCache(), scheds: newScheduleCache(),
+		metas: newMetaCache(), placed: newPlacedCache(), scheds: newScheduleCache(),
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
 		return nil, fmt.Errorf("store dir: %w", err)

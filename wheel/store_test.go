@@ -533,6 +533,29 @@ func TestNackFirstAttemptGoesBackToDelayed(t *testing.T) {
 	}
 }
 
+func TestDeadLetter(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0, MaxAttempts: 5})[0].ID
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1000}}})
+	if c := k.one(command.DeadLetter{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: id, Nonce: 2}}}).(command.Counted); c != (command.Counted{Stale: 1}) {
+		t.Fatalf("stale dead letter %+v", c)
+	}
+	if c := k.one(command.DeadLetter{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(command.Counted); c != (command.Counted{Done: 1}) {
+		t.Fatalf("dead letter %+v", c)
+	}
+	// Dead with attempts left, its key free and its lease record gone.
+	if v := k.get(id); v.State != StateDead || v.Attempts != 1 || v.Receipt != 0 {
+		t.Fatalf("dead-lettered %+v %s", v.Message, v.State)
+	}
+	k.wantCounts(TopicCounts{Topic: "a", Dead: 1})
+	if e := k.schedule(t0+20, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 30}); e[0].Duplicate {
+		t.Fatal("dead message keeps its key")
+	}
+	if c := k.one(command.DeadLetter{NowMs: t0 + 40, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(command.Counted); c != (command.Counted{Stale: 1}) {
+		t.Fatalf("dead letter of a dead message %+v", c)
+	}
+}
+
 func TestTouch(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	id := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0})[0].ID

@@ -347,6 +347,11 @@ func messageOf(c *cli.Context) (api.Message, error) {
 		if m.Headers == nil {
 			m.Headers = map[string]string{}
 		}
+		// As the API refuses a header name given twice, rather than
+		// keeping the last value of a repeated --header.
+		if _, dup := m.Headers[k]; dup {
+			return m, fmt.Errorf("--header %q: given more than once", k)
+		}
 		m.Headers[k] = v
 	}
 	return m, nil

@@ -171,6 +171,7 @@ func TestPushFromStdinAndBadInput(t *testing.T) {
 	}{
 		{[]string{"push", "--addr", n.addr, "t"}, "usage: delaywheel push [flags] TOPIC BODY"},
 		{[]string{"push", "--addr", n.addr, "--header", "novalue", "t", "b"}, `--header "novalue": want k=v`},
+		{[]string{"push", "--addr", n.addr, "--header", "X-A=1", "--header", "X-A=2", "t", "b"}, `--header "X-A": given more than once`},
 		{[]string{"push", "--addr", n.addr, "--deliver-at", "tomorrow", "t", "b"}, "--deliver-at \"tomorrow\""},
 		{[]string{"push", "--addr", n.addr, "--delay", "-1s", "t", "b"}, "invalid argument: messages[0].delay_ms: must be between 0 and 315360000000 (10 years)"},
 		{[]string{"slot", "--addr", n.addr, "7200"}, "want a number from 0 to 7199"},

@@ -8,7 +8,10 @@
 // Flags and their defaults, the --config file and DELAYWHEEL_* variables
 // (command line over environment over file over default), wiring a
 // replication.Node to a transport.Server and to the gRPC server of package
-// transport/grpcserver (--grpc-addr), or with --groups N > 1 a node's Raft
+// transport/grpcserver (--grpc-addr) and to the beanstalkd protocol of
+// package transport/beanstalkd (--beanstalkd-addr, through the adapter of
+// beanstalkd.go, which routes each call to its group's leader), or with
+// --groups N > 1 a node's Raft
 // groups (replication.OpenGroups) through transport.Grouped (groups.go:
 // group 0's node and every group's, each group's metrics labelled
 // group="<g>", --join adding the node to every group), signals and a clean shutdown, the

@@ -87,6 +87,17 @@ func announced(gs *replication.Groups, rejoin bool) bool {
 	return true
 }
 
+// leaderOfEvery reports whether every group knows a leader: only a member
+// hears one.
+func leaderOfEvery(gs *replication.Groups) bool {
+	for g := range gs.Count() {
+		if _, _, known := gs.Node(g).LeaderHTTP(); !known {
+			return false
+		}
+	}
+	return true
+}
+
 // removedAnywhere reports whether some group counts this node removed.
 func removedAnywhere(gs *replication.Groups) bool {
 	for g := range gs.Count() {

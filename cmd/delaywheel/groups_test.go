@@ -162,9 +162,20 @@ func startCluster(t *testing.T, n, groups int) (httpAddrs []string, cls []*clien
 	for _, addr := range httpAddrs {
 		cl := client.New("http://" + addr)
 		cls = append(cls, cl)
-		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
+		// Ready, and each group led by its preferred voter (n1, n2, ... in
+		// turn, the balancer's choice), so that no leadership transfer is
+		// still to come when the test starts.
+		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group, leaderships spread", func() bool {
 			v, err := cl.Cluster(ctx)
-			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == groups
+			if cl.Readyz(ctx) != nil || err != nil || len(v.Groups) != groups {
+				return false
+			}
+			for _, g := range v.Groups {
+				if g.Leader != fmt.Sprintf("n%d", g.Group%n+1) {
+					return false
+				}
+			}
+			return true
 		})
 	}
 	return httpAddrs, cls

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
 )
 
 // remove-node removes a member from every group of a running cluster
@@ -41,5 +44,59 @@ func TestRemoveNode(t *testing.T) {
 	_, err = run(t, "remove-node", "--addr", "grpc://"+httpAddrs[0], "n2")
 	if err == nil || !strings.Contains(err.Error(), "is served over HTTP only") {
 		t.Errorf("remove-node over gRPC: %v; want it refused", err)
+	}
+}
+
+// A member removed while it was down never receives its removal: restarted
+// on its data dir with --join, it finds that the cluster does not list it
+// and asks to be added back, in every group, rather than campaigning
+// forever and answering that it knows no leader.
+func TestRemovedWhileDownRejoins(t *testing.T) {
+	for _, groups := range []int{1, 2} {
+		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) { testRemovedWhileDownRejoins(t, groups) })
+	}
+}
+
+func testRemovedWhileDownRejoins(t *testing.T, groups int) {
+	var raftAddrs, httpAddrs, dirs, members []string
+	for i := range 3 {
+		raftAddrs = append(raftAddrs, replication.FreeAddr(t))
+		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		dirs = append(dirs, t.TempDir())
+		members = append(members, fmt.Sprintf("n%d=%s", i+1, raftAddrs[i]))
+	}
+	args := func(i int, extra ...string) []string {
+		return append([]string{"--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", dirs[i], "--raft-addr", raftAddrs[i],
+			"--groups", fmt.Sprint(groups)}, extra...)
+	}
+	var stops []func()
+	for i := range 3 {
+		stops = append(stops, startServer(t, httpAddrs[i], args(i, "--initial-cluster", strings.Join(members, ","))...))
+	}
+	ctx := t.Context()
+	cl := client.New("http://" + httpAddrs[0])
+	n3 := client.New("http://" + httpAddrs[2])
+	for _, c := range []*client.Client{cl, n3} {
+		replication.WaitFor(t, 30*time.Second, "the cluster to be ready", func() bool { return c.Readyz(ctx) == nil })
+	}
+	// n3 has announced itself (the leader records its HTTP address), so
+	// that it restarts as a member by its own data.
+	replication.WaitFor(t, 30*time.Second, "n3's HTTP address to be recorded", func() bool {
+		v, err := cl.Cluster(ctx)
+		return err == nil && slices.ContainsFunc(v.Nodes, func(m api.NodeStatus) bool { return m.ID == "n3" && m.HTTPAddr == httpAddrs[2] })
+	})
+	stops[2]()
+	replication.WaitFor(t, 30*time.Second, "n3 to be removed while it is down", func() bool {
+		_, err := run(t, "remove-node", "--addr", "http://"+httpAddrs[0], "n3")
+		return err == nil
+	})
+	startServer(t, httpAddrs[2], args(2, "--join", httpAddrs[0])...)
+	replication.WaitFor(t, 30*time.Second, "n3 to be added back and ready", func() bool { return n3.Readyz(ctx) == nil })
+	v, err := cl.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(v.Nodes, func(m api.NodeStatus) bool { return m.ID == "n3" }) {
+		t.Fatalf("members after n3 rejoined: %+v, want n3", v.Nodes)
 	}
 }

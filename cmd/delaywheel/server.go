@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +63,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "data-dir", Value: "./data", Usage: "where segments, the index and the Raft log live", EnvVars: envs("data-dir")},
 		&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:7070", Usage: "client API listen and advertised address", EnvVars: envs("http-addr")},
 		&cli.StringFlag{Name: "grpc-addr", Value: "127.0.0.1:7072", Usage: `gRPC API listen address ("" or "off": none); same token, TLS and limits as HTTP`, EnvVars: envs("grpc-addr")},
+		&cli.StringFlag{Name: "beanstalkd-addr", Usage: "serve beanstalkd's protocol on this address, e.g. 127.0.0.1:11300 (off when empty); it has no auth and no TLS: keep it private", EnvVars: envs("beanstalkd-addr")},
 		&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:7071", Usage: "Raft listen and advertised address", EnvVars: envs("raft-addr")},
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft address peers dial, when it differs from --raft-addr (NAT, proxies)", EnvVars: envs("raft-advertise")},
 		&cli.StringFlag{Name: "initial-cluster", Usage: "members of a new cluster, `id=raftaddr,...`; every node gets the same list", EnvVars: envs("initial-cluster")},
@@ -310,10 +312,21 @@ func runServer(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
+	bln, err := listenBeanstalkd(c.String("beanstalkd-addr"), token != "", logger)
+	if err != nil {
+		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
+		return err
+	}
 	closeListeners := func() {
 		ln.Close()
 		if gln != nil {
 			gln.Close()
+		}
+		if bln != nil {
+			bln.Close()
 		}
 	}
 	tcfg.GRPCAddr = grpcAddr
@@ -369,6 +382,7 @@ func runServer(c *cli.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
 	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
+	waitBeanstalkd := serveBeanstalkd(httpCtx, bln, logger, id, limits, newBeanstalkdBackend(gs, token, tcfg.LeaderTransport, serverTLS != nil))
 	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv
@@ -396,6 +410,9 @@ func runServer(c *cli.Context) error {
 	if err := waitGRPC(); err != nil {
 		logger.Warn("grpc shutdown", "err", err)
 	}
+	if err := waitBeanstalkd(); err != nil {
+		logger.Warn("beanstalkd shutdown", "err", err)
+	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := closeGroups(closeCtx, gs); err != nil {
@@ -414,8 +431,9 @@ func nonZero(d time.Duration) time.Duration {
 }
 
 // announce makes sure the replicated metadata holds this node's addresses:
-// a joining node, or one restarted with --join after its removal, asks the
-// member it was given to add it; a member of an initial cluster asks the
+// a joining node, or one restarted with --join after its removal (known to
+// it, or, removed while it was down, learnt from the member it was given,
+// which no longer lists it), asks that member to add it; a member of an initial cluster asks the
 // leader to record its HTTP address. With many groups it asks until every
 // group holds it; one request adds it to every group.
 func announce(ctx context.Context, log *slog.Logger, gs *replication.Groups, self api.Node, join, token, scheme string, rt http.RoundTripper) {
@@ -429,14 +447,35 @@ func announce(ctx context.Context, log *slog.Logger, gs *replication.Groups, sel
 	if rejoin && join == "" {
 		return
 	}
-	for attempt := 0; ; attempt++ {
-		if announced(gs, rejoin) {
-			return
+	withScheme := func(addr string) string {
+		if !strings.Contains(addr, "://") {
+			return scheme + "://" + addr
 		}
-		if target := announceTarget(gs, join); target != "" {
-			if !strings.Contains(target, "://") {
-				target = scheme + "://" + target
+		return addr
+	}
+	// A member by its own data that is given --join checks that the
+	// cluster agrees, until it hears a leader of every group: one removed
+	// while it was down never receives its removal, and would campaign
+	// forever, refused.
+	check := join != "" && !rejoin && announced(gs, false)
+	for attempt := 0; ; attempt++ {
+		var target string
+		switch {
+		case check && leaderOfEvery(gs):
+			return
+		case check:
+			if cl := client.New(withScheme(join), opts...); !listed(ctx, cl, self.ID) {
+				log.Warn("the cluster at --join does not list this node, removed while it was down: asking to be added back", "join", join)
+				target = withScheme(join)
 			}
+		case announced(gs, rejoin):
+			return
+		default:
+			if t := announceTarget(gs, join); t != "" {
+				target = withScheme(t)
+			}
+		}
+		if target != "" {
 			cl := client.New(target, opts...)
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err := cl.AddNode(rctx, self)
@@ -451,6 +490,20 @@ func announce(ctx context.Context, log *slog.Logger, gs *replication.Groups, sel
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// listed reports whether the members cl's node reports, as the leader it
+// knows sees them, hold id; true when it cannot tell (no answer, or no
+// leader known), so that only a cluster that answers for itself makes a
+// node ask to be added back.
+func listed(ctx context.Context, cl *client.Client, id string) bool {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := cl.Cluster(rctx)
+	if err != nil || v.Leader == "" || v.ViewOf != v.Leader {
+		return true
+	}
+	return slices.ContainsFunc(v.Nodes, func(m api.NodeStatus) bool { return m.ID == id })
 }
 
 // serveDebug serves net/http/pprof on addr until ctx ends. It is a separate

@@ -40,8 +40,8 @@ type Cluster struct {
 	Self   string       `json:"self"`
 	ViewOf string       `json:"view_of"`
 	Nodes  []NodeStatus `json:"nodes"`
-	// Groups are the cluster's Raft groups (today one, group 0, whose
-	// leader and term Leader and Term repeat).
+	// Groups are the cluster's Raft groups (--groups), in order; group
+	// 0's leader and term are Leader and Term.
 	Groups []Group `json:"groups"`
 	// GRPCAddr is the gRPC address of the node that answered (Self), when
 	// it serves gRPC: followers forward gRPC calls to the leader's.

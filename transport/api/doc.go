@@ -24,6 +24,14 @@
 // not UTF-8, naming the field. Answers skip unknown fields, so a newer
 // server's answer still decodes.
 //
+// # OpenAPI
+//
+// openapi.json is the OpenAPI 3.1 document of the whole HTTP API, embedded
+// and served at GET /v1/openapi.json ([OpenAPI]). It is written by hand
+// from these types and the server's routes; the tests of package transport
+// fail when a route the server registers is missing from it, and validate
+// every request and answer of their test servers against it.
+//
 // It also says which message headers the API takes ([CheckHeader]): each
 // must be sendable as an HTTP header, the rule the enqueue enforces on
 // every API and the webhook sender follows.

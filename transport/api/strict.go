@@ -219,3 +219,11 @@ func eachField(data []byte, where loc, fn func(num protowire.Number, typ protowi
 	}
 	return nil
 }
+
+// CheckStrict checks the protobuf message data of type md as the HTTP API's
+// protobuf body is checked (see UnmarshalEnqueueRequestProto): an unknown
+// field, a field or map key given twice, a wrong wire type, a string that
+// is not UTF-8 or an int32 that does not fit is an error naming the field.
+func CheckStrict(data []byte, md protoreflect.MessageDescriptor) error {
+	return checkStrict(data, md, loc{msg: -1})
+}

@@ -64,7 +64,8 @@ type Server struct {
 	tokenSum [sha256.Size]byte
 	gs       *grpc.Server
 	health   *health.Server
-	fwd      *forwarder             // nil: no forwarding
+	fwd      *forwarder // nil: no forwarding
+	codec    *strictCodec
 	metrics  *transport.CallMetrics // nil: none
 	every    time.Duration
 
@@ -84,6 +85,7 @@ func New(cfg Config, b transport.Backend) *Server {
 		health:   health.NewServer(),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),
 		every:    cfg.ReadyInterval,
+		codec:    newStrictCodec(),
 	}
 	var fwd service.Forwarder // nil: none
 	if cfg.Forward {
@@ -103,6 +105,7 @@ func New(cfg Config, b transport.Backend) *Server {
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(hc.Limits.MaxRequestBytes)),
+		grpc.ForceServerCodecV2(s.codec),
 		grpc.ChainUnaryInterceptor(s.intercept),
 		grpc.ChainStreamInterceptor(s.interceptStream),
 	}
@@ -204,10 +207,14 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	refused := s.codec.take(req) // taken first, whatever the answer
 	if s.cfg.AuthToken != "" {
 		if err := transport.CheckBearer(authorization(ctx), s.tokenSum); err != nil {
 			return nil, statusOf(err, "", nil)
 		}
+	}
+	if refused != nil {
+		return nil, refused
 	}
 	if leaderOnly[info.FullMethod] {
 		// A call only the leader answers is refused by a node that cannot

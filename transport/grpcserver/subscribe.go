@@ -270,7 +270,7 @@ func (s *Server) interceptStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 		return handler(srv, ss)
 	}
 	start := time.Now()
-	err := s.guardStream(srv, ss, handler)
+	err := s.guardStream(srv, strictStream{ServerStream: ss, codec: s.codec}, handler)
 	err = asStatus(err) // a status (NOT_LEADER, the stream's own) stays as it is
 	s.metrics.Observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
 	return err

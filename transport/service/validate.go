@@ -3,7 +3,10 @@ package service
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/textproto"
+	"slices"
 	"strconv"
 	"time"
 
@@ -204,6 +207,26 @@ func validateHeaders(name string, h map[string]string, lim Limits) error {
 		if err := api.CheckHeader(k, v); err != nil {
 			return Invalid("%s[%s]: %v", name, QuoteShort(k), err)
 		}
+	}
+	return sameHeaderTwice(name, h)
+}
+
+// sameHeaderTwice refuses two names that differ only in case: HTTP header
+// names are case-insensitive, so a webhook request could carry only one of
+// them. The names are checked in order, so the error names the same pair
+// on every call.
+func sameHeaderTwice(name string, h map[string]string) error {
+	if len(h) < 2 {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(h))
+	seen := make(map[string]string, len(keys))
+	for _, k := range keys {
+		canon := textproto.CanonicalMIMEHeaderKey(k)
+		if first, dup := seen[canon]; dup {
+			return Invalid("%s[%s]: names the same HTTP header as %s (header names are case-insensitive)", name, QuoteShort(k), QuoteShort(first))
+		}
+		seen[canon] = k
 	}
 	return nil
 }

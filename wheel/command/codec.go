@@ -75,6 +75,9 @@ func EncodeCommands(cmds []Command) []byte {
 		case Bury:
 			e.Varint(c.NowMs)
 			e.Receipts(c.Receipts)
+		case DeadLetter:
+			e.Varint(c.NowMs)
+			e.Receipts(c.Receipts)
 		case Expire:
 			e.Varint(c.Before)
 		case Promote:
@@ -159,6 +162,8 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			cmds = append(cmds, Touch{NowMs: d.Varint(), Receipts: d.Receipts()})
 		case KindBury:
 			cmds = append(cmds, Bury{NowMs: d.Varint(), Receipts: d.Receipts()})
+		case KindDeadLetter:
+			cmds = append(cmds, DeadLetter{NowMs: d.Varint(), Receipts: d.Receipts()})
 		case KindExpire:
 			cmds = append(cmds, Expire{Before: d.Varint()})
 		case KindPromote:

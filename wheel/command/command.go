@@ -33,6 +33,8 @@ const (
 	// fields of KindSetNode and then that address. A SetNode without one
 	// keeps KindSetNode, so that its entry reads as it always did.
 	KindSetNodeGRPC CommandKind = 20
+	// KindDeadLetter moves a reserved message to its topic's dead letters.
+	KindDeadLetter CommandKind = 21
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -117,6 +119,15 @@ type Bury struct {
 	Receipts []model.Receipt
 }
 
+// DeadLetter moves reserved messages to their topics' dead letters at
+// once, whatever their attempts: a consumer's refusal of a message
+// (beanstalkd's bury). A receipt that no longer holds its message is
+// counted stale and changes nothing.
+type DeadLetter struct {
+	NowMs    int64
+	Receipts []model.Receipt
+}
+
 // Expire fires every slot whose second is before Before: their remaining
 // messages move to ready (or dead), and the files are deleted. The cursor
 // moves to Before.
@@ -163,6 +174,7 @@ func (c SetNode) Kind() CommandKind {
 }
 func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
 func (Bury) Kind() CommandKind       { return KindBury }
+func (DeadLetter) Kind() CommandKind { return KindDeadLetter }
 
 // Webhook is a topic's push endpoint: while a topic has one, the leader
 // POSTs its due messages to URL instead of handing them to consumers.

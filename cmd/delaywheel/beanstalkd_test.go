@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beanstalkd/go-beanstalk"
+
+	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/beanstalkd"
+	"github.com/delaywheel/delaywheel/transport/client"
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// dialBeanstalk connects go-beanstalk to addr.
+func dialBeanstalk(t *testing.T, addr string) *beanstalk.Conn {
+	t.Helper()
+	c, err := beanstalk.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// messageID is the id over HTTP of a job.
+func messageID(job uint64) string { return beanstalkd.MessageID(job).String() }
+
+// go-beanstalk against a node of two groups: put with a delay, reserve,
+// release, bury, kick, touch and delete, each visible over HTTP as a
+// message of topic = tube, and a message enqueued over HTTP reserved as
+// a job.
+func TestBeanstalkdGoClient(t *testing.T) {
+	httpAddr, bsAddr := replication.FreeAddr(t), replication.FreeAddr(t)
+	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", replication.FreeAddr(t),
+		"--groups", "2", "--beanstalkd-addr", bsAddr)
+	ctx := t.Context()
+	cl := client.New("http://" + httpAddr)
+	replication.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })
+
+	c := dialBeanstalk(t, bsAddr)
+	tube, ts := beanstalk.NewTube(c, "emails"), beanstalk.NewTubeSet(c, "emails")
+	put := time.Now()
+	id, err := tube.Put([]byte("hello"), 10, time.Second, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := cl.Get(ctx, messageID(id))
+	if err != nil || v.Topic != "emails" || v.DeliverAtMs < put.UnixMilli()+1000 {
+		t.Fatalf("job %d over HTTP: %+v, %v", id, v, err)
+	}
+	got, body, err := ts.Reserve(10 * time.Second)
+	if err != nil || got != id || string(body) != "hello" {
+		t.Fatalf("reserve: %d %q %v; want %d", got, body, err, id)
+	}
+	if now := time.Now().UnixMilli(); now < v.DeliverAtMs {
+		t.Fatalf("reserved at %d, before its due time %d", now, v.DeliverAtMs)
+	}
+	if v, _ := cl.Get(ctx, messageID(id)); v.State != api.StateReserved {
+		t.Fatalf("a reserved job is %s over HTTP", v.State)
+	}
+	if err := c.Release(id, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err = ts.Reserve(10 * time.Second); err != nil || got != id {
+		t.Fatalf("reserve after release: %d %v", got, err)
+	}
+	if err := c.Bury(id, 10); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := cl.Dead(ctx, "emails", 10)
+	if err != nil || len(dead) != 1 || dead[0].ID != messageID(id) {
+		t.Fatalf("dead letters after bury: %+v %v", dead, err)
+	}
+	if got, _, err := tube.PeekBuried(); err != nil || got != id {
+		t.Fatalf("peek-buried: %d %v", got, err)
+	}
+	if n, err := tube.Kick(10); err != nil || n != 1 {
+		t.Fatalf("kick: %d %v", n, err)
+	}
+	if got, _, err = ts.Reserve(10 * time.Second); err != nil || got != id {
+		t.Fatalf("reserve after kick: %d %v", got, err)
+	}
+	if err := c.Touch(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peek(id); !errors.Is(err, beanstalk.ErrNotFound) {
+		t.Fatalf("peek of a deleted job: %v", err)
+	}
+
+	// The reverse: enqueued over HTTP, reserved as a job.
+	res, err := cl.Enqueue(ctx, []api.Message{{Topic: "emails", Payload: api.TextBody("from http")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid, _ := model.ParseID(res[0].ID)
+	want, _ := beanstalkd.JobID(mid)
+	if got, body, err = ts.Reserve(10 * time.Second); err != nil || got != want || string(body) != "from http" {
+		t.Fatalf("reserve of an HTTP message: %d %q %v; want %d", got, body, err, want)
+	}
+	if err := c.Delete(got); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats()
+	if err != nil || st["max-job-size"] != strconv.Itoa(transport.DefaultLimits().MaxBodyBytes) || st["cmd-put"] != "1" {
+		t.Fatalf("stats: %v %v", st, err)
+	}
+	if _, _, err := ts.Reserve(0); !errors.Is(err, beanstalk.ErrTimeout) {
+		t.Fatalf("reserve of an empty tube: %v", err)
+	}
+}
+
+// Through every node of a three-node cluster of two groups, followers
+// among them: a job put through one node is reserved, released, touched
+// and deleted through another, and kicked through a third.
+func TestBeanstalkdThroughFollowers(t *testing.T) {
+	const n = 3
+	var raft, httpAddrs, bsAddrs, members []string
+	for i := range n {
+		raft = append(raft, replication.FreeAddr(t))
+		httpAddrs = append(httpAddrs, replication.FreeAddr(t))
+		bsAddrs = append(bsAddrs, replication.FreeAddr(t))
+		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
+	}
+	for i := range n {
+		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
+			"--initial-cluster", strings.Join(members, ","), "--groups", "2", "--beanstalkd-addr", bsAddrs[i])
+	}
+	ctx := t.Context()
+	for _, addr := range httpAddrs {
+		cl := client.New("http://" + addr)
+		replication.WaitFor(t, 30*time.Second, addr+" to be ready in every group", func() bool {
+			v, err := cl.Cluster(ctx)
+			return cl.Readyz(ctx) == nil && err == nil && len(v.Groups) == 2
+		})
+	}
+	for _, tubeName := range []string{"alpha", "beta", "gamma"} {
+		for i := range n {
+			a, b, c := dialBeanstalk(t, bsAddrs[i]), dialBeanstalk(t, bsAddrs[(i+1)%n]), dialBeanstalk(t, bsAddrs[(i+2)%n])
+			id, err := beanstalk.NewTube(a, tubeName).Put([]byte(tubeName), 1024, 0, 30*time.Second)
+			if err != nil {
+				t.Fatalf("put %s through n%d: %v", tubeName, i+1, err)
+			}
+			ts := beanstalk.NewTubeSet(b, "default", tubeName)
+			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
+				t.Fatalf("reserve %s through n%d: %d %v; want %d", tubeName, (i+1)%n+1, got, err, id)
+			}
+			if err := b.Touch(id); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Release(id, 1024, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.KickJob(id); !errors.Is(err, beanstalk.ErrNotFound) {
+				t.Fatalf("kick-job of a ready job: %v", err)
+			}
+			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
+				t.Fatalf("reserve after release: %d %v", got, err)
+			}
+			if err := b.Delete(id); err != nil {
+				t.Fatalf("delete through n%d: %v", (i+1)%n+1, err)
+			}
+			if _, err := c.Peek(id); !errors.Is(err, beanstalk.ErrNotFound) {
+				// A follower reads its own state: wait until it applied the delete.
+				replication.WaitFor(t, 10*time.Second, "the delete to reach every node", func() bool {
+					_, err := c.Peek(id)
+					return errors.Is(err, beanstalk.ErrNotFound)
+				})
+			}
+		}
+	}
+}

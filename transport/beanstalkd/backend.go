@@ -1,0 +1,55 @@
+package beanstalkd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// ErrNotSent wraps a Backend's error when the call surely reached no
+// leader (none is known, or its address refused the connection): the
+// server then asks again, until its command timeout, so that a
+// connection outlives a change of leader without a write made twice.
+var ErrNotSent = errors.New("not sent to a leader")
+
+// Backend is what the server needs of the node. Every call may return the
+// wheel errors (ErrNotFound, ErrConflict, ErrInvalid, ErrTooLarge,
+// ErrOverloaded, ErrUnavailable, ErrNotLeader), wrapped in ErrNotSent
+// when the call surely changed nothing, and must route by itself: a
+// topic's calls and an id's calls go to the leader of their group.
+type Backend interface {
+	// Put enqueues one message and returns its id once the message is
+	// committed.
+	Put(ctx context.Context, m command.NewMessage) (model.ID, error)
+	// Reserve hands out the next due message of topic, waiting up to wait
+	// for one; ok is false when none came.
+	Reserve(ctx context.Context, topic string, wait time.Duration) (d model.Delivery, ok bool, err error)
+	// Ack finishes a reserved message; done is false when the receipt no
+	// longer holds it.
+	Ack(ctx context.Context, r model.Receipt) (done bool, err error)
+	// Nack returns a reserved message to delayed, due delayMs from now.
+	Nack(ctx context.Context, r model.Receipt, delayMs int64) (done bool, err error)
+	// Touch extends a reserved message's lease by its time-to-run.
+	Touch(ctx context.Context, r model.Receipt) (done bool, err error)
+	// Bury moves a reserved message to its topic's dead letters.
+	Bury(ctx context.Context, r model.Receipt) (done bool, err error)
+	// Get returns a message in any state.
+	Get(ctx context.Context, id model.ID) (wheel.View, error)
+	// Cancel removes a delayed, ready or dead message.
+	Cancel(ctx context.Context, id model.ID) error
+	// Reschedule makes a delayed message due at deliverAtMs.
+	Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) error
+	// Redrive moves dead messages of topic back to ready and returns how
+	// many moved.
+	Redrive(ctx context.Context, topic string, ids []model.ID) (int, error)
+	// Dead lists up to limit dead messages of topic, oldest first.
+	Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error)
+	// Ready lists up to limit ready messages of topic, next first.
+	Ready(ctx context.Context, topic string, limit int) ([]wheel.View, error)
+	// Topics returns the per-state counts of every topic.
+	Topics(ctx context.Context) ([]wheel.TopicCounts, error)
+}

@@ -1,0 +1,12 @@
+// Package beanstalkd serves beanstalkd's text protocol over a delaywheel
+// node, so that an existing beanstalkd client (Pheanstalk, beaneater,
+// greenstalk, go-beanstalk…) becomes a client of a replicated queue.
+//
+// It owns the command parser (command.go), the mapping of message ids to
+// beanstalkd's 64-bit job ids (jobid.go), the per-connection loop and its
+// replies (server.go, conn.go) and the YAML stats (stats.go). It reaches
+// the node through the small Backend interface defined here, with plain
+// wheel types: a tube is a topic, pri a priority, ttr the lease, delete an
+// ack (reserved) or a cancel (delayed, ready, buried), release a nack, bury
+// a dead letter and kick a redrive.
+package beanstalkd

@@ -1,0 +1,284 @@
+package beanstalkd
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// fakeBackend is an in-memory Backend with the node's semantics, on a
+// clock the test moves.
+type fakeBackend struct {
+	mu      sync.Mutex
+	now     time.Time
+	index   uint64
+	nonce   uint64
+	msgs    map[model.ID]*wheel.View
+	changed chan struct{} // closed and replaced at every change
+	group   func(topic string) int
+	err     error // when set, every call fails with it
+	unsent  int   // how many puts fail with ErrNotSent before one is taken
+	bare    bool  // deliveries without their lease's length, as over HTTP
+	puts    []command.NewMessage
+}
+
+func newFake() *fakeBackend {
+	return &fakeBackend{now: time.Unix(1_700_000_000, 0), msgs: map[model.ID]*wheel.View{}, changed: make(chan struct{}),
+		group: func(string) int { return 0 }}
+}
+
+func (f *fakeBackend) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// advance moves the clock.
+func (f *fakeBackend) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+	f.notify()
+}
+
+// notify wakes the waiting reserves. Callers hold f.mu.
+func (f *fakeBackend) notify() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// state is the message's state at the fake's now. Callers hold f.mu.
+func (f *fakeBackend) state(v *wheel.View) wheel.State {
+	if v.State == wheel.StateReserved && v.LeaseExpiresMs <= f.now.UnixMilli() {
+		v.State, v.Receipt = wheel.StateDelayed, 0
+	}
+	return v.At(f.now.UnixMilli()).State
+}
+
+func (f *fakeBackend) Put(_ context.Context, m command.NewMessage) (model.ID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return model.ID{}, f.err
+	}
+	if f.unsent > 0 {
+		f.unsent--
+		return model.ID{}, fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+	}
+	f.index++
+	id := model.ID{Index: f.index, Seq: uint32(f.group(m.Topic)) << 24}
+	f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
+		DeliverAtMs: m.DeliverAtMs, TTRMs: m.TTRMs, MaxAttempts: m.MaxAttempts, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateDelayed}
+	f.puts = append(f.puts, m)
+	f.notify()
+	return id, nil
+}
+
+// add stores a message with the given id, as another front end would.
+func (f *fakeBackend) add(id model.ID, topic, body string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: topic, Body: []byte(body), DeliverAtMs: f.now.UnixMilli(),
+		TTRMs: 30000, MaxAttempts: 10, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateReady}
+	f.notify()
+}
+
+// next is the next due message of topic. Callers hold f.mu.
+func (f *fakeBackend) next(topic string, st wheel.State) *wheel.View {
+	var due []*wheel.View
+	for _, v := range f.msgs {
+		if v.Topic == topic && f.state(v) == st {
+			due = append(due, v)
+		}
+	}
+	slices.SortFunc(due, func(a, b *wheel.View) int {
+		return cmp.Or(cmp.Compare(a.DeliverAtMs, b.DeliverAtMs), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID.Index, b.ID.Index))
+	})
+	if len(due) == 0 {
+		return nil
+	}
+	return due[0]
+}
+
+func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		f.mu.Lock()
+		if f.err != nil {
+			f.mu.Unlock()
+			return model.Delivery{}, false, f.err
+		}
+		if v := f.next(topic, wheel.StateReady); v != nil {
+			f.nonce++
+			v.State, v.Receipt = wheel.StateReserved, f.nonce
+			v.Attempts++
+			v.LeaseMs = v.TTRMs
+			v.LeaseExpiresMs = f.now.UnixMilli() + v.TTRMs
+			d := model.Delivery{Message: v.Message, Attempt: v.Attempts, Receipt: model.Receipt{ID: v.ID, Nonce: f.nonce}}
+			if f.bare {
+				d.LeaseMs, d.TTRMs = 0, 0
+			}
+			f.mu.Unlock()
+			return d, true, nil
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		if wait <= 0 {
+			return model.Delivery{}, false, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return model.Delivery{}, false, nil
+		case <-ctx.Done():
+			return model.Delivery{}, false, ctx.Err()
+		}
+	}
+}
+
+// held runs fn on the message r holds.
+func (f *fakeBackend) held(r model.Receipt, fn func(v *wheel.View)) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return false, f.err
+	}
+	v, ok := f.msgs[r.ID]
+	if !ok || f.state(v) != wheel.StateReserved || v.Receipt != r.Nonce {
+		return false, nil
+	}
+	fn(v)
+	f.notify()
+	return true, nil
+}
+
+func (f *fakeBackend) Ack(_ context.Context, r model.Receipt) (bool, error) {
+	return f.held(r, func(v *wheel.View) { delete(f.msgs, v.ID) })
+}
+
+func (f *fakeBackend) Nack(_ context.Context, r model.Receipt, delayMs int64) (bool, error) {
+	return f.held(r, func(v *wheel.View) {
+		v.State, v.Receipt, v.DeliverAtMs = wheel.StateDelayed, 0, f.now.UnixMilli()+delayMs
+	})
+}
+
+func (f *fakeBackend) Touch(_ context.Context, r model.Receipt) (bool, error) {
+	return f.held(r, func(v *wheel.View) { v.LeaseExpiresMs = f.now.UnixMilli() + v.LeaseMs })
+}
+
+func (f *fakeBackend) Bury(_ context.Context, r model.Receipt) (bool, error) {
+	return f.held(r, func(v *wheel.View) { v.State, v.Receipt = wheel.StateDead, 0 })
+}
+
+func (f *fakeBackend) Get(_ context.Context, id model.ID) (wheel.View, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return wheel.View{}, f.err
+	}
+	v, ok := f.msgs[id]
+	if !ok {
+		return wheel.View{}, fmt.Errorf("%w: message %s", model.ErrNotFound, id)
+	}
+	out := *v
+	out.State = f.state(v)
+	return out, nil
+}
+
+func (f *fakeBackend) Cancel(_ context.Context, id model.ID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.msgs[id]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: message %s", model.ErrNotFound, id)
+	case f.state(v) == wheel.StateReserved:
+		return fmt.Errorf("%w: message %s is reserved", model.ErrConflict, id)
+	}
+	delete(f.msgs, id)
+	return nil
+}
+
+func (f *fakeBackend) Reschedule(_ context.Context, id model.ID, deliverAtMs int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.msgs[id]
+	if !ok || f.state(v) != wheel.StateDelayed && f.state(v) != wheel.StateReady {
+		return fmt.Errorf("%w: message %s", model.ErrNotFound, id)
+	}
+	v.DeliverAtMs = deliverAtMs
+	f.notify()
+	return nil
+}
+
+func (f *fakeBackend) Redrive(_ context.Context, topic string, ids []model.ID) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if v, ok := f.msgs[id]; ok && v.Topic == topic && v.State == wheel.StateDead {
+			v.State, v.Attempts, v.DeliverAtMs = wheel.StateReady, 0, f.now.UnixMilli()
+			n++
+		}
+	}
+	f.notify()
+	return n, nil
+}
+
+// list returns up to limit messages of topic in state st, by id.
+func (f *fakeBackend) list(topic string, st wheel.State, limit int) []wheel.View {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []wheel.View
+	for _, v := range f.msgs {
+		if v.Topic == topic && f.state(v) == st {
+			out = append(out, *v)
+		}
+	}
+	slices.SortFunc(out, func(a, b wheel.View) int { return cmp.Compare(a.ID.Index, b.ID.Index) })
+	return out[:min(limit, len(out))]
+}
+
+func (f *fakeBackend) Dead(_ context.Context, topic string, limit int) ([]wheel.View, error) {
+	return f.list(topic, wheel.StateDead, limit), nil
+}
+
+func (f *fakeBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {
+	return f.list(topic, wheel.StateReady, limit), nil
+}
+
+func (f *fakeBackend) Topics(context.Context) ([]wheel.TopicCounts, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	by := map[string]*wheel.TopicCounts{}
+	for _, v := range f.msgs {
+		tc, ok := by[v.Topic]
+		if !ok {
+			tc = &wheel.TopicCounts{Topic: v.Topic}
+			by[v.Topic] = tc
+		}
+		switch f.state(v) {
+		case wheel.StateDelayed:
+			tc.Delayed++
+		case wheel.StateReady:
+			tc.Ready++
+		case wheel.StateReserved:
+			tc.Reserved++
+		case wheel.StateDead:
+			tc.Dead++
+		}
+	}
+	var out []wheel.TopicCounts
+	for _, tc := range by {
+		out = append(out, *tc)
+	}
+	return out, nil
+}

@@ -1,0 +1,401 @@
+package beanstalkd
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// reserve answers reserve and reserve-with-timeout: RESERVED, TIMED_OUT,
+// DEADLINE_SOON when a job this connection holds is about to time out,
+// or DRAINING when the server shuts down meanwhile.
+func (c *conn) reserve(cmd Command) {
+	remaining := time.Duration(-1) // no timeout
+	if cmd.Op == OpReserveWithTimeout {
+		remaining = time.Duration(cmd.Timeout) * time.Second
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+	if c.w.Flush() != nil {
+		return
+	}
+	c.waiting(1)
+	defer c.waiting(-1)
+	for {
+		now := c.s.cfg.Now()
+		soon, holding := c.soonest(now)
+		if holding && !soon.After(now.Add(deadlineSoon)) {
+			c.reply("DEADLINE_SOON")
+			return
+		}
+		wait := c.s.cfg.MaxWait
+		if remaining >= 0 {
+			wait = min(wait, remaining)
+		}
+		if holding {
+			wait = min(wait, soon.Add(-deadlineSoon).Sub(now))
+		}
+		tubes, pauseEnd := c.reservable(now)
+		var (
+			d   model.Delivery
+			ok  bool
+			err error
+		)
+		if len(tubes) == 0 {
+			if !pauseEnd.IsZero() {
+				wait = min(wait, pauseEnd.Sub(now))
+			}
+			c.sleep(wait)
+		} else {
+			d, ok, err = c.reserveAny(tubes, wait)
+		}
+		if c.ctx.Err() != nil {
+			if ok {
+				c.giveBack(d)
+			}
+			c.reply("DRAINING")
+			return
+		}
+		switch {
+		case ok:
+			if c.hold(d) {
+				return
+			}
+			continue
+		case errors.Is(err, model.ErrNotLeader), errors.Is(err, model.ErrUnavailable):
+			// A leader change: ask again once there is a leader.
+			c.s.log.Debug("beanstalkd: reserve waits for a leader", "err", err)
+			wait = min(retryPause, max(wait, 0))
+			c.sleep(wait)
+		case err != nil:
+			c.fail("reserve", err)
+			return
+		}
+		if remaining >= 0 {
+			remaining -= max(wait, 0)
+			if remaining <= 0 {
+				c.reply("TIMED_OUT")
+				return
+			}
+		}
+	}
+}
+
+// retrying runs call again while it fails with ErrNotSent, until ctx
+// ends or the server drains.
+func retrying[T any](c *conn, ctx context.Context, call func() (T, error)) (T, error) {
+	for {
+		v, err := call()
+		if !errors.Is(err, ErrNotSent) || ctx.Err() != nil || c.ctx.Err() != nil {
+			return v, err
+		}
+		c.sleep(retryPause)
+	}
+}
+
+// waiting counts this connection among the waiters of its watched tubes.
+func (c *conn) waiting(n int) {
+	c.s.tubesChange(func(tube func(string) *tubeState) {
+		for _, t := range c.watched {
+			tube(t).waiting += n
+		}
+	})
+}
+
+// sleep waits d, or until the server drains.
+func (c *conn) sleep(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+}
+
+// reservable returns the watched tubes that are not paused and, when some
+// are, the end of the first pause.
+func (c *conn) reservable(now time.Time) (tubes []string, pauseEnd time.Time) {
+	for _, t := range c.watched {
+		until := c.s.pausedUntil(t)
+		if until.After(now) {
+			if pauseEnd.IsZero() || until.Before(pauseEnd) {
+				pauseEnd = until
+			}
+			continue
+		}
+		tubes = append(tubes, t)
+	}
+	return tubes, pauseEnd
+}
+
+// reserveAny takes a due job of one of tubes, waiting up to wait. Over
+// several tubes it first takes what is due now, in watch order, then
+// waits on every tube at once (each may be in another group, led by
+// another node) and keeps the first job; one that another tube handed
+// out meanwhile goes back at once.
+func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, bool, error) {
+	wait = max(wait, 0)
+	if len(tubes) == 1 {
+		return c.s.be.Reserve(c.ctx, tubes[0], wait)
+	}
+	for _, t := range tubes {
+		if d, ok, err := c.s.be.Reserve(c.ctx, t, 0); ok || err != nil {
+			return d, ok, err
+		}
+	}
+	if wait == 0 {
+		return model.Delivery{}, false, nil
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	type result struct {
+		d   model.Delivery
+		ok  bool
+		err error
+	}
+	results := make(chan result, len(tubes))
+	for _, t := range tubes {
+		go func() {
+			d, ok, err := c.s.be.Reserve(ctx, t, wait)
+			results <- result{d, ok, err}
+		}()
+	}
+	var got result
+	for range tubes {
+		r := <-results
+		switch {
+		case r.ok && got.ok:
+			c.giveBack(r.d)
+		case r.ok:
+			got = r
+			got.err = nil
+			cancel()
+		case r.err != nil && !got.ok && got.err == nil && ctx.Err() == nil:
+			got.err = r.err
+			cancel()
+		}
+	}
+	return got.d, got.ok, got.err
+}
+
+// giveBack returns a job this connection will not hand out to ready.
+func (c *conn) giveBack(d model.Delivery) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	if _, err := c.s.be.Nack(ctx, d.Receipt, 0); err != nil {
+		c.s.log.Warn("beanstalkd: a job reserved twice could not go back", "id", d.ID.String(), "err", err)
+	}
+}
+
+// hold answers RESERVED with d and keeps its receipt. A message whose id
+// does not pack into a job id (a batch of over 1,024 messages enqueued
+// over HTTP or gRPC) cannot be named to the client: it goes to the dead
+// letters, where the HTTP API reaches it, and hold returns false.
+func (c *conn) hold(d model.Delivery) bool {
+	job, ok := JobID(d.ID)
+	if !ok {
+		ctx, cancel := c.callCtx()
+		defer cancel()
+		_, err := c.s.be.Bury(ctx, d.Receipt)
+		c.s.log.Warn("beanstalkd: a message whose id does not pack into a job id went to the dead letters", "id", d.ID.String(), "topic", d.Topic, "err", err)
+		return false
+	}
+	// The lease a touch renews: its own length, which a reserve that sets
+	// no ttr makes the message's time-to-run; a delivery forwarded over
+	// HTTP carries neither, but the end of its lease.
+	leaseMs := cmp.Or(d.LeaseMs, d.TTRMs, d.LeaseExpiresMs-c.s.cfg.Now().UnixMilli())
+	lease := time.Duration(leaseMs) * time.Millisecond
+	c.held[job] = heldJob{r: d.Receipt, topic: d.Topic, leaseEnd: time.UnixMilli(d.LeaseExpiresMs), lease: lease}
+	c.job("RESERVED", job, d.Body)
+	return true
+}
+
+// deleteJob answers delete: an ack of a job this connection holds, else a
+// cancel of a delayed, ready or buried job.
+func (c *conn) deleteJob(job uint64) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	if h, ok := c.held[job]; ok {
+		delete(c.held, job)
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Ack(ctx, h.r) })
+		c.settled("delete", done, err, "DELETED", h.topic)
+		return
+	}
+	id := MessageID(job)
+	v, err := c.s.be.Get(ctx, id)
+	if err != nil {
+		c.fail("delete", err)
+		return
+	}
+	if v.State == wheel.StateReserved {
+		c.reply("NOT_FOUND") // another connection holds it
+		return
+	}
+	if _, err := retrying(c, ctx, func() (bool, error) { return true, c.s.be.Cancel(ctx, id) }); err != nil {
+		c.fail("delete", err)
+		return
+	}
+	c.countDelete(v.Topic)
+	c.reply("DELETED")
+}
+
+// countDelete counts a delete in its tube's stats.
+func (c *conn) countDelete(topic string) {
+	c.s.tubesChange(func(tube func(string) *tubeState) { tube(topic).deletes++ })
+}
+
+// settled answers a call on a held job: word when it took effect,
+// NOT_FOUND when the job's lease had ended.
+func (c *conn) settled(op string, done bool, err error, word, topic string) {
+	switch {
+	case err != nil:
+		c.fail(op, err)
+	case !done:
+		c.reply("NOT_FOUND")
+	default:
+		if op == "delete" {
+			c.countDelete(topic)
+		}
+		c.reply(word)
+	}
+}
+
+// settle answers release, bury and touch of a job this connection holds.
+// The pri of release and bury is not kept: a message's priority is set
+// when it is enqueued.
+func (c *conn) settle(cmd Command) {
+	h, ok := c.held[cmd.ID]
+	if !ok {
+		c.reply("NOT_FOUND")
+		return
+	}
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	switch cmd.Op {
+	case OpRelease:
+		delay := time.Duration(cmd.Delay) * time.Second
+		if delay > c.s.cfg.MaxDelay {
+			c.reply("BAD_FORMAT")
+			return
+		}
+		delete(c.held, cmd.ID)
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Nack(ctx, h.r, delay.Milliseconds()) })
+		c.settled("release", done, err, "RELEASED", h.topic)
+	case OpBury:
+		delete(c.held, cmd.ID)
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Bury(ctx, h.r) })
+		c.settled("bury", done, err, "BURIED", h.topic)
+	case OpTouch:
+		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Touch(ctx, h.r) })
+		if err == nil && done {
+			h.leaseEnd = c.s.cfg.Now().Add(h.lease)
+			c.held[cmd.ID] = h
+		} else if err == nil {
+			delete(c.held, cmd.ID)
+		}
+		c.settled("touch", done, err, "TOUCHED", h.topic)
+	}
+}
+
+// peekID answers peek: FOUND with the job in any state.
+func (c *conn) peekID(job uint64) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	v, err := c.s.be.Get(ctx, MessageID(job))
+	if err != nil {
+		c.fail("peek", err)
+		return
+	}
+	c.job("FOUND", job, v.Body)
+}
+
+// peekState answers peek-ready and peek-buried of the used tube.
+func (c *conn) peekState(op Op) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	list, name := c.s.be.Ready, "peek-ready"
+	if op == OpPeekBuried {
+		list, name = c.s.be.Dead, "peek-buried"
+	}
+	vs, err := list(ctx, c.use, 16)
+	if err != nil {
+		c.fail(name, err)
+		return
+	}
+	for _, v := range vs {
+		if job, ok := JobID(v.ID); ok {
+			c.job("FOUND", job, v.Body)
+			return
+		}
+	}
+	c.reply("NOT_FOUND")
+}
+
+// maxKick is the most jobs one kick moves.
+const maxKick = 1000
+
+// kick answers kick: buried jobs of the used tube back to ready. Delayed
+// jobs are not kicked: they are listed by due second, not by tube.
+func (c *conn) kick(bound uint32) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	n := 0
+	if bound > 0 {
+		dead, err := c.s.be.Dead(ctx, c.use, int(min(bound, maxKick)))
+		if err != nil {
+			c.fail("kick", err)
+			return
+		}
+		if len(dead) > 0 {
+			ids := make([]model.ID, len(dead))
+			for i, v := range dead {
+				ids[i] = v.ID
+			}
+			if n, err = c.s.be.Redrive(ctx, c.use, ids); err != nil {
+				c.fail("kick", err)
+				return
+			}
+		}
+	}
+	c.reply("KICKED", strconv.Itoa(n))
+}
+
+// kickJob answers kick-job: a buried job back to ready, a delayed one due
+// now.
+func (c *conn) kickJob(job uint64) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	id := MessageID(job)
+	v, err := c.s.be.Get(ctx, id)
+	if err != nil {
+		c.fail("kick-job", err)
+		return
+	}
+	switch v.State {
+	case wheel.StateDead:
+		n, err := c.s.be.Redrive(ctx, v.Topic, []model.ID{id})
+		if err == nil && n == 0 {
+			err = model.ErrNotFound
+		}
+		if err != nil {
+			c.fail("kick-job", err)
+			return
+		}
+	case wheel.StateDelayed:
+		if err := c.s.be.Reschedule(ctx, id, c.s.cfg.Now().UnixMilli()); err != nil {
+			c.fail("kick-job", err)
+			return
+		}
+	default:
+		c.reply("NOT_FOUND")
+		return
+	}
+	c.reply("KICKED")
+}
