@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Workload names.
@@ -275,7 +275,7 @@ func (cfg Config) validate() error {
 	if cfg.MaxInflight < 0 || cfg.MaxInflight > 100_000 {
 		errs = append(errs, fmt.Errorf("--max-inflight must be between 0 (the server's default) and 100000, got %d", cfg.MaxInflight))
 	}
-	positive("--groups", cfg.Groups, wheel.MaxGroups)
+	positive("--groups", cfg.Groups, model.MaxGroups)
 	positive("--topics", cfg.Topics, 10_000)
 	if cfg.Groups > 1 && cfg.Spawn == 0 {
 		errs = append(errs, errors.New("--groups: only for a spawned cluster (a running one has its own)"))

@@ -17,7 +17,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // dwTarget is a delaywheel cluster: spawned, or reached at given addresses.
@@ -276,7 +276,7 @@ func (t *dwTarget) callTopic(ctx context.Context, topic string, fn func(*client.
 // topic) the node believed to lead.
 func (t *dwTarget) nodeFor(topic string) int32 {
 	if g := t.groupNodes.Load(); g != nil && topic != "" {
-		return (*g)[wheel.GroupOf(topic, len(*g))]
+		return (*g)[model.GroupOf(topic, len(*g))]
 	}
 	return t.leader.Load()
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The methods below are what the HTTP API needs from a node (transport.Backend).
@@ -26,10 +28,10 @@ func (n *Node) LeaderHTTP() (addr string, isLeader, known bool) {
 // it did not record is empty), whether this node leads, and whether a
 // leader is known: known needs the leader's HTTP address, as forwarding
 // does.
-func (n *Node) Leader() (m wheel.Node, isLeader, known bool) {
+func (n *Node) Leader() (m model.Member, isLeader, known bool) {
 	_, id := n.raft.LeaderWithID()
 	if id == "" {
-		return wheel.Node{}, false, false
+		return model.Member{}, false, false
 	}
 	if string(id) == n.cfg.ID {
 		return n.cfg.Self(), n.raft.State() == raft.Leader, true
@@ -39,7 +41,7 @@ func (n *Node) Leader() (m wheel.Node, isLeader, known bool) {
 			return m, false, true
 		}
 	}
-	return wheel.Node{}, false, false
+	return model.Member{}, false, false
 }
 
 // Indexes returns the highest log index this node has applied and the
@@ -53,7 +55,7 @@ func (n *Node) Indexes() (applied, commit uint64) {
 }
 
 // result unwraps the single result of a one-command proposal.
-func (n *Node) result(ctx context.Context, cmd wheel.Command) (any, error) {
+func (n *Node) result(ctx context.Context, cmd command.Command) (any, error) {
 	res, err := n.propose(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -62,25 +64,25 @@ func (n *Node) result(ctx context.Context, cmd wheel.Command) (any, error) {
 }
 
 // Enqueue schedules messages as one log entry.
-func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
-	if len(msgs) > wheel.MaxEntryMessages {
-		return nil, fmt.Errorf("%w: %d messages in one enqueue; one log entry holds at most %d", wheel.ErrInvalid, len(msgs), wheel.MaxEntryMessages)
+func (n *Node) Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
+	if len(msgs) > model.MaxEntryMessages {
+		return nil, fmt.Errorf("%w: %d messages in one enqueue; one log entry holds at most %d", model.ErrInvalid, len(msgs), model.MaxEntryMessages)
 	}
 	st := n.store()
 	if have := st.NumTopics(); have >= n.cfg.MaxTopics {
 		for i, m := range msgs {
 			if !st.HasTopic(m.Topic) {
 				return nil, fmt.Errorf("%w: messages[%d].topic: %q would be topic number %d; the limit is %d topics",
-					wheel.ErrInvalid, i, m.Topic, have+1, n.cfg.MaxTopics)
+					model.ErrInvalid, i, m.Topic, have+1, n.cfg.MaxTopics)
 			}
 		}
 	}
-	cmd := wheel.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
+	cmd := command.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
 	var (
 		v   any
 		err error
 	)
-	if slices.ContainsFunc(msgs, func(m wheel.NewMessage) bool { return m.Key != "" }) {
+	if slices.ContainsFunc(msgs, func(m command.NewMessage) bool { return m.Key != "" }) {
 		// A key may name a pending message: the answer comes from the state.
 		v, err = n.result(ctx, cmd)
 	} else {
@@ -95,7 +97,7 @@ func (n *Node) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.En
 // resultAtCommit is result for a Schedule of messages without keys,
 // answered once its entry commits (commit.go), or after its apply when
 // the commit went unseen.
-func (n *Node) resultAtCommit(ctx context.Context, cmd wheel.Schedule) (any, error) {
+func (n *Node) resultAtCommit(ctx context.Context, cmd command.Schedule) (any, error) {
 	p, err := n.submit(ctx, true, cmd)
 	if err != nil {
 		return nil, err
@@ -125,14 +127,14 @@ func (n *Node) caughtUp(ctx context.Context) error {
 	defer cancel()
 	if d != nil {
 		if err := d.WaitAnswered(wctx); err != nil {
-			return fmt.Errorf("%w: waiting for the leases answered before their apply: %w", wheel.ErrUnavailable, err)
+			return fmt.Errorf("%w: waiting for the leases answered before their apply: %w", model.ErrUnavailable, err)
 		}
 	}
 	if h == 0 || n.store().AppliedIndex() >= h {
 		return nil
 	}
 	if err := n.fsm.waitApplied(wctx, h); err != nil {
-		return fmt.Errorf("%w: waiting for entry %d to be applied: %w", wheel.ErrUnavailable, h, err)
+		return fmt.Errorf("%w: waiting for entry %d to be applied: %w", model.ErrUnavailable, h, err)
 	}
 	return nil
 }
@@ -144,7 +146,7 @@ func (n *Node) caughtUp(ctx context.Context) error {
 // seen. The operator's views of the local wheel answer regardless.
 func (n *Node) readable(ctx context.Context) error {
 	if err := n.noLeader(); err != nil {
-		return fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
 	return n.caughtUp(ctx)
 }
@@ -181,7 +183,7 @@ func (n *Node) ReadAfter(index uint64) {
 }
 
 // Get returns a message from local state.
-func (n *Node) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
+func (n *Node) Get(ctx context.Context, id model.ID) (wheel.View, error) {
 	if err := n.readable(ctx); err != nil {
 		return wheel.View{}, err
 	}
@@ -190,20 +192,20 @@ func (n *Node) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
 }
 
 // Cancel removes a delayed or ready message.
-func (n *Node) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
+func (n *Node) Cancel(ctx context.Context, c command.Cancel) (model.ID, error) {
 	if d := n.dispatcher(); d != nil && c.Topic == "" && d.InFlight(c.ID) {
-		return wheel.ID{}, fmt.Errorf("%w: message %s is being handed to a consumer", wheel.ErrConflict, c.ID)
+		return model.ID{}, fmt.Errorf("%w: message %s is being handed to a consumer", model.ErrConflict, c.ID)
 	}
 	v, err := n.result(ctx, c)
 	if err != nil {
-		return wheel.ID{}, err
+		return model.ID{}, err
 	}
-	return v.(wheel.ID), nil
+	return v.(model.ID), nil
 }
 
 // Reschedule moves a delayed or ready message.
-func (n *Node) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) (int64, error) {
-	v, err := n.result(ctx, wheel.Reschedule{ID: id, DeliverAtMs: deliverAtMs})
+func (n *Node) Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) (int64, error) {
+	v, err := n.result(ctx, command.Reschedule{ID: id, DeliverAtMs: deliverAtMs})
 	if err != nil {
 		return 0, err
 	}
@@ -217,10 +219,10 @@ func (n *Node) dispatcher() *dispatch.Dispatcher {
 }
 
 // Reserve hands out due messages; only the leader can.
-func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, error) {
 	d := n.dispatcher()
 	if d == nil {
-		return nil, wheel.ErrNotLeader
+		return nil, model.ErrNotLeader
 	}
 	if n.hasWebhook(topic) {
 		return n.idleReserve(ctx, wait), nil
@@ -237,19 +239,19 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	return d.Reserve(ctx, topic, max, wait, ttr)
 }
 
-func (n *Node) counted(ctx context.Context, cmd wheel.Command) (wheel.Counted, error) {
+func (n *Node) counted(ctx context.Context, cmd command.Command) (command.Counted, error) {
 	v, err := n.result(ctx, cmd)
 	if err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
-	return v.(wheel.Counted), nil
+	return v.(command.Counted), nil
 }
 
 // Stream opens a streaming consumer of topic; only the leader can.
-func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+func (n *Node) Stream(ctx context.Context, topic string, opt model.ConsumerOptions) (model.Consumer, error) {
 	d := n.dispatcher()
 	if d == nil {
-		return nil, wheel.ErrNotLeader
+		return nil, model.ErrNotLeader
 	}
 	if n.hasWebhook(topic) {
 		return nil, webhookConflict(topic)
@@ -264,10 +266,10 @@ func (n *Node) Stream(ctx context.Context, topic string, opt wheel.StreamOptions
 // back); once it has applied, that their leases ended. Should it fail
 // between the two, a stream that closes still releases them, and its sweep
 // forgets them once their leases end.
-func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []wheel.Receipt) (wheel.Counted, error) {
+func (n *Node) settled(ctx context.Context, cmd command.Command, rs []model.Receipt) (command.Counted, error) {
 	p, err := n.submit(ctx, false, cmd)
 	if err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
 	d := n.dispatcher()
 	if d != nil {
@@ -278,32 +280,32 @@ func (n *Node) settled(ctx context.Context, cmd wheel.Command, rs []wheel.Receip
 		err = res[0].Err
 	}
 	if err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
 	if d != nil {
 		d.Settled(rs)
 	}
-	return res[0].Value.(wheel.Counted), nil
+	return res[0].Value.(command.Counted), nil
 }
 
 // Ack finishes reserved messages.
-func (n *Node) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-	return n.settled(ctx, wheel.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
+func (n *Node) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+	return n.settled(ctx, command.Ack{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
 }
 
 // Nack returns reserved messages to delayed.
-func (n *Node) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
-	return n.settled(ctx, wheel.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
+func (n *Node) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
+	return n.settled(ctx, command.Nack{NowMs: n.clock.Now().UnixMilli(), DelayMs: delayMs, Receipts: rs}, rs)
 }
 
 // DeadLetter moves reserved messages to their topics' dead letters.
-func (n *Node) DeadLetter(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-	return n.settled(ctx, wheel.DeadLetter{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
+func (n *Node) DeadLetter(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+	return n.settled(ctx, command.DeadLetter{NowMs: n.clock.Now().UnixMilli(), Receipts: rs}, rs)
 }
 
 // Touch extends leases.
-func (n *Node) Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
-	return n.counted(ctx, wheel.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
+func (n *Node) Touch(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+	return n.counted(ctx, command.Touch{NowMs: n.clock.Now().UnixMilli(), Receipts: rs})
 }
 
 // Topics returns local per-topic counts.
@@ -323,8 +325,8 @@ func (n *Node) Dead(ctx context.Context, topic string, limit int) ([]wheel.View,
 }
 
 // Redrive moves dead messages back to ready.
-func (n *Node) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error) {
-	v, err := n.result(ctx, wheel.Redrive{NowMs: n.clock.Now().UnixMilli(), Topic: topic, IDs: ids})
+func (n *Node) Redrive(ctx context.Context, topic string, ids []model.ID) (int, error) {
+	v, err := n.result(ctx, command.Redrive{NowMs: n.clock.Now().UnixMilli(), Topic: topic, IDs: ids})
 	if err != nil {
 		return 0, err
 	}
@@ -348,14 +350,14 @@ func (n *Node) Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo
 }
 
 // AddNode adds a voter (or updates its addresses) and records its metadata.
-func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
+func (n *Node) AddNode(ctx context.Context, m model.Member) error {
 	if n.raft.State() != raft.Leader {
-		return wheel.ErrNotLeader
+		return model.ErrNotLeader
 	}
 	if err := waitFuture(ctx, n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
-		return fmt.Errorf("%w: add voter %s: %w", wheel.ErrUnavailable, m.ID, err)
+		return fmt.Errorf("%w: add voter %s: %w", model.ErrUnavailable, m.ID, err)
 	}
-	_, err := n.result(ctx, wheel.SetNode{Node: m})
+	_, err := n.result(ctx, command.SetNode{Node: m})
 	if err == nil {
 		n.log.Info("node joined", "id", m.ID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr, "grpc_addr", m.GRPCAddr)
 	}
@@ -367,18 +369,18 @@ func (n *Node) AddNode(ctx context.Context, m wheel.Node) error {
 // from which it knows it was removed.
 func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx context.Context, index uint64) error) error {
 	if n.raft.State() != raft.Leader {
-		return wheel.ErrNotLeader
+		return model.ErrNotLeader
 	}
 	f := n.raft.GetConfiguration()
 	if err := waitFuture(ctx, f); err != nil {
-		return fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
 	found := false
 	for _, s := range f.Configuration().Servers {
 		found = found || string(s.ID) == id
 	}
 	if !found {
-		return fmt.Errorf("%w: node %q is not a member", wheel.ErrNotFound, id)
+		return fmt.Errorf("%w: node %q is not a member", model.ErrNotFound, id)
 	}
 	// Demoted first, a follower learns of its removal for sure: a
 	// nonvoter still gets every entry, whereas the removal's own entry
@@ -387,7 +389,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 	if id != n.cfg.ID {
 		f := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
 		if err := waitFuture(ctx, f); err != nil {
-			return fmt.Errorf("%w: demote %s: %w", wheel.ErrUnavailable, id, err)
+			return fmt.Errorf("%w: demote %s: %w", model.ErrUnavailable, id, err)
 		}
 		// A member that does not hold its demotion when it is removed
 		// would never learn it was removed: give it the time to take it.
@@ -398,9 +400,9 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 		}
 	}
 	if err := waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
-		return fmt.Errorf("%w: remove %s: %w", wheel.ErrUnavailable, id, err)
+		return fmt.Errorf("%w: remove %s: %w", model.ErrUnavailable, id, err)
 	}
-	_, err := n.result(ctx, wheel.RemoveNode{ID: id})
+	_, err := n.result(ctx, command.RemoveNode{ID: id})
 	if err == nil {
 		n.log.Info("node removed", "id", id)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Backup writes a consistent copy of this node's state to w: a checkpoint
@@ -52,7 +53,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) (uint64, error) {
 func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (index uint64, err error) {
 	br := bufio.NewReaderSize(r, tarBlock)
 	if isGroupsArchive(br) {
-		return 0, fmt.Errorf("%w: the backup is an archive of many groups; restore it with `delaywheel restore` (replication.Restore)", wheel.ErrInvalid)
+		return 0, fmt.Errorf("%w: the backup is an archive of many groups; restore it with `delaywheel restore` (replication.Restore)", model.ErrInvalid)
 	}
 	if err := checkRestoreTarget(dataDir, nodeID, raftAddr, 1); err != nil {
 		return 0, err
@@ -74,7 +75,7 @@ func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (index uint64,
 // groups file, the directory of any of groups groups).
 func checkRestoreTarget(dataDir, nodeID, raftAddr string, groups int) error {
 	if nodeID == "" || raftAddr == "" {
-		return fmt.Errorf("%w: restore needs the node id and raft address the node will run with", wheel.ErrInvalid)
+		return fmt.Errorf("%w: restore needs the node id and raft address the node will run with", model.ErrInvalid)
 	}
 	paths := []string{"fsm", "raft", groupsFile}
 	if groups > 1 {
@@ -85,7 +86,7 @@ func checkRestoreTarget(dataDir, nodeID, raftAddr string, groups int) error {
 	for _, sub := range paths {
 		_, err := os.Stat(filepath.Join(dataDir, sub))
 		if err == nil {
-			return fmt.Errorf("%w: %s already holds a node (%s exists); restore into an empty data dir", wheel.ErrInvalid, dataDir, sub)
+			return fmt.Errorf("%w: %s already holds a node (%s exists); restore into an empty data dir", model.ErrInvalid, dataDir, sub)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("restore: %w", err)
@@ -138,18 +139,18 @@ func restoreGroup(r io.Reader, dir, nodeID, raftAddr string) (index uint64, err 
 	err = ExtractCheckpoint(in, check)
 	in.Close()
 	if err != nil {
-		return 0, fmt.Errorf("%w: the backup is damaged: %w", wheel.ErrInvalid, err)
+		return 0, fmt.Errorf("%w: the backup is damaged: %w", model.ErrInvalid, err)
 	}
 	st, err := wheel.Open(check, wheel.Options{})
 	if err != nil {
-		return 0, fmt.Errorf("%w: the backup does not open as a store: %w", wheel.ErrInvalid, err)
+		return 0, fmt.Errorf("%w: the backup does not open as a store: %w", model.ErrInvalid, err)
 	}
 	index = st.AppliedIndex()
 	if err := st.Close(); err != nil {
 		return 0, fmt.Errorf("restore: %w", err)
 	}
 	if index == 0 {
-		return 0, fmt.Errorf("%w: the backup covers no log entries", wheel.ErrInvalid)
+		return 0, fmt.Errorf("%w: the backup covers no log entries", model.ErrInvalid)
 	}
 
 	raftDir := filepath.Join(dir, "raft")

@@ -12,13 +12,14 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestBackupRestoreRoundTrip(t *testing.T) {
 	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
 	ctx := context.Background()
-	var ids []wheel.ID
+	var ids []model.ID
 	for _, delay := range []time.Duration{time.Minute, 3 * time.Hour, 48 * time.Hour} { // wheel, overflow, far overflow
 		m := msg("a", "d", delay)
 		m.Key, m.Headers, m.Priority = "k"+delay.String(), map[string]string{"h": "v"}, 3
@@ -33,7 +34,7 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("reserve: %+v", got)
 	}
-	if _, err := n.Nack(ctx, []wheel.Receipt{got[0].Receipt}, 0); err != nil {
+	if _, err := n.Nack(ctx, []model.Receipt{got[0].Receipt}, 0); err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, res[0].ID)
@@ -42,7 +43,7 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	if _, err := n.Backup(ctx, &buf); err != nil {
 		t.Fatalf("backup: %v", err)
 	}
-	want := map[wheel.ID]wheel.View{}
+	want := map[model.ID]wheel.View{}
 	for _, id := range ids {
 		v, err := n.Get(ctx, id)
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // A backup of a node of many groups (--groups N, N > 1) is one tar
@@ -70,8 +70,8 @@ func groupEntryName(g int) string { return "group-" + strconv.Itoa(g) + ".tar" }
 // one group is backed up with its ordinary stream instead: RestoreBackup
 // and Restore read that.
 func WriteGroupsBackup(w io.Writer, groups int, tmpDir string, backup func(g int, w io.Writer) error) error {
-	if groups < 1 || groups > wheel.MaxGroups {
-		return fmt.Errorf("%w: backup of %d groups; a cluster runs 1 to %d", wheel.ErrInvalid, groups, wheel.MaxGroups)
+	if groups < 1 || groups > model.MaxGroups {
+		return fmt.Errorf("%w: backup of %d groups; a cluster runs 1 to %d", model.ErrInvalid, groups, model.MaxGroups)
 	}
 	tw := tar.NewWriter(w)
 	manifest, err := json.Marshal(groupsManifest{Format: groupsBackupFormat, Version: groupsBackupVersion, Groups: groups})
@@ -140,7 +140,7 @@ type groupsArchive struct {
 
 // errArchive wraps an error reading the archive's bytes.
 func errArchive(err error) error {
-	return fmt.Errorf("%w: the backup archive is cut short or damaged: %w", wheel.ErrInvalid, err)
+	return fmt.Errorf("%w: the backup archive is cut short or damaged: %w", model.ErrInvalid, err)
 }
 
 // openGroupsArchive reads and checks the manifest of the groups archive r.
@@ -151,10 +151,10 @@ func openGroupsArchive(r io.Reader) (*groupsArchive, error) {
 		return nil, errArchive(err)
 	}
 	if h.Name != groupsManifestName {
-		return nil, fmt.Errorf("%w: not a backup archive of groups: its first entry is %q, not the manifest %q", wheel.ErrInvalid, h.Name, groupsManifestName)
+		return nil, fmt.Errorf("%w: not a backup archive of groups: its first entry is %q, not the manifest %q", model.ErrInvalid, h.Name, groupsManifestName)
 	}
 	if h.Size > maxManifestBytes {
-		return nil, fmt.Errorf("%w: the backup archive's manifest is %d bytes; at most %d are expected", wheel.ErrInvalid, h.Size, maxManifestBytes)
+		return nil, fmt.Errorf("%w: the backup archive's manifest is %d bytes; at most %d are expected", model.ErrInvalid, h.Size, maxManifestBytes)
 	}
 	data, err := io.ReadAll(tr)
 	if err != nil {
@@ -162,18 +162,18 @@ func openGroupsArchive(r io.Reader) (*groupsArchive, error) {
 	}
 	var m groupsManifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%w: the backup archive's manifest is not valid JSON: %w", wheel.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: the backup archive's manifest is not valid JSON: %w", model.ErrInvalid, err)
 	}
 	switch {
 	case m.Format != groupsBackupFormat:
-		return nil, fmt.Errorf("%w: the backup archive's manifest names format %q, not %q", wheel.ErrInvalid, m.Format, groupsBackupFormat)
+		return nil, fmt.Errorf("%w: the backup archive's manifest names format %q, not %q", model.ErrInvalid, m.Format, groupsBackupFormat)
 	case m.Version > groupsBackupVersion:
 		return nil, fmt.Errorf("%w: the backup archive is format version %d, newer than this delaywheel reads (up to %d); restore it with a delaywheel as new as the one that wrote it",
-			wheel.ErrInvalid, m.Version, groupsBackupVersion)
+			model.ErrInvalid, m.Version, groupsBackupVersion)
 	case m.Version < 1:
-		return nil, fmt.Errorf("%w: the backup archive's manifest has version %d; versions start at 1", wheel.ErrInvalid, m.Version)
-	case m.Groups < 1 || m.Groups > wheel.MaxGroups:
-		return nil, fmt.Errorf("%w: the backup archive's manifest says %d groups; a cluster runs 1 to %d", wheel.ErrInvalid, m.Groups, wheel.MaxGroups)
+		return nil, fmt.Errorf("%w: the backup archive's manifest has version %d; versions start at 1", model.ErrInvalid, m.Version)
+	case m.Groups < 1 || m.Groups > model.MaxGroups:
+		return nil, fmt.Errorf("%w: the backup archive's manifest says %d groups; a cluster runs 1 to %d", model.ErrInvalid, m.Groups, model.MaxGroups)
 	}
 	return &groupsArchive{tr: tr, groups: m.Groups}, nil
 }
@@ -192,16 +192,16 @@ func (a *groupsArchive) nextGroup() (int, io.Reader, error) {
 	case err != nil:
 		return 0, nil, errArchive(err)
 	case a.next == a.groups:
-		return 0, nil, fmt.Errorf("%w: the backup archive holds an entry %q after its last group's (the manifest says %d groups)", wheel.ErrInvalid, h.Name, a.groups)
+		return 0, nil, fmt.Errorf("%w: the backup archive holds an entry %q after its last group's (the manifest says %d groups)", model.ErrInvalid, h.Name, a.groups)
 	case h.Name != groupEntryName(a.next):
 		if g, ok := strings.CutPrefix(h.Name, "group-"); ok {
 			if n, err := strconv.Atoi(strings.TrimSuffix(g, ".tar")); err == nil && n > a.next {
 				return 0, nil, a.missing()
 			}
 		}
-		return 0, nil, fmt.Errorf("%w: the backup archive holds %q where group %d's backup %q belongs", wheel.ErrInvalid, h.Name, a.next, groupEntryName(a.next))
+		return 0, nil, fmt.Errorf("%w: the backup archive holds %q where group %d's backup %q belongs", model.ErrInvalid, h.Name, a.next, groupEntryName(a.next))
 	case h.Typeflag != tar.TypeReg:
-		return 0, nil, fmt.Errorf("%w: the backup archive's entry %q is not a plain file", wheel.ErrInvalid, h.Name)
+		return 0, nil, fmt.Errorf("%w: the backup archive's entry %q is not a plain file", model.ErrInvalid, h.Name)
 	}
 	g := a.next
 	a.next++
@@ -211,7 +211,7 @@ func (a *groupsArchive) nextGroup() (int, io.Reader, error) {
 // missing is the error of an archive that lacks group a.next.
 func (a *groupsArchive) missing() error {
 	return fmt.Errorf("%w: group %d is missing from the backup archive (it holds only the first %d of the manifest's %d groups)",
-		wheel.ErrInvalid, a.next, a.next, a.groups)
+		model.ErrInvalid, a.next, a.next, a.groups)
 }
 
 // archiveReader reads an entry of the archive; an error other than the

@@ -8,7 +8,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // FuzzGroupsArchive: the archive reader takes any bytes without panicking,
@@ -32,12 +32,12 @@ func FuzzGroupsArchive(f *testing.F) {
 		isGroupsArchive(bufio.NewReaderSize(bytes.NewReader(data), tarBlock))
 		a, err := openGroupsArchive(bytes.NewReader(data))
 		if err != nil {
-			if !errors.Is(err, wheel.ErrInvalid) {
+			if !errors.Is(err, model.ErrInvalid) {
 				t.Fatalf("open: %v is not an invalid-argument error", err)
 			}
 			return
 		}
-		if a.groups < 1 || a.groups > wheel.MaxGroups {
+		if a.groups < 1 || a.groups > model.MaxGroups {
 			t.Fatalf("the manifest's %d groups were accepted", a.groups)
 		}
 		for want := 0; ; want++ {
@@ -52,7 +52,7 @@ func FuzzGroupsArchive(f *testing.F) {
 				_, err = io.Copy(io.Discard, r)
 			}
 			if err != nil {
-				if !errors.Is(err, wheel.ErrInvalid) {
+				if !errors.Is(err, model.ErrInvalid) {
 					t.Fatalf("group %d: %v is not an invalid-argument error", want, err)
 				}
 				return

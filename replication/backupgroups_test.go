@@ -18,6 +18,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // groupsBackup takes the groups archive of gs.
@@ -42,7 +43,7 @@ func TestGroupsBackupRestore(t *testing.T) {
 	c := repltest.NewGroupsCluster(t, 1, groups, nil)
 	gs := c.Nodes[0].Groups
 	ctx := context.Background()
-	want := map[wheel.ID]wheel.View{}
+	want := map[model.ID]wheel.View{}
 	for g, topic := range topicsOfGroups(groups) {
 		keyed := msg(topic, "keyed", time.Hour)
 		keyed.Key = "k"
@@ -76,7 +77,7 @@ func TestGroupsBackupRestore(t *testing.T) {
 	if n, err := StoredGroupCount(dir); err != nil || n != groups {
 		t.Fatalf("the restored dir's group count: %d, %v", n, err)
 	}
-	if _, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
+	if _, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
 		t.Fatalf("a second restore into the dir: %v", err)
 	}
 
@@ -203,7 +204,7 @@ func TestGroupsRestoreErrors(t *testing.T) {
 			parent := t.TempDir()
 			for _, dir := range []string{filepath.Join(parent, "new"), parent} {
 				_, err := Restore(bytes.NewReader(tc.data), dir, "r1", "127.0.0.1:1")
-				if !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("restore into %s: %v; want an invalid-argument error saying %q", dir, err, tc.want)
 				}
 				t.Logf("restore into %s: %v", dir, err)
@@ -218,12 +219,12 @@ func TestGroupsRestoreErrors(t *testing.T) {
 	// A data dir that holds a node, of one group or of many, is refused.
 	one := repltest.NewCluster(t, 1, nil).Nodes[0].Cfg.DataDir
 	for _, dir := range []string{one, gs.Node(0).Cfg().DataDir, filepath.Dir(gs.Node(0).Cfg().DataDir)} {
-		if _, err := Restore(bytes.NewReader(data), dir, "r1", "127.0.0.1:1"); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
+		if _, err := Restore(bytes.NewReader(data), dir, "r1", "127.0.0.1:1"); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "already holds a node") {
 			t.Errorf("restore into %s: %v", dir, err)
 		}
 	}
 	// RestoreBackup reads one group's backup, and says so of an archive.
-	if _, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), "r1", "127.0.0.1:1"); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "archive of many groups") {
+	if _, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), "r1", "127.0.0.1:1"); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "archive of many groups") {
 		t.Errorf("RestoreBackup of an archive: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // BenchmarkEnqueue measures enqueue throughput through the node on a
@@ -28,11 +28,11 @@ func BenchmarkEnqueue(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			msgs := make([]wheel.NewMessage, batch)
+			msgs := make([]command.NewMessage, batch)
 			for sent.Add(1) <= int64(b.N) {
 				due := time.Now().Add(time.Hour).UnixMilli()
 				for i := range msgs {
-					msgs[i] = wheel.NewMessage{Topic: "bench", Body: body, DeliverAtMs: due, TTRMs: 30_000, MaxAttempts: 10}
+					msgs[i] = command.NewMessage{Topic: "bench", Body: body, DeliverAtMs: due, TTRMs: 30_000, MaxAttempts: 10}
 				}
 				if _, err := n.Enqueue(context.Background(), msgs); err != nil {
 					b.Error(err)

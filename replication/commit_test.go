@@ -16,6 +16,8 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
@@ -82,7 +84,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			hold := holds[n.Cfg().ID]
 			ctx := context.Background()
 			now := time.Now().UnixMilli()
-			msgs := []wheel.NewMessage{
+			msgs := []command.NewMessage{
 				{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 60_000},
 				{Topic: "t", Body: []byte("b"), DeliverAtMs: -5},
 				{Topic: "t", Body: []byte("c"), DeliverAtMs: now + 3*3600_000},
@@ -183,7 +185,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			}
 
 			// With a key, the answer depends on the state: it waits for the apply.
-			keyed := []wheel.NewMessage{{Topic: "t", Key: "k", Body: []byte("d"), DeliverAtMs: now + 60_000}}
+			keyed := []command.NewMessage{{Topic: "t", Key: "k", Body: []byte("d"), DeliverAtMs: now + 60_000}}
 			first, err := n.Enqueue(ctx, keyed)
 			if err != nil {
 				t.Fatal(err)
@@ -210,13 +212,13 @@ func TestScheduledMatchesApply(t *testing.T) {
 			c := repltest.NewCluster(t, 1, func(cfg *Config) { cfg.Store.Group = group })
 			n := c.Leader().Node
 			now := time.Now().UnixMilli()
-			msgs := []wheel.NewMessage{
+			msgs := []command.NewMessage{
 				{Topic: "t", Body: []byte("a"), DeliverAtMs: now + 1000},
 				{Topic: "t", Body: []byte("b"), DeliverAtMs: -1},
 				{Topic: "u", Body: []byte("c"), DeliverAtMs: wheel.MaxDueMs + 1},
 				{Topic: "t", Body: []byte("d"), DeliverAtMs: now + 10*3600_000},
 			}
-			res, err := n.SubmitWait(context.Background(), wheel.Schedule{NowMs: now, Messages: msgs})
+			res, err := n.SubmitWait(context.Background(), command.Schedule{NowMs: now, Messages: msgs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +293,7 @@ func heldNode(t *testing.T) (*Node, *wheeltest.FakeClock, *applyHold) {
 func TestReadOwnLease(t *testing.T) {
 	n, clock, hold := heldNode(t)
 	ctx := context.Background()
-	res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte("a"), DeliverAtMs: clock.Now().UnixMilli() - 5, MaxAttempts: 3}})
+	res, err := n.Enqueue(ctx, []command.NewMessage{{Topic: "t", Body: []byte("a"), DeliverAtMs: clock.Now().UnixMilli() - 5, MaxAttempts: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +318,7 @@ func TestReadOwnLease(t *testing.T) {
 	if err == nil {
 		t.Fatalf("Get while the lease is unapplied = %+v; want a wait for the lease, not the state before it", v)
 	}
-	if !errors.Is(err, wheel.ErrUnavailable) {
+	if !errors.Is(err, model.ErrUnavailable) {
 		t.Fatalf("Get while the lease is unapplied: %v; want ErrUnavailable", err)
 	}
 	release()
@@ -333,7 +335,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	n, clock, hold := heldNode(t)
 	ctx := t.Context()
 	due := clock.Now().UnixMilli() - 5
-	res, err := n.Enqueue(ctx, []wheel.NewMessage{
+	res, err := n.Enqueue(ctx, []command.NewMessage{
 		{Topic: "t", Body: []byte("a"), DeliverAtMs: due, MaxAttempts: 3},
 		{Topic: "t", Body: []byte("b"), DeliverAtMs: due, MaxAttempts: 3},
 	})
@@ -343,7 +345,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	if _, err := n.Get(ctx, res[1].ID); err != nil {
 		t.Fatal(err)
 	}
-	st, err := n.Stream(ctx, "t", wheel.StreamOptions{MaxInflight: 1, TTR: time.Minute})
+	st, err := n.Stream(ctx, "t", model.ConsumerOptions{MaxInflight: 1, TTR: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +359,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	defer release()
 	acked := make(chan error, 1)
 	go func() {
-		_, err := n.Ack(context.WithoutCancel(ctx), []wheel.Receipt{first[0].Receipt})
+		_, err := n.Ack(context.WithoutCancel(ctx), []model.Receipt{first[0].Receipt})
 		acked <- err
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -378,7 +380,7 @@ func TestAckFreesStreamWindowBeforeItsApply(t *testing.T) {
 	if err := <-acked; err != nil {
 		t.Fatalf("ack: %v", err)
 	}
-	if _, err := n.Get(ctx, first[0].ID); !errors.Is(err, wheel.ErrNotFound) {
+	if _, err := n.Get(ctx, first[0].ID); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("the acked message after the apply: %v; want not found", err)
 	}
 }

@@ -86,7 +86,7 @@
 // The node starts a dispatcher each time it wins an election, once the
 // state machine has applied everything earlier leaders committed (a Raft
 // barrier), and stops it when leadership ends. Only the leader hands out
-// messages; followers answer Reserve with wheel.ErrNotLeader.
+// messages; followers answer Reserve with model.ErrNotLeader.
 //
 // # Groups
 //
@@ -99,7 +99,7 @@
 // group; and the balancer, which hands each group's leadership to its
 // preferred voter once that voter answers, so leaderships spread over the
 // nodes and come back to a node that returns. A group's store mints ids
-// naming the group (wheel.ID.Group), and a topic belongs to the group
-// wheel.GroupOf names. One group is the plain Node Open starts, in the
+// naming the group (model.ID.Group), and a topic belongs to the group
+// model.GroupOf names. One group is the plain Node Open starts, in the
 // data dir itself, with no header on its connections.
 package replication

@@ -11,6 +11,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/replication/webhook"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // This file, compiled only with the tests, exports to package
@@ -58,7 +59,7 @@ func (n *Node) Solo() bool { return n.solo.solo() }
 func (n *Node) Answered() prometheus.Histogram { return n.met.answered }
 
 // SubmitWait proposes cmds, not watched, and waits for their results.
-func (n *Node) SubmitWait(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (n *Node) SubmitWait(ctx context.Context, cmds ...command.Command) ([]command.Result, error) {
 	p, err := n.submit(ctx, false, cmds...)
 	if err != nil {
 		return nil, err
@@ -77,15 +78,17 @@ func (n *Node) TakeWebhooks() (*dispatch.Dispatcher, *webhook.Sender) {
 }
 
 // StartWebhooks is startWebhooks.
-func (n *Node) StartWebhooks(d *dispatch.Dispatcher, current func() []wheel.Webhook) {
+func (n *Node) StartWebhooks(d *dispatch.Dispatcher, current func() []command.Webhook) {
 	n.startWebhooks(d, current)
 }
 
 // StoredWebhooks is storedWebhooks.
-func (n *Node) StoredWebhooks() []wheel.Webhook { return n.storedWebhooks() }
+func (n *Node) StoredWebhooks() []command.Webhook { return n.storedWebhooks() }
 
 // Result is result.
-func (n *Node) Result(ctx context.Context, cmd wheel.Command) (any, error) { return n.result(ctx, cmd) }
+func (n *Node) Result(ctx context.Context, cmd command.Command) (any, error) {
+	return n.result(ctx, cmd)
+}
 
 // Sender is sender.
 func (n *Node) Sender() *webhook.Sender { return n.sender() }

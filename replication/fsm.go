@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // fsm applies committed log entries to the wheel store. Its state lives on
@@ -100,7 +101,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 // ApplyBatch applies committed entries as one store batch. Each command
-// entry's response is its []wheel.Result. A storage failure stops the node:
+// entry's response is its []command.Result. A storage failure stops the node:
 // continuing would let this replica diverge; on restart it replays the log
 // suffix onto the state the index covers.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
@@ -120,12 +121,12 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand || l.Index <= applied {
 			continue // replayed after a restart: the store already covers it
 		}
-		cmds, err := wheel.DecodeCommands(l.Data)
+		cmds, err := command.DecodeCommands(l.Data)
 		if err != nil {
 			// Every replica decodes the same bytes the same way, so skipping a
 			// corrupt entry keeps them identical; the proposer sees the error.
 			f.log.Error("skipping undecodable log entry", "index", l.Index, "err", err)
-			out[i] = []wheel.Result{{Err: err}}
+			out[i] = []command.Result{{Err: err}}
 			continue
 		}
 		entries = append(entries, wheel.Entry{Index: l.Index, Cmds: cmds})

@@ -15,14 +15,14 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Groups is a node's Raft groups (--groups N): one Node per group, each with
 // its own wheel store, log and snapshots in its own directory, all over the
 // node's one Raft address, with the same node id and members in every
-// group. A topic belongs to group wheel.GroupOf(topic, N) and a message id
-// names its group (wheel.ID.Group). With more than one group, Groups owns
+// group. A topic belongs to group model.GroupOf(topic, N) and a message id
+// names its group (model.ID.Group). With more than one group, Groups owns
 // the stream multiplexer, the data dir's lock and groups file, and the
 // leadership balancer (balance.go). One group is exactly the node Open
 // starts, in the data dir itself.
@@ -54,7 +54,7 @@ func GroupDir(dataDir string, g int) string {
 // GroupDataDir returns where group g of the node whose data dir is dataDir
 // keeps its data: dataDir itself for a node of one group (or a data dir
 // that holds no node yet), else GroupDir(dataDir, g). A g outside the data
-// dir's groups is an error wrapping wheel.ErrInvalid that names the range.
+// dir's groups is an error wrapping model.ErrInvalid that names the range.
 // It reads a stopped node's dir, for the offline tools.
 func GroupDataDir(dataDir string, g int) (string, error) {
 	n, err := storedGroupCount(dataDir)
@@ -63,7 +63,7 @@ func GroupDataDir(dataDir string, g int) (string, error) {
 	}
 	n = max(n, 1)
 	if g < 0 || g >= n {
-		return "", fmt.Errorf("%w: data dir %s holds groups 0 to %d, not group %d", wheel.ErrInvalid, dataDir, n-1, g)
+		return "", fmt.Errorf("%w: data dir %s holds groups 0 to %d, not group %d", model.ErrInvalid, dataDir, n-1, g)
 	}
 	if n == 1 {
 		return dataDir, nil
@@ -77,11 +77,11 @@ func GroupDataDir(dataDir string, g int) (string, error) {
 // keeps the group count it was created with (one for a data dir Open
 // created); starting it with another fails with ErrGroupCount.
 func OpenGroups(cfg Config, n int) (*Groups, error) {
-	if n < 1 || n > wheel.MaxGroups {
-		return nil, fmt.Errorf("%w: %d groups; a cluster runs 1 to %d", wheel.ErrInvalid, n, wheel.MaxGroups)
+	if n < 1 || n > model.MaxGroups {
+		return nil, fmt.Errorf("%w: %d groups; a cluster runs 1 to %d", model.ErrInvalid, n, model.MaxGroups)
 	}
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
-		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
+		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", model.ErrInvalid)
 	}
 	if n == 1 {
 		if err := checkGroupCount(cfg.DataDir, 1); err != nil {
@@ -149,16 +149,16 @@ func (gs *Groups) Node(g int) *Node { return gs.nodes[g] }
 
 // ForTopic returns the node of the group topic belongs to.
 func (gs *Groups) ForTopic(topic string) *Node {
-	return gs.nodes[wheel.GroupOf(topic, len(gs.nodes))]
+	return gs.nodes[model.GroupOf(topic, len(gs.nodes))]
 }
 
 // ForID returns the node of the group id names, or an error wrapping
-// wheel.ErrInvalid when this cluster has no such group.
-func (gs *Groups) ForID(id wheel.ID) (*Node, error) {
+// model.ErrInvalid when this cluster has no such group.
+func (gs *Groups) ForID(id model.ID) (*Node, error) {
 	g := id.Group()
 	if g >= len(gs.nodes) {
 		return nil, fmt.Errorf("%w: message id %s names group %d; this cluster has %d groups (0 to %d)",
-			wheel.ErrInvalid, id, g, len(gs.nodes), len(gs.nodes)-1)
+			model.ErrInvalid, id, g, len(gs.nodes), len(gs.nodes)-1)
 	}
 	return gs.nodes[g], nil
 }
@@ -207,7 +207,7 @@ func storedGroupCount(dir string) (int, error) {
 	switch {
 	case err == nil:
 		k, perr := strconv.Atoi(strings.TrimSpace(string(b)))
-		if perr != nil || k < 2 || k > wheel.MaxGroups {
+		if perr != nil || k < 2 || k > model.MaxGroups {
 			return 0, fmt.Errorf("data dir %s: its %s file holds %q, not a group count", dir, groupsFile, b)
 		}
 		return k, nil

@@ -14,7 +14,7 @@ import (
 	. "github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // topicsOfGroups returns a topic of each of n groups.
@@ -23,7 +23,7 @@ func topicsOfGroups(n int) []string {
 	left := n
 	for i := 0; left > 0; i++ {
 		topic := fmt.Sprintf("topic-%d", i)
-		if g := wheel.GroupOf(topic, n); out[g] == "" {
+		if g := model.GroupOf(topic, n); out[g] == "" {
 			out[g] = topic
 			left--
 		}
@@ -72,16 +72,16 @@ func TestGroupsRouting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cnt, err := by.Ack(ctx, []wheel.Receipt{d.Receipt}); err != nil || cnt.Done != 1 {
+			if cnt, err := by.Ack(ctx, []model.Receipt{d.Receipt}); err != nil || cnt.Done != 1 {
 				t.Fatalf("ack %s: %+v, %v", d.Receipt, cnt, err)
 			}
-			if _, err := by.Get(ctx, d.ID); !errors.Is(err, wheel.ErrNotFound) {
+			if _, err := by.Get(ctx, d.ID); !errors.Is(err, model.ErrNotFound) {
 				t.Fatalf("get %s after its ack: %v", d.ID, err)
 			}
 		}
 	}
-	bad := wheel.ID{Index: 5, Seq: 7 << 24}
-	if _, err := gs.ForID(bad); !errors.Is(err, wheel.ErrInvalid) || !strings.Contains(err.Error(), "group 7") {
+	bad := model.ID{Index: 5, Seq: 7 << 24}
+	if _, err := gs.ForID(bad); !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "group 7") {
 		t.Fatalf("ForID of group 7 in a cluster of %d: %v", groups, err)
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // watchLeadership starts the dispatcher when this node becomes leader and
@@ -111,7 +112,7 @@ func (n *Node) registerSelf(ctx context.Context) {
 			return
 		}
 	}
-	if _, err := n.propose(ctx, wheel.SetNode{Node: self}); err != nil {
+	if _, err := n.propose(ctx, command.SetNode{Node: self}); err != nil {
 		n.log.Warn("recording own address", "err", err)
 	}
 }
@@ -150,11 +151,11 @@ var _ dispatch.Node = dispatchNode{}
 
 func (a dispatchNode) Store() *wheel.Store { return a.n.store() }
 
-func (a dispatchNode) Propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (a dispatchNode) Propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error) {
 	return a.n.propose(ctx, cmds...)
 }
 
-func (a dispatchNode) Submit(ctx context.Context, cmds ...wheel.Command) (func() ([]wheel.Result, error), error) {
+func (a dispatchNode) Submit(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), error) {
 	p, err := a.n.submit(ctx, false, cmds...)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/replication/view"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // peerContacts is what the leader's heartbeats say of each peer: which
@@ -94,9 +94,9 @@ func (n *Node) watchPeers(ctx context.Context) {
 func (n *Node) Cluster(context.Context) (view.Cluster, error) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return view.Cluster{}, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		return view.Cluster{}, fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
-	meta := map[string]wheel.Node{}
+	meta := map[string]model.Member{}
 	for _, m := range n.store().Nodes() {
 		meta[m.ID] = m
 	}

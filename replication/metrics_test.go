@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // metricValue returns the value of the metric name whose labels include want.
@@ -86,7 +86,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "delivered"}); v != 1 {
 		t.Fatalf("delivered = %v, want 1", v)
 	}
-	if _, err := l.Node.Ack(t.Context(), []wheel.Receipt{got[0].Receipt}); err != nil {
+	if _, err := l.Node.Ack(t.Context(), []model.Receipt{got[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "acked"}); v != 1 {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The stream multiplexer carries the Raft traffic of every group of a node
@@ -56,8 +56,8 @@ type mux struct {
 // (bind when empty); with serverTLS and clientTLS set, connections are
 // mutual TLS, the header sent after the handshake.
 func newMux(bind, advertise string, serverTLS, clientTLS *tls.Config, groups int, log *slog.Logger) (*mux, error) {
-	if groups < 1 || groups > wheel.MaxGroups {
-		return nil, fmt.Errorf("%w: raft stream multiplexer for %d groups; a group is a byte (1 to %d groups)", wheel.ErrInvalid, groups, wheel.MaxGroups)
+	if groups < 1 || groups > model.MaxGroups {
+		return nil, fmt.Errorf("%w: raft stream multiplexer for %d groups; a group is a byte (1 to %d groups)", model.ErrInvalid, groups, model.MaxGroups)
 	}
 	base, err := newStreamLayer(bind, advertise, serverTLS, clientTLS)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/webhook"
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Config configures a node.
@@ -38,7 +39,7 @@ type Config struct {
 
 	// InitialCluster lists every member of a new cluster (id → Raft address).
 	// Empty with no Join: a single-node cluster of this node.
-	InitialCluster []wheel.Node
+	InitialCluster []model.Member
 	// Join is the HTTP address of a member to join as a voter. The caller
 	// (the server command) performs the join; the node only starts unbootstrapped.
 	Join string
@@ -111,8 +112,8 @@ func (c *Config) advertised() string {
 }
 
 // Self is the node's member record: its id and advertised addresses.
-func (c *Config) Self() wheel.Node {
-	return wheel.Node{ID: c.ID, RaftAddr: c.advertised(), HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr}
+func (c *Config) Self() model.Member {
+	return model.Member{ID: c.ID, RaftAddr: c.advertised(), HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr}
 }
 
 // DefaultConfig returns the default of every tuning field: Open takes it
@@ -219,7 +220,7 @@ var ErrDataDirLocked = errors.New("data dir in use")
 func Open(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
-		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", wheel.ErrInvalid)
+		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", model.ErrInvalid)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), clock: cfg.Clock}
 	n.peers.failing, n.peers.resumed = map[raft.ServerID]time.Time{}, map[raft.ServerID]time.Time{}
@@ -247,7 +248,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl})
 	if errors.Is(err, raftlog.ErrInvalidSize) {
-		return fail(fmt.Errorf("%w: %w", wheel.ErrInvalid, err))
+		return fail(fmt.Errorf("%w: %w", model.ErrInvalid, err))
 	}
 	if err != nil {
 		return fail(err)

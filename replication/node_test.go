@@ -16,16 +16,18 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // msg is a message due after delay, with the HTTP API's default lease
 // time and attempts.
-func msg(topic, body string, delay time.Duration) wheel.NewMessage {
-	return wheel.NewMessage{Topic: topic, Body: []byte(body), DeliverAtMs: time.Now().Add(delay).UnixMilli(),
+func msg(topic, body string, delay time.Duration) command.NewMessage {
+	return command.NewMessage{Topic: topic, Body: []byte(body), DeliverAtMs: time.Now().Add(delay).UnixMilli(),
 		TTRMs: 30_000, MaxAttempts: 10}
 }
 
-func enqueue(t testing.TB, n *Node, msgs ...wheel.NewMessage) []wheel.Enqueued {
+func enqueue(t testing.TB, n *Node, msgs ...command.NewMessage) []wheel.Enqueued {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -36,7 +38,7 @@ func enqueue(t testing.TB, n *Node, msgs ...wheel.NewMessage) []wheel.Enqueued {
 	return res
 }
 
-func reserve(t *testing.T, n *Node, topic string, max int, wait time.Duration) []wheel.Delivery {
+func reserve(t *testing.T, n *Node, topic string, max int, wait time.Duration) []model.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
 	defer cancel()
@@ -67,11 +69,11 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	if recv < got[0].Message.DeliverAtMs {
 		t.Fatalf("delivered %d ms early", got[0].Message.DeliverAtMs-recv)
 	}
-	ack, err := n.Ack(context.Background(), []wheel.Receipt{got[0].Receipt})
+	ack, err := n.Ack(context.Background(), []model.Receipt{got[0].Receipt})
 	if err != nil || ack.Done != 1 {
 		t.Fatalf("ack: %+v %v", ack, err)
 	}
-	if _, err := n.Get(context.Background(), res[0].ID); !errors.Is(err, wheel.ErrNotFound) {
+	if _, err := n.Get(context.Background(), res[0].ID); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("get after ack: %v", err)
 	}
 }
@@ -87,10 +89,10 @@ func TestThreeNodesFailover(t *testing.T) {
 		addr, isLeader, known := f.Node.LeaderHTTP()
 		return known && !isLeader && addr == leader.Cfg.HTTPAddr
 	})
-	if _, err := f.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("t", "x", 0)}); !errors.Is(err, wheel.ErrNotLeader) {
+	if _, err := f.Node.Enqueue(context.Background(), []command.NewMessage{msg("t", "x", 0)}); !errors.Is(err, model.ErrNotLeader) {
 		t.Fatalf("enqueue on a follower: %v, want ErrNotLeader", err)
 	}
-	if _, err := f.Node.Reserve(context.Background(), "t", 1, 0, 0); !errors.Is(err, wheel.ErrNotLeader) {
+	if _, err := f.Node.Reserve(context.Background(), "t", 1, 0, 0); !errors.Is(err, model.ErrNotLeader) {
 		t.Fatalf("reserve on a follower: %v, want ErrNotLeader", err)
 	}
 	res := enqueue(t, leader.Node, msg("t", "x", 200*time.Millisecond))
@@ -98,7 +100,7 @@ func TestThreeNodesFailover(t *testing.T) {
 	if len(got) != 1 || got[0].Message.ID != res[0].ID {
 		t.Fatalf("reserve: %+v", got)
 	}
-	if _, err := leader.Node.Ack(context.Background(), []wheel.Receipt{got[0].Receipt}); err != nil {
+	if _, err := leader.Node.Ack(context.Background(), []model.Receipt{got[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -131,7 +133,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if err != nil || v.State != wheel.StateDelayed {
 		t.Fatalf("after restart: %+v %v", v, err)
 	}
-	if _, err = n.Get(context.Background(), wheel.ID{Index: 1 << 40}); !errors.Is(err, wheel.ErrNotFound) {
+	if _, err = n.Get(context.Background(), model.ID{Index: 1 << 40}); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 }
@@ -195,9 +197,9 @@ func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
 	n := c.Leader().Node
 	ctx := context.Background()
 	due := n.Clock().Now().Add(time.Hour).UnixMilli()
-	var ids []wheel.ID
+	var ids []model.ID
 	for i := 0; i < 5; i++ {
-		res, err := n.Enqueue(ctx, []wheel.NewMessage{{Topic: "t", Body: []byte(fmt.Sprintf("m%d", i)), DeliverAtMs: due}})
+		res, err := n.Enqueue(ctx, []command.NewMessage{{Topic: "t", Body: []byte(fmt.Sprintf("m%d", i)), DeliverAtMs: due}})
 		if err != nil {
 			t.Fatal(err)
 		}

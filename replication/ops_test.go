@@ -9,7 +9,8 @@ import (
 
 	. "github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // When the Raft apply queue is full, enqueues answer ErrOverloaded and
@@ -18,8 +19,8 @@ func TestBackPressureOverloaded(t *testing.T) {
 	c := repltest.NewCluster(t, 1, func(cfg *Config) { cfg.MaxPendingApply = 8 })
 	l := c.Leader()
 	l.Node.Pending().Add(8) // the queue is as deep as allowed
-	_, err := l.Node.Enqueue(context.Background(), []wheel.NewMessage{msg("bp", "x", 0)})
-	if !errors.Is(err, wheel.ErrOverloaded) {
+	_, err := l.Node.Enqueue(context.Background(), []command.NewMessage{msg("bp", "x", 0)})
+	if !errors.Is(err, model.ErrOverloaded) {
 		t.Fatalf("want ErrOverloaded, got %v", err)
 	}
 	if topics, _ := l.Node.Topics(context.Background()); len(topics) != 0 {
@@ -34,7 +35,7 @@ func TestBackPressureOverloaded(t *testing.T) {
 func TestGracefulLeaderShutdownLosesNothing(t *testing.T) {
 	c := repltest.NewCluster(t, 3, nil)
 	leader := c.Leader()
-	var ids []wheel.ID
+	var ids []model.ID
 	for i := 0; i < 50; i++ {
 		res := enqueue(t, leader.Node, msg("g", fmt.Sprint(i), time.Minute))
 		ids = append(ids, res[0].ID)

@@ -8,13 +8,14 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // propose commits commands as one log entry and returns their results. It
 // answers ErrNotLeader on a follower and ErrOverloaded when too many
 // proposals are in flight.
-func (n *Node) propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (n *Node) propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error) {
 	p, err := n.submit(ctx, false, cmds...)
 	if err != nil {
 		return nil, err
@@ -38,13 +39,13 @@ type proposal struct {
 // commit. Entries submitted one after another are committed in that order,
 // before any entry submitted later. The caller must wait on the proposal;
 // with watch, it may wait for the commit alone (waitCommit).
-func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*proposal, error) {
+func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) (*proposal, error) {
 	if n.raft.State() != raft.Leader {
-		return nil, wheel.ErrNotLeader
+		return nil, model.ErrNotLeader
 	}
 	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
 		n.pending.Add(-1)
-		return nil, fmt.Errorf("%w: %d proposals waiting for the log", wheel.ErrOverloaded, n.cfg.MaxPendingApply)
+		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
 	}
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -54,7 +55,7 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*
 	if watch {
 		p.commit = n.commits.add(p.id)
 	}
-	p.f = n.raft.ApplyLog(raft.Log{Data: wheel.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
+	p.f = n.raft.ApplyLog(raft.Log{Data: command.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
 	return p, nil
 }
 
@@ -62,9 +63,9 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...wheel.Command) (*
 // until it is applied (when it was not recognised at commit) and returns
 // its results instead, or until it fails. The proposal stays counted as
 // pending until it is applied.
-func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
+func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) {
 	type outcome struct {
-		res []wheel.Result
+		res []command.Result
 		err error
 	}
 	applied := make(chan outcome, 1)
@@ -83,7 +84,7 @@ func (p *proposal) waitCommit() (index uint64, res []wheel.Result, err error) {
 }
 
 // wait blocks until the proposal commits and returns its results.
-func (p *proposal) wait() ([]wheel.Result, error) {
+func (p *proposal) wait() ([]command.Result, error) {
 	n := p.n
 	defer n.pending.Add(-1)
 	err := p.f.Error()
@@ -91,17 +92,17 @@ func (p *proposal) wait() ([]wheel.Result, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrNotLeader, err)
+			return nil, fmt.Errorf("%w: %w", model.ErrNotLeader, err)
 		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, fmt.Errorf("%w: %w", wheel.ErrOverloaded, err)
+			return nil, fmt.Errorf("%w: %w", model.ErrOverloaded, err)
 		}
-		return nil, fmt.Errorf("%w: %w", wheel.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
 	// The entry reached a quorum after it was submitted.
 	p.lease.confirmed(p.at)
-	res, ok := p.f.Response().([]wheel.Result)
+	res, ok := p.f.Response().([]command.Result)
 	if !ok || len(res) != p.cmds {
-		return nil, fmt.Errorf("%w: unexpected apply response %T", wheel.ErrUnavailable, p.f.Response())
+		return nil, fmt.Errorf("%w: unexpected apply response %T", model.ErrUnavailable, p.f.Response())
 	}
 	return res, nil
 }

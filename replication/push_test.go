@@ -8,7 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestStreamMetricsAndSettle(t *testing.T) {
@@ -17,7 +18,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(l.Node.Collector())
 	ctx := t.Context()
-	st, err := l.Node.Stream(ctx, "s", wheel.StreamOptions{MaxInflight: 10})
+	st, err := l.Node.Stream(ctx, "s", model.ConsumerOptions{MaxInflight: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	// Due at once, in a topic the enqueue creates: the message goes
 	// straight to the topic's ready queue, and the dispatcher, woken by
 	// that, must find it there (wheel.TestObserverHearsOfPublishedState).
-	if _, err := l.Node.Enqueue(ctx, []wheel.NewMessage{{Topic: "s", Body: []byte("a"), TTRMs: 30000, MaxAttempts: 3}}); err != nil {
+	if _, err := l.Node.Enqueue(ctx, []command.NewMessage{{Topic: "s", Body: []byte("a"), TTRMs: 30000, MaxAttempts: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	// Bounded so that a lost wake-up fails here rather than hang the package.
@@ -44,7 +45,7 @@ func TestStreamMetricsAndSettle(t *testing.T) {
 	if v := metricValue(t, reg, "delaywheel_stream_inflight", nil); v != 1 {
 		t.Fatalf("stream_inflight = %v", v)
 	}
-	if _, err := l.Node.Ack(ctx, []wheel.Receipt{ds[0].Receipt}); err != nil {
+	if _, err := l.Node.Ack(ctx, []model.Receipt{ds[0].Receipt}); err != nil {
 		t.Fatal(err)
 	}
 	// An answered ack has freed the stream's window.

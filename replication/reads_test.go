@@ -8,7 +8,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // TestReadsWithoutLeaderAreUnavailable: a node that knows no leader cannot
@@ -45,7 +45,7 @@ func TestReadsWithoutLeaderAreUnavailable(t *testing.T) {
 		"Webhook":   func() error { _, err := l.Node.Webhook(ctx, "reads"); return err },
 	}
 	for name, read := range reads {
-		if err := read(); !errors.Is(err, wheel.ErrUnavailable) {
+		if err := read(); !errors.Is(err, model.ErrUnavailable) {
 			t.Errorf("%s without a leader: %v, want ErrUnavailable", name, err)
 		}
 	}

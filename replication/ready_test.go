@@ -11,7 +11,7 @@ import (
 	. "github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
@@ -45,7 +45,7 @@ func heldCluster(t *testing.T, maxLag uint64) (*repltest.Cluster, map[string]*ap
 // enqueueOne proposes one entry on the leader.
 func enqueueOne(t *testing.T, leader *Node) {
 	t.Helper()
-	if _, err := leader.Enqueue(context.Background(), []wheel.NewMessage{{Topic: "t", Body: []byte("x"), DeliverAtMs: -5}}); err != nil {
+	if _, err := leader.Enqueue(context.Background(), []command.NewMessage{{Topic: "t", Body: []byte("x"), DeliverAtMs: -5}}); err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
 }

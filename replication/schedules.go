@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Recurring schedules: the Backend methods, and the leader's scheduler,
@@ -17,13 +19,13 @@ import (
 
 // SetSchedule creates or replaces a recurring schedule; the leader stamps
 // its time, from which the first occurrence is computed.
-func (n *Node) SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.ScheduleInfo, error) {
+func (n *Node) SetSchedule(ctx context.Context, spec command.ScheduleSpec) (wheel.ScheduleInfo, error) {
 	st := n.store()
 	if have := st.NumTopics(); have >= n.cfg.MaxTopics && !st.HasTopic(spec.Topic) {
 		return wheel.ScheduleInfo{}, fmt.Errorf("%w: topic: %q would be topic number %d; the limit is %d topics",
-			wheel.ErrInvalid, spec.Topic, have+1, n.cfg.MaxTopics)
+			model.ErrInvalid, spec.Topic, have+1, n.cfg.MaxTopics)
 	}
-	v, err := n.result(ctx, wheel.SetSchedule{NowMs: n.clock.Now().UnixMilli(), Spec: spec})
+	v, err := n.result(ctx, command.SetSchedule{NowMs: n.clock.Now().UnixMilli(), Spec: spec})
 	if err != nil {
 		return wheel.ScheduleInfo{}, err
 	}
@@ -33,7 +35,7 @@ func (n *Node) SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.
 // DeleteSchedule removes a recurring schedule. Occurrences already
 // enqueued stay: they are ordinary messages.
 func (n *Node) DeleteSchedule(ctx context.Context, name string) error {
-	_, err := n.result(ctx, wheel.DeleteSchedule{Name: name})
+	_, err := n.result(ctx, command.DeleteSchedule{Name: name})
 	return err
 }
 
@@ -87,7 +89,7 @@ type scheduler struct {
 	clock   wheel.Clock
 	log     *slog.Logger
 	store   func() *wheel.Store
-	propose func(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error)
+	propose func(ctx context.Context, cmds ...command.Command) ([]command.Result, error)
 	met     *scheduleMetrics
 	ahead   time.Duration
 	every   time.Duration
@@ -129,11 +131,11 @@ func (s *scheduler) step(ctx context.Context) error {
 		if err != nil || len(due) == 0 {
 			return err
 		}
-		res, err := s.propose(ctx, wheel.AdvanceSchedules{NowMs: now, SinceMs: s.sinceMs, Items: due})
+		res, err := s.propose(ctx, command.AdvanceSchedules{NowMs: now, SinceMs: s.sinceMs, Items: due})
 		if err != nil {
 			return err
 		}
-		ar, _ := res[0].Value.(wheel.AdvanceResult)
+		ar, _ := res[0].Value.(command.AdvanceResult)
 		s.met.observe(ar, due, now)
 		if ar.Fired+ar.Duplicate == 0 {
 			return nil // nothing moved: looking again now would find the same
@@ -197,7 +199,7 @@ func newScheduleMetrics(st func() *wheel.Store) *scheduleMetrics {
 }
 
 // observe counts an advance of items at nowMs.
-func (m *scheduleMetrics) observe(r wheel.AdvanceResult, items []wheel.AdvanceItem, nowMs int64) {
+func (m *scheduleMetrics) observe(r command.AdvanceResult, items []command.AdvanceItem, nowMs int64) {
 	m.occurrences.Add(float64(r.Fired))
 	if r.Fired+r.Duplicate == 0 {
 		return

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
@@ -49,10 +50,10 @@ func storeOccurrenceKeys(t *testing.T, st *wheel.Store, schedule string) map[int
 type storeProposer struct {
 	st      *wheel.Store
 	index   uint64
-	entries [][]wheel.Command
+	entries [][]command.Command
 }
 
-func (p *storeProposer) propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (p *storeProposer) propose(_ context.Context, cmds ...command.Command) ([]command.Result, error) {
 	p.index++
 	p.entries = append(p.entries, cmds)
 	res, err := p.st.Apply([]wheel.Entry{{Index: p.index, Cmds: cmds}})
@@ -78,7 +79,7 @@ func newSchedulerKit(t *testing.T) *schedulerKit {
 	}
 	t.Cleanup(func() { st.Close() })
 	k := &schedulerKit{st: st, clock: wheeltest.NewFakeClock(time.UnixMilli(1_700_000_000_000)), p: &storeProposer{st: st}}
-	if _, err := k.p.propose(context.Background(), wheel.Expire{Before: k.now() / 1000}); err != nil {
+	if _, err := k.p.propose(context.Background(), command.Expire{Before: k.now() / 1000}); err != nil {
 		t.Fatal(err)
 	}
 	return k
@@ -102,8 +103,8 @@ func TestSchedulerBatchesAdvances(t *testing.T) {
 	st, clock, p, now := k.st, k.clock, k.p, k.now
 	start := clock.Now()
 	for i := range 5 {
-		spec := wheel.ScheduleSpec{Name: fmt.Sprintf("s%d", i), Topic: "t", EveryMs: 1000, StartAtMs: now() + 500}
-		if _, err := p.propose(context.Background(), wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
+		spec := command.ScheduleSpec{Name: fmt.Sprintf("s%d", i), Topic: "t", EveryMs: 1000, StartAtMs: now() + 500}
+		if _, err := p.propose(context.Background(), command.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +118,7 @@ func TestSchedulerBatchesAdvances(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range p.entries {
-			if n := len(e[0].(wheel.AdvanceSchedules).Items); n > 2 {
+			if n := len(e[0].(command.AdvanceSchedules).Items); n > 2 {
 				t.Fatalf("an entry advanced %d schedules; the batch is 2", n)
 			}
 		}
@@ -157,8 +158,8 @@ func TestSchedulerHeldBackSkipsNothing(t *testing.T) {
 	st, clock, p, now := k.st, k.clock, k.p, k.now
 	ctx := context.Background()
 	start := now() + 500
-	spec := wheel.ScheduleSpec{Name: "s", Topic: "t", EveryMs: 1000, StartAtMs: start}
-	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
+	spec := command.ScheduleSpec{Name: "s", Topic: "t", EveryMs: 1000, StartAtMs: start}
+	if _, err := p.propose(ctx, command.SetSchedule{NowMs: now(), Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	s := k.scheduler(2)
@@ -220,8 +221,8 @@ func TestSchedulerFindsScheduleSetBehindIt(t *testing.T) {
 		clock.Advance(250 * time.Millisecond)
 	}
 	stamped := now() - 30_000
-	spec := wheel.ScheduleSpec{Name: "late", Topic: "t", EveryMs: 1000, StartAtMs: stamped + 500}
-	if _, err := p.propose(ctx, wheel.SetSchedule{NowMs: stamped, Spec: spec}); err != nil {
+	spec := command.ScheduleSpec{Name: "late", Topic: "t", EveryMs: 1000, StartAtMs: stamped + 500}
+	if _, err := p.propose(ctx, command.SetSchedule{NowMs: stamped, Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.step(ctx); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // occurrenceKeys returns the keys of the messages in n's store that name
@@ -32,7 +33,7 @@ func TestScheduleOccurrencesFire(t *testing.T) {
 	n := c.Leader().Node
 	ctx := context.Background()
 	start := time.Now().Add(2500 * time.Millisecond).UnixMilli()
-	info, err := n.SetSchedule(ctx, wheel.ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")})
+	info, err := n.SetSchedule(ctx, command.ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +78,9 @@ func (h *advanceHold) wait(logs []*raft.Log) {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		cmds, _ := wheel.DecodeCommands(l.Data)
+		cmds, _ := command.DecodeCommands(l.Data)
 		for _, c := range cmds {
-			if a, ok := c.(wheel.AdvanceSchedules); ok && len(a.Items) > 0 && h.armed.CompareAndSwap(true, false) {
+			if a, ok := c.(command.AdvanceSchedules); ok && len(a.Items) > 0 && h.armed.CompareAndSwap(true, false) {
 				h.held <- a.Items[0].FromMs
 				<-h.gate
 				return
@@ -110,7 +111,7 @@ func TestScheduleLeaderKilledBetweenOccurrences(t *testing.T) {
 	hold.armed.Store(true)
 	const every = 4000
 	start := time.Now().Add(3 * time.Second).UnixMilli()
-	if _, err := leader.Node.SetSchedule(context.Background(), wheel.ScheduleSpec{Name: "s", Topic: "jobs", EveryMs: every, StartAtMs: start}); err != nil {
+	if _, err := leader.Node.SetSchedule(context.Background(), command.ScheduleSpec{Name: "s", Topic: "jobs", EveryMs: every, StartAtMs: start}); err != nil {
 		t.Fatal(err)
 	}
 	var held int64
@@ -171,7 +172,7 @@ func TestSchedulesRestoredFromSnapshot(t *testing.T) {
 	l := c.Leader()
 	ctx := context.Background()
 	for _, name := range []string{"a", "b", "c"} {
-		spec := wheel.ScheduleSpec{Name: name, Topic: "t", Cron: "0 9 * * *", Timezone: "America/New_York"}
+		spec := command.ScheduleSpec{Name: name, Topic: "t", Cron: "0 9 * * *", Timezone: "America/New_York"}
 		if _, err := l.Node.SetSchedule(ctx, spec); err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 	. "github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // A follower that misses entries compacted out of the leader's log catches
@@ -35,7 +35,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		}
 	}
 	c.Stop(lagging)
-	var ids []wheel.ID
+	var ids []model.ID
 	for i := 0; i < 200; i++ {
 		m := msg(fmt.Sprintf("t%d", i%3), "b", 10*time.Minute+time.Duration(i)*time.Millisecond)
 		m.Key = fmt.Sprintf("k%d", i)
@@ -66,7 +66,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 	c := repltest.NewCluster(t, 1, nil)
 	l := c.Leader()
-	var ids []wheel.ID
+	var ids []model.ID
 	for round := 0; round < 3; round++ {
 		for i := 0; i < 20; i++ {
 			res := enqueue(t, l.Node, msg("s", "b", time.Hour+time.Duration(i)*time.Millisecond))

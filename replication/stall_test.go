@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/delaywheel/delaywheel/replication/nettest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // TestSnapshotStreamStallFreesRaft has a peer claiming leadership start a
@@ -25,7 +25,7 @@ import (
 // long as the connection lives, and it can neither vote nor start an
 // election.
 func TestSnapshotStreamStallFreesRaft(t *testing.T) {
-	members := []wheel.Node{
+	members := []model.Member{
 		{ID: "n1", RaftAddr: nettest.FreeAddr(t)},
 		{ID: "n2", RaftAddr: nettest.FreeAddr(t)}, // nobody listens on n2 and n3
 		{ID: "n3", RaftAddr: nettest.FreeAddr(t)},

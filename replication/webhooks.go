@@ -7,15 +7,16 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/replication/webhook"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The methods below serve the webhooks of the HTTP API: the replicated
 // per-topic config, and the sender the leader runs (package webhook).
 
 // SetWebhook sets or replaces a topic's webhook.
-func (n *Node) SetWebhook(ctx context.Context, w wheel.Webhook) error {
-	if _, err := n.result(ctx, wheel.SetWebhook{Webhook: w}); err != nil {
+func (n *Node) SetWebhook(ctx context.Context, w command.Webhook) error {
+	if _, err := n.result(ctx, command.SetWebhook{Webhook: w}); err != nil {
 		return err
 	}
 	n.reconcileWebhooks()
@@ -24,7 +25,7 @@ func (n *Node) SetWebhook(ctx context.Context, w wheel.Webhook) error {
 
 // DeleteWebhook removes a topic's webhook.
 func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
-	if _, err := n.result(ctx, wheel.DeleteWebhook{Topic: topic}); err != nil {
+	if _, err := n.result(ctx, command.DeleteWebhook{Topic: topic}); err != nil {
 		return err
 	}
 	n.reconcileWebhooks()
@@ -32,13 +33,13 @@ func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
 }
 
 // Webhook returns a topic's webhook from local state.
-func (n *Node) Webhook(ctx context.Context, topic string) (wheel.Webhook, error) {
+func (n *Node) Webhook(ctx context.Context, topic string) (command.Webhook, error) {
 	if err := n.readable(ctx); err != nil {
-		return wheel.Webhook{}, err
+		return command.Webhook{}, err
 	}
 	w, ok := n.store().Webhook(topic)
 	if !ok {
-		return wheel.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", wheel.ErrNotFound, topic)
+		return command.Webhook{}, fmt.Errorf("%w: topic %s has no webhook", model.ErrNotFound, topic)
 	}
 	return w, nil
 }
@@ -51,20 +52,20 @@ func (n *Node) hasWebhook(topic string) bool {
 }
 
 // idleReserve answers a reserve of a webhook topic: empty, after its wait.
-func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []wheel.Delivery {
+func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []model.Delivery {
 	if wait > 0 {
 		select {
 		case <-ctx.Done():
 		case <-n.clock.After(wait):
 		}
 	}
-	return []wheel.Delivery{}
+	return []model.Delivery{}
 }
 
 // startWebhooks starts the leader's sender on d with the webhooks current
 // returns. It publishes the sender before its first reconcile, so a
 // webhook set or removed meanwhile is seen by that reconcile or by its own.
-func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []wheel.Webhook) {
+func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []command.Webhook) {
 	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
 		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
 		Observe: func(topic, outcome string, late float64) {
@@ -101,7 +102,7 @@ func (n *Node) sealWebhookTopics() {
 
 // webhookConflict is the error of a consumer of a topic with a webhook.
 func webhookConflict(topic string) error {
-	return fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", wheel.ErrConflict, topic)
+	return fmt.Errorf("%w: topic %s has a webhook: its messages go there, not to consumers", model.ErrConflict, topic)
 }
 
 // sender returns the leader's webhook sender, nil when not leading.
@@ -112,7 +113,7 @@ func (n *Node) sender() *webhook.Sender {
 }
 
 // storedWebhooks returns the webhooks of the current store.
-func (n *Node) storedWebhooks() []wheel.Webhook { return n.store().Webhooks() }
+func (n *Node) storedWebhooks() []command.Webhook { return n.store().Webhooks() }
 
 // hookNode is the leader as its webhook sender sees it (webhook.Node).
 type hookNode struct {
@@ -122,14 +123,14 @@ type hookNode struct {
 
 var _ webhook.Node = hookNode{}
 
-func (h hookNode) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+func (h hookNode) Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error) {
 	return h.d.SenderStream(topic, opt)
 }
 
-func (h hookNode) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+func (h hookNode) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
 	return h.n.Ack(ctx, rs)
 }
 
-func (h hookNode) Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+func (h hookNode) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	return h.n.Nack(ctx, rs, delayMs)
 }

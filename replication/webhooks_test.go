@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication/repltest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // A webhook stored while the leader's sender makes its first reconcile
@@ -20,17 +21,17 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 	if open, _ := d.StreamStats(); open != 0 {
 		t.Fatalf("%d streams open before the webhook", open)
 	}
-	hook := wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}
+	hook := command.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}
 	reconciled := make(chan struct{})
 	first := true
-	n.StartWebhooks(d, func() []wheel.Webhook {
+	n.StartWebhooks(d, func() []command.Webhook {
 		if !first {
 			return n.StoredWebhooks()
 		}
 		first = false
 		// The store is read (empty), then the webhook is stored and
 		// reconciled as SetWebhook does, while this reconcile runs.
-		if _, err := n.Result(t.Context(), wheel.SetWebhook{Webhook: hook}); err != nil {
+		if _, err := n.Result(t.Context(), command.SetWebhook{Webhook: hook}); err != nil {
 			t.Error(err)
 		}
 		// SetWebhook's reconcile finds the sender now and waits for
@@ -55,20 +56,20 @@ func TestWebhookSetDuringFirstReconcileIsSent(t *testing.T) {
 func TestSetWebhookEndsConsumerStreams(t *testing.T) {
 	c := repltest.NewCluster(t, 1, nil)
 	n := c.Leader().Node
-	st, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1})
+	st, err := n.Stream(t.Context(), "t", model.ConsumerOptions{MaxInflight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if err := n.SetWebhook(t.Context(), wheel.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}); err != nil {
+	if err := n.SetWebhook(t.Context(), command.Webhook{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := st.Next(ctx); !errors.Is(err, wheel.ErrConflict) {
+	if _, err := st.Next(ctx); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("open stream's next: %v, want a conflict", err)
 	}
-	if _, err := n.Stream(t.Context(), "t", wheel.StreamOptions{MaxInflight: 1}); !errors.Is(err, wheel.ErrConflict) {
+	if _, err := n.Stream(t.Context(), "t", model.ConsumerOptions{MaxInflight: 1}); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("new stream: %v, want a conflict", err)
 	}
 }

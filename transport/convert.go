@@ -3,6 +3,7 @@ package transport
 import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Conversions from the domain types to the wire types. Lists are never nil,
@@ -46,7 +47,7 @@ func viewsOf(vs []wheel.View) []api.MessageView {
 	return out
 }
 
-func deliveriesOf(ds []wheel.Delivery) []api.Delivery {
+func deliveriesOf(ds []model.Delivery) []api.Delivery {
 	out := make([]api.Delivery, len(ds))
 	for i, d := range ds {
 		out[i] = api.Delivery{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // TestReadAllSized: a body is read whole whatever length it announced,
@@ -47,8 +48,8 @@ func TestReadAllSized(t *testing.T) {
 func TestAppendResults(t *testing.T) {
 	for _, es := range [][]wheel.Enqueued{
 		nil,
-		{{ID: wheel.ID{Index: 1, Seq: 2}, DeliverAtMs: 1_732_245_600_000}},
-		{{ID: wheel.ID{Index: 1<<64 - 1, Seq: 1<<32 - 1}, DeliverAtMs: -1, Duplicate: true}, {ID: wheel.ID{Index: 9}}},
+		{{ID: model.ID{Index: 1, Seq: 2}, DeliverAtMs: 1_732_245_600_000}},
+		{{ID: model.ID{Index: 1<<64 - 1, Seq: 1<<32 - 1}, DeliverAtMs: -1, Duplicate: true}, {ID: model.ID{Index: 9}}},
 	} {
 		w := httptest.NewRecorder()
 		writeJSON(w, http.StatusOK, api.EnqueueResponse{Results: resultsOf(es)})

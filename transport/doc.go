@@ -60,11 +60,11 @@
 // # Push delivery
 //
 // A stream (stream.go) is an NDJSON answer that stays open: the handler
-// opens a [wheel.Stream] through [Backend].Stream, the one capability every
+// opens a [model.Consumer] through [Backend].Stream, the one capability every
 // push transport shares, writes each batch of deliveries and flushes it,
 // and writes an empty line after [Config].StreamKeepalive of silence. The
 // client going away, the node shutting down or the stream ending
-// (leadership lost) ends the answer; closing the wheel.Stream releases its
+// (leadership lost) ends the answer; closing the model.Consumer releases its
 // unsettled deliveries. More than [Limits].MaxStreams streams on one node
 // is 429. On a follower the stream is reverse-proxied like any leader
 // route; the proxy flushes each chunk, and ends when the follower sees

@@ -13,6 +13,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // instantBackend leads and enqueues at once, so that a benchmark measures
@@ -22,10 +24,10 @@ type instantBackend struct{ transport.Backend }
 func (instantBackend) LeaderHTTP() (string, bool, bool) { return "", true, true }
 func (instantBackend) Removed() error                   { return nil }
 
-func (instantBackend) Enqueue(_ context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (instantBackend) Enqueue(_ context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	out := make([]wheel.Enqueued, len(msgs))
 	for i, m := range msgs {
-		out[i] = wheel.Enqueued{ID: wheel.ID{Index: 7, Seq: uint32(i + 1)}, DeliverAtMs: m.DeliverAtMs}
+		out[i] = wheel.Enqueued{ID: model.ID{Index: 7, Seq: uint32(i + 1)}, DeliverAtMs: m.DeliverAtMs}
 	}
 	return out, nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Error is an answer other than 2xx: a status, a code of package api and a
@@ -88,11 +88,11 @@ func toError(err error) *Error {
 	switch {
 	case status == http.StatusInternalServerError:
 		msg = "internal error; see the server log"
-	case errors.Is(err, wheel.ErrInvalid):
+	case errors.Is(err, model.ErrInvalid):
 		// "[group g: ]invalid argument: <field>: …": the code already says
 		// the class, and the message names, as every other refusal's, the
 		// field. The class's words come before any of the caller's.
-		msg = strings.Replace(msg, wheel.ErrInvalid.Error()+": ", "", 1)
+		msg = strings.Replace(msg, model.ErrInvalid.Error()+": ", "", 1)
 	}
 	return &Error{Status: status, Code: code, Message: msg, RetryAfter: retry, Err: err}
 }
@@ -100,17 +100,17 @@ func toError(err error) *Error {
 // classify maps a backend error class to its status, code and Retry-After.
 func classify(err error) (status int, code string, retryAfter int) {
 	switch {
-	case errors.Is(err, wheel.ErrNotFound):
+	case errors.Is(err, model.ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound, 0
-	case errors.Is(err, wheel.ErrConflict):
+	case errors.Is(err, model.ErrConflict):
 		return http.StatusConflict, api.CodeConflict, 0
-	case errors.Is(err, wheel.ErrInvalid):
+	case errors.Is(err, model.ErrInvalid):
 		return http.StatusBadRequest, api.CodeInvalidArgument, 0
-	case errors.Is(err, wheel.ErrTooLarge):
+	case errors.Is(err, model.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge, 0
-	case errors.Is(err, wheel.ErrOverloaded):
+	case errors.Is(err, model.ErrOverloaded):
 		return http.StatusTooManyRequests, api.CodeOverloaded, 1
-	case errors.Is(err, wheel.ErrUnavailable), errors.Is(err, wheel.ErrNotLeader),
+	case errors.Is(err, model.ErrUnavailable), errors.Is(err, model.ErrNotLeader),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, api.CodeUnavailable, 1
 	default:

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/delaywheel/delaywheel/transport/api"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // FuzzDecodeEnqueue feeds arbitrary bodies to the enqueue decoder and
@@ -53,7 +53,7 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		}
 		req, err := parseEnqueue(data, lim)
 		if err == nil {
-			var msgs []wheel.NewMessage
+			var msgs []command.NewMessage
 			if msgs, err = validateEnqueue(req, lim, fuzzNowMs); err == nil {
 				sameBatch(t, jsonForm(), req, msgs)
 				sameBatch(t, protoForm(), req, msgs)
@@ -141,7 +141,7 @@ const fuzzNowMs = 1_732_245_600_000
 type form struct {
 	name   string
 	encode func(api.EnqueueRequest) ([]byte, error)
-	decode func(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, error)
+	decode func(data []byte, lim Limits, nowMs int64) ([]command.NewMessage, error)
 }
 
 func jsonForm() form {
@@ -154,7 +154,7 @@ func protoForm() form {
 
 // sameBatch checks that req, a request accepted as the batch want, is
 // accepted as that batch again in form f.
-func sameBatch(t *testing.T, f form, req api.EnqueueRequest, want []wheel.NewMessage) {
+func sameBatch(t *testing.T, f form, req api.EnqueueRequest, want []command.NewMessage) {
 	t.Helper()
 	body, err := f.encode(req)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Grouped is implemented by a backend that runs many Raft groups
@@ -151,10 +151,10 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	}
 	switch rt.scope {
 	case scopeTopic:
-		g = wheel.GroupOf(r.PathValue("topic"), n)
+		g = model.GroupOf(r.PathValue("topic"), n)
 	case scopeID:
 		// A malformed id is the handler's to refuse (400 naming id).
-		if id, err := wheel.ParseID(r.PathValue("id")); err == nil {
+		if id, err := model.ParseID(r.PathValue("id")); err == nil {
 			if g, err = groupOfID("id", id, n); err != nil {
 				return nil, 0, false, err
 			}
@@ -172,7 +172,7 @@ func groupOutOfRange(n int, got string) *Error {
 
 // groupOfID returns the group id names, refusing, as field, one that a
 // cluster of n groups does not have.
-func groupOfID(field string, id wheel.ID, n int) (int, error) {
+func groupOfID(field string, id model.ID, n int) (int, error) {
 	g := id.Group()
 	if g >= n {
 		return 0, invalid("%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)

@@ -11,7 +11,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // topicsOver returns k topics and the groups (of n) they cover.
@@ -20,7 +20,7 @@ func topicsOver(k, n int) (topics []string, groups map[int]bool) {
 	for i := range k {
 		topic := fmt.Sprintf("orders.%d", i)
 		topics = append(topics, topic)
-		groups[wheel.GroupOf(topic, n)] = true
+		groups[model.GroupOf(topic, n)] = true
 	}
 	return topics, groups
 }
@@ -45,9 +45,9 @@ func TestGroupsBatchSpansGroups(t *testing.T) {
 	check(t, "enqueue a batch over every group through one node", err)
 	equal(t, "results", len(res), len(msgs))
 	for i, r := range res {
-		id, err := wheel.ParseID(r.ID)
+		id, err := model.ParseID(r.ID)
 		check(t, "parse id "+r.ID, err)
-		equal(t, "group of "+msgs[i].Topic+"'s id", id.Group(), wheel.GroupOf(msgs[i].Topic, groups))
+		equal(t, "group of "+msgs[i].Topic+"'s id", id.Group(), model.GroupOf(msgs[i].Topic, groups))
 		// The node the batch went through reads it at once, whichever
 		// group's leader took each part.
 		v, err := c.Nodes[0].Client.Get(ctx, r.ID)
@@ -154,7 +154,7 @@ func TestGroupsOneLeaderDown(t *testing.T) {
 	topics, _ := topicsOver(24, groups)
 	byGroup := map[int]string{}
 	for _, topic := range topics {
-		byGroup[wheel.GroupOf(topic, groups)] = topic
+		byGroup[model.GroupOf(topic, groups)] = topic
 	}
 	c.Spread(t)
 	leader := c.Leader(0)
@@ -240,7 +240,7 @@ func TestGroupsSettleAndSchedules(t *testing.T) {
 			return err == nil
 		})
 		equal(t, "topic of "+name, got.Topic, topic)
-		g := wheel.GroupOf(topic, groups)
+		g := model.GroupOf(topic, groups)
 		sb := c.Nodes[2].Groups.Node(g)
 		if _, err := sb.Schedule(ctx, name); err != nil {
 			t.Fatalf("schedule %s is not in its topic's group %d: %v", name, g, err)
@@ -249,7 +249,7 @@ func TestGroupsSettleAndSchedules(t *testing.T) {
 	// A schedule put again with a topic of another group moves there.
 	var other string
 	for _, topic := range topics {
-		if wheel.GroupOf(topic, groups) != wheel.GroupOf(names["s0"], groups) {
+		if model.GroupOf(topic, groups) != model.GroupOf(names["s0"], groups) {
 			other = topic
 		}
 	}
@@ -257,7 +257,7 @@ func TestGroupsSettleAndSchedules(t *testing.T) {
 	check(t, "move s0 to another group's topic", err)
 	for g := range groups {
 		_, err := c.Nodes[0].Groups.Node(g).Schedule(ctx, "s0")
-		if held := err == nil; held != (g == wheel.GroupOf(other, groups)) {
+		if held := err == nil; held != (g == model.GroupOf(other, groups)) {
 			t.Fatalf("after the move, group %d holds s0: %v (err %v)", g, held, err)
 		}
 	}
@@ -316,7 +316,7 @@ func TestGroupsOneGroupAtItsLeader(t *testing.T) {
 	}
 	var inG []string // topics of group g
 	for i := 0; len(inG) < 2; i++ {
-		if topic := fmt.Sprintf("orders.%d", i); wheel.GroupOf(topic, groups) == g {
+		if topic := fmt.Sprintf("orders.%d", i); model.GroupOf(topic, groups) == g {
 			inG = append(inG, topic)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // This file answers, on a node of many groups, the requests that span
@@ -40,7 +41,7 @@ func groupError(g int, e *Error) *Error {
 // (nil: none) at g's leader, whose answer it decodes. An error names the
 // group.
 func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend) (T, error), method, path string, body any) (T, error) {
-	v, err := service.Call(ctx, s.svc, g, local, func(_ service.Forwarder, to wheel.Node) (T, uint64, error) {
+	v, err := service.Call(ctx, s.svc, g, local, func(_ service.Forwarder, to model.Member) (T, uint64, error) {
 		var v T
 		index, err := s.parts.do(ctx, to, g, method, path, body, &v)
 		return v, index, err
@@ -237,7 +238,7 @@ func (s *Server) holder(ctx context.Context, name string) (int, error) {
 		}
 		_, err = sb.Schedule(ctx, name)
 		found[g] = err == nil
-		if errors.Is(err, wheel.ErrNotFound) {
+		if errors.Is(err, model.ErrNotFound) {
 			return nil
 		}
 		return err
@@ -259,7 +260,7 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	}
 	_ = json.Unmarshal(data, &head)
 	name := r.PathValue("name")
-	g := wheel.GroupOf(head.Topic, s.svc.Count())
+	g := model.GroupOf(head.Topic, s.svc.Count())
 	was, err := s.holder(r.Context(), name)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Handlers return (answer, nil) or (anything, err): the caller encodes the
@@ -33,7 +35,7 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 
 // decodeEnqueueBody reads and validates an enqueue's body, JSON or
 // protobuf, into messages whose due times are absolute.
-func (s *Server) decodeEnqueueBody(r *http.Request) ([]wheel.NewMessage, error) {
+func (s *Server) decodeEnqueueBody(r *http.Request) ([]command.NewMessage, error) {
 	data, err := readBody(r)
 	if err != nil {
 		return nil, err
@@ -71,7 +73,7 @@ func (s *Server) cancel(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{ID: id}))
+	return cancelled(s.be(r).Cancel(r.Context(), command.Cancel{ID: id}))
 }
 
 func (s *Server) cancelKey(r *http.Request) (any, error) {
@@ -79,10 +81,10 @@ func (s *Server) cancelKey(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.be(r).Cancel(r.Context(), wheel.Cancel{Topic: topic, Key: key}))
+	return cancelled(s.be(r).Cancel(r.Context(), command.Cancel{Topic: topic, Key: key}))
 }
 
-func cancelled(id wheel.ID, err error) (any, error) {
+func cancelled(id model.ID, err error) (any, error) {
 	return api.Cancelled{ID: id.String(), State: api.StateCancelled}, err
 }
 
@@ -145,7 +147,7 @@ type settlement struct {
 	path string // the route's path
 	// answer is the answer that gives c; its count of settled receipts
 	// is the JSON field doneKey.
-	answer  func(c wheel.Counted) any
+	answer  func(c command.Counted) any
 	doneKey string
 }
 
@@ -153,13 +155,13 @@ type settlement struct {
 func settlementOf(op service.Op) settlement {
 	switch op {
 	case service.OpNack:
-		return settlement{"/v1/nack", func(c wheel.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
+		return settlement{"/v1/nack", func(c command.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
 	case service.OpTouch:
-		return settlement{"/v1/touch", func(c wheel.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
+		return settlement{"/v1/touch", func(c command.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
 	case service.OpBury:
-		return settlement{"/v1/bury", func(c wheel.Counted) any { return api.BuryResponse{Buried: c.Done, Stale: c.Stale} }, "buried"}
+		return settlement{"/v1/bury", func(c command.Counted) any { return api.BuryResponse{Buried: c.Done, Stale: c.Stale} }, "buried"}
 	}
-	return settlement{"/v1/ack", func(c wheel.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
+	return settlement{"/v1/ack", func(c command.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
 }
 
 // settle settles the receipts of r's ack, nack or touch on the backend
@@ -180,7 +182,7 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 
 // receiptsOf decodes the request of op from r's body and parses the
 // receipts it holds, and a nack's delay.
-func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []wheel.Receipt, nackDelayMs int64, err error) {
+func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []model.Receipt, nackDelayMs int64, err error) {
 	var req api.NackRequest
 	if op == service.OpNack {
 		err = decodeBody(r, &req, false)
@@ -264,8 +266,8 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 }
 
 // memberOf is the member record of n.
-func memberOf(n api.Node) wheel.Node {
-	return wheel.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
+func memberOf(n api.Node) model.Member {
+	return model.Member{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
 }
 
 // nodeBody decodes and validates the node of POST /v1/cluster/nodes.
@@ -286,7 +288,7 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
 // distinct from a well-formed id that names no message (404).
-func pathID(r *http.Request) (wheel.ID, error) {
+func pathID(r *http.Request) (model.ID, error) {
 	return service.ParseID("id", r.PathValue("id"))
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // parts is the service's Forwarder of the HTTP API: it sends a part of a
@@ -69,14 +71,14 @@ func callerOf(ctx context.Context) caller {
 // Reaches reports whether a part of ctx's request can be forwarded to the
 // leader at to: no node forwarded the request, and to has an HTTP
 // address.
-func (p parts) Reaches(ctx context.Context, to wheel.Node) bool {
+func (p parts) Reaches(ctx context.Context, to model.Member) bool {
 	return !callerOf(ctx).forwarded && to.HTTPAddr != ""
 }
 
 // do sends the part of group g, method path with body as JSON (nil:
 // none), to the leader at to, decodes its answer into out (nil: none)
 // and returns the index the leader had applied once it answered.
-func (p parts) do(ctx context.Context, to wheel.Node, g int, method, path string, body, out any) (uint64, error) {
+func (p parts) do(ctx context.Context, to model.Member, g int, method, path string, body, out any) (uint64, error) {
 	if !p.Reaches(ctx, to) {
 		return 0, service.ErrNoForward
 	}
@@ -132,12 +134,12 @@ func (p parts) do(ctx context.Context, to wheel.Node, g int, method, path string
 }
 
 // Enqueue sends an enqueue, its due times absolute.
-func (p parts) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	req := api.EnqueueRequest{Messages: make([]api.Message, len(msgs))}
 	for i, m := range msgs {
 		req.Messages[i] = messageOf(m)
 	}
-	g := wheel.GroupOf(msgs[0].Topic, p.s.svc.Count())
+	g := model.GroupOf(msgs[0].Topic, p.s.svc.Count())
 	var out api.EnqueueResponse
 	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/messages", req, &out)
 	if err != nil {
@@ -148,7 +150,7 @@ func (p parts) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessa
 	}
 	res := make([]wheel.Enqueued, len(msgs))
 	for i, r := range out.Results {
-		id, err := wheel.ParseID(r.ID)
+		id, err := model.ParseID(r.ID)
 		if err != nil {
 			return nil, 0, fmt.Errorf("transport: group %d's result %d: %w", g, i, err)
 		}
@@ -159,7 +161,7 @@ func (p parts) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessa
 
 // messageOf is the JSON form of a validated message, due at its absolute
 // time.
-func messageOf(m wheel.NewMessage) api.Message {
+func messageOf(m command.NewMessage) api.Message {
 	at, ttr, attempts := m.DeliverAtMs, m.TTRMs, m.MaxAttempts
 	out := api.Message{Topic: m.Topic, Payload: api.PayloadOf(m.Body), DeliverAtMs: &at, Key: m.Key,
 		Priority: m.Priority, Headers: m.Headers}
@@ -173,7 +175,7 @@ func messageOf(m wheel.NewMessage) api.Message {
 }
 
 // Settle sends an ack, nack, touch or bury.
-func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error) {
 	list := make([]string, len(rs))
 	for i, r := range rs {
 		list[i] = r.String()
@@ -185,26 +187,26 @@ func (p parts) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wh
 	}
 	var out map[string]int
 	index, err := p.do(ctx, to, rs[0].ID.Group(), http.MethodPost, st.path, body, &out)
-	return wheel.Counted{Done: out[st.doneKey], Stale: out["stale"]}, index, err
+	return command.Counted{Done: out[st.doneKey], Stale: out["stale"]}, index, err
 }
 
 // Cancel sends a cancel by id or by topic and key.
-func (p parts) Cancel(ctx context.Context, to wheel.Node, c wheel.Cancel) (wheel.ID, uint64, error) {
+func (p parts) Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error) {
 	g, path := c.ID.Group(), "/v1/messages/"+url.PathEscape(c.ID.String())
 	if c.Topic != "" {
-		g, path = wheel.GroupOf(c.Topic, p.s.svc.Count()), "/v1/topics/"+url.PathEscape(c.Topic)+"/keys/"+url.PathEscape(c.Key)
+		g, path = model.GroupOf(c.Topic, p.s.svc.Count()), "/v1/topics/"+url.PathEscape(c.Topic)+"/keys/"+url.PathEscape(c.Key)
 	}
 	var out api.Cancelled
 	index, err := p.do(ctx, to, g, http.MethodDelete, path, nil, &out)
 	if err != nil {
-		return wheel.ID{}, 0, err
+		return model.ID{}, 0, err
 	}
-	id, err := wheel.ParseID(out.ID)
+	id, err := model.ParseID(out.ID)
 	return id, index, err
 }
 
 // Reschedule sends a reschedule to an absolute time.
-func (p parts) Reschedule(ctx context.Context, to wheel.Node, id wheel.ID, deliverAtMs int64) (int64, uint64, error) {
+func (p parts) Reschedule(ctx context.Context, to model.Member, id model.ID, deliverAtMs int64) (int64, uint64, error) {
 	var out api.Rescheduled
 	index, err := p.do(ctx, to, id.Group(), http.MethodPost, "/v1/messages/"+url.PathEscape(id.String())+"/reschedule",
 		api.RescheduleRequest{DeliverAtMs: &deliverAtMs}, &out)
@@ -212,19 +214,19 @@ func (p parts) Reschedule(ctx context.Context, to wheel.Node, id wheel.ID, deliv
 }
 
 // Reserve sends a reserve.
-func (p parts) Reserve(ctx context.Context, to wheel.Node, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, uint64, error) {
+func (p parts) Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error) {
 	req := api.ReserveRequest{Max: &max, WaitMs: wait.Milliseconds()}
 	if ttr > 0 {
 		ms := ttr.Milliseconds()
 		req.TTRMs = &ms
 	}
-	g := wheel.GroupOf(topic, p.s.svc.Count())
+	g := model.GroupOf(topic, p.s.svc.Count())
 	var out api.ReserveResponse
 	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/reserve", req, &out)
 	if err != nil {
 		return nil, 0, err
 	}
-	ds := make([]wheel.Delivery, len(out.Messages))
+	ds := make([]model.Delivery, len(out.Messages))
 	for i, d := range out.Messages {
 		if ds[i], err = deliveryFrom(d); err != nil {
 			return nil, 0, fmt.Errorf("transport: group %d's delivery %d: %w", g, i, err)
@@ -234,27 +236,27 @@ func (p parts) Reserve(ctx context.Context, to wheel.Node, topic string, max int
 }
 
 // deliveryFrom is the delivery d, as the leader sent it.
-func deliveryFrom(d api.Delivery) (wheel.Delivery, error) {
-	r, err := wheel.ParseReceipt(d.Receipt)
+func deliveryFrom(d api.Delivery) (model.Delivery, error) {
+	r, err := model.ParseReceipt(d.Receipt)
 	if err != nil {
-		return wheel.Delivery{}, err
+		return model.Delivery{}, err
 	}
 	body, err := d.Payload.Bytes()
 	if err != nil {
-		return wheel.Delivery{}, err
+		return model.Delivery{}, err
 	}
-	m := wheel.Message{ID: r.ID, Topic: d.Topic, Key: d.Key, Body: body, Headers: d.Headers, Priority: d.Priority,
+	m := model.Message{ID: r.ID, Topic: d.Topic, Key: d.Key, Body: body, Headers: d.Headers, Priority: d.Priority,
 		DeliverAtMs: d.DeliverAtMs, Attempts: d.Attempt, Receipt: r.Nonce, LeaseExpiresMs: d.LeaseExpiresMs}
-	return wheel.Delivery{Message: m, Attempt: d.Attempt, Receipt: r}, nil
+	return model.Delivery{Message: m, Attempt: d.Attempt, Receipt: r}, nil
 }
 
 // Redrive sends a redrive (all of the topic's dead when ids is empty).
-func (p parts) Redrive(ctx context.Context, to wheel.Node, topic string, ids []wheel.ID) (int, uint64, error) {
+func (p parts) Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error) {
 	var req api.RedriveRequest
 	for _, id := range ids {
 		req.IDs = append(req.IDs, id.String())
 	}
 	var out api.RedriveResponse
-	index, err := p.do(ctx, to, wheel.GroupOf(topic, p.s.svc.Count()), http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/dead/redrive", req, &out)
+	index, err := p.do(ctx, to, model.GroupOf(topic, p.s.svc.Count()), http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/dead/redrive", req, &out)
 	return out.Redriven, index, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // protoBody is the protobuf form of an enqueue request of msgs.
@@ -70,7 +71,7 @@ func (a answer) protoResults(t *testing.T) []api.Result {
 // stored is what the node holds for the message with the given id.
 func (e *env) stored(id string) wheel.View {
 	e.t.Helper()
-	wid, err := wheel.ParseID(id)
+	wid, err := model.ParseID(id)
 	check(e.t, "parse id", err)
 	v, err := e.Node.Node.Get(e.t.Context(), wid)
 	check(e.t, "get "+id, err)
@@ -136,7 +137,7 @@ func TestProtoEnqueueStoresWhatJSONStores(t *testing.T) {
 		t.Fatalf("binary body stored as %+v", v.Payload)
 	}
 	first := ep.stored(fromProto[0].ID)
-	want := wheel.Message{ID: first.ID, Topic: "orders.close", Key: "order-42", Body: []byte("close order 42"),
+	want := model.Message{ID: first.ID, Topic: "orders.close", Key: "order-42", Body: []byte("close order 42"),
 		Headers: map[string]string{"tenant": "a", "trace": "ü✓", "e": ""}, Priority: -3, DeliverAtMs: startMs + 1800000,
 		TTRMs: 5000, MaxAttempts: 3, EnqueuedMs: startMs}
 	if !reflect.DeepEqual(first.Message, want) {

@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestMessagesLifecycle(t *testing.T) {
@@ -307,7 +308,7 @@ type reserveSignal struct {
 	ch chan<- struct{}
 }
 
-func (r reserveSignal) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+func (r reserveSignal) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, error) {
 	if wait > 0 {
 		select {
 		case r.ch <- struct{}{}:

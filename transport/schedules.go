@@ -8,6 +8,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Page sizes of GET /v1/schedules.
@@ -38,14 +40,14 @@ func (s *Server) putSchedule(r *http.Request) (any, error) {
 
 // validateSchedule checks a schedule as sent and returns its spec, with
 // the message defaults filled in.
-func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs int64) (wheel.ScheduleSpec, error) {
+func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs int64) (command.ScheduleSpec, error) {
 	m := api.Message{Topic: req.Topic, Payload: req.Payload, Priority: req.Priority, TTRMs: req.TTRMs,
 		MaxAttempts: req.MaxAttempts, Headers: req.Headers}
 	nm, err := service.ValidateMessage(&m, "", lim, nowMs)
 	if err != nil {
-		return wheel.ScheduleSpec{}, err
+		return command.ScheduleSpec{}, err
 	}
-	spec := wheel.ScheduleSpec{Name: name, Topic: nm.Topic, Cron: req.Cron, Timezone: req.Timezone, EveryMs: req.EveryMs,
+	spec := command.ScheduleSpec{Name: name, Topic: nm.Topic, Cron: req.Cron, Timezone: req.Timezone, EveryMs: req.EveryMs,
 		StartAtMs: req.StartAtMs, EndAtMs: req.EndAtMs, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 		TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts}
 	if err := wheel.ValidateSchedule(&spec, nowMs); err != nil {
@@ -54,13 +56,13 @@ func validateSchedule(name string, req api.ScheduleRequest, lim Limits, nowMs in
 	return spec, nil
 }
 
-// invalidFrom is the 400 of an error wrapping wheel.ErrInvalid, its
+// invalidFrom is the 400 of an error wrapping model.ErrInvalid, its
 // message starting with the field it names.
 func invalidFrom(err error) error {
-	if !errors.Is(err, wheel.ErrInvalid) {
+	if !errors.Is(err, model.ErrInvalid) {
 		return err
 	}
-	return invalid("%s", strings.TrimPrefix(err.Error(), wheel.ErrInvalid.Error()+": "))
+	return invalid("%s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 }
 
 func (s *Server) getSchedule(r *http.Request) (any, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // A page of one topic's schedules reads no more than its bound: it stops
@@ -19,7 +20,7 @@ func TestPageSchedulesBoundsItsScan(t *testing.T) {
 		if i%7 == 3 {
 			topic = "mine"
 		}
-		all = append(all, wheel.ScheduleInfo{ScheduleSpec: wheel.ScheduleSpec{Name: fmt.Sprintf("s%02d", i), Topic: topic}})
+		all = append(all, wheel.ScheduleInfo{ScheduleSpec: command.ScheduleSpec{Name: fmt.Sprintf("s%02d", i), Topic: topic}})
 	}
 	scanned := 0
 	read := func(after string, n int) ([]wheel.ScheduleInfo, error) {

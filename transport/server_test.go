@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // v1Route is one /v1 endpoint with a valid request.
@@ -95,9 +96,9 @@ func refuseJoins(b transport.Backend) transport.Backend { return joinRefuser{b} 
 
 type joinRefuser struct{ transport.Backend }
 
-func (j joinRefuser) AddNode(ctx context.Context, n wheel.Node) error {
+func (j joinRefuser) AddNode(ctx context.Context, n model.Member) error {
 	if n.RaftAddr == "h:1" {
-		return fmt.Errorf("%w: no such member can be reached", wheel.ErrConflict)
+		return fmt.Errorf("%w: no such member can be reached", model.ErrConflict)
 	}
 	return j.Backend.AddNode(ctx, n)
 }
@@ -123,13 +124,13 @@ func TestErrorMapping(t *testing.T) {
 		code   string
 		retry  string
 	}{
-		{wheel.ErrNotFound, 404, api.CodeNotFound, ""},
-		{fmt.Errorf("cancel: %w", wheel.ErrConflict), 409, api.CodeConflict, ""},
-		{wheel.ErrInvalid, 400, api.CodeInvalidArgument, ""},
-		{wheel.ErrTooLarge, 413, api.CodeTooLarge, ""},
-		{fmt.Errorf("topics: %w", wheel.ErrOverloaded), 429, api.CodeOverloaded, "1"},
-		{wheel.ErrUnavailable, 503, api.CodeUnavailable, "1"},
-		{wheel.ErrNotLeader, 503, api.CodeUnavailable, "1"},
+		{model.ErrNotFound, 404, api.CodeNotFound, ""},
+		{fmt.Errorf("cancel: %w", model.ErrConflict), 409, api.CodeConflict, ""},
+		{model.ErrInvalid, 400, api.CodeInvalidArgument, ""},
+		{model.ErrTooLarge, 413, api.CodeTooLarge, ""},
+		{fmt.Errorf("topics: %w", model.ErrOverloaded), 429, api.CodeOverloaded, "1"},
+		{model.ErrUnavailable, 503, api.CodeUnavailable, "1"},
+		{model.ErrNotLeader, 503, api.CodeUnavailable, "1"},
 		{context.DeadlineExceeded, 503, api.CodeUnavailable, "1"},
 		{errors.New("disk on fire"), 500, api.CodeInternal, ""},
 	} {

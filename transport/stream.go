@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // ContentTypeNDJSON is the media type of a stream: one JSON object a line.
@@ -41,7 +41,7 @@ func (s *Server) streamTopic(r *http.Request) (any, error) {
 		cancel()
 		release()
 	}
-	st, err := s.be(r).Stream(ctx, topic, wheel.StreamOptions{MaxInflight: maxIn, TTR: time.Duration(ttrMs) * time.Millisecond})
+	st, err := s.be(r).Stream(ctx, topic, model.ConsumerOptions{MaxInflight: maxIn, TTR: time.Duration(ttrMs) * time.Millisecond})
 	if err != nil {
 		done()
 		return nil, err
@@ -56,7 +56,7 @@ func (s *Server) streamTopic(r *http.Request) (any, error) {
 // writeStream writes st's deliveries as NDJSON until ctx ends or st ends.
 // A reader that takes no bytes for a while (four keepalives, at least a
 // minute) is cut off, which closes the stream and releases its deliveries.
-func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, st wheel.Stream) error {
+func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, st model.Consumer) error {
 	w.Header().Set("Content-Type", ContentTypeNDJSON)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -88,7 +88,7 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, st whee
 				return err
 			}
 			continue
-		case errors.Is(err, wheel.ErrNotLeader):
+		case errors.Is(err, model.ErrNotLeader):
 			return nil // the client reconnects, to the new leader
 		case err != nil:
 			return fmt.Errorf("stream: %w", err)

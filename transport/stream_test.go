@@ -12,7 +12,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // lines is an open stream: its deliveries arrive on ch, which closes when
@@ -193,7 +193,7 @@ func TestSlowStreamReaderBlocksNoOne(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	// A stream nobody reads, with a window larger than its buffer.
-	slow, err := e.Node.Node.Stream(ctx, "s", wheel.StreamOptions{MaxInflight: 5000})
+	slow, err := e.Node.Node.Stream(ctx, "s", model.ConsumerOptions{MaxInflight: 5000})
 	check(t, "open the slow stream", err)
 	defer slow.Close()
 	fast := openStream(t, e.URL+"/v1/topics/s/stream")

@@ -5,7 +5,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // The decoding of an enqueue's body; its validation is the service's
@@ -14,7 +14,7 @@ import (
 
 // decodeEnqueue decodes and validates the body of POST /v1/messages. The
 // batch is validated whole: the first bad message rejects it.
-func decodeEnqueue(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func decodeEnqueue(data []byte, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	req, err := parseEnqueue(data, lim)
 	if err != nil {
 		return nil, err
@@ -24,7 +24,7 @@ func decodeEnqueue(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, er
 
 // validateEnqueue checks every message of req (service.ValidateEnqueue),
 // a refusal as the *Error it stands for.
-func validateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func validateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	msgs, err := service.ValidateEnqueue(req, lim, nowMs)
 	return msgs, asError(err)
 }
@@ -39,7 +39,7 @@ func asError(err error) error {
 
 // decodeEnqueueProto decodes the protobuf form of an enqueue request
 // (api.ContentTypeProto) and validates it exactly as the JSON form.
-func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	req, err := api.UnmarshalEnqueueRequestProto(data, lim.MaxBatch)
 	if errors.Is(err, api.ErrTooManyMessages) {
 		return nil, tooLarge("%v", err)

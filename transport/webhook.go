@@ -10,7 +10,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // Webhook limits.
@@ -70,14 +70,14 @@ func (s *Server) deleteWebhook(r *http.Request) (any, error) {
 	return api.WebhookDeleted{Topic: topic, Deleted: true}, wh.DeleteWebhook(r.Context(), topic)
 }
 
-func webhookView(w wheel.Webhook) api.Webhook {
+func webhookView(w command.Webhook) api.Webhook {
 	return api.Webhook{Topic: w.Topic, URL: w.URL, TimeoutMs: w.TimeoutMs, MaxConcurrency: w.MaxConcurrency,
 		RatePerS: w.RatePerS, HasSecret: w.Secret != ""}
 }
 
 // validateWebhook checks a webhook request and fills its defaults.
-func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (wheel.Webhook, error) {
-	w := wheel.Webhook{Topic: topic, URL: req.URL, Secret: req.Secret,
+func (s *Server) validateWebhook(topic string, req api.WebhookRequest) (command.Webhook, error) {
+	w := command.Webhook{Topic: topic, URL: req.URL, Secret: req.Secret,
 		TimeoutMs: defaultWebhookTimeoutMs, MaxConcurrency: defaultWebhookConcurrency}
 	if req.URL == "" {
 		return w, invalid("url: required (an http or https URL)")

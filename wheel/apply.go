@@ -1,19 +1,24 @@
 package wheel
 
 import (
-	"encoding/binary"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
+
+// Apply runs a log entry's commands in one batch of the index: the
+// dispatch by kind, and the commands that add or remove messages (Schedule,
+// Cancel, Reschedule). A consumer's hand-offs are lease.go's, the passing
+// of time fire.go's; where a message lives (wheel slot, overflow, ready
+// queue) is placement.go's, in the keys keys.go lays out.
 
 // Apply applies log entries in order as one atomic batch and returns each
 // command's result. Entries at or below the applied index were applied
 // before a restart and are skipped (their results are nil). An error means
 // storage failed; the store refuses further writes.
-func (s *Store) Apply(entries []Entry) ([][]Result, error) {
+func (s *Store) Apply(entries []Entry) ([][]command.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.broken != nil {
@@ -23,13 +28,13 @@ func (s *Store) Apply(entries []Entry) ([][]Result, error) {
 		return nil, fmt.Errorf("apply: store opened read-only")
 	}
 	t := s.newTx()
-	out := make([][]Result, len(entries))
+	out := make([][]command.Result, len(entries))
 	for i, e := range entries {
 		if e.Index <= s.applied || e.Index <= t.applied {
 			continue
 		}
 		t.index, t.seq, t.applied = e.Index, 0, e.Index
-		res := make([]Result, len(e.Cmds))
+		res := make([]command.Result, len(e.Cmds))
 		for j, c := range e.Cmds {
 			res[j] = t.apply(c)
 			if t.err != nil {
@@ -52,55 +57,55 @@ func (s *Store) Apply(entries []Entry) ([][]Result, error) {
 	return out, nil
 }
 
-func (t *tx) apply(c Command) Result {
+func (t *tx) apply(c command.Command) command.Result {
 	switch c := c.(type) {
-	case Schedule:
+	case command.Schedule:
 		return t.schedule(c)
-	case Cancel:
+	case command.Cancel:
 		return t.cancel(c)
-	case Reschedule:
+	case command.Reschedule:
 		return t.reschedule(c)
-	case Lease:
+	case command.Lease:
 		return t.lease(c)
-	case Ack:
+	case command.Ack:
 		return t.ack(c)
-	case Nack:
+	case command.Nack:
 		return t.nack(c)
-	case Touch:
+	case command.Touch:
 		return t.touch(c)
-	case Bury:
+	case command.Bury:
 		return t.bury(c)
-	case DeadLetter:
+	case command.DeadLetter:
 		return t.deadLetter(c)
-	case Expire:
+	case command.Expire:
 		t.s.expiresSinceFlush++
 		t.expire(c.Before)
-		return Result{}
-	case Promote:
-		return Result{Value: t.promote(c.Before)}
-	case Redrive:
+		return command.Result{}
+	case command.Promote:
+		return command.Result{Value: t.promote(c.Before)}
+	case command.Redrive:
 		return t.redrive(c)
-	case SetNode:
+	case command.SetNode:
 		n := c.Node
 		t.set(nodeKey(n.ID), encodeNode(n))
 		t.newNodes[n.ID] = &n
-		return Result{}
-	case RemoveNode:
+		return command.Result{}
+	case command.RemoveNode:
 		t.del(nodeKey(c.ID))
 		t.newNodes[c.ID] = nil
-		return Result{}
-	case SetWebhook:
+		return command.Result{}
+	case command.SetWebhook:
 		return t.setWebhook(c.Webhook)
-	case DeleteWebhook:
+	case command.DeleteWebhook:
 		return t.deleteWebhook(c.Topic)
-	case SetSchedule:
+	case command.SetSchedule:
 		return t.setSchedule(c)
-	case DeleteSchedule:
+	case command.DeleteSchedule:
 		return t.deleteSchedule(c)
-	case AdvanceSchedules:
+	case command.AdvanceSchedules:
 		return t.advanceSchedules(c)
 	default:
-		return Result{Err: fmt.Errorf("%w: unknown command %T", ErrInvalid, c)}
+		return command.Result{Err: fmt.Errorf("%w: unknown command %T", model.ErrInvalid, c)}
 	}
 }
 
@@ -114,10 +119,10 @@ func clampDue(ms int64) int64 {
 	return ms
 }
 
-func (t *tx) schedule(c Schedule) Result {
-	if room := MaxEntryMessages - int(t.seq); len(c.Messages) > room {
-		return Result{Err: fmt.Errorf("%w: a log entry enqueues at most %d messages (MaxEntryMessages); this command brings it to %d",
-			ErrInvalid, MaxEntryMessages, int(t.seq)+len(c.Messages))}
+func (t *tx) schedule(c command.Schedule) command.Result {
+	if room := model.MaxEntryMessages - int(t.seq); len(c.Messages) > room {
+		return command.Result{Err: fmt.Errorf("%w: a log entry enqueues at most %d messages (MaxEntryMessages); this command brings it to %d",
+			model.ErrInvalid, model.MaxEntryMessages, int(t.seq)+len(c.Messages))}
 	}
 	out := make([]Enqueued, 0, len(c.Messages))
 	held := t.keysHeldBy(c.Messages)
@@ -126,7 +131,7 @@ func (t *tx) schedule(c Schedule) Result {
 		tid, _ := t.topicID(nm.Topic, true)
 		if nm.Key != "" && held[i] {
 			if v := t.get(keyIndexKey(tid, nm.Key)); v != nil {
-				if id, err := IDFromBytes(v); err == nil {
+				if id, err := model.IDFromBytes(v); err == nil {
 					if mt, ok := t.meta(id); ok && mt.State != StateDead {
 						out = append(out, Enqueued{ID: id, DeliverAtMs: mt.DueMs, Duplicate: true})
 						continue
@@ -134,9 +139,9 @@ func (t *tx) schedule(c Schedule) Result {
 				}
 			}
 		}
-		id := ID{Index: t.index, Seq: seqOf(t.s.opts.Group, t.seq)}
+		id := model.ID{Index: t.index, Seq: model.SeqOf(t.s.opts.Group, t.seq)}
 		t.seq++
-		m := Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
+		m := model.Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: nm.Body, Headers: nm.Headers, Priority: nm.Priority,
 			DeliverAtMs: clampDue(nm.DeliverAtMs), TTRMs: nm.TTRMs, MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}
 		if m.TTRMs <= 0 {
 			m.TTRMs = DefaultTTRMs
@@ -155,7 +160,7 @@ func (t *tx) schedule(c Schedule) Result {
 		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
 	}
 	t.flushPlacing()
-	return Result{Value: out}
+	return command.Result{Value: out}
 }
 
 // keysHeldBy reports, for each of msgs, whether its key is held in the
@@ -164,7 +169,7 @@ func (t *tx) schedule(c Schedule) Result {
 // against the command's own earlier writes. It creates no topic: a topic
 // the command creates holds no key yet, and topics are numbered in the
 // order the command's messages name them.
-func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
+func (t *tx) keysHeldBy(msgs []command.NewMessage) []bool {
 	held := make([]bool, len(msgs))
 	var keys [][]byte
 	var at []int
@@ -199,10 +204,10 @@ func (t *tx) keysHeldBy(msgs []NewMessage) []bool {
 // its time clamped to [0, MaxDueMs]. With no key there is no duplicate to
 // find, so the answer does not depend on the state, and a leader can give
 // it as soon as the entry commits.
-func Scheduled(group int, index uint64, msgs []NewMessage) []Enqueued {
+func Scheduled(group int, index uint64, msgs []command.NewMessage) []Enqueued {
 	out := make([]Enqueued, len(msgs))
 	for i := range msgs {
-		out[i] = Enqueued{ID: ID{Index: index, Seq: seqOf(group, uint32(i))}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
+		out[i] = Enqueued{ID: model.ID{Index: index, Seq: model.SeqOf(group, uint32(i))}, DeliverAtMs: clampDue(msgs[i].DeliverAtMs)}
 	}
 	return out
 }
@@ -213,381 +218,53 @@ const (
 	DefaultMaxAttempts = 10
 )
 
-func (t *tx) resolve(c Cancel) (ID, bool) {
+func (t *tx) resolve(c command.Cancel) (model.ID, bool) {
 	if c.Topic == "" {
 		return c.ID, true
 	}
 	tid, ok := t.topicID(c.Topic, false)
 	if !ok {
-		return ID{}, false
+		return model.ID{}, false
 	}
 	v := t.get(keyIndexKey(tid, c.Key))
 	if v == nil {
-		return ID{}, false
+		return model.ID{}, false
 	}
-	id, err := IDFromBytes(v)
+	id, err := model.IDFromBytes(v)
 	return id, err == nil
 }
 
-func (t *tx) cancel(c Cancel) Result {
+func (t *tx) cancel(c command.Cancel) command.Result {
 	id, ok := t.resolve(c)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", ErrNotFound, c.Key, c.Topic)}
+		return command.Result{Err: fmt.Errorf("%w: no pending message with key %q on topic %q", model.ErrNotFound, c.Key, c.Topic)}
 	}
 	mt, ok := t.meta(id)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: message %s", ErrNotFound, id)}
+		return command.Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, id)}
 	}
 	if mt.State == StateReserved {
-		return Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", ErrConflict, id)}
+		return command.Result{Err: fmt.Errorf("%w: message %s is reserved; ack or nack it instead", model.ErrConflict, id)}
 	}
 	t.finish(id, mt)
 	t.stat(mt.TopicID).Cancelled++
-	return Result{Value: id}
+	return command.Result{Value: id}
 }
 
-func (t *tx) reschedule(c Reschedule) Result {
+func (t *tx) reschedule(c command.Reschedule) command.Result {
 	mt, ok := t.meta(c.ID)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: message %s", ErrNotFound, c.ID)}
+		return command.Result{Err: fmt.Errorf("%w: message %s", model.ErrNotFound, c.ID)}
 	}
 	if mt.State != StateDelayed && mt.State != StateReady {
-		return Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", ErrConflict, c.ID, mt.State)}
+		return command.Result{Err: fmt.Errorf("%w: message %s is %s; only delayed or ready messages can be rescheduled", model.ErrConflict, c.ID, mt.State)}
 	}
 	m, ok := t.full(c.ID, mt)
 	if !ok {
-		return Result{}
+		return command.Result{}
 	}
 	t.unplace(c.ID, mt)
 	m.DeliverAtMs = clampDue(c.DeliverAtMs)
 	t.put(&m, mt.TopicID, mt.State, segment.TypeMessage)
-	return Result{Value: m.DeliverAtMs}
-}
-
-func (t *tx) lease(c Lease) Result {
-	ok := make([]bool, len(c.Items))
-	for i, it := range c.Items {
-		mt, found := t.meta(it.ID)
-		expiredLease := found && mt.State == StateReserved && mt.LeaseExpMs < c.NowMs
-		if !found || (mt.State != StateDelayed && mt.State != StateReady && !expiredLease) {
-			continue // cancelled, or handed out twice: the later receipt is stale
-		}
-		m, read := t.full(it.ID, mt)
-		if !read {
-			break
-		}
-		if m.Attempts >= m.MaxAttempts {
-			continue // out of attempts: it goes dead when its slot expires
-		}
-		t.unplace(it.ID, mt)
-		m.Attempts++
-		m.Receipt = it.Nonce
-		m.LeaseExpiresMs = it.ExpiresMs
-		m.LeaseMs = it.ExpiresMs - c.NowMs
-		m.DeliverAtMs = clampDue(max(it.RedeliverMs, it.ExpiresMs))
-		t.put(&m, mt.TopicID, mt.State, segment.TypeLease)
-		t.stat(mt.TopicID).Delivered++
-		if expiredLease {
-			t.stat(mt.TopicID).ExpiredLeases++
-		}
-		ok[i] = true
-	}
-	return Result{Value: ok}
-}
-
-// held returns the meta and message of a receipt that is still valid at
-// now. Unless full, the record is not read and the message is its id
-// alone: all that ending it needs (finish).
-func (t *tx) held(r Receipt, now int64, full bool) (meta, Message, bool) {
-	mt, ok := t.meta(r.ID)
-	if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || now > mt.LeaseExpMs {
-		return meta{}, Message{}, false
-	}
-	if !full {
-		return mt, Message{ID: r.ID}, true
-	}
-	m, ok := t.full(r.ID, mt)
-	return mt, m, ok
-}
-
-// eachHeld calls fn for every receipt still valid at now and counts the
-// others as stale. Unless full, fn gets the message's id alone (see held).
-func (t *tx) eachHeld(rs []Receipt, now int64, full bool, fn func(mt meta, m *Message)) Result {
-	var n Counted
-	for _, r := range rs {
-		mt, m, ok := t.held(r, now, full)
-		if !ok {
-			n.Stale++
-			continue
-		}
-		fn(mt, &m)
-		n.Done++
-	}
-	return Result{Value: n}
-}
-
-func (t *tx) ack(c Ack) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, false, func(mt meta, m *Message) {
-		t.finish(m.ID, mt)
-		t.stat(mt.TopicID).Acked++
-	})
-}
-
-func (t *tx) nack(c Nack) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
-		t.unplace(m.ID, mt)
-		clearLease(m)
-		t.stat(mt.TopicID).Nacked++
-		if m.Attempts >= m.MaxAttempts {
-			t.toDead(m, mt.TopicID, mt.State)
-			return
-		}
-		m.DeliverAtMs = clampDue(c.NowMs + max(c.DelayMs, 0))
-		t.put(m, mt.TopicID, mt.State, segment.TypeMessage)
-	})
-}
-
-func (t *tx) touch(c Touch) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
-		t.unplace(m.ID, mt)
-		backoff := max(m.DeliverAtMs-m.LeaseExpiresMs, 0)
-		m.LeaseExpiresMs = c.NowMs + m.LeaseMs
-		m.DeliverAtMs = clampDue(m.LeaseExpiresMs + backoff)
-		t.put(m, mt.TopicID, mt.State, segment.TypeLease)
-	})
-}
-
-// bury moves reserved messages out of attempts whose lease ended before
-// c.NowMs to the dead letters: what the expiry of their slot would do, at
-// the end of the lease.
-func (t *tx) bury(c Bury) Result {
-	var n Counted
-	for _, r := range c.Receipts {
-		mt, ok := t.meta(r.ID)
-		if !ok || mt.State != StateReserved || mt.Receipt != r.Nonce || mt.LeaseExpMs >= c.NowMs {
-			n.Stale++
-			continue
-		}
-		m, ok := t.full(r.ID, mt)
-		if !ok {
-			break
-		}
-		if m.Attempts < m.MaxAttempts {
-			n.Stale++
-			continue
-		}
-		t.unplace(m.ID, mt)
-		t.stat(mt.TopicID).ExpiredLeases++
-		t.toDead(&m, mt.TopicID, mt.State)
-		n.Done++
-	}
-	return Result{Value: n}
-}
-
-// deadLetter moves held messages to the dead letters, as a nack of their
-// last attempt does.
-func (t *tx) deadLetter(c DeadLetter) Result {
-	return t.eachHeld(c.Receipts, c.NowMs, true, func(mt meta, m *Message) {
-		t.unplace(m.ID, mt)
-		clearLease(m)
-		t.toDead(m, mt.TopicID, mt.State)
-	})
-}
-
-func (t *tx) redrive(c Redrive) Result {
-	tid, ok := t.topicID(c.Topic, false)
-	if !ok {
-		return Result{Value: 0}
-	}
-	ids := c.IDs
-	if len(ids) == 0 {
-		keys, _ := t.scanKeys(deadPrefix(tid), prefixEnd(deadPrefix(tid)), 0)
-		for _, k := range keys {
-			id, _ := IDFromBytes(k[5:])
-			ids = append(ids, id)
-		}
-	}
-	n := 0
-	for _, id := range ids {
-		mt, ok := t.meta(id)
-		if !ok || mt.State != StateDead || mt.TopicID != tid {
-			continue
-		}
-		m, ok := t.full(id, mt)
-		if !ok {
-			break
-		}
-		t.unplace(id, mt)
-		m.Attempts = 0
-		m.DeliverAtMs = clampDue(c.NowMs)
-		if m.Key != "" {
-			k := keyIndexKey(tid, m.Key)
-			if t.get(k) == nil {
-				b := id.Bytes()
-				t.set(k, b[:])
-			} else {
-				m.Key = "" // a newer message holds the key now
-			}
-		}
-		t.toReady(&m, tid, mt.State)
-		n++
-	}
-	return Result{Value: n}
-}
-
-// expire fires every slot before the second before and moves the cursor
-// there. Live messages go to their ready queues; live leases have expired:
-// their messages go to ready, or dead after max_attempts.
-func (t *tx) expire(before int64) {
-	if before <= t.cursor {
-		return
-	}
-	seconds := map[int64]bool{}
-	keys, _ := t.scanKeys(segLenKey(0), segLenKey(before), 0)
-	for _, k := range keys {
-		seconds[int64(binary.BigEndian.Uint64(k[1:]))] = true
-	}
-	for s := range t.pend {
-		if s < before {
-			seconds[s] = true
-		}
-	}
-	for _, s := range slices.Sorted(maps.Keys(seconds)) {
-		t.fireSlot(s)
-		if t.err != nil {
-			return
-		}
-	}
-	t.dropPlacements(before)
-	t.cursor = before
-	t.event(Event{Kind: EventExpired, Second: before})
-}
-
-func (t *tx) fireSlot(second int64) {
-	if t.slotLive(second) > 0 {
-		t.fireLive(second)
-	}
-	if t.err != nil {
-		return
-	}
-	delete(t.pend, second)
-	t.del(segLenKey(second))
-	t.expired = append(t.expired, second)
-}
-
-// slotLive is how many live records the slot file of second holds, as this
-// batch sees it. A slot whose messages were all handed out or acked before
-// it expires (the usual case: every lease moves its message to the slot of
-// its deadline) holds none, and its file need not be read.
-func (t *tx) slotLive(second int64) int64 {
-	if p := t.pend[second]; p != nil {
-		return p.stats.Live
-	}
-	if v := t.get(segLenKey(second)); v != nil {
-		return decodeSegLen(v).Live
-	}
-	return 0
-}
-
-// fireLive moves the live records of the slot file of second to their
-// ready queues (leases past their attempts to the dead letters).
-func (t *tx) fireLive(second int64) {
-	entries, err := t.slotEntries(second)
-	if err != nil {
-		t.fail(err)
-		return
-	}
-	for _, e := range liveEntries(entries) {
-		m, err := DecodeMessage(e.Payload)
-		if err != nil {
-			t.fail(fmt.Errorf("slot %d offset %d: %w", second, e.Offset, err))
-			return
-		}
-		mt, ok := t.meta(m.ID)
-		if !ok || mt.Loc != locSegment || mt.Second != second || mt.Offset != e.Offset {
-			t.fail(fmt.Errorf("slot %d offset %d: %w: record of %s is live but the index disagrees", second, e.Offset, ErrInconsistent, m.ID))
-			return
-		}
-		if e.Type == segment.TypeLease {
-			t.stat(mt.TopicID).ExpiredLeases++
-		}
-		if e.Type == segment.TypeLease && m.Attempts >= m.MaxAttempts {
-			t.toDead(&m, mt.TopicID, mt.State)
-		} else {
-			t.toReady(&m, mt.TopicID, mt.State)
-		}
-	}
-}
-
-// slotEntries returns every record of a slot file as this batch sees it.
-func (t *tx) slotEntries(second int64) ([]segment.Entry, error) {
-	var entries []segment.Entry
-	if t.get(segLenKey(second)) != nil {
-		_, es, err := segment.ReadFileFS(t.s.fs, t.s.segs.Path(second))
-		if err != nil {
-			return nil, err
-		}
-		entries = es
-	}
-	if p := t.pend[second]; p != nil && len(p.buf) > 0 {
-		for off := 0; off < len(p.buf); {
-			r, n, err := segment.DecodeRecord(p.buf[off:])
-			if err != nil {
-				return nil, err
-			}
-			entries = append(entries, segment.Entry{Offset: p.base + int64(off), Record: r})
-			off += n
-		}
-	}
-	return entries, nil
-}
-
-// promote moves overflow entries due before the second before (never past
-// the horizon) into the wheel, and returns how many moved.
-func (t *tx) promote(before int64) int {
-	before = min(before, t.cursor+HorizonSecs)
-	if before <= 0 {
-		return 0
-	}
-	// The scan starts where the last one ended, not at the start of the
-	// overflow: the keys promoted before are deleted, and their tombstones
-	// stay in the index until a compaction drops them, so a scan from the
-	// start would step over every one of them, once a second.
-	lo := []byte{pOverflow}
-	if t.promoted > 0 {
-		lo = overflowKey(t.promoted, ID{})
-	}
-	hi := before * TickMs
-	if hi <= t.promoted {
-		return 0
-	}
-	keys, vals := t.scanKeys(lo, overflowKey(hi, ID{}), 0)
-	t.promoted = hi
-	for i, k := range keys {
-		v := vals[i]
-		if len(v) < 1 {
-			t.fail(fmt.Errorf("overflow %x: %w: empty value", k, ErrInconsistent))
-			return 0
-		}
-		m, err := DecodeMessage(v[1:])
-		if err != nil {
-			t.fail(fmt.Errorf("overflow %x: %w", k, err))
-			return 0
-		}
-		// The overflow holds delayed messages and the redeliveries of
-		// leases (reserved), and its record says which: the message's meta
-		// need not be read, which for a message enqueued hours ago costs a
-		// block read from the index for each message promoted.
-		typ := segment.RecordType(v[0])
-		state := recordState(typ)
-		tid, ok := t.topicID(m.Topic, false)
-		if !ok {
-			t.fail(fmt.Errorf("overflow %s: %w: unknown topic %q", m.ID, ErrInconsistent, m.Topic))
-			return 0
-		}
-		t.del(k)
-		t.overflowAdd(int64(u64(k[1:9])), -1)
-		t.put(&m, tid, state, typ)
-	}
-	return len(keys)
+	return command.Result{Value: m.DeliverAtMs}
 }

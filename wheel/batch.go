@@ -12,6 +12,8 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // A batch (tx) is one Apply: an indexed Pebble batch, whose reads see its
@@ -51,9 +53,9 @@ type tx struct {
 	expired  []int64
 	counts   map[uint32]counts // deltas
 	newTopic map[string]uint32
-	newNodes map[string]*Node // nil value: removed
+	newNodes map[string]*model.Member // nil value: removed
 	// newWebhooks are the webhooks the batch set (nil: deleted).
-	newWebhooks map[string]*Webhook
+	newWebhooks map[string]*command.Webhook
 	// events are what the batch did that the observer hears of; follows is
 	// the last slot second whose placements it follows (-1: none). Neither
 	// changes what the batch writes.
@@ -69,7 +71,7 @@ type tx struct {
 	metaBuf  []byte                 // reused by setMeta
 	// metas are the metas the batch wrote, as a read would decode them,
 	// and nil where it deleted one or marked it gone (metacache.go).
-	metas map[ID]*meta
+	metas map[model.ID]*meta
 	// scheds are the schedules the batch wrote, as a read would decode
 	// them, and nil where it deleted one (schedulecache.go).
 	scheds map[string]*ScheduleInfo
@@ -96,8 +98,8 @@ func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules, dueLow: math.MaxInt64,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[ID]*meta{}, scheds: map[string]*ScheduleInfo{},
-		newNodes: map[string]*Node{}, newWebhooks: map[string]*Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
+		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[model.ID]*meta{}, scheds: map[string]*ScheduleInfo{},
+		newNodes: map[string]*model.Member{}, newWebhooks: map[string]*command.Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
 		t.follows = s.observer.followsThrough()
@@ -191,7 +193,7 @@ func (t *tx) scanKeys(lo, hi []byte, limit int) (keys, vals [][]byte) {
 
 // setMeta writes a message's meta. The batch copies key and value, so both
 // are encoded into buffers the transaction reuses.
-func (t *tx) setMeta(id ID, m *meta) {
+func (t *tx) setMeta(id model.ID, m *meta) {
 	t.keyBuf = appendMetaKey(t.keyBuf[:0], id)
 	t.metaBuf = m.appendTo(t.metaBuf[:0])
 	t.set(t.keyBuf, t.metaBuf)
@@ -207,7 +209,7 @@ func (t *tx) setMeta(id ID, m *meta) {
 // delMeta deletes the meta mt of a message, or marks it gone if its entry's
 // placements would otherwise imply one. A message with a key never has a
 // placement (it gets a meta at enqueue), so its entry's are not read.
-func (t *tx) delMeta(id ID, mt meta) {
+func (t *tx) delMeta(id model.ID, mt meta) {
 	t.metas[id] = nil
 	if mt.Keyed {
 		t.del(metaKey(id))
@@ -226,7 +228,7 @@ func (t *tx) delMeta(id ID, mt meta) {
 
 // meta reads a message's meta from the batch's view of the index: its
 // own, or the one its entry's placement implies.
-func (t *tx) meta(id ID) (meta, bool) {
+func (t *tx) meta(id model.ID) (meta, bool) {
 	// A meta the batch wrote, or else one a committed batch wrote and the
 	// cache kept. A meta deleted here, or never written, is looked up: it
 	// may be implied by its entry's placements or marked gone.

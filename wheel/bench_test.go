@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Benchmarks on the real file system. For example:
@@ -49,7 +52,7 @@ func benchStore(b *testing.B, opts Options, now int64) (*Store, string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	if _, err := s.Apply([]Entry{{Index: 1, Cmds: []Command{Expire{Before: now / TickMs}}}}); err != nil {
+	if _, err := s.Apply([]Entry{{Index: 1, Cmds: []command.Command{command.Expire{Before: now / TickMs}}}}); err != nil {
 		b.Fatal(err)
 	}
 	return s, dir
@@ -84,17 +87,17 @@ func BenchmarkSchedule(b *testing.B) {
 				rng := rand.New(rand.NewSource(1))
 				bodies := benchBodies(rng, benchBatch)
 				body := bodies[0]
-				msgs := make([]NewMessage, benchBatch)
+				msgs := make([]command.NewMessage, benchBatch)
 				idx := uint64(1)
 				// Steady state: every slot file of the horizon exists already
 				// (a file is created once per lap, when its second enters the
 				// horizon).
-				var warm []NewMessage
+				var warm []command.NewMessage
 				for sec := int64(0); sec < Slots; sec++ {
-					warm = append(warm, NewMessage{Topic: "bench", Body: body, DeliverAtMs: now + sec*TickMs})
+					warm = append(warm, command.NewMessage{Topic: "bench", Body: body, DeliverAtMs: now + sec*TickMs})
 				}
 				idx++
-				if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: warm}}}}); err != nil {
+				if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: warm}}}}); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := s.Sync(); err != nil {
@@ -107,10 +110,10 @@ func BenchmarkSchedule(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					now += 10
 					for j := range msgs {
-						msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: bc.due(rng, now)}
+						msgs[j] = command.NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: bc.due(rng, now)}
 					}
 					idx++
-					if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+					if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
 						b.Fatal(err)
 					}
 					if !syncEvery && (i%100 == 99 || i == b.N-1) {
@@ -139,12 +142,12 @@ func BenchmarkLoadSlot(b *testing.B) {
 	slot := now/TickMs + 5
 	idx := uint64(1)
 	for i := 0; i < n; i += benchBatch {
-		msgs := make([]NewMessage, benchBatch)
+		msgs := make([]command.NewMessage, benchBatch)
 		for j := range msgs {
-			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], Priority: int64(rng.Intn(3)), DeliverAtMs: slot*TickMs + rng.Int63n(TickMs)}
+			msgs[j] = command.NewMessage{Topic: "bench", Body: bodies[j], Priority: int64(rng.Intn(3)), DeliverAtMs: slot*TickMs + rng.Int63n(TickMs)}
 		}
 		idx++
-		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -181,7 +184,7 @@ func BenchmarkBacklog(b *testing.B) {
 		s, dir := benchStore(b, Options{}, now)
 		rng := rand.New(rand.NewSource(int64(i)))
 		bodies := benchBodies(rng, benchBatch)
-		msgs := make([]NewMessage, benchBatch)
+		msgs := make([]command.NewMessage, benchBatch)
 		idx := uint64(1)
 		rssBefore := residentBytes(b)
 		start := time.Now()
@@ -189,10 +192,10 @@ func BenchmarkBacklog(b *testing.B) {
 			m := min(benchBatch, n-done)
 			for j := 0; j < m; j++ {
 				rng.Read(bodies[j]) // fresh random bytes: nothing to compress
-				msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: now + rng.Int63n(24*3600_000)}
+				msgs[j] = command.NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: now + rng.Int63n(24*3600_000)}
 			}
 			idx++
-			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs[:m]}}}}); err != nil {
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: msgs[:m]}}}}); err != nil {
 				b.Fatal(err)
 			}
 			if idx%100 == 0 { // a checkpoint now and then, as under Raft
@@ -281,14 +284,14 @@ func BenchmarkPromoteTick(b *testing.B) {
 	rng := rand.New(rand.NewSource(1))
 	bodies := benchBodies(rng, benchBatch)
 	idx := uint64(1)
-	msgs := make([]NewMessage, perSec)
+	msgs := make([]command.NewMessage, perSec)
 	for sec := 0; sec < secs; sec++ {
 		for j := range msgs {
 			due := (start+Slots+int64(sec))*TickMs + int64(j)
-			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j%len(bodies)], DeliverAtMs: due}
+			msgs[j] = command.NewMessage{Topic: "bench", Body: bodies[j%len(bodies)], DeliverAtMs: due}
 		}
 		idx++
-		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -296,7 +299,7 @@ func BenchmarkPromoteTick(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		sec := start + int64(i) + 1
 		idx++
-		res, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Expire{Before: sec}, Promote{Before: sec + Slots}}}})
+		res, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Expire{Before: sec}, command.Promote{Before: sec + Slots}}}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -319,12 +322,12 @@ func BenchmarkFire(b *testing.B) {
 	rng := rand.New(rand.NewSource(1))
 	bodies := benchBodies(rng, benchBatch)
 	apply := benchApplier(b, s)
-	msgs := make([]NewMessage, perSec)
+	msgs := make([]command.NewMessage, perSec)
 	for sec := int64(1); sec <= int64(b.N); sec++ {
 		for j := range msgs {
-			msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: (start+sec)*TickMs + rng.Int63n(TickMs)}
+			msgs[j] = command.NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: (start+sec)*TickMs + rng.Int63n(TickMs)}
 		}
-		apply(Schedule{NowMs: now, Messages: msgs})
+		apply(command.Schedule{NowMs: now, Messages: msgs})
 	}
 	if _, err := s.Sync(); err != nil {
 		b.Fatal(err)
@@ -344,7 +347,7 @@ func BenchmarkFire(b *testing.B) {
 			b.Fatalf("second %d: %d due, want %d", sec, len(due), perSec)
 		}
 		benchLeaseAck(b, apply, l, due, nowMs, perEntry, rng)
-		apply(Expire{Before: sec + 1})
+		apply(command.Expire{Before: sec + 1})
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*perSec)/b.Elapsed().Seconds(), "msgs/s")
@@ -353,9 +356,9 @@ func BenchmarkFire(b *testing.B) {
 
 // benchApplier returns a function that applies its commands to s as the
 // next log entry and returns their results.
-func benchApplier(b *testing.B, s *Store) func(cmds ...Command) []Result {
+func benchApplier(b *testing.B, s *Store) func(cmds ...command.Command) []command.Result {
 	idx := s.AppliedIndex()
-	return func(cmds ...Command) []Result {
+	return func(cmds ...command.Command) []command.Result {
 		b.Helper()
 		idx++
 		res, err := s.Apply([]Entry{{Index: idx, Cmds: cmds}})
@@ -369,23 +372,23 @@ func benchApplier(b *testing.B, s *Store) func(cmds ...Command) []Result {
 // benchLeaseAck hands out msgs, popped from l at nowMs, as a leader does:
 // it claims each, leases them in entries of perEntry items, then acks them
 // in entries as large. Every message must be claimable and every ack done.
-func benchLeaseAck(b *testing.B, apply func(cmds ...Command) []Result, l *Loader, msgs []Message, nowMs int64, perEntry int, rng *rand.Rand) {
+func benchLeaseAck(b *testing.B, apply func(cmds ...command.Command) []command.Result, l *Loader, msgs []model.Message, nowMs int64, perEntry int, rng *rand.Rand) {
 	b.Helper()
-	var receipts []Receipt
+	var receipts []model.Receipt
 	for k := 0; k < len(msgs); k += perEntry {
-		items := make([]LeaseItem, 0, perEntry)
+		items := make([]command.LeaseItem, 0, perEntry)
 		for _, m := range msgs[k:min(k+perEntry, len(msgs))] {
 			if !l.Claim(m.ID) {
 				b.Fatalf("message %s not claimable", m.ID)
 			}
-			it := LeaseItem{ID: m.ID, Nonce: rng.Uint64(), ExpiresMs: nowMs + 30_000, RedeliverMs: nowMs + 30_000}
+			it := command.LeaseItem{ID: m.ID, Nonce: rng.Uint64(), ExpiresMs: nowMs + 30_000, RedeliverMs: nowMs + 30_000}
 			items = append(items, it)
-			receipts = append(receipts, Receipt{ID: m.ID, Nonce: it.Nonce})
+			receipts = append(receipts, model.Receipt{ID: m.ID, Nonce: it.Nonce})
 		}
-		apply(Lease{NowMs: nowMs, Items: items})
+		apply(command.Lease{NowMs: nowMs, Items: items})
 	}
 	for k := 0; k < len(receipts); k += perEntry {
-		if c := apply(Ack{NowMs: nowMs + 1, Receipts: receipts[k:min(k+perEntry, len(receipts))]})[0].Value.(Counted); c.Done != min(perEntry, len(receipts)-k) {
+		if c := apply(command.Ack{NowMs: nowMs + 1, Receipts: receipts[k:min(k+perEntry, len(receipts))]})[0].Value.(command.Counted); c.Done != min(perEntry, len(receipts)-k) {
 			b.Fatalf("acked %+v", c)
 		}
 	}
@@ -408,17 +411,17 @@ func BenchmarkDrainReady(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		sec := start + 1 + int64(i)
 		for k := 0; k < n; k += benchBatch {
-			msgs := make([]NewMessage, benchBatch)
+			msgs := make([]command.NewMessage, benchBatch)
 			for j := range msgs {
-				msgs[j] = NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: sec*TickMs + int64(j)}
+				msgs[j] = command.NewMessage{Topic: "bench", Body: bodies[j], DeliverAtMs: sec*TickMs + int64(j)}
 			}
 			idx++
-			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: msgs}}}}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		idx++
-		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Expire{Before: sec + 1}}}}); err != nil {
+		if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Expire{Before: sec + 1}}}}); err != nil {
 			b.Fatal(err)
 		}
 		nowMs := (sec + 1) * TickMs
@@ -430,12 +433,12 @@ func BenchmarkDrainReady(b *testing.B) {
 			if err != nil || len(views) != min(perRead, left) {
 				b.Fatalf("read %d ready, %v; want %d", len(views), err, min(perRead, left))
 			}
-			items := make([]LeaseItem, len(views))
+			items := make([]command.LeaseItem, len(views))
 			for j, v := range views {
-				items[j] = LeaseItem{ID: v.ID, Nonce: 1, ExpiresMs: nowMs + 3600_000, RedeliverMs: nowMs + 3600_000}
+				items[j] = command.LeaseItem{ID: v.ID, Nonce: 1, ExpiresMs: nowMs + 3600_000, RedeliverMs: nowMs + 3600_000}
 			}
 			idx++
-			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []Command{Lease{NowMs: nowMs, Items: items}}}}); err != nil {
+			if _, err := s.Apply([]Entry{{Index: idx, Cmds: []command.Command{command.Lease{NowMs: nowMs, Items: items}}}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -460,8 +463,8 @@ func BenchmarkScheduleOccurrences(b *testing.B) {
 	apply := benchApplier(b, s)
 	start := now/TickMs*TickMs + TickMs
 	for i := range n {
-		sp := ScheduleSpec{Name: "s" + strconv.Itoa(i), Topic: "bench", Body: body, EveryMs: 1000, StartAtMs: start + int64(i)*1000/n}
-		if r := apply(SetSchedule{NowMs: now, Spec: sp}); r[0].Err != nil {
+		sp := command.ScheduleSpec{Name: "s" + strconv.Itoa(i), Topic: "bench", Body: body, EveryMs: 1000, StartAtMs: start + int64(i)*1000/n}
+		if r := apply(command.SetSchedule{NowMs: now, Spec: sp}); r[0].Err != nil {
 			b.Fatal(r[0].Err)
 		}
 	}
@@ -476,7 +479,7 @@ func BenchmarkScheduleOccurrences(b *testing.B) {
 				b.Fatal(err)
 			}
 			if len(due) > 0 {
-				apply(AdvanceSchedules{NowMs: nowMs, Items: due})
+				apply(command.AdvanceSchedules{NowMs: nowMs, Items: due})
 			}
 		}
 		if _, err := s.LoadThrough(sec); err != nil {
@@ -488,7 +491,7 @@ func BenchmarkScheduleOccurrences(b *testing.B) {
 			b.Fatalf("second %d: %d occurrences due, want %d", sec, len(msgs), n)
 		}
 		benchLeaseAck(b, apply, l, msgs, nowMs, perEntry, rng)
-		apply(Expire{Before: sec + 1})
+		apply(command.Expire{Before: sec + 1})
 	}
 	sec := now / TickMs
 	for ; sec < start/TickMs+2; sec++ { // until the occurrences of every second are 2 s ahead

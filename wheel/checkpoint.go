@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // CheckpointLens is the file in a checkpoint's segments directory that lists
@@ -81,7 +82,7 @@ func ParseCheckpointLens(data string) (map[int64]int64, error) {
 		sec, err1 := strconv.ParseInt(a, 10, 64)
 		n, err2 := strconv.ParseInt(b, 10, 64)
 		if !ok || err1 != nil || err2 != nil || n < 0 {
-			return nil, fmt.Errorf("%w: checkpoint lengths line %d: %q", ErrCorruptCommand, i+1, line)
+			return nil, fmt.Errorf("%w: checkpoint lengths line %d: %q", command.ErrCorruptCommand, i+1, line)
 		}
 		out[sec] = n
 	}

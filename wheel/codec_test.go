@@ -11,31 +11,33 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // codecCommandTypes has one zero value of every command type. The test
 // TestCodecEveryKindCovered keeps it in step with the kinds.
-var codecCommandTypes = []wheel.Command{
-	wheel.Schedule{},
-	wheel.Cancel{},
-	wheel.Reschedule{},
-	wheel.Lease{},
-	wheel.Ack{},
-	wheel.Nack{},
-	wheel.Touch{},
-	wheel.Expire{},
-	wheel.Promote{},
-	wheel.Redrive{},
-	wheel.SetNode{},
-	wheel.SetNode{Node: wheel.Node{GRPCAddr: "g:1"}}, // KindSetNodeGRPC
-	wheel.RemoveNode{},
-	wheel.Bury{},
-	wheel.SetWebhook{},
-	wheel.DeleteWebhook{},
-	wheel.SetSchedule{},
-	wheel.DeleteSchedule{},
-	wheel.AdvanceSchedules{},
-	wheel.DeadLetter{},
+var codecCommandTypes = []command.Command{
+	command.Schedule{},
+	command.Cancel{},
+	command.Reschedule{},
+	command.Lease{},
+	command.Ack{},
+	command.Nack{},
+	command.Touch{},
+	command.Expire{},
+	command.Promote{},
+	command.Redrive{},
+	command.SetNode{},
+	command.SetNode{Node: model.Member{GRPCAddr: "g:1"}}, // KindSetNodeGRPC
+	command.RemoveNode{},
+	command.Bury{},
+	command.SetWebhook{},
+	command.DeleteWebhook{},
+	command.SetSchedule{},
+	command.DeleteSchedule{},
+	command.AdvanceSchedules{},
+	command.DeadLetter{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -88,14 +90,14 @@ func codecFill(v reflect.Value, n *int) {
 }
 
 // codecFilled returns a copy of c with every field set.
-func codecFilled(c wheel.Command, n *int) wheel.Command {
+func codecFilled(c command.Command, n *int) command.Command {
 	v := reflect.New(reflect.TypeOf(c)).Elem()
 	codecFill(v, n)
-	return v.Interface().(wheel.Command)
+	return v.Interface().(command.Command)
 }
 
 func TestCodecEveryKindCovered(t *testing.T) {
-	seen := map[wheel.CommandKind]string{}
+	seen := map[command.CommandKind]string{}
 	for _, c := range codecCommandTypes {
 		k := c.Kind()
 		if prev, ok := seen[k]; ok {
@@ -103,17 +105,17 @@ func TestCodecEveryKindCovered(t *testing.T) {
 		}
 		seen[k] = fmt.Sprintf("%T", c)
 	}
-	for k := wheel.KindSchedule; k <= wheel.KindBury; k++ {
+	for k := command.KindSchedule; k <= command.KindBury; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
-	for k := wheel.KindSetWebhook; k <= wheel.KindDeleteWebhook; k++ {
+	for k := command.KindSetWebhook; k <= command.KindDeleteWebhook; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
-	for k := wheel.KindSetSchedule; k <= wheel.KindDeadLetter; k++ {
+	for k := command.KindSetSchedule; k <= command.KindDeadLetter; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
@@ -123,7 +125,7 @@ func TestCodecEveryKindCovered(t *testing.T) {
 	for k := range seen {
 		next = max(next, byte(k)+1)
 	}
-	if _, err := wheel.DecodeCommands([]byte{1, 1, next}); !errors.Is(err, wheel.ErrCorruptCommand) {
+	if _, err := command.DecodeCommands([]byte{1, 1, next}); !errors.Is(err, command.ErrCorruptCommand) {
 		t.Errorf("DecodeCommands of kind %d = %v; want ErrCorruptCommand (add the new command to codecCommandTypes)", next, err)
 	}
 }
@@ -132,13 +134,13 @@ func TestCodecEveryKindCovered(t *testing.T) {
 // set, alone and all together in one entry.
 func TestCodecCommandEveryField(t *testing.T) {
 	n := 0
-	var all []wheel.Command
+	var all []command.Command
 	for _, zero := range codecCommandTypes {
 		c := codecFilled(zero, &n)
 		all = append(all, c)
 		t.Run(fmt.Sprintf("%T", zero), func(t *testing.T) {
-			b := wheel.EncodeCommands([]wheel.Command{c})
-			got, err := wheel.DecodeCommands(b)
+			b := command.EncodeCommands([]command.Command{c})
+			got, err := command.DecodeCommands(b)
 			if err != nil {
 				t.Fatalf("DecodeCommands: %v", err)
 			}
@@ -147,7 +149,7 @@ func TestCodecCommandEveryField(t *testing.T) {
 			}
 		})
 	}
-	got, err := wheel.DecodeCommands(wheel.EncodeCommands(all))
+	got, err := command.DecodeCommands(command.EncodeCommands(all))
 	if err != nil {
 		t.Fatalf("DecodeCommands(all): %v", err)
 	}
@@ -161,19 +163,19 @@ func TestCodecCommandEveryField(t *testing.T) {
 	}
 }
 
-func codecID(index uint64, seq uint32) wheel.ID { return wheel.ID{Index: index, Seq: seq} }
+func codecID(index uint64, seq uint32) model.ID { return model.ID{Index: index, Seq: seq} }
 
 func TestCodecCommandRoundTrip(t *testing.T) {
-	receipts := []wheel.Receipt{{ID: codecID(1, 0), Nonce: 0}, {ID: codecID(math.MaxUint64, math.MaxUint32), Nonce: math.MaxUint64}}
+	receipts := []model.Receipt{{ID: codecID(1, 0), Nonce: 0}, {ID: codecID(math.MaxUint64, math.MaxUint32), Nonce: math.MaxUint64}}
 	tests := []struct {
 		name string
-		cmds []wheel.Command
-		want []wheel.Command // nil: same as cmds
+		cmds []command.Command
+		want []command.Command // nil: same as cmds
 	}{
-		{name: "no commands", cmds: nil, want: []wheel.Command{}},
+		{name: "no commands", cmds: nil, want: []command.Command{}},
 		{
 			name: "schedule",
-			cmds: []wheel.Command{wheel.Schedule{NowMs: 1_700_000_000_000, Messages: []wheel.NewMessage{
+			cmds: []command.Command{command.Schedule{NowMs: 1_700_000_000_000, Messages: []command.NewMessage{
 				{
 					Topic: "orders", Key: "order-17", Body: []byte(`{"id":17}`),
 					Headers:  map[string]string{"content-type": "application/json", "trace": "abc", "": "empty key"},
@@ -185,64 +187,64 @@ func TestCodecCommandRoundTrip(t *testing.T) {
 		},
 		{
 			name: "schedule with empty parts",
-			cmds: []wheel.Command{wheel.Schedule{NowMs: 0, Messages: nil}, wheel.Schedule{Messages: []wheel.NewMessage{{Body: []byte{}, Headers: map[string]string{}}}}},
+			cmds: []command.Command{command.Schedule{NowMs: 0, Messages: nil}, command.Schedule{Messages: []command.NewMessage{{Body: []byte{}, Headers: map[string]string{}}}}},
 			// Empty bodies and header maps decode as nil, no messages as an empty slice.
-			want: []wheel.Command{wheel.Schedule{Messages: []wheel.NewMessage{}}, wheel.Schedule{Messages: []wheel.NewMessage{{}}}},
+			want: []command.Command{command.Schedule{Messages: []command.NewMessage{}}, command.Schedule{Messages: []command.NewMessage{{}}}},
 		},
 		{
 			name: "cancel",
-			cmds: []wheel.Command{
-				wheel.Cancel{ID: codecID(12345, 3)},
-				wheel.Cancel{Topic: "orders", Key: "order-17"},
-				wheel.Cancel{ID: codecID(1, 1), Topic: "x", Key: strings.Repeat("k", 1000)},
+			cmds: []command.Command{
+				command.Cancel{ID: codecID(12345, 3)},
+				command.Cancel{Topic: "orders", Key: "order-17"},
+				command.Cancel{ID: codecID(1, 1), Topic: "x", Key: strings.Repeat("k", 1000)},
 			},
 		},
 		{
 			name: "reschedule",
-			cmds: []wheel.Command{wheel.Reschedule{ID: codecID(9, 9), DeliverAtMs: 1_700_000_000_999}, wheel.Reschedule{ID: codecID(1, 0), DeliverAtMs: -1}},
+			cmds: []command.Command{command.Reschedule{ID: codecID(9, 9), DeliverAtMs: 1_700_000_000_999}, command.Reschedule{ID: codecID(1, 0), DeliverAtMs: -1}},
 		},
 		{
 			name: "lease",
-			cmds: []wheel.Command{wheel.Lease{NowMs: 1000, Items: []wheel.LeaseItem{
+			cmds: []command.Command{command.Lease{NowMs: 1000, Items: []command.LeaseItem{
 				{ID: codecID(5, 0), Nonce: 0xdeadbeefcafef00d, ExpiresMs: 31000, RedeliverMs: 32000},
 				{ID: codecID(5, 1), Nonce: 1, ExpiresMs: math.MaxInt64, RedeliverMs: math.MaxInt64},
 			}}},
 		},
 		{
 			name: "lease without items",
-			cmds: []wheel.Command{wheel.Lease{NowMs: 1000}},
-			want: []wheel.Command{wheel.Lease{NowMs: 1000, Items: []wheel.LeaseItem{}}},
+			cmds: []command.Command{command.Lease{NowMs: 1000}},
+			want: []command.Command{command.Lease{NowMs: 1000, Items: []command.LeaseItem{}}},
 		},
-		{name: "ack", cmds: []wheel.Command{wheel.Ack{NowMs: 77, Receipts: receipts}}},
+		{name: "ack", cmds: []command.Command{command.Ack{NowMs: 77, Receipts: receipts}}},
 		{
 			name: "ack without receipts",
-			cmds: []wheel.Command{wheel.Ack{NowMs: 77}},
-			want: []wheel.Command{wheel.Ack{NowMs: 77, Receipts: []wheel.Receipt{}}},
+			cmds: []command.Command{command.Ack{NowMs: 77}},
+			want: []command.Command{command.Ack{NowMs: 77, Receipts: []model.Receipt{}}},
 		},
-		{name: "nack", cmds: []wheel.Command{wheel.Nack{NowMs: 78, DelayMs: 5000, Receipts: receipts}, wheel.Nack{NowMs: -1, DelayMs: -1, Receipts: receipts[:1]}}},
-		{name: "touch", cmds: []wheel.Command{wheel.Touch{NowMs: 79, Receipts: receipts}}},
-		{name: "bury", cmds: []wheel.Command{wheel.Bury{NowMs: 80, Receipts: receipts}}},
-		{name: "expire", cmds: []wheel.Command{wheel.Expire{Before: 1_700_000_000}, wheel.Expire{Before: 0}, wheel.Expire{Before: -7}}},
-		{name: "promote", cmds: []wheel.Command{wheel.Promote{Before: 1_700_007_200}, wheel.Promote{Before: math.MinInt64}}},
-		{name: "redrive by id", cmds: []wheel.Command{wheel.Redrive{NowMs: 5, Topic: "dlq", IDs: []wheel.ID{codecID(1, 2), codecID(3, 4)}}}},
-		{name: "redrive all", cmds: []wheel.Command{wheel.Redrive{NowMs: 5, Topic: "dlq"}}},
+		{name: "nack", cmds: []command.Command{command.Nack{NowMs: 78, DelayMs: 5000, Receipts: receipts}, command.Nack{NowMs: -1, DelayMs: -1, Receipts: receipts[:1]}}},
+		{name: "touch", cmds: []command.Command{command.Touch{NowMs: 79, Receipts: receipts}}},
+		{name: "bury", cmds: []command.Command{command.Bury{NowMs: 80, Receipts: receipts}}},
+		{name: "expire", cmds: []command.Command{command.Expire{Before: 1_700_000_000}, command.Expire{Before: 0}, command.Expire{Before: -7}}},
+		{name: "promote", cmds: []command.Command{command.Promote{Before: 1_700_007_200}, command.Promote{Before: math.MinInt64}}},
+		{name: "redrive by id", cmds: []command.Command{command.Redrive{NowMs: 5, Topic: "dlq", IDs: []model.ID{codecID(1, 2), codecID(3, 4)}}}},
+		{name: "redrive all", cmds: []command.Command{command.Redrive{NowMs: 5, Topic: "dlq"}}},
 		{
 			name: "set node",
-			cmds: []wheel.Command{wheel.SetNode{Node: wheel.Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "http://10.0.0.1:8080"}}, wheel.SetNode{}},
+			cmds: []command.Command{command.SetNode{Node: model.Member{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "http://10.0.0.1:8080"}}, command.SetNode{}},
 		},
 		{
 			name: "set node with its gRPC address",
-			cmds: []wheel.Command{wheel.SetNode{Node: wheel.Node{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}}},
+			cmds: []command.Command{command.SetNode{Node: model.Member{ID: "n1", RaftAddr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:8080", GRPCAddr: "10.0.0.1:7070"}}},
 		},
-		{name: "remove node", cmds: []wheel.Command{wheel.RemoveNode{ID: "n1"}, wheel.RemoveNode{}}},
+		{name: "remove node", cmds: []command.Command{command.RemoveNode{ID: "n1"}, command.RemoveNode{}}},
 		{
 			name: "mixed batch",
-			cmds: []wheel.Command{
-				wheel.Expire{Before: 100},
-				wheel.Promote{Before: 7300},
-				wheel.Schedule{NowMs: 100_000, Messages: []wheel.NewMessage{{Topic: "a", Body: []byte("x"), DeliverAtMs: 101_000}}},
-				wheel.Ack{NowMs: 100_000, Receipts: receipts},
-				wheel.RemoveNode{ID: "gone"},
+			cmds: []command.Command{
+				command.Expire{Before: 100},
+				command.Promote{Before: 7300},
+				command.Schedule{NowMs: 100_000, Messages: []command.NewMessage{{Topic: "a", Body: []byte("x"), DeliverAtMs: 101_000}}},
+				command.Ack{NowMs: 100_000, Receipts: receipts},
+				command.RemoveNode{ID: "gone"},
 			},
 		},
 	}
@@ -252,11 +254,11 @@ func TestCodecCommandRoundTrip(t *testing.T) {
 			if want == nil {
 				want = tt.cmds
 			}
-			b := wheel.EncodeCommands(tt.cmds)
+			b := command.EncodeCommands(tt.cmds)
 			if len(b) == 0 || b[0] != 1 {
 				t.Fatalf("encoding %x does not start with entry version 1", b)
 			}
-			got, err := wheel.DecodeCommands(b)
+			got, err := command.DecodeCommands(b)
 			if err != nil {
 				t.Fatalf("DecodeCommands: %v", err)
 			}
@@ -265,7 +267,7 @@ func TestCodecCommandRoundTrip(t *testing.T) {
 			}
 			// The encoding is a fixed point: re-encoding the decoded commands
 			// gives the same bytes.
-			if again := wheel.EncodeCommands(got); !bytes.Equal(again, b) {
+			if again := command.EncodeCommands(got); !bytes.Equal(again, b) {
 				t.Errorf("re-encoding differs:\n first %x\nsecond %x", b, again)
 			}
 		})
@@ -277,12 +279,12 @@ func TestCodecHeadersEncodeDeterministically(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		h[fmt.Sprintf("key-%02d", 49-i)] = fmt.Sprint(i)
 	}
-	cmd := []wheel.Command{wheel.Schedule{Messages: []wheel.NewMessage{{Topic: "t", Headers: h}}}}
-	first := wheel.EncodeCommands(cmd)
-	msg := &wheel.Message{ID: codecID(1, 0), Headers: h}
+	cmd := []command.Command{command.Schedule{Messages: []command.NewMessage{{Topic: "t", Headers: h}}}}
+	first := command.EncodeCommands(cmd)
+	msg := &model.Message{ID: codecID(1, 0), Headers: h}
 	firstMsg := wheel.EncodeMessage(nil, msg)
 	for i := 0; i < 20; i++ {
-		if b := wheel.EncodeCommands(cmd); !bytes.Equal(b, first) {
+		if b := command.EncodeCommands(cmd); !bytes.Equal(b, first) {
 			t.Fatal("EncodeCommands is not deterministic for a message with headers")
 		}
 		if b := wheel.EncodeMessage(nil, msg); !bytes.Equal(b, firstMsg) {
@@ -301,34 +303,34 @@ func TestCodecEncodeUnknownCommandPanics(t *testing.T) {
 			t.Error("EncodeCommands of an unknown command type did not panic")
 		}
 	}()
-	wheel.EncodeCommands([]wheel.Command{codecForeignCommand{}})
+	command.EncodeCommands([]command.Command{codecForeignCommand{}})
 }
 
 type codecForeignCommand struct{}
 
-func (codecForeignCommand) Kind() wheel.CommandKind { return 200 }
+func (codecForeignCommand) Kind() command.CommandKind { return 200 }
 
 // codecSampleEntry is an encoded entry holding every command type with every
 // field set.
 func codecSampleEntry() []byte {
 	n := 0
-	var all []wheel.Command
+	var all []command.Command
 	for _, c := range codecCommandTypes {
 		all = append(all, codecFilled(c, &n))
 	}
-	return wheel.EncodeCommands(all)
+	return command.EncodeCommands(all)
 }
 
 func TestCodecDecodeCommandsTruncated(t *testing.T) {
 	entries := [][]byte{codecSampleEntry()}
 	for _, c := range codecCommandTypes {
 		n := 0
-		entries = append(entries, wheel.EncodeCommands([]wheel.Command{codecFilled(c, &n)}))
+		entries = append(entries, command.EncodeCommands([]command.Command{codecFilled(c, &n)}))
 	}
 	for _, b := range entries {
 		for cut := 0; cut < len(b); cut++ {
-			cmds, err := wheel.DecodeCommands(b[:cut])
-			if !errors.Is(err, wheel.ErrCorruptCommand) {
+			cmds, err := command.DecodeCommands(b[:cut])
+			if !errors.Is(err, command.ErrCorruptCommand) {
 				t.Fatalf("DecodeCommands of %d of %d bytes (%x) = %v, %v; want ErrCorruptCommand", cut, len(b), b[:cut], cmds, err)
 			}
 			if cmds != nil {
@@ -339,11 +341,11 @@ func TestCodecDecodeCommandsTruncated(t *testing.T) {
 }
 
 func TestCodecDecodeCommandsErrors(t *testing.T) {
-	valid := wheel.EncodeCommands([]wheel.Command{wheel.Expire{Before: 5}})
+	valid := command.EncodeCommands([]command.Command{command.Expire{Before: 5}})
 	uv := func(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
 	sv := func(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
 	// A schedule of one message whose max_attempts is out of int32 range.
-	bigAttempts := []byte{1, 1, byte(wheel.KindSchedule)}
+	bigAttempts := []byte{1, 1, byte(command.KindSchedule)}
 	bigAttempts = sv(bigAttempts, 0)               // now
 	bigAttempts = uv(bigAttempts, 1)               // one message
 	bigAttempts = append(bigAttempts, 0, 0, 0, 0)  // topic, key, body, no headers
@@ -352,7 +354,7 @@ func TestCodecDecodeCommandsErrors(t *testing.T) {
 	bigAttemptsOK := append([]byte(nil), bigAttempts...)
 	bigAttemptsOK = bigAttemptsOK[:len(bigAttemptsOK)-len(sv(nil, math.MaxInt32+1))]
 	bigAttemptsOK = sv(bigAttemptsOK, math.MaxInt32) // the same entry, in range
-	if _, err := wheel.DecodeCommands(bigAttemptsOK); err != nil {
+	if _, err := command.DecodeCommands(bigAttemptsOK); err != nil {
 		t.Fatalf("hand-built schedule entry does not decode: %v", err)
 	}
 
@@ -373,17 +375,17 @@ func TestCodecDecodeCommandsErrors(t *testing.T) {
 		{"unknown kind 255", []byte{1, 1, 255}, "unknown command kind 255"},
 		{"trailing byte", append(append([]byte(nil), valid...), 0), "1 trailing bytes"},
 		{"fewer commands than counted", append([]byte{1, 2}, valid[2:]...), "byte"},
-		{"huge message count", uv([]byte{1, 1, byte(wheel.KindSchedule), 0}, 1<<40), "count"},
-		{"huge header count", uv([]byte{1, 1, byte(wheel.KindSchedule), 0, 1, 0, 0, 0}, 1<<40), "count"},
-		{"string longer than the input", uv([]byte{1, 1, byte(wheel.KindRemoveNode)}, 10), "bytes"},
+		{"huge message count", uv([]byte{1, 1, byte(command.KindSchedule), 0}, 1<<40), "count"},
+		{"huge header count", uv([]byte{1, 1, byte(command.KindSchedule), 0, 1, 0, 0, 0}, 1<<40), "count"},
+		{"string longer than the input", uv([]byte{1, 1, byte(command.KindRemoveNode)}, 10), "bytes"},
 		{"max attempts over int32", bigAttempts, "int32"},
-		{"short id", []byte{1, 1, byte(wheel.KindReschedule), 0, 0, 0}, "bytes"},
-		{"short nonce", append(append([]byte{1, 1, byte(wheel.KindAck), 0, 1}, make([]byte, wheel.IDLen)...), 1, 2, 3), "count"},
+		{"short id", []byte{1, 1, byte(command.KindReschedule), 0, 0, 0}, "bytes"},
+		{"short nonce", append(append([]byte{1, 1, byte(command.KindAck), 0, 1}, make([]byte, model.IDLen)...), 1, 2, 3), "count"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmds, err := wheel.DecodeCommands(tt.b)
-			if !errors.Is(err, wheel.ErrCorruptCommand) {
+			cmds, err := command.DecodeCommands(tt.b)
+			if !errors.Is(err, command.ErrCorruptCommand) {
 				t.Fatalf("DecodeCommands(%x) = %#v, %v; want ErrCorruptCommand", tt.b, cmds, err)
 			}
 			if cmds != nil {
@@ -398,17 +400,17 @@ func TestCodecDecodeCommandsErrors(t *testing.T) {
 
 func TestCodecMessageRoundTrip(t *testing.T) {
 	n := 0
-	var full wheel.Message
+	var full model.Message
 	codecFill(reflect.ValueOf(&full).Elem(), &n)
 	tests := []struct {
 		name string
-		m    wheel.Message
-		want wheel.Message
+		m    model.Message
+		want model.Message
 	}{
 		{name: "every field set", m: full, want: full},
 		{
 			name: "typical",
-			m: wheel.Message{
+			m: model.Message{
 				ID: codecID(1234, 2), Topic: "orders", Key: "order-17", Body: []byte(`{"id":17}`),
 				Headers:  map[string]string{"content-type": "application/json", "x-trace": "t-1", "": ""},
 				Priority: 3, DeliverAtMs: 1_700_000_060_000, TTRMs: 30_000, MaxAttempts: 5, Attempts: 2,
@@ -417,17 +419,17 @@ func TestCodecMessageRoundTrip(t *testing.T) {
 		},
 		{
 			name: "extremes",
-			m: wheel.Message{
+			m: model.Message{
 				ID: codecID(math.MaxUint64, math.MaxUint32), Body: bytes.Repeat([]byte{0, 0xff}, 5000),
 				Priority: math.MinInt64, DeliverAtMs: math.MaxInt64, TTRMs: -1, MaxAttempts: math.MinInt32, Attempts: math.MaxInt32,
 				EnqueuedMs: math.MinInt64, Receipt: math.MaxUint64, LeaseExpiresMs: math.MaxInt64,
 			},
 		},
-		{name: "zero", m: wheel.Message{}},
+		{name: "zero", m: model.Message{}},
 		{
 			name: "empty body and headers",
-			m:    wheel.Message{ID: codecID(1, 0), Body: []byte{}, Headers: map[string]string{}},
-			want: wheel.Message{ID: codecID(1, 0)}, // decoded as nil
+			m:    model.Message{ID: codecID(1, 0), Body: []byte{}, Headers: map[string]string{}},
+			want: model.Message{ID: codecID(1, 0)}, // decoded as nil
 		},
 	}
 	for _, tt := range tests {
@@ -459,7 +461,7 @@ func TestCodecMessageRoundTrip(t *testing.T) {
 }
 
 func TestCodecDecodeMessageBodyDoesNotAliasInput(t *testing.T) {
-	b := wheel.EncodeMessage(nil, &wheel.Message{ID: codecID(1, 0), Body: []byte("body")})
+	b := wheel.EncodeMessage(nil, &model.Message{ID: codecID(1, 0), Body: []byte("body")})
 	m, err := wheel.DecodeMessage(b)
 	if err != nil {
 		t.Fatal(err)
@@ -474,12 +476,12 @@ func TestCodecDecodeMessageBodyDoesNotAliasInput(t *testing.T) {
 
 func TestCodecDecodeMessageErrors(t *testing.T) {
 	n := 0
-	var full wheel.Message
+	var full model.Message
 	codecFill(reflect.ValueOf(&full).Elem(), &n)
 	b := wheel.EncodeMessage(nil, &full)
 	for cut := 0; cut < len(b); cut++ {
 		m, err := wheel.DecodeMessage(b[:cut])
-		if !errors.Is(err, wheel.ErrCorruptCommand) {
+		if !errors.Is(err, command.ErrCorruptCommand) {
 			t.Fatalf("DecodeMessage of %d of %d bytes = %#v, %v; want ErrCorruptCommand", cut, len(b), m, err)
 		}
 		if !reflect.ValueOf(m).IsZero() {
@@ -488,9 +490,9 @@ func TestCodecDecodeMessageErrors(t *testing.T) {
 	}
 
 	// attempts (the field after max_attempts) out of int32 range.
-	zero := wheel.EncodeMessage(nil, &wheel.Message{})
+	zero := wheel.EncodeMessage(nil, &model.Message{})
 	// version, id, topic, key, body, headers, priority, deliver, ttr, max_attempts
-	attemptsAt := 1 + wheel.IDLen + 4 + 4
+	attemptsAt := 1 + model.IDLen + 4 + 4
 	if zero[attemptsAt] != 0 {
 		t.Fatalf("layout changed: byte %d of a zero message is %d", attemptsAt, zero[attemptsAt])
 	}
@@ -505,12 +507,12 @@ func TestCodecDecodeMessageErrors(t *testing.T) {
 		{"version zero", append([]byte{0}, b[1:]...), "version 0"},
 		{"trailing bytes", append(append([]byte(nil), b...), 1, 2), "2 trailing bytes"},
 		{"attempts under int32", bigAttempts, "int32"},
-		{"a command entry", wheel.EncodeCommands([]wheel.Command{wheel.Expire{Before: 1}}), "corrupt command"},
+		{"a command entry", command.EncodeCommands([]command.Command{command.Expire{Before: 1}}), "corrupt command"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, err := wheel.DecodeMessage(tt.b)
-			if !errors.Is(err, wheel.ErrCorruptCommand) {
+			if !errors.Is(err, command.ErrCorruptCommand) {
 				t.Fatalf("DecodeMessage = %#v, %v; want ErrCorruptCommand", m, err)
 			}
 			if !strings.Contains(err.Error(), tt.msg) {
@@ -521,10 +523,10 @@ func TestCodecDecodeMessageErrors(t *testing.T) {
 }
 
 func TestCodecTombstone(t *testing.T) {
-	for _, id := range []wheel.ID{codecID(1, 0), codecID(math.MaxUint64, math.MaxUint32), codecID(0x0102030405060708, 0x090a0b0c)} {
+	for _, id := range []model.ID{codecID(1, 0), codecID(math.MaxUint64, math.MaxUint32), codecID(0x0102030405060708, 0x090a0b0c)} {
 		b := wheel.EncodeTombstone(id)
-		if len(b) != 1+wheel.IDLen {
-			t.Errorf("tombstone of %v is %d bytes, want %d", id, len(b), 1+wheel.IDLen)
+		if len(b) != 1+model.IDLen {
+			t.Errorf("tombstone of %v is %d bytes, want %d", id, len(b), 1+model.IDLen)
 		}
 		got, err := wheel.DecodeTombstone(b)
 		if err != nil || got != id {
@@ -533,7 +535,7 @@ func TestCodecTombstone(t *testing.T) {
 	}
 	good := wheel.EncodeTombstone(codecID(5, 6))
 	for _, b := range [][]byte{nil, good[:1], good[:len(good)-1], append(append([]byte(nil), good...), 0), append([]byte{2}, good[1:]...)} {
-		if id, err := wheel.DecodeTombstone(b); !errors.Is(err, wheel.ErrCorruptCommand) {
+		if id, err := wheel.DecodeTombstone(b); !errors.Is(err, command.ErrCorruptCommand) {
 			t.Errorf("DecodeTombstone(%x) = %v, %v; want ErrCorruptCommand", b, id, err)
 		}
 	}
@@ -545,13 +547,13 @@ func FuzzDecodeCommands(f *testing.F) {
 	f.Add(codecSampleEntry())
 	for _, c := range codecCommandTypes {
 		n := 0
-		f.Add(wheel.EncodeCommands([]wheel.Command{codecFilled(c, &n)}))
-		f.Add(wheel.EncodeCommands([]wheel.Command{c}))
+		f.Add(command.EncodeCommands([]command.Command{codecFilled(c, &n)}))
+		f.Add(command.EncodeCommands([]command.Command{c}))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cmds, err := wheel.DecodeCommands(b)
+		cmds, err := command.DecodeCommands(b)
 		if err != nil {
-			if !errors.Is(err, wheel.ErrCorruptCommand) {
+			if !errors.Is(err, command.ErrCorruptCommand) {
 				t.Fatalf("error does not wrap ErrCorruptCommand: %v", err)
 			}
 			if cmds != nil {
@@ -559,15 +561,15 @@ func FuzzDecodeCommands(f *testing.F) {
 			}
 			return
 		}
-		enc := wheel.EncodeCommands(cmds)
-		again, err := wheel.DecodeCommands(enc)
+		enc := command.EncodeCommands(cmds)
+		again, err := command.DecodeCommands(enc)
 		if err != nil {
 			t.Fatalf("re-encoded commands do not decode: %v\ninput %x\nre-encoded %x", err, b, enc)
 		}
 		if !reflect.DeepEqual(again, cmds) {
 			t.Fatalf("decode→encode→decode changed the commands:\nfirst  %#v\nsecond %#v", cmds, again)
 		}
-		if enc2 := wheel.EncodeCommands(again); !bytes.Equal(enc2, enc) {
+		if enc2 := command.EncodeCommands(again); !bytes.Equal(enc2, enc) {
 			t.Fatalf("encoding is not a fixed point:\n%x\n%x", enc, enc2)
 		}
 	})
@@ -575,17 +577,17 @@ func FuzzDecodeCommands(f *testing.F) {
 
 func FuzzDecodeMessage(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(wheel.EncodeMessage(nil, &wheel.Message{}))
+	f.Add(wheel.EncodeMessage(nil, &model.Message{}))
 	n := 0
-	var full wheel.Message
+	var full model.Message
 	codecFill(reflect.ValueOf(&full).Elem(), &n)
 	f.Add(wheel.EncodeMessage(nil, &full))
-	f.Add(wheel.EncodeMessage(nil, &wheel.Message{ID: codecID(1, 2), Topic: "t", Headers: map[string]string{"a": "1", "b": "2"}, Body: []byte("x")}))
+	f.Add(wheel.EncodeMessage(nil, &model.Message{ID: codecID(1, 2), Topic: "t", Headers: map[string]string{"a": "1", "b": "2"}, Body: []byte("x")}))
 	f.Add(wheel.EncodeTombstone(codecID(3, 4)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := wheel.DecodeMessage(b)
 		if err != nil {
-			if !errors.Is(err, wheel.ErrCorruptCommand) {
+			if !errors.Is(err, command.ErrCorruptCommand) {
 				t.Fatalf("error does not wrap ErrCorruptCommand: %v", err)
 			}
 			return

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // TestCompressIndex checks that CompressIndex reaches the index's files:
@@ -16,9 +17,9 @@ func TestCompressIndex(t *testing.T) {
 		k := newStoreKit(t, Options{CompressIndex: compress})
 		body := []byte(strings.Repeat("compressible body ", 64))
 		for b := 0; b < 4; b++ {
-			msgs := make([]NewMessage, 500)
+			msgs := make([]command.NewMessage, 500)
 			for i := range msgs {
-				msgs[i] = NewMessage{Topic: "a", Body: body, DeliverAtMs: t0 + 3*86_400_000 + int64(b*1000+i)}
+				msgs[i] = command.NewMessage{Topic: "a", Body: body, DeliverAtMs: t0 + 3*86_400_000 + int64(b*1000+i)}
 			}
 			k.schedule(t0, msgs...)
 		}
@@ -51,9 +52,9 @@ func TestCompressIndex(t *testing.T) {
 // written with the bloom filter point lookups rely on to skip tables.
 func TestIndexTablesCarryBloomFilters(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	msgs := make([]NewMessage, 200)
+	msgs := make([]command.NewMessage, 200)
 	for i := range msgs {
-		msgs[i] = NewMessage{Topic: "a", DeliverAtMs: t0 + 1000 + int64(i)}
+		msgs[i] = command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1000 + int64(i)}
 	}
 	k.schedule(t0, msgs...)
 	if err := k.s.db.Flush(); err != nil {

@@ -1,7 +1,8 @@
 // Package wheel owns the replicated state of delaywheel and the machine
-// that changes it: the file-backed timing wheel, its Pebble index, the
-// commands the log carries and their encoding, and the store that applies
-// them. It also owns the leader's loader, which follows the store to hand
+// that changes it: the file-backed timing wheel, its Pebble index and the
+// store that applies the commands of the log (their types and encoding are
+// package wheel/command's; the ids, messages, members and errors every
+// layer shares are package wheel/model's). It also owns the leader's loader, which follows the store to hand
 // out messages at their due millisecond. It knows nothing of Raft, HTTP or
 // the network: replication feeds it commands in log order and serves reads
 // from it.

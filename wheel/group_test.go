@@ -4,23 +4,26 @@ import (
 	"errors"
 	"hash/fnv"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestGroupOf(t *testing.T) {
 	for _, n := range []int{0, 1} {
-		if g := GroupOf("orders", n); g != 0 {
+		if g := model.GroupOf("orders", n); g != 0 {
 			t.Fatalf("GroupOf(orders, %d) = %d, want 0", n, g)
 		}
 	}
 	h := fnv.New64a()
 	h.Write([]byte("orders.close"))
-	if got, want := GroupOf("orders.close", 7), int(h.Sum64()%7); got != want {
+	if got, want := model.GroupOf("orders.close", 7), int(h.Sum64()%7); got != want {
 		t.Fatalf("GroupOf(orders.close, 7) = %d, want fnv1a64 mod 7 = %d", got, want)
 	}
 	// Topics spread over the groups.
 	seen := map[int]int{}
 	for i := range 300 {
-		seen[GroupOf(string(rune('a'+i%26))+string(rune('a'+i/26)), 3)]++
+		seen[model.GroupOf(string(rune('a'+i%26))+string(rune('a'+i/26)), 3)]++
 	}
 	for g := range 3 {
 		if seen[g] < 50 {
@@ -33,25 +36,25 @@ func TestIDGroup(t *testing.T) {
 	for _, c := range []struct {
 		group int
 		pos   uint32
-	}{{0, 0}, {0, MaxEntryMessages - 1}, {1, 5}, {MaxGroups - 1, 0}, {MaxGroups - 1, MaxEntryMessages - 1}} {
-		id := ID{Index: 9, Seq: seqOf(c.group, c.pos)}
-		if id.Group() != c.group || id.Seq&(MaxEntryMessages-1) != c.pos {
+	}{{0, 0}, {0, model.MaxEntryMessages - 1}, {1, 5}, {model.MaxGroups - 1, 0}, {model.MaxGroups - 1, model.MaxEntryMessages - 1}} {
+		id := model.ID{Index: 9, Seq: model.SeqOf(c.group, c.pos)}
+		if id.Group() != c.group || id.Seq&(model.MaxEntryMessages-1) != c.pos {
 			t.Fatalf("seqOf(%d, %d) = %#x: group %d", c.group, c.pos, id.Seq, id.Group())
 		}
-		back, err := ParseID(id.String())
+		back, err := model.ParseID(id.String())
 		if err != nil || back != id {
 			t.Fatalf("ParseID(%s) = %v, %v", id, back, err)
 		}
 	}
-	if (ID{Index: 3, Seq: 7}).Group() != 0 {
+	if (model.ID{Index: 3, Seq: 7}).Group() != 0 {
 		t.Fatal("an id without a group byte is not of group 0")
 	}
 }
 
 func TestOpenRefusesGroupOutOfRange(t *testing.T) {
-	for _, g := range []int{-1, MaxGroups} {
+	for _, g := range []int{-1, model.MaxGroups} {
 		_, err := Open(t.TempDir(), Options{Group: g})
-		if !errors.Is(err, ErrInvalid) {
+		if !errors.Is(err, model.ErrInvalid) {
 			t.Fatalf("Open with group %d: %v, want ErrInvalid", g, err)
 		}
 	}
@@ -61,9 +64,9 @@ func TestOpenRefusesGroupOutOfRange(t *testing.T) {
 // mints, in every group, across the kinds of placement a keyless message
 // gets (a slot file, the overflow, the ready queue).
 func TestScheduledMatchesApplyInGroup(t *testing.T) {
-	for _, g := range []int{0, 1, MaxGroups - 1} {
+	for _, g := range []int{0, 1, model.MaxGroups - 1} {
 		k := newStoreKit(t, Options{Group: g})
-		msgs := []NewMessage{
+		msgs := []command.NewMessage{
 			{Topic: "a", DeliverAtMs: t0 + 1500},
 			{Topic: "a", DeliverAtMs: t0 - 5000},
 			{Topic: "b", DeliverAtMs: t0 + 3*3600_000},
@@ -86,12 +89,12 @@ func TestScheduledMatchesApplyInGroup(t *testing.T) {
 // cancelled, expired, reopened) in a store of a group other than 0: the
 // entry's first placement is its group's first Seq, not 0.
 func TestPlacementsInGroup(t *testing.T) {
-	k := newStoreKit(t, Options{Group: MaxGroups - 1})
+	k := newStoreKit(t, Options{Group: model.MaxGroups - 1})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 4500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 4500},
 	)
 	if got := len(k.keysWith(pMeta)); got != 1 {
 		t.Fatalf("%d metas, want only the keyed message's", got)
@@ -110,15 +113,15 @@ func TestPlacementsInGroup(t *testing.T) {
 			t.Fatalf("message ids %v, want the enqueued %v", ids, enq)
 		}
 	}
-	k.one(Cancel{ID: enq[0].ID})
+	k.one(command.Cancel{ID: enq[0].ID})
 	k.wantGone(enq[0].ID)
-	k.one(Lease{NowMs: t0 + 2500, Items: []LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
-	k.one(Ack{NowMs: t0 + 2600, Receipts: []Receipt{{ID: enq[1].ID, Nonce: 4}}})
+	k.one(command.Lease{NowMs: t0 + 2500, Items: []command.LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
+	k.one(command.Ack{NowMs: t0 + 2600, Receipts: []model.Receipt{{ID: enq[1].ID, Nonce: 4}}})
 	k.wantGone(enq[1].ID)
 	k.reopen()
 	k.wantState(enq[3].ID, StateDelayed, t0+4500, 0)
 	k.wantGone(enq[0].ID)
-	k.apply(Expire{Before: t0s + 5})
+	k.apply(command.Expire{Before: t0s + 5})
 	k.wantState(enq[3].ID, StateReady, t0+4500, 0)
 	for _, p := range []byte{pPlaced, pPlacedBy} {
 		if got := k.keysWith(p); len(got) != 0 {
@@ -136,30 +139,30 @@ func TestPlacementsInGroup(t *testing.T) {
 // past the limit for later.
 func TestEntryMessageLimit(t *testing.T) {
 	k := newStoreKit(t, Options{Group: 2})
-	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "s1", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
-	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "s2", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
+	k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "s1", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
+	k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "s2", Topic: "j", EveryMs: 1000, StartAtMs: t0 + 5000}})
 
 	k.s.mu.Lock()
 	defer k.s.mu.Unlock()
 	tx := k.s.newTx()
 	defer tx.b.Close()
 	tx.index, tx.applied = k.idx+1, k.idx+1
-	tx.seq = MaxEntryMessages - 2
-	r := tx.schedule(Schedule{NowMs: t0, Messages: make([]NewMessage, 3)})
-	if !errors.Is(r.Err, ErrInvalid) || tx.seq != MaxEntryMessages-2 {
+	tx.seq = model.MaxEntryMessages - 2
+	r := tx.schedule(command.Schedule{NowMs: t0, Messages: make([]command.NewMessage, 3)})
+	if !errors.Is(r.Err, model.ErrInvalid) || tx.seq != model.MaxEntryMessages-2 {
 		t.Fatalf("a Schedule past the limit: %v, position %d", r.Err, tx.seq)
 	}
-	r = tx.schedule(Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}})
+	r = tx.schedule(command.Schedule{NowMs: t0, Messages: []command.NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}})
 	enq := r.Value.([]Enqueued)
-	if r.Err != nil || enq[0].ID.Group() != 2 || enq[0].ID.Seq != seqOf(2, MaxEntryMessages-2) {
+	if r.Err != nil || enq[0].ID.Group() != 2 || enq[0].ID.Seq != model.SeqOf(2, model.MaxEntryMessages-2) {
 		t.Fatalf("a Schedule within the limit: %+v, %v", enq, r.Err)
 	}
-	r = tx.advanceSchedules(AdvanceSchedules{NowMs: t0 + 4000, Items: []AdvanceItem{{"s1", t0 + 5000}, {"s2", t0 + 5000}}})
-	if got := r.Value.(AdvanceResult); got.Fired != 1 || got.Stale != 1 {
+	r = tx.advanceSchedules(command.AdvanceSchedules{NowMs: t0 + 4000, Items: []command.AdvanceItem{{Name: "s1", FromMs: t0 + 5000}, {Name: "s2", FromMs: t0 + 5000}}})
+	if got := r.Value.(command.AdvanceResult); got.Fired != 1 || got.Stale != 1 {
 		t.Fatalf("advance at the limit: %+v, want one fired, one left", got)
 	}
-	if tx.seq != MaxEntryMessages {
-		t.Fatalf("position %d after the last message, want %d", tx.seq, MaxEntryMessages)
+	if tx.seq != model.MaxEntryMessages {
+		t.Fatalf("position %d after the last message, want %d", tx.seq, model.MaxEntryMessages)
 	}
 	if tx.err != nil {
 		t.Fatal(tx.err)

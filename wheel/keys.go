@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Pebble key space. Every key starts with one prefix byte:
@@ -62,10 +65,10 @@ var (
 	keyFormat    = []byte("sformat")
 )
 
-func metaKey(id ID) []byte { return appendMetaKey(make([]byte, 0, 1+IDLen), id) }
+func metaKey(id model.ID) []byte { return appendMetaKey(make([]byte, 0, 1+model.IDLen), id) }
 
 // appendMetaKey appends the meta key of id to dst.
-func appendMetaKey(dst []byte, id ID) []byte {
+func appendMetaKey(dst []byte, id model.ID) []byte {
 	b := id.Bytes()
 	return append(append(dst, pMeta), b[:]...)
 }
@@ -77,8 +80,8 @@ func keyIndexKey(tid uint32, key string) []byte {
 	return append(k, key...)
 }
 
-func overflowKey(dueMs int64, id ID) []byte {
-	k := make([]byte, 0, 1+8+IDLen)
+func overflowKey(dueMs int64, id model.ID) []byte {
+	k := make([]byte, 0, 1+8+model.IDLen)
 	k = append(k, pOverflow)
 	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
 	b := id.Bytes()
@@ -91,8 +94,8 @@ func readyPrefix(tid uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{pReady}, tid)
 }
 
-func readyKey(tid uint32, dueMs, prio int64, id ID) []byte {
-	k := make([]byte, 0, 1+4+8+8+IDLen)
+func readyKey(tid uint32, dueMs, prio int64, id model.ID) []byte {
+	k := make([]byte, 0, 1+4+8+8+model.IDLen)
 	k = append(k, readyPrefix(tid)...)
 	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
 	k = binary.BigEndian.AppendUint64(k, prioBits(prio))
@@ -104,7 +107,7 @@ func deadPrefix(tid uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{pDead}, tid)
 }
 
-func deadKey(tid uint32, id ID) []byte {
+func deadKey(tid uint32, id model.ID) []byte {
 	b := id.Bytes()
 	return append(deadPrefix(tid), b[:]...)
 }
@@ -187,18 +190,18 @@ func (m *meta) appendTo(b []byte) []byte {
 	if m.Keyed {
 		st |= keyedBit
 	}
-	e := &encoder{b: append(b, metaTag, st, byte(m.Loc))}
-	e.uvarint(uint64(m.TopicID))
-	e.varint(m.DueMs)
-	e.varint(m.Priority)
-	e.varint(m.Second - m.secondBase())
-	e.varint(m.Offset)
-	e.uvarint(m.Receipt)
-	e.varint(m.LeaseExpMs)
+	e := &command.Encoder{B: append(b, metaTag, st, byte(m.Loc))}
+	e.Uvarint(uint64(m.TopicID))
+	e.Varint(m.DueMs)
+	e.Varint(m.Priority)
+	e.Varint(m.Second - m.secondBase())
+	e.Varint(m.Offset)
+	e.Uvarint(m.Receipt)
+	e.Varint(m.LeaseExpMs)
 	if m.Keyed {
-		e.str(m.Key)
+		e.Str(m.Key)
 	}
-	return e.b
+	return e.B
 }
 
 // encode returns the encoding of m in a new slice.
@@ -214,27 +217,27 @@ func (m *meta) secondBase() int64 {
 }
 
 func decodeMeta(b []byte) (meta, error) {
-	d := &decoder{b: b}
-	if d.byte() != metaTag {
-		return meta{}, fmt.Errorf("%w: meta of %d bytes", ErrCorruptCommand, len(b))
+	d := &command.Decoder{B: b}
+	if d.Byte() != metaTag {
+		return meta{}, fmt.Errorf("%w: meta of %d bytes", command.ErrCorruptCommand, len(b))
 	}
-	st := d.byte()
-	m := meta{State: State(st &^ keyedBit), Keyed: st&keyedBit != 0, Loc: location(d.byte())}
-	tid := d.uvarint()
-	m.DueMs = d.varint()
-	m.Priority = d.varint()
-	m.Second = d.varint() + m.secondBase()
-	m.Offset = d.varint()
-	m.Receipt = d.uvarint()
-	m.LeaseExpMs = d.varint()
+	st := d.Byte()
+	m := meta{State: State(st &^ keyedBit), Keyed: st&keyedBit != 0, Loc: location(d.Byte())}
+	tid := d.Uvarint()
+	m.DueMs = d.Varint()
+	m.Priority = d.Varint()
+	m.Second = d.Varint() + m.secondBase()
+	m.Offset = d.Varint()
+	m.Receipt = d.Uvarint()
+	m.LeaseExpMs = d.Varint()
 	if m.Keyed {
-		m.Key = d.str()
+		m.Key = d.Str()
 	}
 	switch {
-	case d.err != nil:
-		return meta{}, fmt.Errorf("meta of %d bytes: %w", len(b), d.err)
-	case len(d.b) != 0 || tid > math.MaxUint32 || (m.Keyed && m.Key == ""):
-		return meta{}, fmt.Errorf("%w: malformed meta of %d bytes", ErrCorruptCommand, len(b))
+	case d.Err != nil:
+		return meta{}, fmt.Errorf("meta of %d bytes: %w", len(b), d.Err)
+	case len(d.B) != 0 || tid > math.MaxUint32 || (m.Keyed && m.Key == ""):
+		return meta{}, fmt.Errorf("%w: malformed meta of %d bytes", command.ErrCorruptCommand, len(b))
 	}
 	m.TopicID = uint32(tid)
 	return m, nil
@@ -309,25 +312,25 @@ func decodeSegLen(b []byte) segLen {
 	return segLen{Length: int64(u64(b[0:8])), Live: int64(u64(b[8:16])), Bytes: int64(u64(b[16:24]))}
 }
 
-func encodeNode(n Node) []byte {
-	e := &encoder{}
-	e.str(n.ID)
-	e.str(n.RaftAddr)
-	e.str(n.HTTPAddr)
+func encodeNode(n model.Member) []byte {
+	e := &command.Encoder{}
+	e.Str(n.ID)
+	e.Str(n.RaftAddr)
+	e.Str(n.HTTPAddr)
 	if n.GRPCAddr != "" {
-		e.str(n.GRPCAddr)
+		e.Str(n.GRPCAddr)
 	}
-	return e.b
+	return e.B
 }
 
 // decodeNode decodes a node's record. A record written before members
 // recorded their gRPC address ends after the HTTP address: its GRPCAddr
 // is empty (unknown).
-func decodeNode(b []byte) (Node, error) {
-	d := &decoder{b: b}
-	n := Node{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
-	if d.err == nil && len(d.b) > 0 {
-		n.GRPCAddr = d.str()
+func decodeNode(b []byte) (model.Member, error) {
+	d := &command.Decoder{B: b}
+	n := model.Member{ID: d.Str(), RaftAddr: d.Str(), HTTPAddr: d.Str()}
+	if d.Err == nil && len(d.B) > 0 {
+		n.GRPCAddr = d.Str()
 	}
-	return n, d.err
+	return n, d.Err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // TestIndexFormat checks that a new index records the format this version
@@ -25,7 +26,7 @@ func TestIndexFormat(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := newStoreKit(t, Options{})
-			k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1500})
+			k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500})
 			if v, err := k.s.get(keyFormat); err != nil || u64(v) != indexFormat {
 				t.Fatalf("format key %v, %v; want %d recorded", v, err, indexFormat)
 			}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
@@ -41,7 +43,7 @@ func (c *armClock) armed() (calls int, at int64) {
 func (c *armClock) nowMs() int64 { return c.Now().UnixMilli() }
 
 type nextResult struct {
-	m   Message
+	m   model.Message
 	err error
 }
 
@@ -76,7 +78,7 @@ func (r *nextRunner) start() {
 // wait returns once the running Next call has yielded (true) or armed a
 // timer that has not fired (false). A Next blocked without a timer (empty
 // loader) is waited for until something wakes it.
-func (r *nextRunner) wait() (Message, bool) {
+func (r *nextRunner) wait() (model.Message, bool) {
 	r.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -90,7 +92,7 @@ func (r *nextRunner) wait() (Message, bool) {
 		}
 		if calls, at := r.clk.armed(); calls > r.seen && at > r.clk.nowMs() {
 			r.seen = calls
-			return Message{}, false
+			return model.Message{}, false
 		}
 		if time.Now().After(deadline) {
 			r.t.Fatal("Next neither yielded nor armed a timer")
@@ -101,7 +103,7 @@ func (r *nextRunner) wait() (Message, bool) {
 
 // step moves the clock to ms; if that fires Next's timer, it waits for Next
 // to yield or re-arm.
-func (r *nextRunner) step(ms int64) (Message, bool) {
+func (r *nextRunner) step(ms int64) (model.Message, bool) {
 	r.t.Helper()
 	_, at := r.clk.armed()
 	r.clk.Set(time.UnixMilli(ms))
@@ -112,7 +114,7 @@ func (r *nextRunner) step(ms int64) (Message, bool) {
 			r.t.Fatalf("Next returned %s (%v) at %d without a wake-up", res.m.ID, res.err, ms)
 		default:
 		}
-		return Message{}, false
+		return model.Message{}, false
 	}
 	return r.wait()
 }
@@ -120,7 +122,7 @@ func (r *nextRunner) step(ms int64) (Message, bool) {
 // expectAt checks that the running Next call yields id exactly at due,
 // stepping the clock one millisecond at a time from a few before, and
 // starts the next call.
-func (r *nextRunner) expectAt(id ID, due int64) {
+func (r *nextRunner) expectAt(id model.ID, due int64) {
 	r.t.Helper()
 	m, ok := r.wait()
 	now := r.clk.nowMs()
@@ -173,11 +175,11 @@ func (k *storeKit) load(through int64) int {
 func TestLoaderNextAtExactDueMillisecond(t *testing.T) {
 	k, l, clk := newLoaderKit(t)
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Priority: 5}, // same instant, higher priority: first
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1499},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 2750},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Priority: 5}, // same instant, higher priority: first
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1499},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 2750},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1},
 	)
 	if n := k.load(t0s + 3); n != 5 {
 		t.Fatalf("loaded %d", n)
@@ -194,13 +196,13 @@ func TestLoaderNextAtExactDueMillisecond(t *testing.T) {
 	// Empty: Next waits on the loader, with no timer, until something is
 	// placed into a loaded slot; then it waits for that one's instant.
 	r.idle()
-	late := k.schedule(t0+2750, NewMessage{Topic: "a", DeliverAtMs: t0 + 3200})[0].ID
+	late := k.schedule(t0+2750, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 3200})[0].ID
 	r.expectAt(late, t0+3200)
 }
 
 func TestLoaderEarlierMessageWakesNext(t *testing.T) {
 	k, l, clk := newLoaderKit(t)
-	far := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 2900})[0].ID
+	far := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2900})[0].ID
 	k.load(t0s + 2)
 	r := newNextRunner(t, l, clk)
 	if _, ok := r.wait(); ok {
@@ -211,7 +213,7 @@ func TestLoaderEarlierMessageWakesNext(t *testing.T) {
 	}
 	// Next sleeps until t0+2900; a message due at t0+400 must wake it and
 	// come out at exactly t0+400.
-	near := k.schedule(t0+100, NewMessage{Topic: "a", DeliverAtMs: t0 + 400})[0].ID
+	near := k.schedule(t0+100, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 400})[0].ID
 	r.expectAt(near, t0+400)
 	r.expectAt(far, t0+2900)
 }
@@ -219,15 +221,15 @@ func TestLoaderEarlierMessageWakesNext(t *testing.T) {
 func TestLoaderOrder(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	rng := rand.New(rand.NewSource(3))
-	var msgs []NewMessage
+	var msgs []command.NewMessage
 	for i := 0; i < 300; i++ {
-		msgs = append(msgs, NewMessage{Topic: "a", DeliverAtMs: t0 + rng.Int63n(40)*50, Priority: int64(rng.Intn(5) - 2)})
+		msgs = append(msgs, command.NewMessage{Topic: "a", DeliverAtMs: t0 + rng.Int63n(40)*50, Priority: int64(rng.Intn(5) - 2)})
 	}
 	// Some in one entry, some in another: ids differ by index and position.
 	enq := append(k.schedule(t0, msgs[:150]...), k.schedule(t0, msgs[150:]...)...)
 	k.load(t0s + 2)
 	type want struct {
-		id   ID
+		id   model.ID
 		due  int64
 		prio int64
 	}
@@ -245,7 +247,7 @@ func TestLoaderOrder(t *testing.T) {
 		}
 		return a.id.Less(b.id)
 	})
-	var got []Message
+	var got []model.Message
 	for now := t0; now <= t0+2000; now += 37 {
 		due, next := l.PopDue(now)
 		for _, m := range due {
@@ -271,21 +273,21 @@ func TestLoaderOrder(t *testing.T) {
 func TestLoaderFollowsChanges(t *testing.T) {
 	k, l, clk := newLoaderKit(t)
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 500},  // cancelled while loaded
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 600},  // rescheduled inside the window
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 700},  // rescheduled out of it
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 800},  // leased early by the leader
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 900},  // stays
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 5000}, // in a slot not loaded yet
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 500},  // cancelled while loaded
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 600},  // rescheduled inside the window
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 700},  // rescheduled out of it
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 800},  // leased early by the leader
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 900},  // stays
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 5000}, // in a slot not loaded yet
 	)
 	if n := k.load(t0s + 2); n != 5 {
 		t.Fatalf("loaded %d", n)
 	}
-	k.one(Cancel{ID: enq[0].ID})
-	k.one(Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 2100})
-	k.one(Reschedule{ID: enq[2].ID, DeliverAtMs: t0 + 9000})
+	k.one(command.Cancel{ID: enq[0].ID})
+	k.one(command.Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 2100})
+	k.one(command.Reschedule{ID: enq[2].ID, DeliverAtMs: t0 + 9000})
 	// A lease with attempts left comes back at its redelivery; loaded slot.
-	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: enq[3].ID, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 2200}}})
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: enq[3].ID, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 2200}}})
 	if l.Len() != 3 {
 		t.Fatalf("%d loaded after the changes, want 3", l.Len())
 	}
@@ -296,7 +298,7 @@ func TestLoaderFollowsChanges(t *testing.T) {
 	// The slot of t0+5000 is not loaded: nothing until it is.
 	clk.Set(time.UnixMilli(t0 + 6000))
 	r.idle()
-	k.apply(Expire{Before: t0s + 3})
+	k.apply(command.Expire{Before: t0s + 3})
 	if n := k.load(t0s + 5); n != 1 {
 		t.Fatalf("loaded %d from the next slots", n)
 	}
@@ -310,8 +312,8 @@ func TestLoaderFollowsChanges(t *testing.T) {
 // letters (the dispatcher proposes Bury).
 func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
-	enq := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 1}, NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 2})
-	k.one(Lease{NowMs: t0, Items: []LeaseItem{
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 1}, command.NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 2})
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{
 		{ID: enq[0].ID, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1001},
 		{ID: enq[1].ID, Nonce: 2, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1500},
 	}})
@@ -325,7 +327,7 @@ func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 	l2 := NewLoader()
 	k.s.AttachLoader(l2)
 	k.load(t0s + 2)
-	k.one(Touch{NowMs: t0 + 10, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
+	k.one(command.Touch{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
 	due, _ = l2.PopDue(t0 + 5000)
 	if len(due) != 2 || due[0].ID != enq[0].ID || due[0].DeliverAtMs != t0+1011 || due[1].DeliverAtMs != t0+1510 {
 		t.Fatalf("due after touch %+v", due)
@@ -334,7 +336,7 @@ func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 	l3 := NewLoader()
 	k.s.AttachLoader(l3)
 	k.load(t0s + 2)
-	k.one(Bury{NowMs: t0 + 1011, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
+	k.one(command.Bury{NowMs: t0 + 1011, Receipts: []model.Receipt{{ID: enq[0].ID, Nonce: 1}, {ID: enq[1].ID, Nonce: 2}}})
 	due, _ = l3.PopDue(t0 + 5000)
 	if len(due) != 1 || due[0].ID != enq[1].ID {
 		t.Fatalf("due after bury %+v", due)
@@ -350,16 +352,16 @@ func TestLoaderLoadsLeasesOutOfAttempts(t *testing.T) {
 func TestLoaderExpiredDropsOlderItems(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 100},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 1100},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2100},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 100},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 1100},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2100},
 	)
 	k.load(t0s + 2)
 	if got := l.TakeReadyTopics(); len(got) != 0 {
 		t.Fatalf("ready topics %v", got)
 	}
 	changed := l.Changed()
-	k.apply(Expire{Before: t0s + 2})
+	k.apply(command.Expire{Before: t0s + 2})
 	if l.Len() != 1 {
 		t.Fatalf("%d loaded after expiring two slots, want 1", l.Len())
 	}
@@ -383,8 +385,8 @@ func TestLoaderExpiredDropsOlderItems(t *testing.T) {
 		t.Fatalf("PopDue: %v next %d", due, next)
 	}
 	// A jump past the loaded window: loading resumes at the cursor.
-	k.schedule(t0+2100, NewMessage{Topic: "a", DeliverAtMs: t0 + 60_500})
-	k.apply(Expire{Before: t0s + 60})
+	k.schedule(t0+2100, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 60_500})
+	k.apply(command.Expire{Before: t0s + 60})
 	if n := k.load(t0s + 61); n != 1 {
 		t.Fatalf("loaded %d after the jump", n)
 	}
@@ -414,14 +416,14 @@ func TestLoadThroughNeedsLoaderAndCapsAtHorizon(t *testing.T) {
 	if _, err := k.s.LoadThrough(t0s); err == nil {
 		t.Fatal("LoadThrough without a loader")
 	}
-	k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + (Slots-1)*TickMs})
+	k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + (Slots-1)*TickMs})
 	l := NewLoader()
 	k.s.AttachLoader(l)
 	if n := k.load(t0s + 10*Slots); n != 1 {
 		t.Fatalf("loaded %d", n)
 	}
 	k.s.DetachLoader()
-	k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 10})
+	k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 10})
 	if l.Len() != 1 {
 		t.Fatal("a detached loader still follows the store")
 	}
@@ -434,11 +436,11 @@ func TestLoadThroughNeedsLoaderAndCapsAtHorizon(t *testing.T) {
 func TestLoaderClaim(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 100}, // cancelled after the pop
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 200}, // rescheduled after the pop
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 300}, // leased after the pop
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 400}, // untouched
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 500}, // untouched until its slot expires
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 100}, // cancelled after the pop
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 200}, // rescheduled after the pop
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 300}, // leased after the pop
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 400}, // untouched
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 500}, // untouched until its slot expires
 	)
 	if n := k.load(t0s + 2); n != 5 {
 		t.Fatalf("loaded %d", n)
@@ -447,9 +449,9 @@ func TestLoaderClaim(t *testing.T) {
 	if len(due) != 5 {
 		t.Fatalf("popped %d, want 5", len(due))
 	}
-	k.one(Cancel{ID: enq[0].ID})
-	k.one(Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 1500})
-	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: enq[2].ID, Nonce: 1, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 30_000}}})
+	k.one(command.Cancel{ID: enq[0].ID})
+	k.one(command.Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 1500})
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: enq[2].ID, Nonce: 1, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 30_000}}})
 	for i, want := range []bool{false, false, false, true} {
 		if got := l.Claim(enq[i].ID); got != want {
 			t.Errorf("Claim(message %d) = %v, want %v", i, got, want)
@@ -458,10 +460,10 @@ func TestLoaderClaim(t *testing.T) {
 	if l.Claim(enq[3].ID) {
 		t.Error("a message was claimed twice")
 	}
-	if l.Claim(ID{Index: 1 << 40}) {
+	if l.Claim(model.ID{Index: 1 << 40}) {
 		t.Error("a message never popped was claimed")
 	}
-	k.apply(Expire{Before: t0s + 1})
+	k.apply(command.Expire{Before: t0s + 1})
 	if l.Claim(enq[4].ID) {
 		t.Error("a message of an expired slot was claimed")
 	}
@@ -510,7 +512,7 @@ func TestObserverHearsOfPublishedState(t *testing.T) {
 	k.s.mu.Unlock()
 	// Due before the cursor: straight to the ready queue of a topic the
 	// same batch creates.
-	enq := k.schedule(t0, NewMessage{Topic: "new", Body: []byte("x")})
+	enq := k.schedule(t0, command.NewMessage{Topic: "new", Body: []byte("x")})
 	if vs := o.ready["new"]; len(vs) != 1 || vs[0].ID != enq[0].ID {
 		t.Fatalf("the observer's read of the ready queue found %v, want message %s", vs, enq[0].ID)
 	}
@@ -526,15 +528,15 @@ func TestObserverHearsOfPublishedState(t *testing.T) {
 func TestDecodedBodiesOutliveTheEntry(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	k.load(t0s + 2)
-	k.apply(Expire{Before: t0s + 1}) // the cursor past t0: a message due at t0 goes ready
-	msgs := []NewMessage{
+	k.apply(command.Expire{Before: t0s + 1}) // the cursor past t0: a message due at t0 goes ready
+	msgs := []command.NewMessage{
 		{Topic: "a", Body: []byte("near, loaded"), DeliverAtMs: t0 + 1500},
 		{Topic: "a", Body: []byte("far, a slot file"), DeliverAtMs: t0 + 60_000},
 		{Topic: "a", Body: []byte("overflow"), DeliverAtMs: t0 + 2*Slots*TickMs},
 		{Topic: "a", Body: []byte("due, ready"), DeliverAtMs: t0},
 	}
-	entry := EncodeCommands([]Command{Schedule{NowMs: t0, Messages: msgs}})
-	cmds, err := DecodeCommands(entry)
+	entry := command.EncodeCommands([]command.Command{command.Schedule{NowMs: t0, Messages: msgs}})
+	cmds, err := command.DecodeCommands(entry)
 	if err != nil {
 		t.Fatal(err)
 	}

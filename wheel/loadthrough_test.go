@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The tests of LoadThrough reading slot files without the store's lock:
@@ -43,7 +45,7 @@ func (k *storeKit) duringLoad(second int64, fn func()) {
 func (k *storeKit) wantLoaderMatches(l *Loader) {
 	k.t.Helper()
 	l.mu.Lock()
-	items := map[ID]item{}
+	items := map[model.ID]item{}
 	for id, it := range l.byID {
 		items[id] = *it
 	}
@@ -57,7 +59,7 @@ func (k *storeKit) wantLoaderMatches(l *Loader) {
 	if heapLen != len(items) {
 		k.t.Fatalf("heap of %d items, %d by id", heapLen, len(items))
 	}
-	live := map[ID]int64{}
+	live := map[model.ID]int64{}
 	for sec := k.s.Cursor(); sec <= loaded; sec++ {
 		info, err := k.s.Slot(SlotOf(sec), true)
 		if err != nil {
@@ -110,9 +112,9 @@ func (k *storeKit) loadChecked(l *Loader, second int64, n int) {
 }
 
 // popAll pops every loaded message and returns them by id.
-func popAll(l *Loader) map[ID]Message {
+func popAll(l *Loader) map[model.ID]model.Message {
 	due, _ := l.PopDue(MaxDueMs)
-	out := map[ID]Message{}
+	out := map[model.ID]model.Message{}
 	for _, m := range due {
 		out[m.ID] = m
 	}
@@ -126,15 +128,15 @@ func TestLoadThroughAppliesDuringLoad(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	a := t0s + 1
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, // cancelled during the load
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, // rescheduled inside the slot during the load
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1300},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, // cancelled during the load
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, // rescheduled inside the slot during the load
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1300},
 	)
-	var added ID
+	var added model.ID
 	k.duringLoad(a, func() {
-		added = k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1400})[0].ID
-		k.one(Cancel{ID: enq[0].ID})
-		k.one(Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 1050})
+		added = k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1400})[0].ID
+		k.one(command.Cancel{ID: enq[0].ID})
+		k.one(command.Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 1050})
 		if l.Len() != 0 {
 			t.Fatalf("%d loaded before the slot's file was read", l.Len())
 		}
@@ -142,7 +144,7 @@ func TestLoadThroughAppliesDuringLoad(t *testing.T) {
 	k.loadChecked(l, a, 3)
 	due, _ := l.PopDue(t0 + 2000)
 	want := []struct {
-		id  ID
+		id  model.ID
 		due int64
 	}{{enq[1].ID, t0 + 1050}, {enq[2].ID, t0 + 1300}, {added, t0 + 1400}}
 	if len(due) != len(want) {
@@ -164,10 +166,10 @@ func TestLoadThroughMessageMovedToLoadedSlot(t *testing.T) {
 		k, l, _ := newLoaderKit(t)
 		b, a := t0s+1, t0s+2
 		k.load(b)
-		m := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 2500})[0].ID
+		m := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2500})[0].ID
 		k.duringLoad(a, func() {
 			for _, due := range moves {
-				k.one(Reschedule{ID: m, DeliverAtMs: due})
+				k.one(command.Reschedule{ID: m, DeliverAtMs: due})
 			}
 		})
 		k.load(a)
@@ -185,12 +187,12 @@ func TestLoadThroughMessageMovedBetweenLoadingSlots(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	a, c := t0s+1, t0s+2
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500}, // moves from c to a
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500}, // moves from a to c
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2500}, // moves from c to a
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500}, // moves from a to c
 	)
 	k.duringLoad(a, func() {
-		k.one(Reschedule{ID: enq[0].ID, DeliverAtMs: t0 + 1300})
-		k.one(Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 2300})
+		k.one(command.Reschedule{ID: enq[0].ID, DeliverAtMs: t0 + 1300})
+		k.one(command.Reschedule{ID: enq[1].ID, DeliverAtMs: t0 + 2300})
 	})
 	k.load(c)
 	k.wantLoaderMatches(l)
@@ -207,18 +209,18 @@ func TestLoadThroughPlacementUnclaimsAtOnce(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	b, a := t0s+1, t0s+2
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, // popped, then moved to the loading slot
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, // popped, then placed into it by an event alone
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, // popped, then moved to the loading slot
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, // popped, then placed into it by an event alone
 	)
 	k.load(b)
 	if due, _ := l.PopDue(t0 + 1200); len(due) != 2 {
 		t.Fatalf("popped %d", len(due))
 	}
 	k.duringLoad(a, func() {
-		k.one(Reschedule{ID: enq[0].ID, DeliverAtMs: t0 + 2200})
+		k.one(command.Reschedule{ID: enq[0].ID, DeliverAtMs: t0 + 2200})
 		// The heap part of this placement waits for the merge, its popped
 		// part must not.
-		m := Message{ID: enq[1].ID, Topic: "a", DeliverAtMs: t0 + 2100}
+		m := model.Message{ID: enq[1].ID, Topic: "a", DeliverAtMs: t0 + 2100}
 		l.applied([]Event{{Kind: EventPlaced, Second: a, ID: m.ID, Msg: &m}})
 		for i, e := range enq {
 			if l.Claim(e.ID) {
@@ -242,10 +244,10 @@ func TestLoadThroughSlotExpiresWhileLoading(t *testing.T) {
 	for _, deleted := range []bool{false, true} {
 		k, l, _ := newLoaderKit(t)
 		a, c := t0s+1, t0s+2
-		k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, NewMessage{Topic: "a", DeliverAtMs: t0 + 1200})
-		kept := k.schedule(t0, NewMessage{Topic: "c", DeliverAtMs: t0 + 2100})[0].ID
+		k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200})
+		kept := k.schedule(t0, command.NewMessage{Topic: "c", DeliverAtMs: t0 + 2100})[0].ID
 		k.duringLoad(a, func() {
-			k.apply(Expire{Before: a + 1})
+			k.apply(command.Expire{Before: a + 1})
 			if deleted {
 				if _, err := k.s.Sync(); err != nil {
 					t.Fatal(err)
@@ -269,10 +271,10 @@ func TestLoadThroughSlotExpiresWhileLoading(t *testing.T) {
 func TestLoadThroughReadyAtOnce(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	a := t0s + 1
-	k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1100})
+	k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100})
 	k.duringLoad(a, func() {
 		changed := l.Changed()
-		k.schedule(t0, NewMessage{Topic: "now", DeliverAtMs: t0 - 5})
+		k.schedule(t0, command.NewMessage{Topic: "now", DeliverAtMs: t0 - 5})
 		select {
 		case <-changed:
 		default:
@@ -292,7 +294,7 @@ func TestLoadThroughReadyAtOnce(t *testing.T) {
 func TestLoadThroughFailureEndsLoads(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	a, c := t0s+1, t0s+2
-	k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, NewMessage{Topic: "a", DeliverAtMs: t0 + 2100})
+	k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2100})
 	f, err := k.fs.OpenReadWrite(k.segPath(a))
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +306,7 @@ func TestLoadThroughFailureEndsLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.duringLoad(a, func() {
-		k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, NewMessage{Topic: "a", DeliverAtMs: t0 + 2200})
+		k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200}, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2200})
 		if _, err := f.WriteAt([]byte{orig[0] ^ 0xff}, off); err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +320,7 @@ func TestLoadThroughFailureEndsLoads(t *testing.T) {
 	if l.Len() != 0 {
 		t.Fatalf("%d loaded after the failure", l.Len())
 	}
-	k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1300})
+	k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1300})
 	if _, err := f.WriteAt(orig[:], off); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +332,7 @@ func TestLoadThroughFailureEndsLoads(t *testing.T) {
 func TestLoadThroughReattachDropsLoads(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	a, c := t0s+1, t0s+2
-	k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 500}, NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, NewMessage{Topic: "a", DeliverAtMs: t0 + 2100})
+	k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 500}, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100}, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2100})
 	k.load(t0s)
 	if due, _ := l.PopDue(t0 + 500); len(due) != 1 {
 		t.Fatalf("popped %d", len(due))
@@ -351,8 +353,8 @@ func TestLoadThroughReattachDropsLoads(t *testing.T) {
 func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	rng := rand.New(rand.NewSource(7))
-	var ids []ID
-	leased := map[ID]uint64{}
+	var ids []model.ID
+	leased := map[model.ID]uint64{}
 	nonce := uint64(0)
 	cursor := t0s
 	now := func() int64 { return cursor * TickMs }
@@ -362,27 +364,27 @@ func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 		due := now() + rng.Int63n(7*TickMs)
 		switch r := rng.Intn(10); {
 		case r < 3 || len(ids) == 0:
-			msgs := make([]NewMessage, 1+rng.Intn(3))
+			msgs := make([]command.NewMessage, 1+rng.Intn(3))
 			for i := range msgs {
-				msgs[i] = NewMessage{Topic: "a", DeliverAtMs: now() + rng.Int63n(7*TickMs), Priority: int64(rng.Intn(3)), MaxAttempts: 3}
+				msgs[i] = command.NewMessage{Topic: "a", DeliverAtMs: now() + rng.Int63n(7*TickMs), Priority: int64(rng.Intn(3)), MaxAttempts: 3}
 			}
 			for _, e := range k.schedule(now(), msgs...) {
 				ids = append(ids, e.ID)
 			}
 		case r < 6:
-			k.apply(Reschedule{ID: ids[rng.Intn(len(ids))], DeliverAtMs: due})
+			k.apply(command.Reschedule{ID: ids[rng.Intn(len(ids))], DeliverAtMs: due})
 		case r < 7:
-			k.apply(Cancel{ID: ids[rng.Intn(len(ids))]})
+			k.apply(command.Cancel{ID: ids[rng.Intn(len(ids))]})
 		case r < 9:
 			id := ids[rng.Intn(len(ids))]
 			nonce++
-			res := k.apply(Lease{NowMs: now(), Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: due, RedeliverMs: due}}})
+			res := k.apply(command.Lease{NowMs: now(), Items: []command.LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: due, RedeliverMs: due}}})
 			if ok, _ := res[0].Value.([]bool); len(ok) == 1 && ok[0] {
 				leased[id] = nonce
 			}
 		default:
 			for id, n := range leased {
-				k.apply(Ack{NowMs: now(), Receipts: []Receipt{{ID: id, Nonce: n}}})
+				k.apply(command.Ack{NowMs: now(), Receipts: []model.Receipt{{ID: id, Nonce: n}}})
 				delete(leased, id)
 				break
 			}
@@ -402,10 +404,10 @@ func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 			switch rng.Intn(12) {
 			case 0: // the cursor passes slots loaded and loading
 				cursor++
-				k.apply(Expire{Before: cursor})
+				k.apply(command.Expire{Before: cursor})
 			case 1: // and their files go
 				cursor++
-				k.apply(Expire{Before: cursor})
+				k.apply(command.Expire{Before: cursor})
 				if _, err := k.s.Sync(); err != nil {
 					t.Fatal(err)
 				}
@@ -418,7 +420,7 @@ func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 		k.wantLoaderMatches(l)
 		if rng.Intn(3) == 0 {
 			cursor++
-			k.apply(Expire{Before: cursor})
+			k.apply(command.Expire{Before: cursor})
 		}
 	}
 }
@@ -428,9 +430,9 @@ func TestLoadThroughRandomChangesDuringLoad(t *testing.T) {
 func TestLoadThroughConcurrent(t *testing.T) {
 	k, l, _ := newLoaderKit(t)
 	for i := 0; i < 20; i++ {
-		msgs := make([]NewMessage, 50)
+		msgs := make([]command.NewMessage, 50)
 		for j := range msgs {
-			msgs[j] = NewMessage{Topic: "a", DeliverAtMs: t0 + int64((i*50+j)*7%6000)}
+			msgs[j] = command.NewMessage{Topic: "a", DeliverAtMs: t0 + int64((i*50+j)*7%6000)}
 		}
 		k.schedule(t0, msgs...)
 	}
@@ -450,7 +452,7 @@ func TestLoadThroughConcurrent(t *testing.T) {
 	}
 	// Applied by this goroutine while the loads run.
 	for i := 0; i < 100; i++ {
-		k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + int64(i*61%6000)})
+		k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + int64(i*61%6000)})
 	}
 	wg.Wait()
 	close(errs)

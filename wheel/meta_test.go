@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 var metaCases = []meta{
@@ -48,7 +50,7 @@ func TestMetaDecodeRejects(t *testing.T) {
 		"unknown tag":   append([]byte{0xC3}, good[1:]...),
 		"keyed, no key": (&meta{State: StateReady, Loc: locReady, Keyed: true}).appendTo(nil),
 	} {
-		if _, err := decodeMeta(b); !errors.Is(err, ErrCorruptCommand) {
+		if _, err := decodeMeta(b); !errors.Is(err, command.ErrCorruptCommand) {
 			t.Errorf("%s (% x): err %v, want ErrCorruptCommand", name, b, err)
 		}
 	}
@@ -57,7 +59,7 @@ func TestMetaDecodeRejects(t *testing.T) {
 	for range 6 {
 		b = append(b, 0)
 	}
-	if _, err := decodeMeta(b); !errors.Is(err, ErrCorruptCommand) {
+	if _, err := decodeMeta(b); !errors.Is(err, command.ErrCorruptCommand) {
 		t.Errorf("topic id 1<<32: err %v, want ErrCorruptCommand", err)
 	}
 }
@@ -72,7 +74,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorruptCommand) {
+			if !errors.Is(err, command.ErrCorruptCommand) {
 				t.Fatalf("error %v is not ErrCorruptCommand", err)
 			}
 			return

@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"github.com/delaywheel/delaywheel/wheel/model"
 	lru "github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
@@ -22,11 +23,11 @@ const metaCacheEntries = 32 << 10
 // changes what a batch reads from, never what it reads: Apply stays a
 // function of the commands and the stored state. Guarded by Store.mu.
 type metaCache struct {
-	lru *lru.LRU[ID, meta]
+	lru *lru.LRU[model.ID, meta]
 }
 
 func newMetaCache() *metaCache {
-	l, err := lru.NewLRU[ID, meta](metaCacheEntries, nil)
+	l, err := lru.NewLRU[model.ID, meta](metaCacheEntries, nil)
 	if err != nil {
 		panic(err) // only for a size below 1
 	}
@@ -34,7 +35,7 @@ func newMetaCache() *metaCache {
 }
 
 // get returns the cached meta of id.
-func (c *metaCache) get(id ID) (meta, bool) { return c.lru.Get(id) }
+func (c *metaCache) get(id model.ID) (meta, bool) { return c.lru.Get(id) }
 
 // commit records what a committed batch wrote: a meta, or nil where it
 // deleted one or marked it gone. A meta that puts its message in the
@@ -43,7 +44,7 @@ func (c *metaCache) get(id ID) (meta, bool) { return c.lru.Get(id) }
 // it a new meta, so keeping it would cost every enqueue beyond the horizon
 // an insertion and an eviction, and evict the metas that a lease or an
 // ack is about to read.
-func (c *metaCache) commit(written map[ID]*meta) {
+func (c *metaCache) commit(written map[model.ID]*meta) {
 	for id, m := range written {
 		if m == nil || m.Loc == locOverflow {
 			c.lru.Remove(id)

@@ -6,6 +6,9 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The reference model of recurring schedules (see model_test.go): the
@@ -16,29 +19,29 @@ import (
 
 var modelSchedules = []string{"s1", "s2", "s3"}
 
-func (md *refModel) setSchedule(c SetSchedule) Result {
+func (md *refModel) setSchedule(c command.SetSchedule) command.Result {
 	r, err := newRecurrence(plainZones{}, &c.Spec, c.NowMs)
 	if err != nil {
-		return Result{Err: ErrInvalid}
+		return command.Result{Err: model.ErrInvalid}
 	}
 	info := ScheduleInfo{ScheduleSpec: c.Spec, CreatedMs: c.NowMs}
 	info.StartAtMs = r.start
 	info.NextMs = r.after(max(r.start, c.NowMs) - 1)
 	md.scheds[info.Name] = &info
-	return Result{Value: info}
+	return command.Result{Value: info}
 }
 
-func (md *refModel) deleteSchedule(c DeleteSchedule) Result {
+func (md *refModel) deleteSchedule(c command.DeleteSchedule) command.Result {
 	if md.scheds[c.Name] == nil {
-		return Result{Err: ErrNotFound}
+		return command.Result{Err: model.ErrNotFound}
 	}
 	delete(md.scheds, c.Name)
-	return Result{}
+	return command.Result{}
 }
 
-func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
-	var res AdvanceResult
-	var msgs []NewMessage
+func (md *refModel) advanceSchedules(c command.AdvanceSchedules) command.Result {
+	var res command.AdvanceResult
+	var msgs []command.NewMessage
 	for _, it := range c.Items {
 		info := md.scheds[it.Name]
 		if info == nil || info.NextMs == 0 || info.NextMs != it.FromMs {
@@ -50,7 +53,7 @@ func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
 			panic(fmt.Sprintf("model: stored schedule %q: %v", it.Name, err))
 		}
 		occ := info.NextMs
-		msgs = append(msgs, NewMessage{Topic: info.Topic, Key: OccurrenceKey(info.Name, occ), Body: info.Body, Headers: info.Headers,
+		msgs = append(msgs, command.NewMessage{Topic: info.Topic, Key: OccurrenceKey(info.Name, occ), Body: info.Body, Headers: info.Headers,
 			Priority: info.Priority, DeliverAtMs: occ, TTRMs: info.TTRMs, MaxAttempts: info.MaxAttempts})
 		// The leader's own occurrence goes on from itself, however late;
 		// one that came due before the leader took over, from NowMs.
@@ -61,7 +64,7 @@ func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
 		info.LastMs, info.Fired, info.NextMs = occ, info.Fired+1, r.after(from)
 	}
 	if len(msgs) > 0 {
-		for _, e := range md.schedule(Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued) {
+		for _, e := range md.schedule(command.Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued) {
 			if e.Duplicate {
 				res.Duplicate++
 			} else {
@@ -69,7 +72,7 @@ func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
 			}
 		}
 	}
-	return Result{Value: res}
+	return command.Result{Value: res}
 }
 
 // genRecurring sets (sometimes invalidly), deletes or advances schedules;
@@ -77,11 +80,11 @@ func (md *refModel) advanceSchedules(c AdvanceSchedules) Result {
 // now and then one it has moved past, and is stamped by a leader that took
 // over at one of several instants, so that a late occurrence is sometimes
 // the leader's (caught up) and sometimes not (fired once).
-func (h *modelHarness) genRecurring() Command {
+func (h *modelHarness) genRecurring() command.Command {
 	name := modelSchedules[h.rng.Intn(len(modelSchedules))]
 	switch r := h.rng.Intn(100); {
 	case r < 30:
-		sp := ScheduleSpec{Name: name, Topic: modelTopics[h.rng.Intn(len(modelTopics))], MaxAttempts: int32(h.rng.Intn(3))}
+		sp := command.ScheduleSpec{Name: name, Topic: modelTopics[h.rng.Intn(len(modelTopics))], MaxAttempts: int32(h.rng.Intn(3))}
 		if h.rng.Intn(2) == 0 {
 			sp.EveryMs = MinEveryMs + h.rng.Int63n(4000)
 		} else {
@@ -100,25 +103,25 @@ func (h *modelHarness) genRecurring() Command {
 		if h.rng.Intn(10) == 0 {
 			sp.Timezone = "Nowhere/Special" // refused
 		}
-		return SetSchedule{NowMs: h.now, Spec: sp}
+		return command.SetSchedule{NowMs: h.now, Spec: sp}
 	case r < 40:
-		return DeleteSchedule{Name: name}
+		return command.DeleteSchedule{Name: name}
 	default:
-		var items []AdvanceItem
+		var items []command.AdvanceItem
 		for _, n := range slices.Sorted(maps.Keys(h.md.scheds)) {
 			if info := h.md.scheds[n]; info.NextMs != 0 && info.NextMs <= h.now+2000 {
-				items = append(items, AdvanceItem{Name: n, FromMs: info.NextMs})
+				items = append(items, command.AdvanceItem{Name: n, FromMs: info.NextMs})
 			}
 		}
 		if h.rng.Intn(5) == 0 {
-			items = append(items, AdvanceItem{Name: name, FromMs: h.now}) // stale, or a retry
+			items = append(items, command.AdvanceItem{Name: name, FromMs: h.now}) // stale, or a retry
 		}
 		if len(items) == 0 {
 			return nil
 		}
 		// The leader took over just now, a while ago, or long ago.
 		since := []int64{h.now - 2000, h.now - h.rng.Int63n(120_000), 0}[h.rng.Intn(3)]
-		return AdvanceSchedules{NowMs: h.now, SinceMs: since, Items: items}
+		return command.AdvanceSchedules{NowMs: h.now, SinceMs: since, Items: items}
 	}
 }
 
@@ -147,7 +150,7 @@ func (h *modelHarness) checkSchedules(md *refModel) {
 			h.fatalf("due order %+v disagrees with the model", due)
 		}
 	}
-	if _, err := h.s.Schedule("nosuch"); !errors.Is(err, ErrNotFound) {
+	if _, err := h.s.Schedule("nosuch"); !errors.Is(err, model.ErrNotFound) {
 		h.fatalf("unknown schedule: %v", err)
 	}
 }

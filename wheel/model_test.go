@@ -32,6 +32,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 var (
@@ -55,7 +57,7 @@ func TestModel(t *testing.T) {
 // hold the group in Seq's top byte: every read, placement and replay must
 // agree with the model as for group 0.
 func TestModelGroup(t *testing.T) {
-	runModel(t, *modelSeed, min(*modelSteps, 1500), MaxGroups-1)
+	runModel(t, *modelSeed, min(*modelSteps, 1500), model.MaxGroups-1)
 }
 
 // ---------------------------------------------------------------------------
@@ -75,11 +77,11 @@ func (l mLoc) String() string {
 }
 
 type mMsg struct {
-	Message       // what Get must return
-	state   State //
-	loc     mLoc
-	lease   bool // its wheel or overflow record is a lease redelivery
-	gen     int  // bumped every time a record is written into a wheel slot
+	model.Message       // what Get must return
+	state         State //
+	loc           mLoc
+	lease         bool // its wheel or overflow record is a lease redelivery
+	gen           int  // bumped every time a record is written into a wheel slot
 }
 
 type mTopicKey struct{ topic, key string }
@@ -87,23 +89,23 @@ type mTopicKey struct{ topic, key string }
 // refModel is the reference: what the store must look like after a log.
 type refModel struct {
 	cursor  int64
-	msgs    map[ID]*mMsg // messages that exist (not acked or cancelled)
-	created []ID         // every id ever created, in creation (= id) order
-	order   []ID         // a superset of the existing ids, in id order; see live
-	keys    map[mTopicKey]ID
+	msgs    map[model.ID]*mMsg // messages that exist (not acked or cancelled)
+	created []model.ID         // every id ever created, in creation (= id) order
+	order   []model.ID         // a superset of the existing ids, in id order; see live
+	keys    map[mTopicKey]model.ID
 	topics  map[string]bool
-	nodes   map[string]Node
+	nodes   map[string]model.Member
 	scheds  map[string]*ScheduleInfo // model_schedule_test.go
 	gen     int
 	group   int // the store's group: the top byte of every Seq it mints
 	index   uint64
 	seq     uint32
-	dirty   map[ID]bool // ids changed since the harness last looked
+	dirty   map[model.ID]bool // ids changed since the harness last looked
 }
 
 func newRefModel(group int) *refModel {
-	return &refModel{group: group, msgs: map[ID]*mMsg{}, keys: map[mTopicKey]ID{}, topics: map[string]bool{},
-		nodes: map[string]Node{}, dirty: map[ID]bool{}, scheds: map[string]*ScheduleInfo{}}
+	return &refModel{group: group, msgs: map[model.ID]*mMsg{}, keys: map[mTopicKey]model.ID{}, topics: map[string]bool{},
+		nodes: map[string]model.Member{}, dirty: map[model.ID]bool{}, scheds: map[string]*ScheduleInfo{}}
 }
 
 func mClamp(ms int64) int64 {
@@ -119,7 +121,7 @@ func mClamp(ms int64) int64 {
 func (md *refModel) begin(index uint64) { md.index, md.seq = index, 0 }
 
 // live returns the existing ids in id order.
-func (md *refModel) live() []ID {
+func (md *refModel) live() []model.ID {
 	if len(md.order) > 2*len(md.msgs)+16 {
 		kept := md.order[:0]
 		for _, id := range md.order {
@@ -132,42 +134,42 @@ func (md *refModel) live() []ID {
 	return md.order
 }
 
-func (md *refModel) apply(c Command) Result {
+func (md *refModel) apply(c command.Command) command.Result {
 	switch c := c.(type) {
-	case Schedule:
+	case command.Schedule:
 		return md.schedule(c)
-	case Cancel:
+	case command.Cancel:
 		return md.cancel(c)
-	case Reschedule:
+	case command.Reschedule:
 		return md.reschedule(c)
-	case Lease:
+	case command.Lease:
 		return md.lease(c)
-	case Ack:
+	case command.Ack:
 		return md.ack(c)
-	case Nack:
+	case command.Nack:
 		return md.nack(c)
-	case Touch:
+	case command.Touch:
 		return md.touch(c)
-	case Bury:
+	case command.Bury:
 		return md.bury(c)
-	case Expire:
+	case command.Expire:
 		md.expire(c.Before)
-		return Result{}
-	case Promote:
-		return Result{Value: md.promote(c.Before)}
-	case Redrive:
+		return command.Result{}
+	case command.Promote:
+		return command.Result{Value: md.promote(c.Before)}
+	case command.Redrive:
 		return md.redrive(c)
-	case SetNode:
+	case command.SetNode:
 		md.nodes[c.Node.ID] = c.Node
-		return Result{}
-	case RemoveNode:
+		return command.Result{}
+	case command.RemoveNode:
 		delete(md.nodes, c.ID)
-		return Result{}
-	case SetSchedule:
+		return command.Result{}
+	case command.SetSchedule:
 		return md.setSchedule(c)
-	case DeleteSchedule:
+	case command.DeleteSchedule:
 		return md.deleteSchedule(c)
-	case AdvanceSchedules:
+	case command.AdvanceSchedules:
 		return md.advanceSchedules(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", c))
@@ -235,7 +237,7 @@ func (md *refModel) finish(m *mMsg) {
 	delete(md.msgs, m.ID)
 }
 
-func (md *refModel) schedule(c Schedule) Result {
+func (md *refModel) schedule(c command.Schedule) command.Result {
 	out := make([]Enqueued, 0, len(c.Messages))
 	for _, nm := range c.Messages {
 		md.topics[nm.Topic] = true
@@ -245,9 +247,9 @@ func (md *refModel) schedule(c Schedule) Result {
 				continue
 			}
 		}
-		id := ID{Index: md.index, Seq: uint32(md.group)<<24 | md.seq}
+		id := model.ID{Index: md.index, Seq: uint32(md.group)<<24 | md.seq}
 		md.seq++
-		m := &mMsg{Message: Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: append([]byte(nil), nm.Body...),
+		m := &mMsg{Message: model.Message{ID: id, Topic: nm.Topic, Key: nm.Key, Body: append([]byte(nil), nm.Body...),
 			Headers: nm.Headers, Priority: nm.Priority, DeliverAtMs: mClamp(nm.DeliverAtMs), TTRMs: nm.TTRMs,
 			MaxAttempts: nm.MaxAttempts, EnqueuedMs: c.NowMs}}
 		if m.TTRMs <= 0 {
@@ -265,42 +267,42 @@ func (md *refModel) schedule(c Schedule) Result {
 		md.place(m, false)
 		out = append(out, Enqueued{ID: id, DeliverAtMs: m.DeliverAtMs})
 	}
-	return Result{Value: out}
+	return command.Result{Value: out}
 }
 
-func (md *refModel) cancel(c Cancel) Result {
+func (md *refModel) cancel(c command.Cancel) command.Result {
 	id := c.ID
 	if c.Topic != "" {
 		var ok bool
 		if id, ok = md.keys[mTopicKey{c.Topic, c.Key}]; !ok {
-			return Result{Err: ErrNotFound}
+			return command.Result{Err: model.ErrNotFound}
 		}
 	}
 	m := md.msgs[id]
 	switch {
 	case m == nil:
-		return Result{Err: ErrNotFound}
+		return command.Result{Err: model.ErrNotFound}
 	case m.state == StateReserved:
-		return Result{Err: ErrConflict}
+		return command.Result{Err: model.ErrConflict}
 	}
 	md.finish(m)
-	return Result{Value: id}
+	return command.Result{Value: id}
 }
 
-func (md *refModel) reschedule(c Reschedule) Result {
+func (md *refModel) reschedule(c command.Reschedule) command.Result {
 	m := md.msgs[c.ID]
 	switch {
 	case m == nil:
-		return Result{Err: ErrNotFound}
+		return command.Result{Err: model.ErrNotFound}
 	case m.state != StateDelayed && m.state != StateReady:
-		return Result{Err: ErrConflict}
+		return command.Result{Err: model.ErrConflict}
 	}
 	m.DeliverAtMs = mClamp(c.DeliverAtMs)
 	md.place(m, false)
-	return Result{Value: m.DeliverAtMs}
+	return command.Result{Value: m.DeliverAtMs}
 }
 
-func (md *refModel) lease(c Lease) Result {
+func (md *refModel) lease(c command.Lease) command.Result {
 	took := make([]bool, len(c.Items))
 	for i, it := range c.Items {
 		m := md.msgs[it.ID]
@@ -320,11 +322,11 @@ func (md *refModel) lease(c Lease) Result {
 		md.place(m, true)
 		took[i] = true
 	}
-	return Result{Value: took}
+	return command.Result{Value: took}
 }
 
 // held returns the message a receipt holds if the receipt is valid at now.
-func (md *refModel) held(r Receipt, now int64) *mMsg {
+func (md *refModel) held(r model.Receipt, now int64) *mMsg {
 	m := md.msgs[r.ID]
 	if m == nil || m.state != StateReserved || m.Receipt != r.Nonce || now > m.LeaseExpiresMs {
 		return nil
@@ -332,8 +334,8 @@ func (md *refModel) held(r Receipt, now int64) *mMsg {
 	return m
 }
 
-func (md *refModel) ack(c Ack) Result {
-	var n Counted
+func (md *refModel) ack(c command.Ack) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.held(r, c.NowMs)
 		if m == nil {
@@ -343,11 +345,11 @@ func (md *refModel) ack(c Ack) Result {
 		md.finish(m)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
-func (md *refModel) nack(c Nack) Result {
-	var n Counted
+func (md *refModel) nack(c command.Nack) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.held(r, c.NowMs)
 		if m == nil {
@@ -363,11 +365,11 @@ func (md *refModel) nack(c Nack) Result {
 		}
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
-func (md *refModel) touch(c Touch) Result {
-	var n Counted
+func (md *refModel) touch(c command.Touch) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.held(r, c.NowMs)
 		if m == nil {
@@ -381,13 +383,13 @@ func (md *refModel) touch(c Touch) Result {
 		md.place(m, true)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // bury kills reserved messages out of attempts whose lease ended before
 // c.NowMs.
-func (md *refModel) bury(c Bury) Result {
-	var n Counted
+func (md *refModel) bury(c command.Bury) command.Result {
+	var n command.Counted
 	for _, r := range c.Receipts {
 		m := md.msgs[r.ID]
 		if m == nil || m.state != StateReserved || m.Receipt != r.Nonce || m.LeaseExpiresMs >= c.NowMs || m.Attempts < m.MaxAttempts {
@@ -397,7 +399,7 @@ func (md *refModel) bury(c Bury) Result {
 		md.kill(m)
 		n.Done++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // expire fires every slot before the second before and reports whether the
@@ -438,9 +440,9 @@ func (md *refModel) promote(before int64) int {
 	return len(move)
 }
 
-func (md *refModel) redrive(c Redrive) Result {
+func (md *refModel) redrive(c command.Redrive) command.Result {
 	if !md.topics[c.Topic] {
-		return Result{Value: 0}
+		return command.Result{Value: 0}
 	}
 	ids := c.IDs
 	if len(ids) == 0 {
@@ -469,7 +471,7 @@ func (md *refModel) redrive(c Redrive) Result {
 		md.toReady(m)
 		n++
 	}
-	return Result{Value: n}
+	return command.Result{Value: n}
 }
 
 // ---------------------------------------------------------------------------
@@ -477,8 +479,8 @@ func (md *refModel) redrive(c Redrive) Result {
 
 type logEntry struct {
 	index uint64
-	data  []byte   // the encoded entry, as Raft would carry it
-	want  []Result // the model's results
+	data  []byte           // the encoded entry, as Raft would carry it
+	want  []command.Result // the model's results
 	now   int64
 }
 
@@ -500,12 +502,12 @@ type modelHarness struct {
 	log    []*logEntry
 	now    int64
 	nonce  uint64
-	issued []Receipt
+	issued []model.Receipt
 	// durable is the highest index the store must keep through a crash:
 	// the last Sync, Close, or Apply under SyncEveryBatch.
 	durable uint64
 	// popped holds, per id, the placement generation the loader yielded.
-	popped map[ID]int
+	popped map[model.ID]int
 	step   int
 	phase  string // what the step is doing, for failure messages
 	stats  map[string]int
@@ -518,7 +520,7 @@ var (
 
 func runModel(t *testing.T, seed int64, steps, group int) {
 	h := &modelHarness{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), fs: vfs.NewStrictMem(),
-		dir: "/db", group: group, md: newRefModel(group), popped: map[ID]int{}, stats: map[string]int{}}
+		dir: "/db", group: group, md: newRefModel(group), popped: map[model.ID]int{}, stats: map[string]int{}}
 	h.now = 1_700_000_000_000 + h.rng.Int63n(86_400_000)
 	h.open()
 	rep, err := Open("/replica", Options{FS: vfs.NewMem(), Group: group})
@@ -533,7 +535,7 @@ func runModel(t *testing.T, seed int64, steps, group int) {
 		h.rep.Close()
 	}()
 	// The leader's first entry starts the wheel at the current second.
-	h.applyNew([][]Command{{Expire{Before: h.now / TickMs}, Promote{Before: h.now/TickMs + Slots}}})
+	h.applyNew([][]command.Command{{command.Expire{Before: h.now / TickMs}, command.Promote{Before: h.now/TickMs + Slots}}})
 	h.check(h.md, true)
 	for h.step = 1; h.step <= steps; h.step++ {
 		h.advance()
@@ -567,19 +569,19 @@ func runModel(t *testing.T, seed int64, steps, group int) {
 			h.s.DetachLoader()
 			h.l = NewLoader()
 			h.s.AttachLoader(h.l)
-			h.popped = map[ID]int{}
+			h.popped = map[model.ID]int{}
 		}
 		nEntries := 1
 		if h.rng.Intn(10) < 3 {
 			nEntries = 2 + h.rng.Intn(4)
 		}
-		batch := make([][]Command, nEntries)
+		batch := make([][]command.Command, nEntries)
 		for i := range batch {
 			n := 1
 			if h.rng.Intn(4) == 0 {
 				n = 2 + h.rng.Intn(3)
 			}
-			batch[i] = make([]Command, n)
+			batch[i] = make([]command.Command, n)
 		}
 		h.applyNew(batch)
 		full := *modelFull > 0 && h.step%*modelFull == 0
@@ -606,17 +608,17 @@ func (h *modelHarness) fatalf(format string, args ...any) {
 	fmt.Fprintf(&b, format, args...)
 	b.WriteString("\nlast entries:")
 	for _, e := range h.log[max(0, len(h.log)-6):] {
-		cmds, _ := DecodeCommands(e.data)
+		cmds, _ := command.DecodeCommands(e.data)
 		fmt.Fprintf(&b, "\n  %d now=%d %s", e.index, e.now, fmtCmds(cmds))
 	}
 	h.t.Fatal(b.String())
 }
 
-func fmtCmds(cmds []Command) string {
+func fmtCmds(cmds []command.Command) string {
 	var parts []string
 	for _, c := range cmds {
 		switch c := c.(type) {
-		case Schedule:
+		case command.Schedule:
 			var ms []string
 			for _, m := range c.Messages {
 				ms = append(ms, fmt.Sprintf("{%s/%s due=%d p=%d ttr=%d max=%d}", m.Topic, m.Key, m.DeliverAtMs, m.Priority, m.TTRMs, m.MaxAttempts))
@@ -655,7 +657,7 @@ func (h *modelHarness) tryOpen() error {
 	h.s = s
 	h.l = NewLoader()
 	s.AttachLoader(h.l)
-	h.popped = map[ID]int{}
+	h.popped = map[model.ID]int{}
 	return nil
 }
 
@@ -710,7 +712,7 @@ func (h *modelHarness) advance() {
 // applyNew fills the command slots of batch (one slice per entry) from the
 // generator, runs them through the model and then, as one Apply call,
 // through the store, and compares the results.
-func (h *modelHarness) applyNew(batch [][]Command) {
+func (h *modelHarness) applyNew(batch [][]command.Command) {
 	var es []*logEntry
 	for _, cmds := range batch {
 		e := &logEntry{index: uint64(len(h.log)) + 1, now: h.now}
@@ -721,7 +723,7 @@ func (h *modelHarness) applyNew(batch [][]Command) {
 			}
 			e.want = append(e.want, h.md.apply(cmds[j]))
 		}
-		e.data = EncodeCommands(cmds)
+		e.data = command.EncodeCommands(cmds)
 		h.log = append(h.log, e)
 		es = append(es, e)
 	}
@@ -733,7 +735,7 @@ func (h *modelHarness) applyNew(batch [][]Command) {
 // and compares the results with the model's.
 func (h *modelHarness) applyReplica(es []*logEntry) {
 	for _, e := range es {
-		cmds, err := DecodeCommands(e.data)
+		cmds, err := command.DecodeCommands(e.data)
 		if err != nil {
 			h.fatalf("decode entry %d: %v", e.index, err)
 		}
@@ -848,7 +850,7 @@ func lineDiff(a, b string) string {
 func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
 	entries := make([]Entry, len(es))
 	for i, e := range es {
-		cmds, err := DecodeCommands(e.data)
+		cmds, err := command.DecodeCommands(e.data)
 		if err != nil {
 			h.fatalf("decode entry %d: %v", e.index, err)
 		}
@@ -871,7 +873,7 @@ func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
 		if len(res[i]) != len(e.want) {
 			h.fatalf("entry %d: %d results, want %d", e.index, len(res[i]), len(e.want))
 		}
-		cmds, _ := DecodeCommands(e.data)
+		cmds, _ := command.DecodeCommands(e.data)
 		for j, want := range e.want {
 			if !resultEqual(want, res[i][j]) {
 				h.fatalf("entry %d command %d %s: result %s, model says %s", e.index, j, fmtCmds(cmds[j:j+1]), fmtResult(res[i][j]), fmtResult(want))
@@ -886,14 +888,14 @@ func (h *modelHarness) applyLogged(es []*logEntry, skipped uint64) {
 	}
 }
 
-func resultEqual(want, got Result) bool {
+func resultEqual(want, got command.Result) bool {
 	if want.Err != nil {
 		return got.Err != nil && errors.Is(got.Err, want.Err)
 	}
 	return got.Err == nil && reflect.DeepEqual(want.Value, got.Value)
 }
 
-func fmtResult(r Result) string {
+func fmtResult(r command.Result) string {
 	if r.Err != nil {
 		return "error(" + r.Err.Error() + ")"
 	}
@@ -903,9 +905,9 @@ func fmtResult(r Result) string {
 // ---------------------------------------------------------------------------
 // Command generation.
 
-func (h *modelHarness) genCmd() Command {
+func (h *modelHarness) genCmd() command.Command {
 	for {
-		var c Command
+		var c command.Command
 		switch r := h.rng.Intn(100); {
 		case r < 25:
 			c = h.genSchedule()
@@ -924,7 +926,7 @@ func (h *modelHarness) genCmd() Command {
 		case r < 72:
 			c = h.genTouch()
 		case r < 74:
-			c = Bury{NowMs: h.now, Receipts: h.genReceipts()}
+			c = command.Bury{NowMs: h.now, Receipts: h.genReceipts()}
 		case r < 86:
 			c = h.genExpire()
 		case r < 94:
@@ -934,9 +936,9 @@ func (h *modelHarness) genCmd() Command {
 		default:
 			id := fmt.Sprintf("n%d", h.rng.Intn(3))
 			if h.rng.Intn(3) == 0 {
-				c = RemoveNode{ID: id}
+				c = command.RemoveNode{ID: id}
 			} else {
-				c = SetNode{Node: Node{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
+				c = command.SetNode{Node: model.Member{ID: id, RaftAddr: fmt.Sprintf("10.0.0.%d:7000", h.rng.Intn(9)), HTTPAddr: "h:1"}}
 			}
 		}
 		if c != nil {
@@ -972,11 +974,11 @@ func (h *modelHarness) genDue() int64 {
 	}
 }
 
-func (h *modelHarness) pick(ids []ID) ID { return ids[h.rng.Intn(len(ids))] }
+func (h *modelHarness) pick(ids []model.ID) model.ID { return ids[h.rng.Intn(len(ids))] }
 
 // liveIDs returns the existing messages that satisfy f, in id order.
-func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []ID {
-	var out []ID
+func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []model.ID {
+	var out []model.ID
 	for _, id := range h.md.live() {
 		if m := h.md.msgs[id]; m != nil && (f == nil || f(m)) {
 			out = append(out, id)
@@ -987,18 +989,18 @@ func (h *modelHarness) liveIDs(f func(m *mMsg) bool) []ID {
 
 // anyID returns an existing id, most of the time, else any id ever created
 // or one that never existed.
-func (h *modelHarness) anyID(live []ID) ID {
+func (h *modelHarness) anyID(live []model.ID) model.ID {
 	switch r := h.rng.Intn(10); {
 	case r < 7 && len(live) > 0:
 		return h.pick(live)
 	case r < 9 && len(h.md.created) > 0:
 		return h.pick(h.md.created)
 	default:
-		return ID{Index: uint64(len(h.log)) + 1000, Seq: seqOf(h.group, uint32(h.rng.Intn(3)))}
+		return model.ID{Index: uint64(len(h.log)) + 1000, Seq: model.SeqOf(h.group, uint32(h.rng.Intn(3)))}
 	}
 }
 
-func (h *modelHarness) genSchedule() Command {
+func (h *modelHarness) genSchedule() command.Command {
 	n := 1 + h.rng.Intn(3)
 	if h.rng.Intn(10) == 0 {
 		n = 4 + h.rng.Intn(8)
@@ -1006,7 +1008,7 @@ func (h *modelHarness) genSchedule() Command {
 	if h.rng.Intn(50) == 0 {
 		n = 0
 	}
-	c := Schedule{NowMs: h.now, Messages: make([]NewMessage, n)}
+	c := command.Schedule{NowMs: h.now, Messages: make([]command.NewMessage, n)}
 	for i := range c.Messages {
 		m := &c.Messages[i]
 		m.Topic = modelTopics[h.rng.Intn(len(modelTopics))]
@@ -1046,7 +1048,7 @@ func (h *modelHarness) genSchedule() Command {
 	return c
 }
 
-func (h *modelHarness) genCancel() Command {
+func (h *modelHarness) genCancel() command.Command {
 	if h.rng.Intn(10) < 4 {
 		topic := modelTopics[h.rng.Intn(len(modelTopics))]
 		if h.rng.Intn(20) == 0 {
@@ -1056,28 +1058,28 @@ func (h *modelHarness) genCancel() Command {
 		if h.rng.Intn(20) == 0 {
 			key = ""
 		}
-		return Cancel{Topic: topic, Key: key}
+		return command.Cancel{Topic: topic, Key: key}
 	}
-	return Cancel{ID: h.anyID(h.liveIDs(nil))}
+	return command.Cancel{ID: h.anyID(h.liveIDs(nil))}
 }
 
-func (h *modelHarness) genReschedule() Command {
-	return Reschedule{ID: h.anyID(h.liveIDs(nil)), DeliverAtMs: h.genDue()}
+func (h *modelHarness) genReschedule() command.Command {
+	return command.Reschedule{ID: h.anyID(h.liveIDs(nil)), DeliverAtMs: h.genDue()}
 }
 
-func (h *modelHarness) genLease() Command {
+func (h *modelHarness) genLease() command.Command {
 	now := h.now
 	due := h.liveIDs(func(m *mMsg) bool {
 		return ((m.state == StateDelayed || m.state == StateReady) && m.DeliverAtMs <= now) ||
 			(m.state == StateReserved && m.LeaseExpiresMs <= now) // == now: still held, a no-op
 	})
-	c := Lease{NowMs: now}
+	c := command.Lease{NowMs: now}
 	n := 1 + h.rng.Intn(4)
 	if len(due) > 40 {
 		n += h.rng.Intn(len(due) / 4) // keep up with the backlog, as a leader would
 	}
 	for i := 0; i < n; i++ {
-		var id ID
+		var id model.ID
 		switch r := h.rng.Intn(20); {
 		case r < 17 && len(due) > 0:
 			id = h.pick(due)
@@ -1094,7 +1096,7 @@ func (h *modelHarness) genLease() Command {
 			ttr = m.TTRMs
 		}
 		h.nonce++
-		it := LeaseItem{ID: id, Nonce: h.nonce}
+		it := command.LeaseItem{ID: id, Nonce: h.nonce}
 		switch r := h.rng.Intn(10); {
 		case r < 5:
 			it.ExpiresMs = now + ttr
@@ -1114,7 +1116,7 @@ func (h *modelHarness) genLease() Command {
 			it.RedeliverMs = it.ExpiresMs - h.rng.Int63n(1000) // the store uses the later of the two
 		}
 		c.Items = append(c.Items, it)
-		h.issued = append(h.issued, Receipt{ID: id, Nonce: it.Nonce})
+		h.issued = append(h.issued, model.Receipt{ID: id, Nonce: it.Nonce})
 	}
 	if len(c.Items) == 0 {
 		return nil
@@ -1122,9 +1124,9 @@ func (h *modelHarness) genLease() Command {
 	return c
 }
 
-func (h *modelHarness) genReceipts() []Receipt {
+func (h *modelHarness) genReceipts() []model.Receipt {
 	reserved := h.liveIDs(func(m *mMsg) bool { return m.state == StateReserved })
-	var out []Receipt
+	var out []model.Receipt
 	n := 1 + h.rng.Intn(3)
 	if len(reserved) > 40 {
 		n += h.rng.Intn(len(reserved) / 4)
@@ -1133,24 +1135,24 @@ func (h *modelHarness) genReceipts() []Receipt {
 		switch r := h.rng.Intn(20); {
 		case r < 14 && len(reserved) > 0:
 			m := h.md.msgs[h.pick(reserved)]
-			out = append(out, Receipt{ID: m.ID, Nonce: m.Receipt})
+			out = append(out, model.Receipt{ID: m.ID, Nonce: m.Receipt})
 		case r < 17 && len(h.issued) > 0:
 			out = append(out, h.issued[h.rng.Intn(len(h.issued))]) // often an old one
 		case r < 18 && len(out) > 0:
 			out = append(out, out[0]) // the same receipt twice
 		default:
-			out = append(out, Receipt{ID: h.anyID(reserved), Nonce: uint64(h.rng.Int63())})
+			out = append(out, model.Receipt{ID: h.anyID(reserved), Nonce: uint64(h.rng.Int63())})
 		}
 	}
 	return out
 }
 
-func (h *modelHarness) genAck() Command {
-	return Ack{NowMs: h.now, Receipts: h.genReceipts()}
+func (h *modelHarness) genAck() command.Command {
+	return command.Ack{NowMs: h.now, Receipts: h.genReceipts()}
 }
 
-func (h *modelHarness) genNack() Command {
-	c := Nack{NowMs: h.now, Receipts: h.genReceipts()}
+func (h *modelHarness) genNack() command.Command {
+	c := command.Nack{NowMs: h.now, Receipts: h.genReceipts()}
 	switch r := h.rng.Intn(10); {
 	case r < 3:
 	case r < 7:
@@ -1165,41 +1167,41 @@ func (h *modelHarness) genNack() Command {
 	return c
 }
 
-func (h *modelHarness) genTouch() Command {
-	return Touch{NowMs: h.now, Receipts: h.genReceipts()}
+func (h *modelHarness) genTouch() command.Command {
+	return command.Touch{NowMs: h.now, Receipts: h.genReceipts()}
 }
 
-func (h *modelHarness) genExpire() Command {
+func (h *modelHarness) genExpire() command.Command {
 	sec := h.now / TickMs
 	switch r := h.rng.Intn(20); {
 	case r < 13:
-		return Expire{Before: sec}
+		return command.Expire{Before: sec}
 	case r < 17:
-		return Expire{Before: sec - h.rng.Int63n(4)}
+		return command.Expire{Before: sec - h.rng.Int63n(4)}
 	case r < 19:
-		return Expire{Before: sec - h.rng.Int63n(200)}
+		return command.Expire{Before: sec - h.rng.Int63n(200)}
 	default:
-		return Expire{Before: h.md.cursor - h.rng.Int63n(3)} // nothing to do
+		return command.Expire{Before: h.md.cursor - h.rng.Int63n(3)} // nothing to do
 	}
 }
 
-func (h *modelHarness) genPromote() Command {
+func (h *modelHarness) genPromote() command.Command {
 	switch r := h.rng.Intn(10); {
 	case r < 7:
-		return Promote{Before: h.md.cursor + Slots}
+		return command.Promote{Before: h.md.cursor + Slots}
 	case r < 9:
-		return Promote{Before: h.now/TickMs + h.rng.Int63n(Slots+100)}
+		return command.Promote{Before: h.now/TickMs + h.rng.Int63n(Slots+100)}
 	default:
-		return Promote{Before: h.rng.Int63n(3)}
+		return command.Promote{Before: h.rng.Int63n(3)}
 	}
 }
 
-func (h *modelHarness) genRedrive() Command {
+func (h *modelHarness) genRedrive() command.Command {
 	topic := modelTopics[h.rng.Intn(len(modelTopics))]
 	if h.rng.Intn(30) == 0 {
 		topic = "nosuchtopic"
 	}
-	c := Redrive{NowMs: h.now, Topic: topic}
+	c := command.Redrive{NowMs: h.now, Topic: topic}
 	if h.rng.Intn(2) == 0 {
 		dead := h.liveIDs(func(m *mMsg) bool { return m.state == StateDead })
 		for i, n := 0, 1+h.rng.Intn(3); i < n; i++ {
@@ -1250,7 +1252,7 @@ func (h *modelHarness) crash() {
 func (h *modelHarness) modelAt(n uint64) *refModel {
 	md := newRefModel(h.group)
 	for _, e := range h.log[:n] {
-		cmds, err := DecodeCommands(e.data)
+		cmds, err := command.DecodeCommands(e.data)
 		if err != nil {
 			h.fatalf("decode %d: %v", e.index, err)
 		}
@@ -1323,7 +1325,7 @@ func (h *modelHarness) tearTail() {
 	case 1:
 		junk = make([]byte, 1+h.rng.Intn(60))
 	case 2, 3:
-		payload := EncodeMessage(nil, &Message{ID: ID{Index: uint64(len(h.log)) + 1}, Topic: "alpha", Body: []byte("lost")})
+		payload := EncodeMessage(nil, &model.Message{ID: model.ID{Index: uint64(len(h.log)) + 1}, Topic: "alpha", Body: []byte("lost")})
 		junk = segment.AppendRecord(nil, segment.Record{Type: segment.TypeMessage, Index: uint64(len(h.log)) + 1, Payload: payload})
 		if h.rng.Intn(2) == 0 {
 			junk = junk[:1+h.rng.Intn(len(junk)-1)]
@@ -1410,7 +1412,7 @@ func (h *modelHarness) checkOpts(md *refModel, full, all bool) {
 			h.checkGet(md, md.created[h.rng.Intn(len(md.created))])
 		}
 	} else {
-		ids := make([]ID, 0, len(md.dirty))
+		ids := make([]model.ID, 0, len(md.dirty))
 		for id := range md.dirty {
 			ids = append(ids, id)
 		}
@@ -1430,8 +1432,8 @@ func (h *modelHarness) checkOpts(md *refModel, full, all bool) {
 	}
 }
 
-func sortedNodes(m map[string]Node) []Node {
-	out := make([]Node, 0, len(m))
+func sortedNodes(m map[string]model.Member) []model.Member {
+	out := make([]model.Member, 0, len(m))
 	for _, n := range m {
 		out = append(out, n)
 	}
@@ -1439,11 +1441,11 @@ func sortedNodes(m map[string]Node) []Node {
 	return out
 }
 
-func (h *modelHarness) checkGet(md *refModel, id ID) {
+func (h *modelHarness) checkGet(md *refModel, id model.ID) {
 	v, err := h.s.Get(id)
 	m := md.msgs[id]
 	if m == nil {
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, model.ErrNotFound) {
 			h.fatalf("Get(%s) = %s %v; the model has no such message", id, fmtView(v), err)
 		}
 		return
@@ -1467,7 +1469,7 @@ func fmtModel(m *mMsg) string {
 }
 
 // viewDiff names the first field in which a message differs from the model.
-func viewDiff(g Message, st State, m *mMsg) string {
+func viewDiff(g model.Message, st State, m *mMsg) string {
 	w := m.Message
 	switch {
 	case st != m.state:
@@ -1554,7 +1556,7 @@ func (h *modelHarness) checkQueues(md *refModel) {
 	}
 }
 
-func dueLess(a, b *Message) bool {
+func dueLess(a, b *model.Message) bool {
 	if a.DeliverAtMs != b.DeliverAtMs {
 		return a.DeliverAtMs < b.DeliverAtMs
 	}
@@ -1629,13 +1631,13 @@ func (h *modelHarness) checkWheel(md *refModel) {
 		if info.Second != sl.Second || info.Messages != sl.Messages {
 			h.fatalf("Slot(%d) = second %d messages %d, Wheel says %d/%d", sl.Slot, info.Second, info.Messages, sl.Second, sl.Messages)
 		}
-		var live []ID
+		var live []model.ID
 		for _, r := range info.Records {
 			if r.Live {
 				live = append(live, r.ID)
 			}
 		}
-		var want []ID
+		var want []model.ID
 		for _, id := range md.live() {
 			if m := md.msgs[id]; m != nil && m.loc == mlWheel && m.DeliverAtMs/TickMs == sl.Second {
 				want = append(want, id)

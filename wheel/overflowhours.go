@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The overflow by hour: how many overflow messages are due in each hour,
@@ -80,7 +82,7 @@ type OverflowHistogram struct {
 func (s *Store) OverflowHistogram(bucketMs int64, limit int) (OverflowHistogram, error) {
 	if bucketMs <= 0 || bucketMs%OverflowHourMs != 0 || limit < 1 {
 		return OverflowHistogram{}, fmt.Errorf("%w: bucket %d ms (a positive multiple of %d), limit %d (at least 1)",
-			ErrInvalid, bucketMs, OverflowHourMs, limit)
+			model.ErrInvalid, bucketMs, OverflowHourMs, limit)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

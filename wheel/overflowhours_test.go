@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestOverflowHistogram(t *testing.T) {
@@ -19,7 +21,7 @@ func TestOverflowHistogram(t *testing.T) {
 	const day = 24 * h
 	now := int64(1_700_000_000_000) - int64(1_700_000_000_000)%day // on a day
 	sec := SecondOf(now)
-	apply := func(index uint64, cmds ...Command) []Result {
+	apply := func(index uint64, cmds ...command.Command) []command.Result {
 		t.Helper()
 		res, err := s.Apply([]Entry{{Index: index, Cmds: cmds}})
 		if err != nil || res[0][0].Err != nil {
@@ -27,12 +29,12 @@ func TestOverflowHistogram(t *testing.T) {
 		}
 		return res[0]
 	}
-	apply(1, Expire{Before: sec}, Promote{Before: sec + HorizonSecs})
-	var msgs []NewMessage
+	apply(1, command.Expire{Before: sec}, command.Promote{Before: sec + HorizonSecs})
+	var msgs []command.NewMessage
 	for _, due := range []int64{now + 3*h, now + 3*h + 10, now + 4*h + 5, now + 30*h, now + 1000} {
-		msgs = append(msgs, NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: due})
+		msgs = append(msgs, command.NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: due})
 	}
-	enq := apply(2, Schedule{NowMs: now, Messages: msgs})[0].Value.([]Enqueued)
+	enq := apply(2, command.Schedule{NowMs: now, Messages: msgs})[0].Value.([]Enqueued)
 	want := func(bucketMs int64, limit int, w OverflowHistogram) {
 		t.Helper()
 		got, err := s.OverflowHistogram(bucketMs, limit)
@@ -45,13 +47,13 @@ func TestOverflowHistogram(t *testing.T) {
 	want(day, 10, OverflowHistogram{BucketMs: day, Total: 4, Buckets: []OverflowBucket{{now, 3}, {now + day, 1}}})
 
 	// A cancel and a promotion take their messages out of their hours.
-	apply(3, Cancel{ID: enq[1].ID})
+	apply(3, command.Cancel{ID: enq[1].ID})
 	cur := SecondOf(now + 4*h)
-	apply(4, Expire{Before: cur}, Promote{Before: cur + HorizonSecs})
+	apply(4, command.Expire{Before: cur}, command.Promote{Before: cur + HorizonSecs})
 	want(h, 10, OverflowHistogram{BucketMs: h, Total: 1, Buckets: []OverflowBucket{{now + 30*h, 1}}})
 
 	for _, bad := range []int64{0, -h, h / 2, h + 1} {
-		if _, err := s.OverflowHistogram(bad, 1); !errors.Is(err, ErrInvalid) {
+		if _, err := s.OverflowHistogram(bad, 1); !errors.Is(err, model.ErrInvalid) {
 			t.Fatalf("bucket %d: %v, want ErrInvalid", bad, err)
 		}
 	}

@@ -3,6 +3,8 @@ package wheel
 import (
 	"cmp"
 	"slices"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // placedCacheBytes bounds the memory of the placements the store keeps
@@ -77,7 +79,7 @@ func (e *placedEntry) mark(seq uint32) {
 // commit records what a committed batch did: the placements it wrote
 // (entries it applied), the ones it deleted, and the meta keys it wrote or
 // deleted.
-func (c *placedCache) commit(added map[uint64][]placed, dropped map[uint64]bool, metas map[ID]*meta) {
+func (c *placedCache) commit(added map[uint64][]placed, dropped map[uint64]bool, metas map[model.ID]*meta) {
 	for index := range dropped {
 		c.remove(index)
 	}

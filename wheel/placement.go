@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Where a message lives. A delayed message due within the horizon, and a
@@ -21,7 +22,7 @@ import (
 // put writes a message into the place its due time and state call for and
 // records its meta. from is its previous state (0 for a new message); typ
 // is the record type: a lease's redelivery, or a message.
-func (t *tx) put(m *Message, tid uint32, from State, typ segment.RecordType) {
+func (t *tx) put(m *model.Message, tid uint32, from State, typ segment.RecordType) {
 	state := recordState(typ)
 	sec := SecondOf(m.DeliverAtMs)
 	switch {
@@ -71,7 +72,7 @@ func recordState(typ segment.RecordType) State {
 // slotMeta is the meta of message m whose current record, of type typ,
 // lies in the slot file of second at off. put writes it, and a placement
 // implies it from the record, so the two agree.
-func slotMeta(m *Message, tid uint32, typ segment.RecordType, second, off int64) meta {
+func slotMeta(m *model.Message, tid uint32, typ segment.RecordType, second, off int64) meta {
 	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
 		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key}
 }
@@ -85,12 +86,12 @@ func (t *tx) move(tid uint32, from, to State) {
 	}
 }
 
-func clearLease(m *Message) {
+func clearLease(m *model.Message) {
 	m.Receipt, m.LeaseExpiresMs, m.LeaseMs = 0, 0, 0
 }
 
 // toReady puts a message on its topic's ready queue.
-func (t *tx) toReady(m *Message, tid uint32, from State) {
+func (t *tx) toReady(m *model.Message, tid uint32, from State) {
 	clearLease(m)
 	k := readyKey(tid, m.DeliverAtMs, m.Priority, m.ID)
 	t.set(k, EncodeMessage(nil, m))
@@ -108,7 +109,7 @@ func (t *tx) toReady(m *Message, tid uint32, from State) {
 // toDead moves a message to its topic's dead letters and frees its key:
 // a dead message is never Keyed. Its record keeps the key, which a redrive
 // takes again if no other message holds it by then.
-func (t *tx) toDead(m *Message, tid uint32, from State) {
+func (t *tx) toDead(m *model.Message, tid uint32, from State) {
 	clearLease(m)
 	t.set(deadKey(tid, m.ID), EncodeMessage(nil, m))
 	t.setMeta(m.ID, &meta{State: StateDead, Loc: locDead, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority})
@@ -118,13 +119,13 @@ func (t *tx) toDead(m *Message, tid uint32, from State) {
 }
 
 // releaseKey drops the key index entry if it still names m.
-func (t *tx) releaseKey(m *Message, tid uint32) {
+func (t *tx) releaseKey(m *model.Message, tid uint32) {
 	if m.Key == "" {
 		return
 	}
 	k := keyIndexKey(tid, m.Key)
 	if v := t.get(k); v != nil {
-		if id, err := IDFromBytes(v); err == nil && id == m.ID {
+		if id, err := model.IDFromBytes(v); err == nil && id == m.ID {
 			t.del(k)
 		}
 	}
@@ -133,7 +134,7 @@ func (t *tx) releaseKey(m *Message, tid uint32) {
 // finish deletes a message entirely (ack, cancel). A Keyed meta names the
 // key the message holds, which it frees without reading it first (the
 // invariant at meta.Keyed); any other message holds no key.
-func (t *tx) finish(id ID, mt meta) {
+func (t *tx) finish(id model.ID, mt meta) {
 	t.unplace(id, mt)
 	t.delMeta(id, mt)
 	if mt.Keyed {
@@ -144,7 +145,7 @@ func (t *tx) finish(id ID, mt meta) {
 
 // unplace removes a message's record from its location. It does not touch
 // meta or counts.
-func (t *tx) unplace(id ID, mt meta) {
+func (t *tx) unplace(id model.ID, mt meta) {
 	switch mt.Loc {
 	case locSegment:
 		if mt.Second < t.cursor {
@@ -164,9 +165,9 @@ func (t *tx) unplace(id ID, mt meta) {
 }
 
 // full reads a message's full record from wherever meta says it lives.
-func (t *tx) full(id ID, mt meta) (Message, bool) {
+func (t *tx) full(id model.ID, mt meta) (model.Message, bool) {
 	if t.err != nil {
-		return Message{}, false
+		return model.Message{}, false
 	}
 	var p []byte
 	switch mt.Loc {
@@ -174,7 +175,7 @@ func (t *tx) full(id ID, mt meta) (Message, bool) {
 		r, err := t.readRecord(mt.Second, mt.Offset)
 		if err != nil {
 			t.fail(fmt.Errorf("read message %s: %w", id, err))
-			return Message{}, false
+			return model.Message{}, false
 		}
 		p = r.Payload
 	case locOverflow:
@@ -188,12 +189,12 @@ func (t *tx) full(id ID, mt meta) (Message, bool) {
 	}
 	if p == nil {
 		t.fail(fmt.Errorf("message %s: %w: index names location %d but the record is missing", id, ErrInconsistent, mt.Loc))
-		return Message{}, false
+		return model.Message{}, false
 	}
 	m, err := DecodeMessage(p)
 	if err != nil {
 		t.fail(fmt.Errorf("message %s: %w", id, err))
-		return Message{}, false
+		return model.Message{}, false
 	}
 	return m, true
 }
@@ -262,7 +263,7 @@ type placing struct {
 
 // place records that message id of the entry being applied was put, new,
 // into the slot file of second at off.
-func (t *tx) place(id ID, second, off int64) {
+func (t *tx) place(id model.ID, second, off int64) {
 	p := &t.placing
 	if p.index != id.Index || p.n == 0 {
 		*p = placing{index: id.Index, buf: p.buf[:0], maxSec: -1, written: -1}
@@ -349,14 +350,14 @@ type metaSource interface {
 	getKey(key []byte) ([]byte, error)
 	// placement returns where id's entry placed it, if it did and the
 	// placements are still kept.
-	placement(id ID) (second, off int64, ok bool, err error)
+	placement(id model.ID) (second, off int64, ok bool, err error)
 	readRecord(second, off int64) (segment.Record, error)
 	topicOf(name string) (uint32, bool)
 }
 
 // lookupMeta returns a message's meta: its own, or the one its entry's
 // placements imply.
-func lookupMeta(src metaSource, id ID) (meta, bool, error) {
+func lookupMeta(src metaSource, id model.ID) (meta, bool, error) {
 	v, err := src.getKey(metaKey(id))
 	if err != nil {
 		return meta{}, false, err
@@ -375,7 +376,7 @@ func lookupMeta(src metaSource, id ID) (meta, bool, error) {
 }
 
 // placementIn returns where the entry's placements v (nil: none) put id.
-func placementIn(v []byte, id ID) (second, off int64, ok bool, err error) {
+func placementIn(v []byte, id model.ID) (second, off int64, ok bool, err error) {
 	second, off, ok, err = findPlacement(v, id.Seq)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
@@ -413,7 +414,7 @@ func decodePlacements(v []byte) ([]placed, error) {
 // cost a search each, not a decode. An entry's placements are written
 // while it is applied and only deleted after; the batch forgets the ones
 // it writes or deletes.
-func (t *tx) placement(id ID) (second, off int64, ok bool, err error) {
+func (t *tx) placement(id model.ID) (second, off int64, ok bool, err error) {
 	ps, cached := t.placed[id.Index]
 	if !cached {
 		if e := t.cachedPlaced(id.Index); e != nil {
@@ -450,7 +451,7 @@ func (t *tx) cachedPlaced(index uint64) *placedEntry {
 
 // implicitMeta returns the meta a message without one of its own has by its
 // entry's placements.
-func implicitMeta(src metaSource, id ID) (meta, bool, error) {
+func implicitMeta(src metaSource, id model.ID) (meta, bool, error) {
 	sec, off, ok, err := src.placement(id)
 	if err != nil || !ok {
 		return meta{}, false, err
@@ -482,7 +483,7 @@ func (s txSource) getKey(key []byte) ([]byte, error) {
 	return v, s.t.err
 }
 
-func (s txSource) placement(id ID) (second, off int64, ok bool, err error) {
+func (s txSource) placement(id model.ID) (second, off int64, ok bool, err error) {
 	return s.t.placement(id)
 }
 
@@ -497,7 +498,7 @@ type storeSource struct{ s *Store }
 
 func (s storeSource) getKey(key []byte) ([]byte, error) { return s.s.get(key) }
 
-func (s storeSource) placement(id ID) (second, off int64, ok bool, err error) {
+func (s storeSource) placement(id model.ID) (second, off int64, ok bool, err error) {
 	v, err := s.s.get(placedKey(id.Index))
 	if err != nil || v == nil {
 		return 0, 0, false, err

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // keysWith lists the index's keys with prefix p.
@@ -42,11 +45,11 @@ func (k *storeKit) goneMarks() [][]byte {
 func TestPlacementsStandForMetas(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},     // keyed: a meta
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000},         // beyond the horizon: a meta
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 4500, Priority: -1}, // last slot of the entry
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},     // keyed: a meta
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000},         // beyond the horizon: a meta
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 4500, Priority: -1}, // last slot of the entry
 	)
 	idx := enq[0].ID.Index
 	if got := len(k.keysWith(pMeta)); got != 2 {
@@ -65,27 +68,27 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	k.wantCounts(TopicCounts{Topic: "a", Delayed: 3})
 
 	// Cancelled: gone, and marked so.
-	k.one(Cancel{ID: enq[0].ID})
+	k.one(command.Cancel{ID: enq[0].ID})
 	k.wantGone(enq[0].ID)
 	if got := k.goneMarks(); len(got) != 1 || !bytes.Equal(got[0], metaKey(enq[0].ID)) {
 		t.Fatalf("gone marks %x", got)
 	}
 	// Leased: it gets a meta of its own; acked: gone.
-	k.one(Lease{NowMs: t0 + 2500, Items: []LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
+	k.one(command.Lease{NowMs: t0 + 2500, Items: []command.LeaseItem{{ID: enq[1].ID, Nonce: 4, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
 	k.wantState(enq[1].ID, StateReserved, t0+9000, 1)
-	k.one(Ack{NowMs: t0 + 2600, Receipts: []Receipt{{ID: enq[1].ID, Nonce: 4}}})
+	k.one(command.Ack{NowMs: t0 + 2600, Receipts: []model.Receipt{{ID: enq[1].ID, Nonce: 4}}})
 	k.wantGone(enq[1].ID)
 	if got := len(k.goneMarks()); got != 2 {
 		t.Fatalf("%d gone marks, want 2", got)
 	}
 	// The last slot second with a placement has not expired: they stay.
-	k.apply(Expire{Before: t0s + 4})
+	k.apply(command.Expire{Before: t0s + 4})
 	if len(k.keysWith(pPlaced)) != 1 {
 		t.Fatal("placements dropped before the cursor passed the entry's last slot")
 	}
 	// It expires: what was still placed moves to the ready queue, and
 	// the placements and marks go.
-	k.apply(Expire{Before: t0s + 5})
+	k.apply(command.Expire{Before: t0s + 5})
 	for _, p := range []byte{pPlaced, pPlacedBy} {
 		if got := k.keysWith(p); len(got) != 0 {
 			t.Fatalf("prefix %q holds %x after the entry's last slot expired", p, got)
@@ -113,10 +116,10 @@ func TestPlacementsStandForMetas(t *testing.T) {
 func TestPlacementsAcrossCommands(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	res := k.apply(
-		Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}},
-		Schedule{NowMs: t0, Messages: []NewMessage{{Topic: "a", DeliverAtMs: t0 + 7000}, {Topic: "a", DeliverAtMs: t0 + 500}}},
+		command.Schedule{NowMs: t0, Messages: []command.NewMessage{{Topic: "a", DeliverAtMs: t0 + 1000}}},
+		command.Schedule{NowMs: t0, Messages: []command.NewMessage{{Topic: "a", DeliverAtMs: t0 + 7000}, {Topic: "a", DeliverAtMs: t0 + 500}}},
 	)
-	var ids []ID
+	var ids []model.ID
 	for _, r := range res {
 		for _, e := range r.Value.([]Enqueued) {
 			ids = append(ids, e.ID)
@@ -140,7 +143,7 @@ func TestFindPlacement(t *testing.T) {
 	for seq := uint32(0); seq < 300; seq += 1 + seq%3 {
 		sec += int64(seq%5) - 2 // back and forth
 		off += 17 + int64(seq)
-		tx.place(ID{Index: 42, Seq: seq}, sec, off)
+		tx.place(model.ID{Index: 42, Seq: seq}, sec, off)
 		want[seq] = [2]int64{sec, off}
 	}
 	for seq := uint32(0); seq < 310; seq++ {
@@ -160,8 +163,8 @@ func TestFindPlacement(t *testing.T) {
 
 func FuzzFindPlacement(f *testing.F) {
 	var tx tx
-	tx.place(ID{Index: 1, Seq: 0}, 5, 10)
-	tx.place(ID{Index: 1, Seq: 3}, 4, 99)
+	tx.place(model.ID{Index: 1, Seq: 0}, 5, 10)
+	tx.place(model.ID{Index: 1, Seq: 3}, 4, 99)
 	f.Add(tx.placing.buf, uint32(3))
 	f.Add([]byte{0x80, 0x80}, uint32(0))
 	f.Add(binary.AppendUvarint(nil, 1<<40), uint32(7))
@@ -179,16 +182,16 @@ func FuzzFindPlacement(f *testing.F) {
 func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Key: "k1"},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Key: "k1"},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
 	)
-	var items []LeaseItem
-	var receipts []Receipt
+	var items []command.LeaseItem
+	var receipts []model.Receipt
 	for i, e := range enq {
-		items = append(items, LeaseItem{ID: e.ID, Nonce: uint64(10 + i), ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000})
-		receipts = append(receipts, Receipt{ID: e.ID, Nonce: uint64(10 + i)})
+		items = append(items, command.LeaseItem{ID: e.ID, Nonce: uint64(10 + i), ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000})
+		receipts = append(receipts, model.Receipt{ID: e.ID, Nonce: uint64(10 + i)})
 	}
-	k.one(Lease{NowMs: t0 + 1500, Items: items})
+	k.one(command.Lease{NowMs: t0 + 1500, Items: items})
 	k.s.mu.Lock()
 	for i, want := range []bool{true, false} {
 		mt, ok, err := lookupMeta(storeSource{k.s}, enq[i].ID)
@@ -200,7 +203,7 @@ func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
 	if got := k.keyed(); got["k1"] != enq[0].ID {
 		t.Fatalf("key index %v before the ack, want k1 → %s", got, enq[0].ID)
 	}
-	if c := k.one(Ack{NowMs: t0 + 1600, Receipts: receipts}).(Counted); c.Done != 2 {
+	if c := k.one(command.Ack{NowMs: t0 + 1600, Receipts: receipts}).(command.Counted); c.Done != 2 {
 		t.Fatalf("acked %+v, want 2 done", c)
 	}
 	k.wantGone(enq[0].ID)
@@ -217,14 +220,14 @@ func TestAckOfKeyedAndKeylessLeases(t *testing.T) {
 // one's key, and an ack of the newer one does, from its meta.
 func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	lease := func(now int64, id ID, nonce uint64) {
+	lease := func(now int64, id model.ID, nonce uint64) {
 		t.Helper()
-		ok := k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: now + 100, RedeliverMs: now + 101}}}).([]bool)
+		ok := k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: now + 100, RedeliverMs: now + 101}}}).([]bool)
 		if !ok[0] {
 			t.Fatalf("lease of %s refused", id)
 		}
 	}
-	keyMeta := func(id ID) meta {
+	keyMeta := func(id model.ID) meta {
 		t.Helper()
 		k.s.mu.Lock()
 		defer k.s.mu.Unlock()
@@ -234,24 +237,24 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 		}
 		return mt
 	}
-	oldID := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0, MaxAttempts: 1})[0].ID
+	oldID := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0, MaxAttempts: 1})[0].ID
 	if mt := keyMeta(oldID); !mt.Keyed || mt.Key != "k" {
 		t.Fatalf("a keyed message's meta %+v, want keyed k", mt)
 	}
 	lease(t0, oldID, 1)
-	k.one(Nack{NowMs: t0 + 10, Receipts: []Receipt{{ID: oldID, Nonce: 1}}})
+	k.one(command.Nack{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: oldID, Nonce: 1}}})
 	k.wantState(oldID, StateDead, t0+101, 1)
 	if mt := keyMeta(oldID); mt.Keyed || mt.Key != "" {
 		t.Fatalf("a dead message's meta %+v names a key", mt)
 	}
-	newer := k.schedule(t0+20, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 1500})
+	newer := k.schedule(t0+20, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 1500})
 	if newer[0].Duplicate {
 		t.Fatal("the dead message kept its key")
 	}
 	newID := newer[0].ID
 
 	// Redrive: the key is taken, so the redriven message holds none.
-	if n := k.one(Redrive{NowMs: t0 + 30, Topic: "a", IDs: []ID{oldID}}).(int); n != 1 {
+	if n := k.one(command.Redrive{NowMs: t0 + 30, Topic: "a", IDs: []model.ID{oldID}}).(int); n != 1 {
 		t.Fatalf("redrove %d, want 1", n)
 	}
 	if v := k.get(oldID); v.Key != "" {
@@ -261,7 +264,7 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 		t.Fatalf("the redriven message's meta %+v names the key a newer message holds", mt)
 	}
 	lease(t0+40, oldID, 2)
-	if c := k.one(Ack{NowMs: t0 + 50, Receipts: []Receipt{{ID: oldID, Nonce: 2}}}).(Counted); c.Done != 1 {
+	if c := k.one(command.Ack{NowMs: t0 + 50, Receipts: []model.Receipt{{ID: oldID, Nonce: 2}}}).(command.Counted); c.Done != 1 {
 		t.Fatalf("ack %+v", c)
 	}
 	if got := k.keyed(); got["k"] != newID {
@@ -270,7 +273,7 @@ func TestKeyOfDeadMessageTakenByNewer(t *testing.T) {
 
 	// The newer message's ack frees the key its meta names.
 	lease(t0+1500, newID, 3)
-	if c := k.one(Ack{NowMs: t0 + 1550, Receipts: []Receipt{{ID: newID, Nonce: 3}}}).(Counted); c.Done != 1 {
+	if c := k.one(command.Ack{NowMs: t0 + 1550, Receipts: []model.Receipt{{ID: newID, Nonce: 3}}}).(command.Counted); c.Done != 1 {
 		t.Fatalf("ack %+v", c)
 	}
 	if got := k.keyed(); len(got) != 0 {

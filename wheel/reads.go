@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func (s *Store) checkOpen() error {
@@ -25,7 +26,7 @@ func (s *Store) checkOpen() error {
 }
 
 // Get returns a message and its state, or an error wrapping ErrNotFound.
-func (s *Store) Get(id ID) (View, error) {
+func (s *Store) Get(id model.ID) (View, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkOpen(); err != nil {
@@ -36,7 +37,7 @@ func (s *Store) Get(id ID) (View, error) {
 		return View{}, err
 	}
 	if !ok {
-		return View{}, fmt.Errorf("%w: message %s", ErrNotFound, id)
+		return View{}, fmt.Errorf("%w: message %s", model.ErrNotFound, id)
 	}
 	m, err := s.fullCommitted(id, mt)
 	if err != nil {
@@ -46,7 +47,7 @@ func (s *Store) Get(id ID) (View, error) {
 }
 
 // fullCommitted reads a message's record from committed state; s.mu is held.
-func (s *Store) fullCommitted(id ID, mt meta) (Message, error) {
+func (s *Store) fullCommitted(id model.ID, mt meta) (model.Message, error) {
 	var p []byte
 	var err error
 	switch mt.Loc {
@@ -64,10 +65,10 @@ func (s *Store) fullCommitted(id ID, mt meta) (Message, error) {
 		p, err = s.get(deadKey(mt.TopicID, id))
 	}
 	if err != nil {
-		return Message{}, fmt.Errorf("read message %s: %w", id, err)
+		return model.Message{}, fmt.Errorf("read message %s: %w", id, err)
 	}
 	if p == nil {
-		return Message{}, fmt.Errorf("message %s: %w: record missing", id, ErrInconsistent)
+		return model.Message{}, fmt.Errorf("message %s: %w: record missing", id, ErrInconsistent)
 	}
 	return DecodeMessage(p)
 }
@@ -178,13 +179,13 @@ func (s *Store) Dead(topic string, limit int) ([]View, error) {
 // Ready returns up to limit messages from the head of a topic's ready queue
 // (due order, higher priority first), passing over ids for which skip says
 // true (hand-offs whose lease is not applied yet).
-func (s *Store) Ready(topic string, limit int, skip func(ID) bool) ([]View, error) {
+func (s *Store) Ready(topic string, limit int, skip func(model.ID) bool) ([]View, error) {
 	return s.queue(topic, limit, readyPrefix, StateReady, skip, &s.readyFloors)
 }
 
 // queue reads the head of a queue; with floors, it starts at the topic's
 // floor and raises the floor to the first key it meets.
-func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st State, skip func(ID) bool, floors *readyFloors) ([]View, error) {
+func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st State, skip func(model.ID) bool, floors *readyFloors) ([]View, error) {
 	// Committed state only, without mu: the leader's dispatcher reads the
 	// ready queue on every hand-off and must not wait for an Apply.
 	s.life.RLock()
@@ -211,7 +212,7 @@ func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st St
 		if floors != nil && first == nil {
 			first = slices.Clone(k)
 		}
-		id, err := IDFromBytes(k[len(k)-IDLen:])
+		id, err := model.IDFromBytes(k[len(k)-model.IDLen:])
 		if err != nil {
 			return false, err
 		}
@@ -235,10 +236,10 @@ func (s *Store) queue(topic string, limit int, prefix func(uint32) []byte, st St
 }
 
 // Nodes returns the replicated node metadata, sorted by id.
-func (s *Store) Nodes() []Node {
+func (s *Store) Nodes() []model.Member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Node, 0, len(s.nodes))
+	out := make([]model.Member, 0, len(s.nodes))
 	for _, n := range s.nodes {
 		out = append(out, n)
 	}
@@ -280,7 +281,7 @@ func (s *Store) Wheel() (WheelInfo, error) {
 // with records set, decodes its file.
 func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 	if slot < 0 || slot >= Slots {
-		return SlotInfo{}, fmt.Errorf("%w: slot %d is outside 0..%d", ErrNotFound, slot, Slots-1)
+		return SlotInfo{}, fmt.Errorf("%w: slot %d is outside 0..%d", model.ErrNotFound, slot, Slots-1)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,7 +380,7 @@ func (s *Store) Dump(w io.Writer) error {
 		return err
 	}
 	if err := s.scan([]byte{pKey}, func(k, v []byte) error {
-		id, err := IDFromBytes(v)
+		id, err := model.IDFromBytes(v)
 		if err != nil {
 			return fmt.Errorf("key index %x: %w", k, err)
 		}
@@ -419,10 +420,10 @@ func (s *Store) Dump(w io.Writer) error {
 
 // messageIDs returns, in order, the id of every message with a meta of
 // its own or a placement (which may be gone). s.mu is held.
-func (s *Store) messageIDs() ([]ID, error) {
-	set := map[ID]bool{}
+func (s *Store) messageIDs() ([]model.ID, error) {
+	set := map[model.ID]bool{}
 	if err := s.scan([]byte{pMeta}, func(k, _ []byte) error {
-		id, err := IDFromBytes(k[1:])
+		id, err := model.IDFromBytes(k[1:])
 		set[id] = true
 		return err
 	}); err != nil {
@@ -431,14 +432,14 @@ func (s *Store) messageIDs() ([]ID, error) {
 	if err := s.scan([]byte{pPlaced}, func(k, v []byte) error {
 		index := binary.BigEndian.Uint64(k[1:])
 		return eachPlacement(v, func(seq uint32, _, _ int64) bool {
-			set[ID{Index: index, Seq: seq}] = true
+			set[model.ID{Index: index, Seq: seq}] = true
 			return true
 		})
 	}); err != nil {
 		return nil, err
 	}
 	ids := slices.Collect(maps.Keys(set))
-	slices.SortFunc(ids, func(a, b ID) int {
+	slices.SortFunc(ids, func(a, b model.ID) int {
 		if a.Less(b) {
 			return -1
 		}

@@ -3,6 +3,8 @@ package wheel
 import (
 	"slices"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // TestReadyFloorRaiseAfterLower: a reader may raise a topic's floor only if
@@ -40,17 +42,17 @@ func TestReadyFloorRaiseAfterLower(t *testing.T) {
 func TestReadyQueueReadsFromItsFloor(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1100},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1300},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1300},
 	)
-	k.apply(Expire{Before: t0s + 3})
+	k.apply(command.Expire{Before: t0s + 3})
 	lease := func(es ...Enqueued) {
-		var items []LeaseItem
+		var items []command.LeaseItem
 		for _, e := range es {
-			items = append(items, LeaseItem{ID: e.ID, Nonce: 1, ExpiresMs: t0 + 60_000, RedeliverMs: t0 + 60_000})
+			items = append(items, command.LeaseItem{ID: e.ID, Nonce: 1, ExpiresMs: t0 + 60_000, RedeliverMs: t0 + 60_000})
 		}
-		k.one(Lease{NowMs: t0 + 3000, Items: items})
+		k.one(command.Lease{NowMs: t0 + 3000, Items: items})
 	}
 	want := func(step string, es ...Enqueued) {
 		t.Helper()
@@ -63,12 +65,12 @@ func TestReadyQueueReadsFromItsFloor(t *testing.T) {
 	want("head leased", enq[1:]...)
 	// Due before the head (enqueued late, for a past instant), and with
 	// the head's due time but a higher priority: both sort first.
-	past := k.schedule(t0+3000, NewMessage{Topic: "a", DeliverAtMs: t0 + 500})
-	urgent := k.schedule(t0+3000, NewMessage{Topic: "a", DeliverAtMs: t0 + 1200, Priority: 9})
+	past := k.schedule(t0+3000, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 500})
+	urgent := k.schedule(t0+3000, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200, Priority: 9})
 	want("joined before the head", past[0], urgent[0], enq[1], enq[2])
 	lease(past[0], urgent[0], enq[1], enq[2])
 	want("drained")
-	again := k.schedule(t0+3000, NewMessage{Topic: "a", DeliverAtMs: t0 + 100})
+	again := k.schedule(t0+3000, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 100})
 	want("after the drain", again[0])
 	// A new store (a restart) starts without floors.
 	k.reopen()

@@ -7,6 +7,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/tz"
 )
 
@@ -19,27 +21,9 @@ const (
 	MaxScheduleName = 128
 )
 
-// ScheduleSpec is a recurring schedule as a client sets it: when it fires
-// (Cron in Timezone, or every EveryMs from StartAtMs) and the message each
-// occurrence enqueues.
-type ScheduleSpec struct {
-	Name        string
-	Topic       string
-	Cron        string // five fields, or six with seconds first
-	Timezone    string // IANA name; "" is UTC
-	EveryMs     int64
-	StartAtMs   int64 // no occurrence before it; 0: from when it is set
-	EndAtMs     int64 // no occurrence after it; 0: none
-	Body        []byte
-	Headers     map[string]string
-	Priority    int64
-	TTRMs       int64
-	MaxAttempts int32
-}
-
 // ScheduleInfo is a stored schedule and where its calendar stands.
 type ScheduleInfo struct {
-	ScheduleSpec
+	command.ScheduleSpec
 	// CreatedMs is the leader's time when the schedule was last set. For
 	// EveryMs without StartAtMs, StartAtMs is set to it.
 	CreatedMs int64
@@ -107,7 +91,7 @@ func (plainZones) cron(expr string) (*cron.SpecSchedule, error) {
 // wraps ErrInvalid and names the field and the limit. A schedule that
 // would never fire, set at nowMs (an end already past, a cron expression
 // that matches no date, such as February 30), is refused too.
-func ValidateSchedule(sp *ScheduleSpec, nowMs int64) error {
+func ValidateSchedule(sp *command.ScheduleSpec, nowMs int64) error {
 	r, err := newRecurrence(plainZones{}, sp, nowMs)
 	if err != nil {
 		return err
@@ -120,21 +104,21 @@ func ValidateSchedule(sp *ScheduleSpec, nowMs int64) error {
 	first := unbounded.first(nowMs)
 	switch {
 	case first == 0 && sp.Cron != "":
-		return fmt.Errorf("%w: cron: %q never fires: it matches no date within five years of %d", ErrInvalid, sp.Cron, max(r.start, nowMs))
+		return fmt.Errorf("%w: cron: %q never fires: it matches no date within five years of %d", model.ErrInvalid, sp.Cron, max(r.start, nowMs))
 	case first == 0:
-		return fmt.Errorf("%w: start_at_ms: the first occurrence would come after %d", ErrInvalid, int64(MaxDueMs))
+		return fmt.Errorf("%w: start_at_ms: the first occurrence would come after %d", model.ErrInvalid, int64(MaxDueMs))
 	case sp.EndAtMs < nowMs:
-		return fmt.Errorf("%w: end_at_ms: %d is already past (now %d): the schedule would never fire", ErrInvalid, sp.EndAtMs, nowMs)
+		return fmt.Errorf("%w: end_at_ms: %d is already past (now %d): the schedule would never fire", model.ErrInvalid, sp.EndAtMs, nowMs)
 	default:
-		return fmt.Errorf("%w: end_at_ms: %d is before the first occurrence, %d: the schedule would never fire", ErrInvalid, sp.EndAtMs, first)
+		return fmt.Errorf("%w: end_at_ms: %d is before the first occurrence, %d: the schedule would never fire", model.ErrInvalid, sp.EndAtMs, first)
 	}
 }
 
 // newRecurrence checks sp and returns its calendar; start stands for
 // StartAtMs when that is 0.
-func newRecurrence(zs zoneSource, sp *ScheduleSpec, start int64) (*recurrence, error) {
+func newRecurrence(zs zoneSource, sp *command.ScheduleSpec, start int64) (*recurrence, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+		return fmt.Errorf("%w: "+format, append([]any{model.ErrInvalid}, args...)...)
 	}
 	if err := validScheduleName(sp.Name); err != nil {
 		return nil, bad("name: %v", err)

@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-func mustRecurrence(t *testing.T, sp ScheduleSpec) *recurrence {
+func mustRecurrence(t *testing.T, sp command.ScheduleSpec) *recurrence {
 	t.Helper()
 	if sp.Name == "" {
 		sp.Name = "s"
@@ -79,10 +82,10 @@ func TestCronParsing(t *testing.T) {
 		{expr: "@yearly-ish", err: "cron"},
 	} {
 		t.Run(tc.expr, func(t *testing.T) {
-			sp := ScheduleSpec{Name: "s", Topic: "t", Cron: tc.expr}
+			sp := command.ScheduleSpec{Name: "s", Topic: "t", Cron: tc.expr}
 			r, err := newRecurrence(plainZones{}, &sp, 0)
 			if tc.err != "" {
-				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), "cron") {
+				if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), tc.err) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "), "cron") {
 					t.Fatalf("err = %v; want ErrInvalid naming cron, containing %q", err, tc.err)
 				}
 				return
@@ -158,7 +161,7 @@ func TestCronDaylightSaving(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			loc, _ := time.LoadLocation(tc.zone)
-			r := mustRecurrence(t, ScheduleSpec{Cron: tc.expr, Timezone: tc.zone})
+			r := mustRecurrence(t, command.ScheduleSpec{Cron: tc.expr, Timezone: tc.zone})
 			var ms int64
 			if wall, ok := strings.CutSuffix(tc.from, "Z"); ok {
 				ms = at(t, "UTC", wall)
@@ -185,7 +188,7 @@ func TestCronDaylightSaving(t *testing.T) {
 // 10,000 occurrences, whatever instant each is computed from.
 func TestEveryDriftFree(t *testing.T) {
 	const start, every = int64(1_700_000_000_123), int64(1_001)
-	r := mustRecurrence(t, ScheduleSpec{EveryMs: every, StartAtMs: start})
+	r := mustRecurrence(t, command.ScheduleSpec{EveryMs: every, StartAtMs: start})
 	if got := r.after(0); got != start {
 		t.Fatalf("first occurrence = %d; want the start %d", got, start)
 	}
@@ -203,44 +206,44 @@ func TestEveryDriftFree(t *testing.T) {
 }
 
 func TestEndAt(t *testing.T) {
-	r := mustRecurrence(t, ScheduleSpec{EveryMs: 1000, StartAtMs: 10_000, EndAtMs: 12_000})
+	r := mustRecurrence(t, command.ScheduleSpec{EveryMs: 1000, StartAtMs: 10_000, EndAtMs: 12_000})
 	if got := occurrences(r, 9_999, 4); strings.Join(got, ",") != utc(10_000)+","+utc(11_000)+","+utc(12_000)+",none" {
 		t.Errorf("occurrences = %v", got)
 	}
 }
 
 func TestValidateSchedule(t *testing.T) {
-	good := ScheduleSpec{Name: "a-b_c.1", Topic: "t", Cron: "0 9 * * *", Timezone: "Europe/Berlin"}
+	good := command.ScheduleSpec{Name: "a-b_c.1", Topic: "t", Cron: "0 9 * * *", Timezone: "Europe/Berlin"}
 	now := at(t, "UTC", "2026-01-01 00:00:00")
 	if err := ValidateSchedule(&good, now); err != nil {
 		t.Fatalf("valid spec: %v", err)
 	}
 	for _, tc := range []struct {
 		field string
-		edit  func(*ScheduleSpec)
+		edit  func(*command.ScheduleSpec)
 	}{
-		{"timezone", func(s *ScheduleSpec) { s.Timezone = "Mars/Olympus_Mons" }},
-		{"timezone", func(s *ScheduleSpec) { s.Timezone = "Local" }},
-		{"cron", func(s *ScheduleSpec) { s.Cron = "0 9 * *" }},
-		{"cron, every_ms", func(s *ScheduleSpec) { s.EveryMs = 60_000 }},
-		{"cron, every_ms", func(s *ScheduleSpec) { s.Cron = "" }},
-		{"every_ms", func(s *ScheduleSpec) { s.Cron, s.Timezone, s.EveryMs = "", "", 999 }},
-		{"timezone", func(s *ScheduleSpec) { s.Cron, s.EveryMs = "", 1000 }},
-		{"end_at_ms", func(s *ScheduleSpec) { s.StartAtMs, s.EndAtMs = 2000, 1000 }},
-		{"start_at_ms", func(s *ScheduleSpec) { s.StartAtMs = -1 }},
-		{"name", func(s *ScheduleSpec) { s.Name = "" }},
-		{"name", func(s *ScheduleSpec) { s.Name = "a/b" }},
-		{"name", func(s *ScheduleSpec) { s.Name = strings.Repeat("x", MaxScheduleName+1) }},
-		{"topic", func(s *ScheduleSpec) { s.Topic = "" }},
+		{"timezone", func(s *command.ScheduleSpec) { s.Timezone = "Mars/Olympus_Mons" }},
+		{"timezone", func(s *command.ScheduleSpec) { s.Timezone = "Local" }},
+		{"cron", func(s *command.ScheduleSpec) { s.Cron = "0 9 * *" }},
+		{"cron, every_ms", func(s *command.ScheduleSpec) { s.EveryMs = 60_000 }},
+		{"cron, every_ms", func(s *command.ScheduleSpec) { s.Cron = "" }},
+		{"every_ms", func(s *command.ScheduleSpec) { s.Cron, s.Timezone, s.EveryMs = "", "", 999 }},
+		{"timezone", func(s *command.ScheduleSpec) { s.Cron, s.EveryMs = "", 1000 }},
+		{"end_at_ms", func(s *command.ScheduleSpec) { s.StartAtMs, s.EndAtMs = 2000, 1000 }},
+		{"start_at_ms", func(s *command.ScheduleSpec) { s.StartAtMs = -1 }},
+		{"name", func(s *command.ScheduleSpec) { s.Name = "" }},
+		{"name", func(s *command.ScheduleSpec) { s.Name = "a/b" }},
+		{"name", func(s *command.ScheduleSpec) { s.Name = strings.Repeat("x", MaxScheduleName+1) }},
+		{"topic", func(s *command.ScheduleSpec) { s.Topic = "" }},
 		// Schedules that would never fire.
-		{"cron", func(s *ScheduleSpec) { s.Cron = "0 0 30 2 *" }},
-		{"end_at_ms", func(s *ScheduleSpec) { s.Cron, s.Timezone, s.EveryMs, s.EndAtMs = "", "", 1000, now-1 }},
-		{"end_at_ms", func(s *ScheduleSpec) { s.StartAtMs, s.EndAtMs = now, now+1000 }},
+		{"cron", func(s *command.ScheduleSpec) { s.Cron = "0 0 30 2 *" }},
+		{"end_at_ms", func(s *command.ScheduleSpec) { s.Cron, s.Timezone, s.EveryMs, s.EndAtMs = "", "", 1000, now-1 }},
+		{"end_at_ms", func(s *command.ScheduleSpec) { s.StartAtMs, s.EndAtMs = now, now+1000 }},
 	} {
 		sp := good
 		tc.edit(&sp)
 		err := ValidateSchedule(&sp, now)
-		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), ErrInvalid.Error()+": "+tc.field+":") {
+		if !errors.Is(err, model.ErrInvalid) || !strings.HasPrefix(err.Error(), model.ErrInvalid.Error()+": "+tc.field+":") {
 			t.Errorf("%+v: err = %v; want ErrInvalid naming %s", sp, err, tc.field)
 		}
 	}
@@ -256,7 +259,7 @@ func TestCronProperties(t *testing.T) {
 	zones := []string{"Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Sao_Paulo", "UTC"}
 	for range 40 {
 		expr, zone := exprs[rng.Intn(len(exprs))], zones[rng.Intn(len(zones))]
-		r := mustRecurrence(t, ScheduleSpec{Cron: expr, Timezone: zone})
+		r := mustRecurrence(t, command.ScheduleSpec{Cron: expr, Timezone: zone})
 		ms := at(t, "UTC", "2025-01-01 00:00:00") + rng.Int63n(2*365*86_400_000)
 		seen := map[string]bool{}
 		for range 500 {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/robfig/cron/v3"
 )
 
@@ -61,157 +63,53 @@ func scheduleDueKey(nextMs int64, name string) []byte {
 }
 
 // dueItem is the schedule and occurrence a due key (scheduleDueKey) names.
-func dueItem(key []byte) AdvanceItem {
-	return AdvanceItem{Name: string(key[9:]), FromMs: int64(binary.BigEndian.Uint64(key[1:9]))}
-}
-
-// SetSchedule creates or replaces a recurring schedule. Its first
-// occurrence is the first at or after both NowMs (the leader's time) and
-// StartAtMs. Its result is the stored ScheduleInfo.
-type SetSchedule struct {
-	NowMs int64
-	Spec  ScheduleSpec
-}
-
-// DeleteSchedule removes a recurring schedule. Occurrences already
-// enqueued are ordinary messages and stay. Its result is an error wrapping
-// ErrNotFound when there was none.
-type DeleteSchedule struct{ Name string }
-
-// AdvanceItem names a schedule and the occurrence the leader saw as its
-// next one.
-type AdvanceItem struct {
-	Name   string
-	FromMs int64
-}
-
-// AdvanceSchedules enqueues, for each item whose schedule's next
-// occurrence is still FromMs, that occurrence (a message due at FromMs,
-// keyed OccurrenceKey), and moves the schedule to its following
-// occurrence. Other items are stale and change nothing, which makes a
-// retry after a leader change harmless. Its result is AdvanceResult.
-//
-// The following occurrence is chosen so that a live leader never skips
-// one, and an outage costs one late occurrence, not a burst:
-//
-//   - FromMs >= SinceMs (the occurrence is the stamping leader's, however
-//     late it advances it): the first after FromMs. A leader that falls
-//     behind catches up occurrence by occurrence.
-//   - FromMs < SinceMs (it came due before that leader took over, while
-//     no leader advanced schedules): the first after max(FromMs, NowMs),
-//     so the occurrences missed meanwhile fire once, late.
-//
-// Both instants are the leader's, stamped into the command: applying reads
-// no clock, so every replica moves the schedule alike.
-type AdvanceSchedules struct {
-	// NowMs is the leader's time when it proposed the advance.
-	NowMs int64
-	// SinceMs is the earliest occurrence the proposing leader answers
-	// for: the leader's time at its scheduler's first look in its term,
-	// from which it has advanced schedules continuously, less the
-	// scheduler's look-ahead. The margin makes the few occurrences due
-	// just before the leader took over (no more than a look-ahead's worth,
-	// which the leader before would have enqueued by then had it run on)
-	// its own, caught up rather than collapsed into one. 0 counts every
-	// occurrence as the leader's.
-	SinceMs int64
-	Items   []AdvanceItem
-}
-
-// AdvanceResult counts what an AdvanceSchedules did: occurrences enqueued,
-// occurrences whose key already held a message (not enqueued again), and
-// stale items.
-type AdvanceResult struct {
-	Fired     int
-	Duplicate int
-	Stale     int
-}
-
-// Kind implements Command.
-func (SetSchedule) Kind() CommandKind      { return KindSetSchedule }
-func (DeleteSchedule) Kind() CommandKind   { return KindDeleteSchedule }
-func (AdvanceSchedules) Kind() CommandKind { return KindAdvanceSchedules }
-
-func (e *encoder) scheduleSpec(sp *ScheduleSpec) {
-	e.str(sp.Name)
-	e.str(sp.Cron)
-	e.str(sp.Timezone)
-	e.varint(sp.EveryMs)
-	e.varint(sp.StartAtMs)
-	e.varint(sp.EndAtMs)
-	e.message(sp.Topic, "", sp.Body, sp.Headers, sp.Priority, 0, sp.TTRMs, sp.MaxAttempts)
-}
-
-func (d *decoder) scheduleSpec() ScheduleSpec {
-	sp := ScheduleSpec{Name: d.str(), Cron: d.str(), Timezone: d.str(), EveryMs: d.varint(), StartAtMs: d.varint(), EndAtMs: d.varint()}
-	m := d.message(nil, false)
-	sp.Topic, sp.Body, sp.Headers, sp.Priority, sp.TTRMs, sp.MaxAttempts = m.Topic, m.Body, m.Headers, m.Priority, m.TTRMs, m.MaxAttempts
-	if m.Key != "" || m.DeliverAtMs != 0 {
-		d.fail("schedule spec")
-	}
-	return sp
-}
-
-func (e *encoder) advanceItems(items []AdvanceItem) {
-	e.uvarint(uint64(len(items)))
-	for _, it := range items {
-		e.str(it.Name)
-		e.varint(it.FromMs)
-	}
-}
-
-func (d *decoder) advanceItems() []AdvanceItem {
-	n := d.count(2)
-	items := make([]AdvanceItem, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		items = append(items, AdvanceItem{Name: d.str(), FromMs: d.varint()})
-	}
-	return items
+func dueItem(key []byte) command.AdvanceItem {
+	return command.AdvanceItem{Name: string(key[9:]), FromMs: int64(binary.BigEndian.Uint64(key[1:9]))}
 }
 
 // encodeSchedule is the stored value of a schedule as set: its spec and
 // when it was set.
 func encodeSchedule(info *ScheduleInfo) []byte {
-	e := &encoder{b: []byte{scheduleTag}}
-	e.scheduleSpec(&info.ScheduleSpec)
-	e.varint(info.CreatedMs)
-	return e.b
+	e := &command.Encoder{B: []byte{scheduleTag}}
+	e.ScheduleSpec(&info.ScheduleSpec)
+	e.Varint(info.CreatedMs)
+	return e.B
 }
 
 // encodeCalendar is the stored value of where a schedule's calendar
 // stands.
 func encodeCalendar(info *ScheduleInfo) []byte {
-	e := &encoder{b: []byte{calendarTag}}
-	e.varint(info.LastMs)
-	e.varint(info.NextMs)
-	e.varint(info.Fired)
-	return e.b
+	e := &command.Encoder{B: []byte{calendarTag}}
+	e.Varint(info.LastMs)
+	e.Varint(info.NextMs)
+	e.Varint(info.Fired)
+	return e.B
 }
 
 // decodeSchedule decodes a stored schedule (encodeSchedule) and its
 // calendar (encodeCalendar).
 func decodeSchedule(sched, cal []byte) (ScheduleInfo, error) {
-	d := &decoder{b: sched}
-	if d.byte() != scheduleTag {
-		return ScheduleInfo{}, fmt.Errorf("%w: schedule of %d bytes", ErrCorruptCommand, len(sched))
+	d := &command.Decoder{B: sched}
+	if d.Byte() != scheduleTag {
+		return ScheduleInfo{}, fmt.Errorf("%w: schedule of %d bytes", command.ErrCorruptCommand, len(sched))
 	}
-	info := ScheduleInfo{ScheduleSpec: d.scheduleSpec(), CreatedMs: d.varint()}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("schedule")
+	info := ScheduleInfo{ScheduleSpec: d.ScheduleSpec(), CreatedMs: d.Varint()}
+	if d.Err == nil && len(d.B) != 0 {
+		d.Fail("schedule")
 	}
-	if d.err != nil {
-		return ScheduleInfo{}, fmt.Errorf("schedule of %d bytes: %w", len(sched), d.err)
+	if d.Err != nil {
+		return ScheduleInfo{}, fmt.Errorf("schedule of %d bytes: %w", len(sched), d.Err)
 	}
-	d = &decoder{b: cal}
-	if d.byte() != calendarTag {
-		return ScheduleInfo{}, fmt.Errorf("%w: calendar of schedule %q, %d bytes", ErrCorruptCommand, info.Name, len(cal))
+	d = &command.Decoder{B: cal}
+	if d.Byte() != calendarTag {
+		return ScheduleInfo{}, fmt.Errorf("%w: calendar of schedule %q, %d bytes", command.ErrCorruptCommand, info.Name, len(cal))
 	}
-	info.LastMs, info.NextMs, info.Fired = d.varint(), d.varint(), d.varint()
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("calendar")
+	info.LastMs, info.NextMs, info.Fired = d.Varint(), d.Varint(), d.Varint()
+	if d.Err == nil && len(d.B) != 0 {
+		d.Fail("calendar")
 	}
-	if d.err != nil {
-		return ScheduleInfo{}, fmt.Errorf("calendar of schedule %q, %d bytes: %w", info.Name, len(cal), d.err)
+	if d.Err != nil {
+		return ScheduleInfo{}, fmt.Errorf("calendar of schedule %q, %d bytes: %w", info.Name, len(cal), d.Err)
 	}
 	return info, nil
 }
@@ -314,10 +212,10 @@ func (t *tx) putSchedule(info *ScheduleInfo, set bool) {
 	}
 }
 
-func (t *tx) setSchedule(c SetSchedule) Result {
+func (t *tx) setSchedule(c command.SetSchedule) command.Result {
 	r, err := newRecurrence(&t.s.zoneCache, &c.Spec, c.NowMs)
 	if err != nil {
-		return Result{Err: err}
+		return command.Result{Err: err}
 	}
 	old, ok := t.scheduleInfo(c.Spec.Name)
 	if ok && old.NextMs != 0 {
@@ -330,13 +228,13 @@ func (t *tx) setSchedule(c SetSchedule) Result {
 	info.StartAtMs = r.start
 	info.NextMs = r.first(c.NowMs)
 	t.putSchedule(&info, true)
-	return Result{Value: info}
+	return command.Result{Value: info}
 }
 
-func (t *tx) deleteSchedule(c DeleteSchedule) Result {
+func (t *tx) deleteSchedule(c command.DeleteSchedule) command.Result {
 	info, ok := t.scheduleInfo(c.Name)
 	if !ok {
-		return Result{Err: fmt.Errorf("%w: schedule %q", ErrNotFound, c.Name)}
+		return command.Result{Err: fmt.Errorf("%w: schedule %q", model.ErrNotFound, c.Name)}
 	}
 	if info.NextMs != 0 {
 		t.del(scheduleDueKey(info.NextMs, info.Name))
@@ -345,15 +243,15 @@ func (t *tx) deleteSchedule(c DeleteSchedule) Result {
 	t.del(calendarKey(info.Name))
 	t.scheds[info.Name] = nil
 	t.schedules--
-	return Result{}
+	return command.Result{}
 }
 
-func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
-	var res AdvanceResult
-	var msgs []NewMessage
+func (t *tx) advanceSchedules(c command.AdvanceSchedules) command.Result {
+	var res command.AdvanceResult
+	var msgs []command.NewMessage
 	// The occurrences are enqueued in this entry: those past what it may
 	// still enqueue stay where they are, as stale, for a later Advance.
-	room := MaxEntryMessages - int(t.seq)
+	room := model.MaxEntryMessages - int(t.seq)
 	for _, it := range c.Items {
 		info, ok := t.scheduleInfo(it.Name)
 		if !ok || info.NextMs == 0 || info.NextMs != it.FromMs || len(msgs) >= room {
@@ -366,7 +264,7 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 			continue
 		}
 		occ := info.NextMs
-		msgs = append(msgs, NewMessage{Topic: info.Topic, Key: OccurrenceKey(info.Name, occ), Body: info.Body,
+		msgs = append(msgs, command.NewMessage{Topic: info.Topic, Key: OccurrenceKey(info.Name, occ), Body: info.Body,
 			Headers: info.Headers, Priority: info.Priority, DeliverAtMs: occ, TTRMs: info.TTRMs, MaxAttempts: info.MaxAttempts})
 		t.del(scheduleDueKey(occ, info.Name))
 		info.LastMs = occ
@@ -375,7 +273,7 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 		t.putSchedule(&info, false)
 	}
 	if len(msgs) > 0 {
-		enq, _ := t.schedule(Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued)
+		enq, _ := t.schedule(command.Schedule{NowMs: c.NowMs, Messages: msgs}).Value.([]Enqueued)
 		for _, e := range enq {
 			if e.Duplicate {
 				res.Duplicate++
@@ -384,13 +282,13 @@ func (t *tx) advanceSchedules(c AdvanceSchedules) Result {
 			}
 		}
 	}
-	return Result{Value: res}
+	return command.Result{Value: res}
 }
 
 // nextAfter returns the instant after which the schedule that fired occ
 // goes on, as AdvanceSchedules states: occ itself when occ is the
 // leader's (at or after SinceMs), else the later of occ and NowMs.
-func nextAfter(occ int64, c AdvanceSchedules) int64 {
+func nextAfter(occ int64, c command.AdvanceSchedules) int64 {
 	if occ >= c.SinceMs {
 		return occ
 	}
@@ -409,7 +307,7 @@ func (s *Store) Schedule(name string) (ScheduleInfo, error) {
 		return ScheduleInfo{}, err
 	}
 	if !ok {
-		return ScheduleInfo{}, fmt.Errorf("%w: schedule %q", ErrNotFound, name)
+		return ScheduleInfo{}, fmt.Errorf("%w: schedule %q", model.ErrNotFound, name)
 	}
 	return info, nil
 }
@@ -448,7 +346,7 @@ func (s *Store) Schedules(after string, limit int) ([]ScheduleInfo, error) {
 // DueSchedules returns up to limit schedules whose next occurrence is at
 // or before to, earliest first, as items of an AdvanceSchedules. It reads
 // from the due floor (see the top of this file) and raises it.
-func (s *Store) DueSchedules(to int64, limit int) ([]AdvanceItem, error) {
+func (s *Store) DueSchedules(to int64, limit int) ([]command.AdvanceItem, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkOpen(); err != nil {
@@ -458,7 +356,7 @@ func (s *Store) DueSchedules(to int64, limit int) ([]AdvanceItem, error) {
 	if to < s.dueFloor {
 		return nil, nil // every due key is later
 	}
-	var out []AdvanceItem
+	var out []command.AdvanceItem
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: scheduleDueKey(s.dueFloor, ""), UpperBound: scheduleDueKey(to+1, "")})
 	if err != nil {
 		return nil, fmt.Errorf("index scan: %w", err)

@@ -10,16 +10,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // keyed returns every message key in k's store and the message holding it.
-func (k *storeKit) keyed() map[string]ID {
+func (k *storeKit) keyed() map[string]model.ID {
 	k.t.Helper()
 	var b bytes.Buffer
 	if err := k.s.Dump(&b); err != nil {
 		k.t.Fatal(err)
 	}
-	out := map[string]ID{}
+	out := map[string]model.ID{}
 	sc := bufio.NewScanner(&b)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -28,7 +31,7 @@ func (k *storeKit) keyed() map[string]ID {
 			if err != nil {
 				k.t.Fatal(err)
 			}
-			id, err := ParseID(f[4])
+			id, err := model.ParseID(f[4])
 			if err != nil {
 				k.t.Fatal(err)
 			}
@@ -40,9 +43,9 @@ func (k *storeKit) keyed() map[string]ID {
 
 // advance applies an AdvanceSchedules stamped at now by a leader that took
 // over at now (its scheduler looks 2 s ahead).
-func (k *storeKit) advance(now int64, items ...AdvanceItem) AdvanceResult {
+func (k *storeKit) advance(now int64, items ...command.AdvanceItem) command.AdvanceResult {
 	k.t.Helper()
-	return k.one(AdvanceSchedules{NowMs: now, SinceMs: now - 2000, Items: items}).(AdvanceResult)
+	return k.one(command.AdvanceSchedules{NowMs: now, SinceMs: now - 2000, Items: items}).(command.AdvanceResult)
 }
 
 func (k *storeKit) scheduleInfo(name string) ScheduleInfo {
@@ -57,7 +60,7 @@ func (k *storeKit) scheduleInfo(name string) ScheduleInfo {
 func TestScheduleEveryThroughTheStore(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	start := t0 + 5_000
-	info := k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")}}).(ScheduleInfo)
+	info := k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "tick", Topic: "jobs", EveryMs: 1000, StartAtMs: start, Body: []byte("b")}}).(ScheduleInfo)
 	if info.NextMs != start || info.LastMs != 0 || k.s.NumSchedules() != 1 {
 		t.Fatalf("set: %+v, %d schedules", info, k.s.NumSchedules())
 	}
@@ -66,7 +69,7 @@ func TestScheduleEveryThroughTheStore(t *testing.T) {
 		t.Fatalf("due before its time: %v", due)
 	}
 	due, err := k.s.DueSchedules(start, 10)
-	if err != nil || len(due) != 1 || due[0] != (AdvanceItem{Name: "tick", FromMs: start}) {
+	if err != nil || len(due) != 1 || due[0] != (command.AdvanceItem{Name: "tick", FromMs: start}) {
 		t.Fatalf("due = %v, %v", due, err)
 	}
 	// Enqueued two seconds ahead, 100 occurrences in entries of ten.
@@ -76,7 +79,7 @@ func TestScheduleEveryThroughTheStore(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			occ := start + int64(n)*1000
 			k.idx++
-			entries = append(entries, Entry{Index: k.idx, Cmds: []Command{AdvanceSchedules{NowMs: occ - 2000, Items: []AdvanceItem{{"tick", occ}}}}})
+			entries = append(entries, Entry{Index: k.idx, Cmds: []command.Command{command.AdvanceSchedules{NowMs: occ - 2000, Items: []command.AdvanceItem{{Name: "tick", FromMs: occ}}}}})
 			n++
 		}
 		k.log = append(k.log, entries...)
@@ -85,7 +88,7 @@ func TestScheduleEveryThroughTheStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range res {
-			if r[0].Value.(AdvanceResult) != (AdvanceResult{Fired: 1}) {
+			if r[0].Value.(command.AdvanceResult) != (command.AdvanceResult{Fired: 1}) {
 				t.Fatalf("advance: %+v", r[0])
 			}
 		}
@@ -112,23 +115,23 @@ func TestScheduleEveryThroughTheStore(t *testing.T) {
 // occurrence whose key already holds a message is not enqueued twice.
 func TestScheduleAdvanceIsIdempotent(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	spec := ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 3000}
-	k.one(SetSchedule{NowMs: t0, Spec: spec})
-	item := AdvanceItem{"a", t0 + 3000}
-	if r := k.advance(t0+1000, item); r != (AdvanceResult{Fired: 1}) {
+	spec := command.ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 3000}
+	k.one(command.SetSchedule{NowMs: t0, Spec: spec})
+	item := command.AdvanceItem{Name: "a", FromMs: t0 + 3000}
+	if r := k.advance(t0+1000, item); r != (command.AdvanceResult{Fired: 1}) {
 		t.Fatalf("first: %+v", r)
 	}
 	before := len(k.keyed())
-	if r := k.advance(t0+1100, item, item); r != (AdvanceResult{Stale: 2}) {
+	if r := k.advance(t0+1100, item, item); r != (command.AdvanceResult{Stale: 2}) {
 		t.Fatalf("retry: %+v", r)
 	}
-	if r := k.advance(t0+1100, AdvanceItem{"nope", t0 + 3000}); r != (AdvanceResult{Stale: 1}) {
+	if r := k.advance(t0+1100, command.AdvanceItem{Name: "nope", FromMs: t0 + 3000}); r != (command.AdvanceResult{Stale: 1}) {
 		t.Fatalf("unknown: %+v", r)
 	}
 	// Set again with the same calendar: the first occurrence is the one
 	// already enqueued, whose key holds it.
-	k.one(SetSchedule{NowMs: t0 + 1200, Spec: spec})
-	if r := k.advance(t0+1300, item); r != (AdvanceResult{Duplicate: 1}) {
+	k.one(command.SetSchedule{NowMs: t0 + 1200, Spec: spec})
+	if r := k.advance(t0+1300, item); r != (command.AdvanceResult{Duplicate: 1}) {
 		t.Fatalf("re-set: %+v", r)
 	}
 	if got := len(k.keyed()); got != before {
@@ -143,13 +146,13 @@ func TestScheduleAdvanceIsIdempotent(t *testing.T) {
 // advanced fire once, late, and the calendar goes on after NowMs.
 func TestScheduleNoBurstAfterOutage(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
+	k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
 	now := t0 + 60_500 // a minute without a leader
 	due, _ := k.s.DueSchedules(now+2000, 100)
 	if len(due) != 1 {
 		t.Fatalf("due = %v", due)
 	}
-	if r := k.advance(now, due...); r != (AdvanceResult{Fired: 1}) {
+	if r := k.advance(now, due...); r != (command.AdvanceResult{Fired: 1}) {
 		t.Fatalf("advance: %+v", r)
 	}
 	info := k.scheduleInfo("a")
@@ -185,10 +188,10 @@ func TestScheduleLateAdvanceOfTheLeader(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := newStoreKit(t, Options{})
 			occ := t0 + 1000
-			k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: occ}})
+			k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: occ}})
 			now := occ + 5500 // five intervals late
-			r := k.one(AdvanceSchedules{NowMs: now, SinceMs: occ + tc.since, Items: []AdvanceItem{{"a", occ}}}).(AdvanceResult)
-			if r != (AdvanceResult{Fired: 1}) {
+			r := k.one(command.AdvanceSchedules{NowMs: now, SinceMs: occ + tc.since, Items: []command.AdvanceItem{{Name: "a", FromMs: occ}}}).(command.AdvanceResult)
+			if r != (command.AdvanceResult{Fired: 1}) {
 				t.Fatalf("advance: %+v", r)
 			}
 			info := k.scheduleInfo("a")
@@ -204,8 +207,8 @@ func TestScheduleLateAdvanceOfTheLeader(t *testing.T) {
 			// The leader catches up: each advance moves one occurrence,
 			// until the calendar is ahead of NowMs again.
 			for want := occ + 1000; want <= now; want += 1000 {
-				r := k.one(AdvanceSchedules{NowMs: now, SinceMs: occ + tc.since, Items: []AdvanceItem{{"a", want}}}).(AdvanceResult)
-				if r != (AdvanceResult{Fired: 1}) {
+				r := k.one(command.AdvanceSchedules{NowMs: now, SinceMs: occ + tc.since, Items: []command.AdvanceItem{{Name: "a", FromMs: want}}}).(command.AdvanceResult)
+				if r != (command.AdvanceResult{Fired: 1}) {
 					t.Fatalf("catching up %d: %+v", want, r)
 				}
 			}
@@ -227,22 +230,22 @@ func TestScheduleLateAdvanceOfTheLeader(t *testing.T) {
 // is enqueued, and the advance naming it is stale.
 func TestScheduleDeleteWhileDue(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	k.one(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
-	k.advance(t0, AdvanceItem{"a", t0 + 1000})
+	k.one(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 1000}})
+	k.advance(t0, command.AdvanceItem{Name: "a", FromMs: t0 + 1000})
 	next := k.scheduleInfo("a").NextMs
-	if r := k.apply(DeleteSchedule{Name: "a"})[0]; r.Err != nil {
+	if r := k.apply(command.DeleteSchedule{Name: "a"})[0]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if r := k.apply(DeleteSchedule{Name: "a"})[0]; !errors.Is(r.Err, ErrNotFound) {
+	if r := k.apply(command.DeleteSchedule{Name: "a"})[0]; !errors.Is(r.Err, model.ErrNotFound) {
 		t.Fatalf("second delete: %v", r.Err)
 	}
-	if _, err := k.s.Schedule("a"); !errors.Is(err, ErrNotFound) {
+	if _, err := k.s.Schedule("a"); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
 	}
 	if due, _ := k.s.DueSchedules(MaxDueMs, 10); len(due) != 0 || k.s.NumSchedules() != 0 {
 		t.Fatalf("due %v, %d schedules after delete", due, k.s.NumSchedules())
 	}
-	if r := k.advance(t0+500, AdvanceItem{"a", next}); r != (AdvanceResult{Stale: 1}) {
+	if r := k.advance(t0+500, command.AdvanceItem{Name: "a", FromMs: next}); r != (command.AdvanceResult{Stale: 1}) {
 		t.Fatalf("advance after delete: %+v", r)
 	}
 	id, ok := k.keyed()[OccurrenceKey("a", t0+1000)]
@@ -250,7 +253,7 @@ func TestScheduleDeleteWhileDue(t *testing.T) {
 		t.Fatal("the enqueued occurrence is gone")
 	}
 	k.wantState(id, StateDelayed, t0+1000, 0)
-	k.apply(Expire{Before: t0s + 2})
+	k.apply(command.Expire{Before: t0s + 2})
 	k.wantState(id, StateReady, t0+1000, 0)
 }
 
@@ -267,8 +270,8 @@ func TestScheduleBadSpecStoresNothing(t *testing.T) {
 		return rest
 	}
 	before := dump()
-	r := k.apply(SetSchedule{NowMs: t0, Spec: ScheduleSpec{Name: "a", Topic: "jobs", Cron: "0 9 * * *", Timezone: "Nowhere/Special"}})[0]
-	if !errors.Is(r.Err, ErrInvalid) || !strings.Contains(r.Err.Error(), "timezone") {
+	r := k.apply(command.SetSchedule{NowMs: t0, Spec: command.ScheduleSpec{Name: "a", Topic: "jobs", Cron: "0 9 * * *", Timezone: "Nowhere/Special"}})[0]
+	if !errors.Is(r.Err, model.ErrInvalid) || !strings.Contains(r.Err.Error(), "timezone") {
 		t.Fatalf("err = %v", r.Err)
 	}
 	if after := dump(); after != before {
@@ -320,10 +323,10 @@ func scheduleReplicaRun(t *testing.T, seed int64) {
 			now += int64(rng.Intn(30_000))
 			since = now - 2000
 		}
-		var cmd Command
+		var cmd command.Command
 		switch p := rng.Intn(10); {
 		case p < 2:
-			sp := ScheduleSpec{Name: names[rng.Intn(len(names))], Topic: fmt.Sprintf("t%d", rng.Intn(2)), Body: []byte{byte(step)}}
+			sp := command.ScheduleSpec{Name: names[rng.Intn(len(names))], Topic: fmt.Sprintf("t%d", rng.Intn(2)), Body: []byte{byte(step)}}
 			if rng.Intn(2) == 0 {
 				sp.EveryMs = int64(1000 + rng.Intn(3)*500)
 			} else {
@@ -332,9 +335,9 @@ func scheduleReplicaRun(t *testing.T, seed int64) {
 			if rng.Intn(4) == 0 {
 				sp.EndAtMs = now + int64(rng.Intn(20_000))
 			}
-			cmd = SetSchedule{NowMs: now, Spec: sp}
+			cmd = command.SetSchedule{NowMs: now, Spec: sp}
 		case p < 3:
-			cmd = DeleteSchedule{Name: names[rng.Intn(len(names))]}
+			cmd = command.DeleteSchedule{Name: names[rng.Intn(len(names))]}
 		case p < 8:
 			flush() // the leader reads the committed due order
 			due, err := k.s.DueSchedules(now+2000, 3)
@@ -344,14 +347,14 @@ func scheduleReplicaRun(t *testing.T, seed int64) {
 			if rng.Intn(5) == 0 && len(due) > 0 {
 				due = append(due, due[0]) // a retry within the entry
 			}
-			cmd = AdvanceSchedules{NowMs: now, SinceMs: since, Items: due}
+			cmd = command.AdvanceSchedules{NowMs: now, SinceMs: since, Items: due}
 		case p < 9:
-			cmd = Expire{Before: now / TickMs}
+			cmd = command.Expire{Before: now / TickMs}
 		default:
-			cmd = Schedule{NowMs: now, Messages: []NewMessage{{Topic: "t0", Key: OccurrenceKey("a", now/1000*1000+2000), DeliverAtMs: now + 2000}}}
+			cmd = command.Schedule{NowMs: now, Messages: []command.NewMessage{{Topic: "t0", Key: OccurrenceKey("a", now/1000*1000+2000), DeliverAtMs: now + 2000}}}
 		}
 		k.idx++
-		pending = append(pending, Entry{Index: k.idx, Cmds: []Command{cmd}})
+		pending = append(pending, Entry{Index: k.idx, Cmds: []command.Command{cmd}})
 		if rng.Intn(4) == 0 {
 			flush()
 		}
@@ -405,9 +408,9 @@ func equalDumps(t *testing.T, a, b *Store) {
 
 // allDue reads the whole due order, from its start, up to to: what
 // DueSchedules must return, whatever its floor.
-func (k *storeKit) allDue(to int64) []AdvanceItem {
+func (k *storeKit) allDue(to int64) []command.AdvanceItem {
 	k.t.Helper()
-	var out []AdvanceItem
+	var out []command.AdvanceItem
 	err := k.s.scanRange([]byte{pScheduleDue}, scheduleDueKey(to+1, ""), func(key, _ []byte) error {
 		out = append(out, dueItem(key))
 		return nil
@@ -425,7 +428,7 @@ func (k *storeKit) allDue(to int64) []AdvanceItem {
 // looked up to going back (a clock stepped back), and after a reopen.
 func TestDueSchedulesFloor(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	k.apply(Expire{Before: SecondOf(t0)})
+	k.apply(command.Expire{Before: SecondOf(t0)})
 	rng := rand.New(rand.NewSource(11))
 	now := t0
 	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -435,11 +438,11 @@ func TestDueSchedulesFloor(t *testing.T) {
 		case p < 2:
 			// Stamped up to 30 s before now: an entry that took long to commit.
 			at := now - int64(rng.Intn(30_000))
-			sp := ScheduleSpec{Name: names[rng.Intn(len(names))], Topic: "t", EveryMs: int64(1000 + rng.Intn(4)*250),
+			sp := command.ScheduleSpec{Name: names[rng.Intn(len(names))], Topic: "t", EveryMs: int64(1000 + rng.Intn(4)*250),
 				StartAtMs: at + int64(rng.Intn(5000))}
-			k.one(SetSchedule{NowMs: at, Spec: sp})
+			k.one(command.SetSchedule{NowMs: at, Spec: sp})
 		case p < 3:
-			k.apply(DeleteSchedule{Name: names[rng.Intn(len(names))]})
+			k.apply(command.DeleteSchedule{Name: names[rng.Intn(len(names))]})
 		default:
 			to := now + 2000
 			if rng.Intn(10) == 0 {
@@ -473,8 +476,8 @@ func TestDueSchedulesFloor(t *testing.T) {
 // untouched in the index; a set rewrites both, and a delete removes both.
 func TestScheduleAdvanceWritesTheCalendarOnly(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	spec := ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 3000, Body: bytes.Repeat([]byte("b"), 200)}
-	k.one(SetSchedule{NowMs: t0, Spec: spec})
+	spec := command.ScheduleSpec{Name: "a", Topic: "jobs", EveryMs: 1000, StartAtMs: t0 + 3000, Body: bytes.Repeat([]byte("b"), 200)}
+	k.one(command.SetSchedule{NowMs: t0, Spec: spec})
 	stored := func() (sched, cal []byte) {
 		t.Helper()
 		var err error
@@ -494,7 +497,7 @@ func TestScheduleAdvanceWritesTheCalendarOnly(t *testing.T) {
 	// thrown away: not the schedule's.
 	tx := k.s.newTx()
 	tx.index = k.idx + 1
-	if r := tx.apply(AdvanceSchedules{NowMs: t0 + 1000, SinceMs: t0 - 1000, Items: []AdvanceItem{{"a", t0 + 3000}}}); r.Err != nil || tx.err != nil {
+	if r := tx.apply(command.AdvanceSchedules{NowMs: t0 + 1000, SinceMs: t0 - 1000, Items: []command.AdvanceItem{{Name: "a", FromMs: t0 + 3000}}}); r.Err != nil || tx.err != nil {
 		t.Fatalf("advance: %v, %v", r.Err, tx.err)
 	}
 	for rd := tx.b.Reader(); ; {
@@ -510,7 +513,7 @@ func TestScheduleAdvanceWritesTheCalendarOnly(t *testing.T) {
 		}
 	}
 	tx.b.Close()
-	if r := k.advance(t0+1000, AdvanceItem{"a", t0 + 3000}); r != (AdvanceResult{Fired: 1}) {
+	if r := k.advance(t0+1000, command.AdvanceItem{Name: "a", FromMs: t0 + 3000}); r != (command.AdvanceResult{Fired: 1}) {
 		t.Fatalf("advance: %+v", r)
 	}
 	sched, cal1 := stored()
@@ -525,11 +528,11 @@ func TestScheduleAdvanceWritesTheCalendarOnly(t *testing.T) {
 		t.Errorf("after a reopen: %+v", info)
 	}
 	spec.Body = []byte("new")
-	k.one(SetSchedule{NowMs: t0 + 1500, Spec: spec})
+	k.one(command.SetSchedule{NowMs: t0 + 1500, Spec: spec})
 	if sched, cal := stored(); bytes.Equal(sched, set) || bytes.Equal(cal, cal1) {
 		t.Errorf("a set left the schedule %x or the calendar %x as they were", sched, cal)
 	}
-	k.one(DeleteSchedule{Name: "a"})
+	k.one(command.DeleteSchedule{Name: "a"})
 	if sched, cal := stored(); sched != nil || cal != nil {
 		t.Errorf("after a delete: schedule %x, calendar %x", sched, cal)
 	}

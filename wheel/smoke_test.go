@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestSmokeLifecycle(t *testing.T) {
@@ -14,11 +16,11 @@ func TestSmokeLifecycle(t *testing.T) {
 	}
 	now := int64(1_700_000_000_000)
 	sec := SecondOf(now)
-	res, err := s.Apply([]Entry{{Index: 1, Cmds: []Command{Expire{Before: sec}, Promote{Before: sec + HorizonSecs}}}})
+	res, err := s.Apply([]Entry{{Index: 1, Cmds: []command.Command{command.Expire{Before: sec}, command.Promote{Before: sec + HorizonSecs}}}})
 	if err != nil || res[0][0].Err != nil {
 		t.Fatal(err, res)
 	}
-	res, err = s.Apply([]Entry{{Index: 2, Cmds: []Command{Schedule{NowMs: now, Messages: []NewMessage{
+	res, err = s.Apply([]Entry{{Index: 2, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: []command.NewMessage{
 		{Topic: "a", Body: []byte("x"), DeliverAtMs: now + 1500, Key: "k"},
 		{Topic: "a", Body: []byte("y"), DeliverAtMs: now + 3*3600*1000},
 		{Topic: "a", Body: []byte("z"), DeliverAtMs: now + 1500, Key: "k"},
@@ -43,7 +45,7 @@ func TestSmokeLifecycle(t *testing.T) {
 	if len(due) != 1 || string(due[0].Body) != "x" {
 		t.Fatalf("due %+v", due)
 	}
-	res, err = s.Apply([]Entry{{Index: 3, Cmds: []Command{Lease{NowMs: now + 1500, Items: []LeaseItem{{ID: due[0].ID, Nonce: 7, ExpiresMs: now + 31500, RedeliverMs: now + 32500}}}}}})
+	res, err = s.Apply([]Entry{{Index: 3, Cmds: []command.Command{command.Lease{NowMs: now + 1500, Items: []command.LeaseItem{{ID: due[0].ID, Nonce: 7, ExpiresMs: now + 31500, RedeliverMs: now + 32500}}}}}})
 	if err != nil || !res[0][0].Value.([]bool)[0] {
 		t.Fatal(err, res)
 	}
@@ -51,8 +53,8 @@ func TestSmokeLifecycle(t *testing.T) {
 	if tc[0].Reserved != 1 || tc[0].Delayed != 1 {
 		t.Fatalf("counts %+v", tc)
 	}
-	res, err = s.Apply([]Entry{{Index: 4, Cmds: []Command{Ack{NowMs: now + 2000, Receipts: []Receipt{{ID: due[0].ID, Nonce: 7}}}}}})
-	if err != nil || res[0][0].Value.(Counted).Done != 1 {
+	res, err = s.Apply([]Entry{{Index: 4, Cmds: []command.Command{command.Ack{NowMs: now + 2000, Receipts: []model.Receipt{{ID: due[0].ID, Nonce: 7}}}}}})
+	if err != nil || res[0][0].Value.(command.Counted).Done != 1 {
 		t.Fatal(err, res)
 	}
 	if _, err := s.Get(due[0].ID); err == nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // ErrInconsistent means the files on disk do not cover the applied index the
@@ -62,7 +64,7 @@ type Options struct {
 // Entry is one log entry's commands and its Raft index.
 type Entry struct {
 	Index uint64
-	Cmds  []Command
+	Cmds  []command.Command
 }
 
 // Store applies commands to the segment files and the Pebble index. Apply is
@@ -96,12 +98,12 @@ type Store struct {
 	counts     map[uint32]counts
 	stats      map[uint32]TopicStats // transitions applied since the process started
 	overflow   int64
-	nodes      map[string]Node
-	schedules  int64              // recurring schedules stored
-	zoneCache  zoneCache          // zones and cron expressions of the schedules
-	webhooks   map[string]Webhook // by topic
+	nodes      map[string]model.Member
+	schedules  int64                      // recurring schedules stored
+	zoneCache  zoneCache                  // zones and cron expressions of the schedules
+	webhooks   map[string]command.Webhook // by topic
 	// hooks is a copy of webhooks for lock-free readers (every reserve asks).
-	hooks atomic.Pointer[map[string]Webhook]
+	hooks atomic.Pointer[map[string]command.Webhook]
 	// readyFloors is where reads of the ready queues start.
 	readyFloors readyFloors
 	// metas are the metas recent batches wrote (metacache.go).
@@ -159,8 +161,8 @@ const flushEveryExpires = 10
 // back to what the index covers; if they cannot cover it, Open returns an
 // error wrapping ErrInconsistent.
 func Open(dir string, opts Options) (*Store, error) {
-	if opts.Group < 0 || opts.Group >= MaxGroups {
-		return nil, fmt.Errorf("%w: store group %d is out of range [0, %d)", ErrInvalid, opts.Group, MaxGroups)
+	if opts.Group < 0 || opts.Group >= model.MaxGroups {
+		return nil, fmt.Errorf("%w: store group %d is out of range [0, %d)", model.ErrInvalid, opts.Group, model.MaxGroups)
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.Default
@@ -177,7 +179,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, fs: opts.FS, log: opts.Logger, opts: opts,
 		topics: map[string]uint32{}, topicNames: map[uint32]string{},
-		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]Node{}, webhooks: map[string]Webhook{},
+		counts: map[uint32]counts{}, stats: map[uint32]TopicStats{}, nodes: map[string]model.Member{}, webhooks: map[string]command.Webhook{},
 		metas: newMetaCache(), placed: newPlacedCache(), scheds: newScheduleCache(),
 	}
 	if err := segment.MkdirAllSync(opts.FS, opts.FS.PathJoin(dir, "index")); err != nil {
@@ -307,7 +309,7 @@ func (s *Store) load() error {
 	}
 	if err := s.scan([]byte{pTopic}, func(k, v []byte) error {
 		if len(v) != 4 {
-			return fmt.Errorf("%w: topic id of %d bytes", ErrCorruptCommand, len(v))
+			return fmt.Errorf("%w: topic id of %d bytes", command.ErrCorruptCommand, len(v))
 		}
 		tid := binary.BigEndian.Uint32(v)
 		s.topics[string(k[1:])] = tid

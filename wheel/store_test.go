@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // t0 is a second boundary: the wheel's cursor in these tests starts at t0s.
@@ -43,7 +45,7 @@ func newStoreKit(t *testing.T, opts Options) *storeKit {
 			k.s.Close()
 		}
 	})
-	k.apply(Expire{Before: t0s}, Promote{Before: t0s + Slots})
+	k.apply(command.Expire{Before: t0s}, command.Promote{Before: t0s + Slots})
 	return k
 }
 
@@ -65,7 +67,7 @@ func (k *storeKit) reopen() {
 }
 
 // apply applies cmds as the next log entry and returns their results.
-func (k *storeKit) apply(cmds ...Command) []Result {
+func (k *storeKit) apply(cmds ...command.Command) []command.Result {
 	k.t.Helper()
 	k.idx++
 	e := Entry{Index: k.idx, Cmds: cmds}
@@ -78,7 +80,7 @@ func (k *storeKit) apply(cmds ...Command) []Result {
 }
 
 // one applies a single command and fails on a command error.
-func (k *storeKit) one(c Command) any {
+func (k *storeKit) one(c command.Command) any {
 	k.t.Helper()
 	r := k.apply(c)[0]
 	if r.Err != nil {
@@ -87,12 +89,12 @@ func (k *storeKit) one(c Command) any {
 	return r.Value
 }
 
-func (k *storeKit) schedule(now int64, msgs ...NewMessage) []Enqueued {
+func (k *storeKit) schedule(now int64, msgs ...command.NewMessage) []Enqueued {
 	k.t.Helper()
-	return k.one(Schedule{NowMs: now, Messages: msgs}).([]Enqueued)
+	return k.one(command.Schedule{NowMs: now, Messages: msgs}).([]Enqueued)
 }
 
-func (k *storeKit) get(id ID) View {
+func (k *storeKit) get(id model.ID) View {
 	k.t.Helper()
 	v, err := k.s.Get(id)
 	if err != nil {
@@ -101,7 +103,7 @@ func (k *storeKit) get(id ID) View {
 	return v
 }
 
-func (k *storeKit) wantState(id ID, st State, dueMs int64, attempts int32) {
+func (k *storeKit) wantState(id model.ID, st State, dueMs int64, attempts int32) {
 	k.t.Helper()
 	v := k.get(id)
 	if v.State != st || v.DeliverAtMs != dueMs || v.Attempts != attempts {
@@ -110,9 +112,9 @@ func (k *storeKit) wantState(id ID, st State, dueMs int64, attempts int32) {
 	}
 }
 
-func (k *storeKit) wantGone(id ID) {
+func (k *storeKit) wantGone(id model.ID) {
 	k.t.Helper()
-	if v, err := k.s.Get(id); !errors.Is(err, ErrNotFound) {
+	if v, err := k.s.Get(id); !errors.Is(err, model.ErrNotFound) {
 		k.t.Fatalf("message %s: %+v %v; want not found", id, v.State, err)
 	}
 }
@@ -133,26 +135,26 @@ func (k *storeKit) wantCounts(want TopicCounts) {
 	}
 }
 
-func (k *storeKit) readyIDs(topic string) []ID {
+func (k *storeKit) readyIDs(topic string) []model.ID {
 	k.t.Helper()
 	vs, err := k.s.Ready(topic, 1000, nil)
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	var out []ID
+	var out []model.ID
 	for _, v := range vs {
 		out = append(out, v.ID)
 	}
 	return out
 }
 
-func (k *storeKit) deadIDs(topic string) []ID {
+func (k *storeKit) deadIDs(topic string) []model.ID {
 	k.t.Helper()
 	vs, err := k.s.Dead(topic, 1000)
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	var out []ID
+	var out []model.ID
 	for _, v := range vs {
 		out = append(out, v.ID)
 	}
@@ -177,8 +179,8 @@ func (k *storeKit) wheel() WheelInfo {
 	return w
 }
 
-func ids(es []Enqueued) []ID {
-	out := make([]ID, len(es))
+func ids(es []Enqueued) []model.ID {
+	out := make([]model.ID, len(es))
 	for i, e := range es {
 		out[i] = e.ID
 	}
@@ -189,18 +191,18 @@ func TestScheduleDefaults(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	now := t0 + 250
 	enq := k.schedule(now,
-		NewMessage{Topic: "orders", Body: []byte("close order 7"), Headers: map[string]string{"a": "b"}, Priority: 3, DeliverAtMs: now + 30_000},
-		NewMessage{Topic: "orders", DeliverAtMs: now + 1000, TTRMs: 5000, MaxAttempts: 2},
+		command.NewMessage{Topic: "orders", Body: []byte("close order 7"), Headers: map[string]string{"a": "b"}, Priority: 3, DeliverAtMs: now + 30_000},
+		command.NewMessage{Topic: "orders", DeliverAtMs: now + 1000, TTRMs: 5000, MaxAttempts: 2},
 	)
 	if len(enq) != 2 || enq[0].Duplicate || enq[1].Duplicate {
 		t.Fatalf("enqueued %+v", enq)
 	}
 	// IDs are (log index, position in the entry).
-	if enq[0].ID != (ID{Index: k.idx, Seq: 0}) || enq[1].ID != (ID{Index: k.idx, Seq: 1}) {
+	if enq[0].ID != (model.ID{Index: k.idx, Seq: 0}) || enq[1].ID != (model.ID{Index: k.idx, Seq: 1}) {
 		t.Fatalf("ids %v %v, want (%d,0) (%d,1)", enq[0].ID, enq[1].ID, k.idx, k.idx)
 	}
 	v := k.get(enq[0].ID)
-	want := Message{ID: enq[0].ID, Topic: "orders", Body: []byte("close order 7"), Headers: map[string]string{"a": "b"},
+	want := model.Message{ID: enq[0].ID, Topic: "orders", Body: []byte("close order 7"), Headers: map[string]string{"a": "b"},
 		Priority: 3, DeliverAtMs: now + 30_000, TTRMs: DefaultTTRMs, MaxAttempts: DefaultMaxAttempts, EnqueuedMs: now}
 	if v.State != StateDelayed || !reflect.DeepEqual(v.Message, want) {
 		t.Fatalf("got %+v %s\nwant %+v", v.Message, v.State, want)
@@ -218,48 +220,48 @@ func TestScheduleDedupe(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	now := t0
 	enq := k.schedule(now,
-		NewMessage{Topic: "a", Key: "order-1", Body: []byte("first"), DeliverAtMs: now + 5000},
-		NewMessage{Topic: "a", Key: "order-1", Body: []byte("same batch"), DeliverAtMs: now + 9000},
-		NewMessage{Topic: "b", Key: "order-1", DeliverAtMs: now + 9000}, // another topic: not a duplicate
+		command.NewMessage{Topic: "a", Key: "order-1", Body: []byte("first"), DeliverAtMs: now + 5000},
+		command.NewMessage{Topic: "a", Key: "order-1", Body: []byte("same batch"), DeliverAtMs: now + 9000},
+		command.NewMessage{Topic: "b", Key: "order-1", DeliverAtMs: now + 9000}, // another topic: not a duplicate
 	)
 	if enq[0].Duplicate || !enq[1].Duplicate || enq[1].ID != enq[0].ID || enq[1].DeliverAtMs != now+5000 || enq[2].Duplicate {
 		t.Fatalf("enqueued %+v", enq)
 	}
 	// IDs are only spent on new messages.
-	if enq[2].ID != (ID{Index: k.idx, Seq: 1}) {
+	if enq[2].ID != (model.ID{Index: k.idx, Seq: 1}) {
 		t.Fatalf("third message id %v, want position 1", enq[2].ID)
 	}
 	if string(k.get(enq[0].ID).Body) != "first" {
 		t.Fatal("duplicate overwrote the body")
 	}
-	dup := k.schedule(now, NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1})
+	dup := k.schedule(now, command.NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1})
 	if !dup[0].Duplicate || dup[0].ID != enq[0].ID {
 		t.Fatalf("later duplicate %+v", dup)
 	}
 	// Reserved still holds the key; the duplicate reports the redelivery time.
-	k.apply(Expire{Before: t0s + 6})
+	k.apply(command.Expire{Before: t0s + 6})
 	now = t0 + 6000
-	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: enq[0].ID, Nonce: 1, ExpiresMs: now + 100, RedeliverMs: now + 700}}})
-	if d := k.schedule(now, NewMessage{Topic: "a", Key: "order-1"}); !d[0].Duplicate || d[0].DeliverAtMs != now+700 {
+	k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: enq[0].ID, Nonce: 1, ExpiresMs: now + 100, RedeliverMs: now + 700}}})
+	if d := k.schedule(now, command.NewMessage{Topic: "a", Key: "order-1"}); !d[0].Duplicate || d[0].DeliverAtMs != now+700 {
 		t.Fatalf("duplicate of reserved %+v", d)
 	}
 	// Acked: the key is free.
-	if c := k.one(Ack{NowMs: now, Receipts: []Receipt{{ID: enq[0].ID, Nonce: 1}}}).(Counted); c.Done != 1 {
+	if c := k.one(command.Ack{NowMs: now, Receipts: []model.Receipt{{ID: enq[0].ID, Nonce: 1}}}).(command.Counted); c.Done != 1 {
 		t.Fatalf("ack %+v", c)
 	}
-	fresh := k.schedule(now, NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1000, MaxAttempts: 1})
+	fresh := k.schedule(now, command.NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1000, MaxAttempts: 1})
 	if fresh[0].Duplicate || fresh[0].ID == enq[0].ID {
 		t.Fatalf("after ack %+v", fresh)
 	}
 	// Dead frees the key too.
-	k.apply(Expire{Before: t0s + 8})
+	k.apply(command.Expire{Before: t0s + 8})
 	now = t0 + 8000
-	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: fresh[0].ID, Nonce: 2, ExpiresMs: now + 100, RedeliverMs: now + 100}}})
-	if c := k.one(Nack{NowMs: now, Receipts: []Receipt{{ID: fresh[0].ID, Nonce: 2}}}).(Counted); c.Done != 1 {
+	k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: fresh[0].ID, Nonce: 2, ExpiresMs: now + 100, RedeliverMs: now + 100}}})
+	if c := k.one(command.Nack{NowMs: now, Receipts: []model.Receipt{{ID: fresh[0].ID, Nonce: 2}}}).(command.Counted); c.Done != 1 {
 		t.Fatalf("nack %+v", c)
 	}
 	k.wantState(fresh[0].ID, StateDead, now+100, 1)
-	third := k.schedule(now, NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1000})
+	third := k.schedule(now, command.NewMessage{Topic: "a", Key: "order-1", DeliverAtMs: now + 1000})
 	if third[0].Duplicate {
 		t.Fatalf("a dead message still holds its key: %+v", third)
 	}
@@ -267,13 +269,13 @@ func TestScheduleDedupe(t *testing.T) {
 
 func TestSchedulePastDue(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	k.apply(Expire{Before: t0s + 10})
+	k.apply(command.Expire{Before: t0s + 10})
 	now := t0 + 10_500 // cursor is t0s+10
 	enq := k.schedule(now,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 9_999},  // a second before the cursor: ready
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 10_000}, // the cursor's second, already past: its slot
-		NewMessage{Topic: "a", DeliverAtMs: -5},          // clamped to 0: ready, first in line
-		NewMessage{Topic: "a", DeliverAtMs: now},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 9_999},  // a second before the cursor: ready
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 10_000}, // the cursor's second, already past: its slot
+		command.NewMessage{Topic: "a", DeliverAtMs: -5},          // clamped to 0: ready, first in line
+		command.NewMessage{Topic: "a", DeliverAtMs: now},
 	)
 	k.wantState(enq[0].ID, StateReady, t0+9_999, 0)
 	k.wantState(enq[1].ID, StateDelayed, t0+10_000, 0)
@@ -282,7 +284,7 @@ func TestSchedulePastDue(t *testing.T) {
 	if enq[2].DeliverAtMs != 0 {
 		t.Fatalf("clamped due reported as %d", enq[2].DeliverAtMs)
 	}
-	if got := k.readyIDs("a"); !reflect.DeepEqual(got, []ID{enq[2].ID, enq[0].ID}) {
+	if got := k.readyIDs("a"); !reflect.DeepEqual(got, []model.ID{enq[2].ID, enq[0].ID}) {
 		t.Fatalf("ready %v", got)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 2, Delayed: 2})
@@ -292,10 +294,10 @@ func TestScheduleOverflow(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	edge := (t0s + Slots) * TickMs // the first instant beyond the horizon
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", Body: []byte("far"), DeliverAtMs: t0 + 3*86_400_000},
-		NewMessage{Topic: "a", DeliverAtMs: edge},
-		NewMessage{Topic: "a", DeliverAtMs: edge - 1},
-		NewMessage{Topic: "a", DeliverAtMs: MaxDueMs + 12345},
+		command.NewMessage{Topic: "a", Body: []byte("far"), DeliverAtMs: t0 + 3*86_400_000},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge - 1},
+		command.NewMessage{Topic: "a", DeliverAtMs: MaxDueMs + 12345},
 	)
 	w := k.wheel()
 	if w.OverflowMessages != 3 || len(w.NonEmpty) != 1 || w.NonEmpty[0].Second != t0s+Slots-1 {
@@ -310,7 +312,7 @@ func TestScheduleOverflow(t *testing.T) {
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Delayed: 4})
 	// Promote does not pass the horizon.
-	if n := k.one(Promote{Before: t0s + 10*Slots}).(int); n != 0 {
+	if n := k.one(command.Promote{Before: t0s + 10*Slots}).(int); n != 0 {
 		t.Fatalf("promoted %d beyond the horizon", n)
 	}
 }
@@ -318,37 +320,37 @@ func TestScheduleOverflow(t *testing.T) {
 func TestCancel(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 5000},
-		NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 3*3600_000}, // overflow
-		NewMessage{Topic: "a", DeliverAtMs: t0 - 5000},                 // ready
-		NewMessage{Topic: "a", Key: "r", DeliverAtMs: t0 + 100},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 5000},
+		command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 3*3600_000}, // overflow
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 - 5000},                 // ready
+		command.NewMessage{Topic: "a", Key: "r", DeliverAtMs: t0 + 100},
 	)
-	if id := k.one(Cancel{ID: enq[0].ID}).(ID); id != enq[0].ID {
+	if id := k.one(command.Cancel{ID: enq[0].ID}).(model.ID); id != enq[0].ID {
 		t.Fatalf("cancel returned %v", id)
 	}
 	k.wantGone(enq[0].ID)
-	if id := k.one(Cancel{Topic: "a", Key: "k"}).(ID); id != enq[1].ID {
+	if id := k.one(command.Cancel{Topic: "a", Key: "k"}).(model.ID); id != enq[1].ID {
 		t.Fatalf("cancel by key returned %v", id)
 	}
 	k.wantGone(enq[1].ID)
-	k.one(Cancel{ID: enq[2].ID})
+	k.one(command.Cancel{ID: enq[2].ID})
 	k.wantGone(enq[2].ID)
 	if w := k.wheel(); w.OverflowMessages != 0 {
 		t.Fatalf("overflow %d after cancel", w.OverflowMessages)
 	}
-	for _, c := range []Cancel{{ID: enq[0].ID}, {Topic: "a", Key: "k"}, {Topic: "nope", Key: "k"}, {ID: ID{Index: 999}}} {
-		if r := k.apply(c)[0]; !errors.Is(r.Err, ErrNotFound) {
+	for _, c := range []command.Cancel{{ID: enq[0].ID}, {Topic: "a", Key: "k"}, {Topic: "nope", Key: "k"}, {ID: model.ID{Index: 999}}} {
+		if r := k.apply(c)[0]; !errors.Is(r.Err, model.ErrNotFound) {
 			t.Fatalf("cancel %+v again: %v", c, r.Err)
 		}
 	}
 	// The key is free again.
-	if e := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 1}); e[0].Duplicate {
+	if e := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 1}); e[0].Duplicate {
 		t.Fatal("cancelled message still holds its key")
 	}
 	// Reserved: conflict, by id and by key.
-	k.one(Lease{NowMs: t0 + 100, Items: []LeaseItem{{ID: enq[3].ID, Nonce: 9, ExpiresMs: t0 + 30_100, RedeliverMs: t0 + 30_100}}})
-	for _, c := range []Cancel{{ID: enq[3].ID}, {Topic: "a", Key: "r"}} {
-		if r := k.apply(c)[0]; !errors.Is(r.Err, ErrConflict) {
+	k.one(command.Lease{NowMs: t0 + 100, Items: []command.LeaseItem{{ID: enq[3].ID, Nonce: 9, ExpiresMs: t0 + 30_100, RedeliverMs: t0 + 30_100}}})
+	for _, c := range []command.Cancel{{ID: enq[3].ID}, {Topic: "a", Key: "r"}} {
+		if r := k.apply(c)[0]; !errors.Is(r.Err, model.ErrConflict) {
 			t.Fatalf("cancel reserved %+v: %v, want conflict", c, r.Err)
 		}
 	}
@@ -358,26 +360,26 @@ func TestCancel(t *testing.T) {
 
 func TestRescheduleAcrossHorizon(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	enq := k.schedule(t0, NewMessage{Topic: "a", Body: []byte("b"), DeliverAtMs: t0 + 5000})
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("b"), DeliverAtMs: t0 + 5000})
 	id := enq[0].ID
 	far := t0 + 5*3600_000
-	if v := k.one(Reschedule{ID: id, DeliverAtMs: far}).(int64); v != far {
+	if v := k.one(command.Reschedule{ID: id, DeliverAtMs: far}).(int64); v != far {
 		t.Fatalf("reschedule returned %d", v)
 	}
 	k.wantState(id, StateDelayed, far, 0)
 	if w := k.wheel(); w.OverflowMessages != 1 || len(w.NonEmpty) != 1 || w.NonEmpty[0].Messages != 0 {
 		t.Fatalf("after moving out: %+v", w)
 	}
-	k.one(Reschedule{ID: id, DeliverAtMs: t0 + 7000})
+	k.one(command.Reschedule{ID: id, DeliverAtMs: t0 + 7000})
 	k.wantState(id, StateDelayed, t0+7000, 0)
 	if w := k.wheel(); w.OverflowMessages != 0 {
 		t.Fatalf("after moving back: %+v", w)
 	}
 	// Into the past: ready.
-	k.one(Reschedule{ID: id, DeliverAtMs: t0 - 1})
+	k.one(command.Reschedule{ID: id, DeliverAtMs: t0 - 1})
 	k.wantState(id, StateReady, t0-1, 0)
 	// From ready back to delayed.
-	k.one(Reschedule{ID: id, DeliverAtMs: t0 + 2000})
+	k.one(command.Reschedule{ID: id, DeliverAtMs: t0 + 2000})
 	k.wantState(id, StateDelayed, t0+2000, 0)
 	if len(k.readyIDs("a")) != 0 {
 		t.Fatal("ready queue keeps a rescheduled message")
@@ -386,27 +388,27 @@ func TestRescheduleAcrossHorizon(t *testing.T) {
 		t.Fatal("body lost")
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Delayed: 1})
-	if r := k.apply(Reschedule{ID: ID{Index: 77}, DeliverAtMs: t0})[0]; !errors.Is(r.Err, ErrNotFound) {
+	if r := k.apply(command.Reschedule{ID: model.ID{Index: 77}, DeliverAtMs: t0})[0]; !errors.Is(r.Err, model.ErrNotFound) {
 		t.Fatalf("missing: %v", r.Err)
 	}
-	k.apply(Expire{Before: t0s + 2})
-	k.one(Lease{NowMs: t0 + 2000, Items: []LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
-	if r := k.apply(Reschedule{ID: id, DeliverAtMs: t0})[0]; !errors.Is(r.Err, ErrConflict) {
+	k.apply(command.Expire{Before: t0s + 2})
+	k.one(command.Lease{NowMs: t0 + 2000, Items: []command.LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 9000, RedeliverMs: t0 + 9000}}})
+	if r := k.apply(command.Reschedule{ID: id, DeliverAtMs: t0})[0]; !errors.Is(r.Err, model.ErrConflict) {
 		t.Fatalf("reserved: %v", r.Err)
 	}
 }
 
 func TestLease(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	enq := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, TTRMs: 2000}, NewMessage{Topic: "a", DeliverAtMs: t0 - 1})
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, TTRMs: 2000}, command.NewMessage{Topic: "a", DeliverAtMs: t0 - 1})
 	a, b := enq[0].ID, enq[1].ID
-	k.apply(Expire{Before: t0s + 1})
+	k.apply(command.Expire{Before: t0s + 1})
 	now := t0 + 1500
-	took := k.one(Lease{NowMs: now, Items: []LeaseItem{
+	took := k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{
 		{ID: a, Nonce: 11, ExpiresMs: now + 2000, RedeliverMs: now + 2500},
 		{ID: a, Nonce: 12, ExpiresMs: now + 2000, RedeliverMs: now + 2500}, // handed out twice
 		{ID: b, Nonce: 13, ExpiresMs: now + 2000, RedeliverMs: now + 1000}, // redelivery before expiry: expiry wins
-		{ID: ID{Index: 99}, Nonce: 14, ExpiresMs: now + 2000},
+		{ID: model.ID{Index: 99}, Nonce: 14, ExpiresMs: now + 2000},
 	}}).([]bool)
 	if !reflect.DeepEqual(took, []bool{true, false, true, false}) {
 		t.Fatalf("lease took %v", took)
@@ -436,12 +438,12 @@ func TestLease(t *testing.T) {
 	}
 	// Unexpired: not leasable. At the expiry instant still held; after it, leasable.
 	for _, at := range []int64{now + 1, now + 2000} {
-		if took := k.one(Lease{NowMs: at, Items: []LeaseItem{{ID: a, Nonce: 20, ExpiresMs: at + 100, RedeliverMs: at + 100}}}).([]bool); took[0] {
+		if took := k.one(command.Lease{NowMs: at, Items: []command.LeaseItem{{ID: a, Nonce: 20, ExpiresMs: at + 100, RedeliverMs: at + 100}}}).([]bool); took[0] {
 			t.Fatalf("re-leased at %d while the lease runs to %d", at, now+2000)
 		}
 	}
 	at := now + 2001
-	if took := k.one(Lease{NowMs: at, Items: []LeaseItem{{ID: a, Nonce: 21, ExpiresMs: at + 100, RedeliverMs: at + 100}}}).([]bool); !took[0] {
+	if took := k.one(command.Lease{NowMs: at, Items: []command.LeaseItem{{ID: a, Nonce: 21, ExpiresMs: at + 100, RedeliverMs: at + 100}}}).([]bool); !took[0] {
 		t.Fatal("expired lease not leasable")
 	}
 	k.wantState(a, StateReserved, at+100, 2)
@@ -449,26 +451,26 @@ func TestLease(t *testing.T) {
 
 func TestAck(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	enq := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 - 1}, NewMessage{Topic: "a", DeliverAtMs: t0 - 1})
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 - 1}, command.NewMessage{Topic: "a", DeliverAtMs: t0 - 1})
 	a, b := enq[0].ID, enq[1].ID
 	now := t0 + 100
-	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: a, Nonce: 1, ExpiresMs: now + 1000, RedeliverMs: now + 1000}, {ID: b, Nonce: 2, ExpiresMs: now + 1000, RedeliverMs: now + 1000}}})
-	c := k.one(Ack{NowMs: now + 10, Receipts: []Receipt{{ID: a, Nonce: 99}, {ID: ID{Index: 1234}, Nonce: 1}}}).(Counted)
-	if c != (Counted{Stale: 2}) {
+	k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: a, Nonce: 1, ExpiresMs: now + 1000, RedeliverMs: now + 1000}, {ID: b, Nonce: 2, ExpiresMs: now + 1000, RedeliverMs: now + 1000}}})
+	c := k.one(command.Ack{NowMs: now + 10, Receipts: []model.Receipt{{ID: a, Nonce: 99}, {ID: model.ID{Index: 1234}, Nonce: 1}}}).(command.Counted)
+	if c != (command.Counted{Stale: 2}) {
 		t.Fatalf("wrong nonce / unknown id: %+v", c)
 	}
-	c = k.one(Ack{NowMs: now + 1000, Receipts: []Receipt{{ID: a, Nonce: 1}, {ID: a, Nonce: 1}}}).(Counted)
-	if c != (Counted{Done: 1, Stale: 1}) {
+	c = k.one(command.Ack{NowMs: now + 1000, Receipts: []model.Receipt{{ID: a, Nonce: 1}, {ID: a, Nonce: 1}}}).(command.Counted)
+	if c != (command.Counted{Done: 1, Stale: 1}) {
 		t.Fatalf("ack at the expiry instant, twice: %+v", c)
 	}
 	k.wantGone(a)
-	c = k.one(Ack{NowMs: now + 1001, Receipts: []Receipt{{ID: b, Nonce: 2}}}).(Counted)
-	if c != (Counted{Stale: 1}) {
+	c = k.one(command.Ack{NowMs: now + 1001, Receipts: []model.Receipt{{ID: b, Nonce: 2}}}).(command.Counted)
+	if c != (command.Counted{Stale: 1}) {
 		t.Fatalf("ack after expiry: %+v", c)
 	}
 	k.wantState(b, StateReserved, now+1000, 1)
 	k.wantCounts(TopicCounts{Topic: "a", Reserved: 1})
-	if e := k.schedule(now, NewMessage{Topic: "a", Key: "k"}); e[0].Duplicate {
+	if e := k.schedule(now, command.NewMessage{Topic: "a", Key: "k"}); e[0].Duplicate {
 		t.Fatal("acked message keeps its key")
 	}
 	// The acked message's lease record is gone from its slot.
@@ -480,20 +482,20 @@ func TestAck(t *testing.T) {
 
 func TestNack(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	enq := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 - 1, MaxAttempts: 2})
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 - 1, MaxAttempts: 2})
 	id := enq[0].ID
 	now := t0 + 100
 	lease := func(nonce uint64) {
 		t.Helper()
-		if took := k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: now + 1000, RedeliverMs: now + 1000}}}).([]bool); !took[0] {
+		if took := k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: now + 1000, RedeliverMs: now + 1000}}}).([]bool); !took[0] {
 			t.Fatal("lease not taken")
 		}
 	}
 	lease(1)
-	if c := k.one(Nack{NowMs: now, DelayMs: 3000, Receipts: []Receipt{{ID: id, Nonce: 7}}}).(Counted); c != (Counted{Stale: 1}) {
+	if c := k.one(command.Nack{NowMs: now, DelayMs: 3000, Receipts: []model.Receipt{{ID: id, Nonce: 7}}}).(command.Counted); c != (command.Counted{Stale: 1}) {
 		t.Fatalf("stale nack %+v", c)
 	}
-	if c := k.one(Nack{NowMs: now, DelayMs: 3000, Receipts: []Receipt{{ID: id, Nonce: 1}}}).(Counted); c != (Counted{Done: 1}) {
+	if c := k.one(command.Nack{NowMs: now, DelayMs: 3000, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(command.Counted); c != (command.Counted{Done: 1}) {
 		t.Fatalf("nack %+v", c)
 	}
 	v := k.get(id)
@@ -503,16 +505,16 @@ func TestNack(t *testing.T) {
 	k.wantCounts(TopicCounts{Topic: "a", Delayed: 1})
 	// Negative delay means now.
 	now = t0 + 3100
-	k.apply(Expire{Before: t0s + 3})
+	k.apply(command.Expire{Before: t0s + 3})
 	lease(2)
-	k.one(Nack{NowMs: now, DelayMs: -50, Receipts: []Receipt{{ID: id, Nonce: 2}}})
+	k.one(command.Nack{NowMs: now, DelayMs: -50, Receipts: []model.Receipt{{ID: id, Nonce: 2}}})
 	// attempts (2) >= max_attempts (2): dead, and the key is free.
 	k.wantState(id, StateDead, now+1000, 2)
-	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []ID{id}) {
+	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []model.ID{id}) {
 		t.Fatalf("dead %v", got)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Dead: 1})
-	if e := k.schedule(now, NewMessage{Topic: "a", Key: "k", DeliverAtMs: now + 1}); e[0].Duplicate {
+	if e := k.schedule(now, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: now + 1}); e[0].Duplicate {
 		t.Fatal("dead message keeps its key")
 	}
 	if w := k.wheel(); w.NonEmpty[len(w.NonEmpty)-1].Second == SecondOf(now+1000) && w.NonEmpty[len(w.NonEmpty)-1].Messages != 0 {
@@ -522,9 +524,9 @@ func TestNack(t *testing.T) {
 
 func TestNackFirstAttemptGoesBackToDelayed(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 3})[0].ID
-	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 500, RedeliverMs: t0 + 500}}})
-	k.one(Nack{NowMs: t0 + 10, DelayMs: 3 * 3600_000, Receipts: []Receipt{{ID: id, Nonce: 1}}})
+	id := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0, MaxAttempts: 3})[0].ID
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 500, RedeliverMs: t0 + 500}}})
+	k.one(command.Nack{NowMs: t0 + 10, DelayMs: 3 * 3600_000, Receipts: []model.Receipt{{ID: id, Nonce: 1}}})
 	k.wantState(id, StateDelayed, t0+10+3*3600_000, 1)
 	if w := k.wheel(); w.OverflowMessages != 1 {
 		t.Fatalf("nack beyond the horizon: %+v", w)
@@ -533,12 +535,12 @@ func TestNackFirstAttemptGoesBackToDelayed(t *testing.T) {
 
 func TestDeadLetter(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0, MaxAttempts: 5})[0].ID
-	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1000}}})
-	if c := k.one(DeadLetter{NowMs: t0 + 10, Receipts: []Receipt{{ID: id, Nonce: 2}}}).(Counted); c != (Counted{Stale: 1}) {
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0, MaxAttempts: 5})[0].ID
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: id, Nonce: 1, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1000}}})
+	if c := k.one(command.DeadLetter{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: id, Nonce: 2}}}).(command.Counted); c != (command.Counted{Stale: 1}) {
 		t.Fatalf("stale dead letter %+v", c)
 	}
-	if c := k.one(DeadLetter{NowMs: t0 + 10, Receipts: []Receipt{{ID: id, Nonce: 1}}}).(Counted); c != (Counted{Done: 1}) {
+	if c := k.one(command.DeadLetter{NowMs: t0 + 10, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(command.Counted); c != (command.Counted{Done: 1}) {
 		t.Fatalf("dead letter %+v", c)
 	}
 	// Dead with attempts left, its key free and its lease record gone.
@@ -546,20 +548,20 @@ func TestDeadLetter(t *testing.T) {
 		t.Fatalf("dead-lettered %+v %s", v.Message, v.State)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Dead: 1})
-	if e := k.schedule(t0+20, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 30}); e[0].Duplicate {
+	if e := k.schedule(t0+20, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 30}); e[0].Duplicate {
 		t.Fatal("dead message keeps its key")
 	}
-	if c := k.one(DeadLetter{NowMs: t0 + 40, Receipts: []Receipt{{ID: id, Nonce: 1}}}).(Counted); c != (Counted{Stale: 1}) {
+	if c := k.one(command.DeadLetter{NowMs: t0 + 40, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(command.Counted); c != (command.Counted{Stale: 1}) {
 		t.Fatalf("dead letter of a dead message %+v", c)
 	}
 }
 
 func TestTouch(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0})[0].ID
-	k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 5, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1200}}})
+	id := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0})[0].ID
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: id, Nonce: 5, ExpiresMs: t0 + 1000, RedeliverMs: t0 + 1200}}})
 	now := t0 + 900
-	if c := k.one(Touch{NowMs: now, Receipts: []Receipt{{ID: id, Nonce: 5}, {ID: id, Nonce: 6}}}).(Counted); c != (Counted{Done: 1, Stale: 1}) {
+	if c := k.one(command.Touch{NowMs: now, Receipts: []model.Receipt{{ID: id, Nonce: 5}, {ID: id, Nonce: 6}}}).(command.Counted); c != (command.Counted{Done: 1, Stale: 1}) {
 		t.Fatalf("touch %+v", c)
 	}
 	v := k.get(id)
@@ -569,9 +571,9 @@ func TestTouch(t *testing.T) {
 		t.Fatalf("touched %+v", v.Message)
 	}
 	// The old redelivery no longer fires: expiring past it leaves the message reserved.
-	k.apply(Expire{Before: t0s + 2})
+	k.apply(command.Expire{Before: t0s + 2})
 	k.wantState(id, StateReserved, now+1200, 1)
-	if c := k.one(Touch{NowMs: now + 1001, Receipts: []Receipt{{ID: id, Nonce: 5}}}).(Counted); c != (Counted{Stale: 1}) {
+	if c := k.one(command.Touch{NowMs: now + 1001, Receipts: []model.Receipt{{ID: id, Nonce: 5}}}).(command.Counted); c != (command.Counted{Stale: 1}) {
 		t.Fatalf("touch after expiry %+v", c)
 	}
 }
@@ -579,25 +581,25 @@ func TestTouch(t *testing.T) {
 func TestExpireForwardsToReadyAndDeletesFiles(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Priority: 1},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Priority: 9},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 2100},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 3000}, // stays
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Priority: 1},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500, Priority: 9},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 2100},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 3000}, // stays
 	)
-	cancelled := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 1100})[0].ID
-	k.one(Cancel{ID: cancelled})
+	cancelled := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1100})[0].ID
+	k.one(command.Cancel{ID: cancelled})
 	if !k.fileExists(t0s+1) || !k.fileExists(t0s+2) || !k.fileExists(t0s+3) {
 		t.Fatal("slot files missing before expiry")
 	}
-	k.apply(Expire{Before: t0s + 3})
+	k.apply(command.Expire{Before: t0s + 3})
 	if k.s.Cursor() != t0s+3 {
 		t.Fatalf("cursor %d", k.s.Cursor())
 	}
-	if got, want := k.readyIDs("a"), []ID{enq[2].ID, enq[1].ID, enq[0].ID}; !reflect.DeepEqual(got, want) {
+	if got, want := k.readyIDs("a"), []model.ID{enq[2].ID, enq[1].ID, enq[0].ID}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("ready a %v, want %v (due, then higher priority)", got, want)
 	}
-	if got := k.readyIDs("b"); !reflect.DeepEqual(got, []ID{enq[3].ID}) {
+	if got := k.readyIDs("b"); !reflect.DeepEqual(got, []model.ID{enq[3].ID}) {
 		t.Fatalf("ready b %v", got)
 	}
 	k.wantGone(cancelled)
@@ -614,7 +616,7 @@ func TestExpireForwardsToReadyAndDeletesFiles(t *testing.T) {
 		t.Fatal("expired slot files not deleted after Sync, or a live one deleted")
 	}
 	// Expire never moves backwards and is idempotent.
-	k.apply(Expire{Before: t0s + 1})
+	k.apply(command.Expire{Before: t0s + 1})
 	if k.s.Cursor() != t0s+3 {
 		t.Fatalf("cursor moved back to %d", k.s.Cursor())
 	}
@@ -630,12 +632,12 @@ func TestExpireForwardsToReadyAndDeletesFiles(t *testing.T) {
 // Expire fires it again.
 func TestExpireNotYetDurable(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: t0 + 1500})[0].ID
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: t0 + 1500})[0].ID
 	if _, err := k.s.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	synced := k.idx
-	k.apply(Expire{Before: t0s + 2})
+	k.apply(command.Expire{Before: t0s + 2})
 	k.wantState(id, StateReady, t0+1500, 0)
 	// Until the expiry is durable the file stays: a file system may make
 	// an unlink durable before the index.
@@ -669,10 +671,10 @@ func TestExpireNotYetDurable(t *testing.T) {
 func TestExpiredFilesDoNotLinger(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	for i := int64(1); i <= 5; i++ {
-		k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + i*TickMs})
+		k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + i*TickMs})
 	}
 	for sec := t0s + 1; sec <= t0s+40; sec++ {
-		k.apply(Expire{Before: sec})
+		k.apply(command.Expire{Before: sec})
 	}
 	for i := int64(1); i <= 5; i++ {
 		if k.fileExists(t0s + i) {
@@ -683,79 +685,79 @@ func TestExpiredFilesDoNotLinger(t *testing.T) {
 
 func TestLeaseExpiryRedeliveryAndDeadLetters(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", Key: "k", Body: []byte("x"), DeliverAtMs: t0 + 100, MaxAttempts: 2})[0].ID
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", Body: []byte("x"), DeliverAtMs: t0 + 100, MaxAttempts: 2})[0].ID
 	now := t0 + 100
-	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: id, Nonce: 1, ExpiresMs: now + 500, RedeliverMs: now + 1500}}}) // redelivery in t0s+1
-	k.apply(Expire{Before: t0s + 1})
+	k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: id, Nonce: 1, ExpiresMs: now + 500, RedeliverMs: now + 1500}}}) // redelivery in t0s+1
+	k.apply(command.Expire{Before: t0s + 1})
 	k.wantState(id, StateReserved, now+1500, 1)
 	// The lease record fires: attempt 1 < 2, back to ready, lease cleared.
-	k.apply(Expire{Before: t0s + 2})
+	k.apply(command.Expire{Before: t0s + 2})
 	v := k.get(id)
 	if v.State != StateReady || v.Attempts != 1 || v.Receipt != 0 || v.DeliverAtMs != now+1500 {
 		t.Fatalf("after the first redelivery %+v %s", v.Message, v.State)
 	}
 	// The stale receipt cannot ack it.
-	if c := k.one(Ack{NowMs: now + 400, Receipts: []Receipt{{ID: id, Nonce: 1}}}).(Counted); c.Stale != 1 {
+	if c := k.one(command.Ack{NowMs: now + 400, Receipts: []model.Receipt{{ID: id, Nonce: 1}}}).(command.Counted); c.Stale != 1 {
 		t.Fatalf("old receipt acked a ready message: %+v", c)
 	}
 	now = t0 + 2000
-	k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: id, Nonce: 2, ExpiresMs: now + 300, RedeliverMs: now + 300}}})
+	k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: id, Nonce: 2, ExpiresMs: now + 300, RedeliverMs: now + 300}}})
 	k.wantState(id, StateReserved, now+300, 2)
 	// Out of attempts: not leasable again, and dead when the slot fires.
-	if took := k.one(Lease{NowMs: now + 301, Items: []LeaseItem{{ID: id, Nonce: 3, ExpiresMs: now + 900}}}).([]bool); took[0] {
+	if took := k.one(command.Lease{NowMs: now + 301, Items: []command.LeaseItem{{ID: id, Nonce: 3, ExpiresMs: now + 900}}}).([]bool); took[0] {
 		t.Fatal("leased past max_attempts")
 	}
-	k.apply(Expire{Before: t0s + 3})
+	k.apply(command.Expire{Before: t0s + 3})
 	k.wantState(id, StateDead, now+300, 2)
 	k.wantCounts(TopicCounts{Topic: "a", Dead: 1})
-	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []ID{id}) {
+	if got := k.deadIDs("a"); !reflect.DeepEqual(got, []model.ID{id}) {
 		t.Fatalf("dead %v", got)
 	}
 	// Redrive: back to ready, attempts reset, due now, key taken again.
 	now = t0 + 3000
-	if n := k.one(Redrive{NowMs: now, Topic: "a"}).(int); n != 1 {
+	if n := k.one(command.Redrive{NowMs: now, Topic: "a"}).(int); n != 1 {
 		t.Fatalf("redrove %d", n)
 	}
 	v = k.get(id)
 	if v.State != StateReady || v.Attempts != 0 || v.DeliverAtMs != now || v.Key != "k" || string(v.Body) != "x" {
 		t.Fatalf("redriven %+v %s", v.Message, v.State)
 	}
-	if e := k.schedule(now, NewMessage{Topic: "a", Key: "k"}); !e[0].Duplicate {
+	if e := k.schedule(now, command.NewMessage{Topic: "a", Key: "k"}); !e[0].Duplicate {
 		t.Fatal("a redriven message does not hold its key")
 	}
 }
 
 func TestRedrive(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	kill := func(key string, nonce uint64) ID {
+	kill := func(key string, nonce uint64) model.ID {
 		t.Helper()
-		id := k.schedule(t0, NewMessage{Topic: "a", Key: key, DeliverAtMs: t0, MaxAttempts: 1})[0].ID
-		k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: t0 + 10, RedeliverMs: t0 + 10}}})
-		k.one(Nack{NowMs: t0, Receipts: []Receipt{{ID: id, Nonce: nonce}}})
+		id := k.schedule(t0, command.NewMessage{Topic: "a", Key: key, DeliverAtMs: t0, MaxAttempts: 1})[0].ID
+		k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: id, Nonce: nonce, ExpiresMs: t0 + 10, RedeliverMs: t0 + 10}}})
+		k.one(command.Nack{NowMs: t0, Receipts: []model.Receipt{{ID: id, Nonce: nonce}}})
 		k.wantState(id, StateDead, t0+10, 1)
 		return id
 	}
 	d1 := kill("k", 1)
 	d2 := kill("k", 2) // the key was free again: same key, another message
 	d3 := kill("", 3)
-	holder := k.schedule(t0, NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 60_000})[0].ID
-	if n := k.one(Redrive{NowMs: t0 + 5, Topic: "a", IDs: []ID{d2, holder, {Index: 999}}}).(int); n != 1 {
+	holder := k.schedule(t0, command.NewMessage{Topic: "a", Key: "k", DeliverAtMs: t0 + 60_000})[0].ID
+	if n := k.one(command.Redrive{NowMs: t0 + 5, Topic: "a", IDs: []model.ID{d2, holder, {Index: 999}}}).(int); n != 1 {
 		t.Fatalf("redrove %d of one dead id", n)
 	}
 	if v := k.get(d2); v.State != StateReady || v.Key != "" {
 		t.Fatalf("redriven with its key held elsewhere: %+v %s", v.Message, v.State)
 	}
-	if n := k.one(Redrive{NowMs: t0 + 6, Topic: "b"}).(int); n != 0 {
+	if n := k.one(command.Redrive{NowMs: t0 + 6, Topic: "b"}).(int); n != 0 {
 		t.Fatalf("redrove %d from an unknown topic", n)
 	}
-	k.one(Cancel{ID: holder})
-	if n := k.one(Redrive{NowMs: t0 + 7, Topic: "a"}).(int); n != 2 {
+	k.one(command.Cancel{ID: holder})
+	if n := k.one(command.Redrive{NowMs: t0 + 7, Topic: "a"}).(int); n != 2 {
 		t.Fatalf("redrove %d, want 2", n)
 	}
 	if v := k.get(d1); v.Key != "k" {
 		t.Fatalf("d1 key %q", v.Key)
 	}
-	if got, want := k.readyIDs("a"), []ID{d2, d1, d3}; !reflect.DeepEqual(got, want) {
+	if got, want := k.readyIDs("a"), []model.ID{d2, d1, d3}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("ready %v, want %v", got, want)
 	}
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 3})
@@ -765,20 +767,20 @@ func TestPromoteAcrossHorizonEdge(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	edge := (t0s + Slots) * TickMs
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: edge - 1}, // last instant inside
-		NewMessage{Topic: "a", DeliverAtMs: edge},     // first outside
-		NewMessage{Topic: "a", DeliverAtMs: edge + 999},
-		NewMessage{Topic: "a", DeliverAtMs: edge + 1000},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge - 1}, // last instant inside
+		command.NewMessage{Topic: "a", DeliverAtMs: edge},     // first outside
+		command.NewMessage{Topic: "a", DeliverAtMs: edge + 999},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge + 1000},
 	)
 	if w := k.wheel(); w.OverflowMessages != 3 {
 		t.Fatalf("overflow %d", w.OverflowMessages)
 	}
-	k.apply(Expire{Before: t0s + 1})
+	k.apply(command.Expire{Before: t0s + 1})
 	// Promote{Before} stops at Before and at the horizon.
-	if n := k.one(Promote{Before: t0s + Slots}).(int); n != 0 {
+	if n := k.one(command.Promote{Before: t0s + Slots}).(int); n != 0 {
 		t.Fatalf("promoted %d before the edge", n)
 	}
-	if n := k.one(Promote{Before: t0s + Slots + 5}).(int); n != 2 {
+	if n := k.one(command.Promote{Before: t0s + Slots + 5}).(int); n != 2 {
 		t.Fatalf("promoted %d, want the two due in second %d", n, t0s+Slots)
 	}
 	w := k.wheel()
@@ -788,8 +790,8 @@ func TestPromoteAcrossHorizonEdge(t *testing.T) {
 	k.wantState(enq[1].ID, StateDelayed, edge, 0)
 	// An overflow message whose time passed before it was promoted goes
 	// straight to ready.
-	k.apply(Expire{Before: t0s + Slots + 2})
-	if n := k.one(Promote{Before: t0s + Slots + 2 + Slots}).(int); n != 1 {
+	k.apply(command.Expire{Before: t0s + Slots + 2})
+	if n := k.one(command.Promote{Before: t0s + Slots + 2 + Slots}).(int); n != 1 {
 		t.Fatalf("late promote moved %d", n)
 	}
 	k.wantState(enq[3].ID, StateReady, edge+1000, 0)
@@ -804,8 +806,8 @@ func TestSlotReuseAfterFullLap(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	s := t0s + 10
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", Body: []byte("lap0"), DeliverAtMs: s*TickMs + 1},
-		NewMessage{Topic: "a", Body: []byte("lap1"), DeliverAtMs: (s+Slots)*TickMs + 2},
+		command.NewMessage{Topic: "a", Body: []byte("lap0"), DeliverAtMs: s*TickMs + 1},
+		command.NewMessage{Topic: "a", Body: []byte("lap1"), DeliverAtMs: (s+Slots)*TickMs + 2},
 	)
 	if SlotOf(s) != SlotOf(s+Slots) {
 		t.Fatal("slot math")
@@ -814,8 +816,8 @@ func TestSlotReuseAfterFullLap(t *testing.T) {
 	if err != nil || info.Second != s || info.Messages != 1 || len(info.Records) != 1 || info.Records[0].ID != enq[0].ID {
 		t.Fatalf("slot before the lap: %+v %v", info, err)
 	}
-	k.apply(Expire{Before: s + 1})
-	if n := k.one(Promote{Before: s + 1 + Slots}).(int); n != 1 {
+	k.apply(command.Expire{Before: s + 1})
+	if n := k.one(command.Promote{Before: s + 1 + Slots}).(int); n != 1 {
 		t.Fatalf("promoted %d", n)
 	}
 	if !k.fileExists(s + Slots) {
@@ -833,7 +835,7 @@ func TestSlotReuseAfterFullLap(t *testing.T) {
 	}
 	k.wantState(enq[0].ID, StateReady, s*TickMs+1, 0)
 	k.wantState(enq[1].ID, StateDelayed, (s+Slots)*TickMs+2, 0)
-	k.apply(Expire{Before: s + Slots + 1})
+	k.apply(command.Expire{Before: s + Slots + 1})
 	if got := k.readyIDs("a"); !reflect.DeepEqual(got, ids(enq)) {
 		t.Fatalf("ready %v", got)
 	}
@@ -842,12 +844,12 @@ func TestSlotReuseAfterFullLap(t *testing.T) {
 func TestWheelAndSlotInspection(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", Body: []byte("12345"), DeliverAtMs: t0 + 5500},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 5900},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 9000},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 9*3600_000},
+		command.NewMessage{Topic: "a", Body: []byte("12345"), DeliverAtMs: t0 + 5500},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 5900},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 9000},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 9*3600_000},
 	)
-	k.one(Cancel{ID: enq[1].ID})
+	k.one(command.Cancel{ID: enq[1].ID})
 	w := k.wheel()
 	if w.CursorMs != t0 || w.HorizonMs != t0+Slots*TickMs || w.OverflowMessages != 1 || len(w.NonEmpty) != 2 {
 		t.Fatalf("wheel %+v", w)
@@ -865,7 +867,7 @@ func TestWheelAndSlotInspection(t *testing.T) {
 	}
 	want := []struct {
 		typ  string
-		id   ID
+		id   model.ID
 		live bool
 	}{{"message", enq[0].ID, true}, {"message", enq[1].ID, false}, {"tombstone", enq[1].ID, false}}
 	off := int64(segment.HeaderSize)
@@ -886,7 +888,7 @@ func TestWheelAndSlotInspection(t *testing.T) {
 		t.Fatalf("empty slot %+v %v", empty, err)
 	}
 	for _, bad := range []int{-1, Slots} {
-		if _, err := k.s.Slot(bad, false); !errors.Is(err, ErrNotFound) {
+		if _, err := k.s.Slot(bad, false); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("Slot(%d): %v", bad, err)
 		}
 	}
@@ -894,18 +896,18 @@ func TestWheelAndSlotInspection(t *testing.T) {
 
 func TestOpenSegmentsBound(t *testing.T) {
 	k := newStoreKit(t, Options{MaxOpenSegments: 4})
-	var all []ID
+	var all []model.ID
 	for i := 0; i < 100; i++ {
-		e := k.schedule(t0, NewMessage{Topic: "a", Body: []byte(fmt.Sprint(i)), DeliverAtMs: t0 + int64(i+1)*TickMs + int64(i)})
+		e := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte(fmt.Sprint(i)), DeliverAtMs: t0 + int64(i+1)*TickMs + int64(i)})
 		all = append(all, e[0].ID)
 		if n := k.s.OpenSegments(); n > 4 {
 			t.Fatalf("%d open segment handles after %d slots", n, i+1)
 		}
 	}
 	// Every slot again, in one batch: still bounded.
-	var msgs []NewMessage
+	var msgs []command.NewMessage
 	for i := 0; i < 100; i++ {
-		msgs = append(msgs, NewMessage{Topic: "a", DeliverAtMs: t0 + int64(i+1)*TickMs + 500})
+		msgs = append(msgs, command.NewMessage{Topic: "a", DeliverAtMs: t0 + int64(i+1)*TickMs + 500})
 	}
 	k.schedule(t0, msgs...)
 	if n := k.s.OpenSegments(); n > 4 {
@@ -932,7 +934,7 @@ func TestOpenSegmentsBound(t *testing.T) {
 
 func TestTornTailCutOnOpen(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	enq := k.schedule(t0, NewMessage{Topic: "a", Body: []byte("keep"), DeliverAtMs: t0 + 2000})
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("keep"), DeliverAtMs: t0 + 2000})
 	k.reopen()
 	path := k.segPath(t0s + 2)
 	good, err := readFS(k.fs, path)
@@ -940,7 +942,7 @@ func TestTornTailCutOnOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := segment.AppendRecord(nil, segment.Record{Type: segment.TypeMessage, Index: k.idx + 1,
-		Payload: EncodeMessage(nil, &Message{ID: ID{Index: k.idx + 1}, Topic: "a", Body: []byte("lost")})})
+		Payload: EncodeMessage(nil, &model.Message{ID: model.ID{Index: k.idx + 1}, Topic: "a", Body: []byte("lost")})})
 	for name, tail := range map[string][]byte{
 		"whole record of a lost entry": lost,
 		"half a record":                lost[:len(lost)/2],
@@ -961,11 +963,11 @@ func TestTornTailCutOnOpen(t *testing.T) {
 				t.Fatalf("message %+v", v)
 			}
 			// Appends go after the recorded length.
-			e := k.schedule(t0, NewMessage{Topic: "a", Body: []byte("next"), DeliverAtMs: t0 + 2500})
+			e := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("next"), DeliverAtMs: t0 + 2500})
 			if v := k.get(e[0].ID); string(v.Body) != "next" {
 				t.Fatalf("appended after repair: %+v", v)
 			}
-			k.one(Cancel{ID: e[0].ID})
+			k.one(command.Cancel{ID: e[0].ID})
 			k.reopen()
 			good, _ = readFS(k.fs, path)
 		})
@@ -983,7 +985,7 @@ func TestTornTailCutOnOpen(t *testing.T) {
 
 func TestShortSegmentIsInconsistent(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: t0 + 2000})[0].ID
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: t0 + 2000})[0].ID
 	if err := k.s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -1028,33 +1030,33 @@ func TestShortSegmentIsInconsistent(t *testing.T) {
 func TestReplayIdempotent(t *testing.T) {
 	ref := newStoreKit(t, Options{})
 	k := newStoreKit(t, Options{})
-	both := func(cmds ...Command) {
+	both := func(cmds ...command.Command) {
 		t.Helper()
 		a, b := ref.apply(cmds...), k.apply(cmds...)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("results differ: %v %v", a, b)
 		}
 	}
-	var all []ID
+	var all []model.ID
 	var synced uint64
 	for i := 0; i < 20; i++ {
-		var msgs []NewMessage
+		var msgs []command.NewMessage
 		for j := 0; j < 5; j++ {
-			msgs = append(msgs, NewMessage{Topic: "a", Body: []byte{byte(i), byte(j)}, DeliverAtMs: t0 + int64(i*j)*700 + int64(j)*3600_000})
+			msgs = append(msgs, command.NewMessage{Topic: "a", Body: []byte{byte(i), byte(j)}, DeliverAtMs: t0 + int64(i*j)*700 + int64(j)*3600_000})
 		}
-		both(Schedule{NowMs: t0, Messages: msgs})
+		both(command.Schedule{NowMs: t0, Messages: msgs})
 		for j := range msgs {
-			all = append(all, ID{Index: k.idx, Seq: uint32(j)})
+			all = append(all, model.ID{Index: k.idx, Seq: uint32(j)})
 		}
 		if i == 5 {
-			both(Expire{Before: t0s + 2})
+			both(command.Expire{Before: t0s + 2})
 			if _, err := k.s.Sync(); err != nil { // a synced point
 				t.Fatal(err)
 			}
 			synced = k.idx
 		}
 		if i%4 == 0 {
-			both(Cancel{ID: all[len(all)-2]}, Reschedule{ID: all[len(all)-3], DeliverAtMs: t0 + 9000})
+			both(command.Cancel{ID: all[len(all)-2]}, command.Reschedule{ID: all[len(all)-3], DeliverAtMs: t0 + 9000})
 		}
 	}
 	k.s.CrashForTest(k.fs)
@@ -1096,7 +1098,7 @@ func TestReplayIdempotent(t *testing.T) {
 
 func TestSyncEveryBatchSurvivesCrash(t *testing.T) {
 	k := newStoreKit(t, Options{SyncEveryBatch: true})
-	id := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 + 4000})[0].ID
+	id := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 4000})[0].ID
 	k.s.CrashForTest(k.fs)
 	k.open()
 	if a := k.s.AppliedIndex(); a != k.idx {
@@ -1117,9 +1119,9 @@ func TestCrashAfterMemtableRotation(t *testing.T) {
 	k := newStoreKit(t, Options{MemTableBytes: 1 << 20})
 	body := make([]byte, 100)
 	for b := 0; b < 50; b++ {
-		msgs := make([]NewMessage, 1000)
+		msgs := make([]command.NewMessage, 1000)
 		for i := range msgs {
-			msgs[i] = NewMessage{Topic: "t", Body: body, DeliverAtMs: t0 + 5000 + int64(b*1000+i)}
+			msgs[i] = command.NewMessage{Topic: "t", Body: body, DeliverAtMs: t0 + 5000 + int64(b*1000+i)}
 		}
 		k.schedule(t0, msgs...)
 	}
@@ -1138,14 +1140,14 @@ func TestCrashAfterMemtableRotation(t *testing.T) {
 
 func TestNodesReplicated(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	k.apply(SetNode{Node: Node{ID: "n2", RaftAddr: "b:1", HTTPAddr: "b:2"}}, SetNode{Node: Node{ID: "n1", RaftAddr: "a:1"}})
-	k.apply(SetNode{Node: Node{ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}})
+	k.apply(command.SetNode{Node: model.Member{ID: "n2", RaftAddr: "b:1", HTTPAddr: "b:2"}}, command.SetNode{Node: model.Member{ID: "n1", RaftAddr: "a:1"}})
+	k.apply(command.SetNode{Node: model.Member{ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}})
 	k.reopen()
-	want := []Node{{ID: "n1", RaftAddr: "a:1"}, {ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}}
+	want := []model.Member{{ID: "n1", RaftAddr: "a:1"}, {ID: "n2", RaftAddr: "b:9", HTTPAddr: "b:2"}}
 	if got := k.s.Nodes(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("nodes %+v", got)
 	}
-	k.apply(RemoveNode{ID: "n1"})
+	k.apply(command.RemoveNode{ID: "n1"})
 	if got := k.s.Nodes(); len(got) != 1 || got[0].ID != "n2" {
 		t.Fatalf("after remove %+v", got)
 	}
@@ -1153,17 +1155,17 @@ func TestNodesReplicated(t *testing.T) {
 
 func TestReadyLimitAndSkip(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	var msgs []NewMessage
+	var msgs []command.NewMessage
 	for i := 0; i < 6; i++ {
-		msgs = append(msgs, NewMessage{Topic: "a", DeliverAtMs: t0 - 1000 + int64(i%3), Priority: int64(i)})
+		msgs = append(msgs, command.NewMessage{Topic: "a", DeliverAtMs: t0 - 1000 + int64(i%3), Priority: int64(i)})
 	}
 	enq := k.schedule(t0, msgs...)
 	// Due order, then higher priority: (0:p0,p3) (1:p1,p4) (2:p2,p5).
-	order := []ID{enq[3].ID, enq[0].ID, enq[4].ID, enq[1].ID, enq[5].ID, enq[2].ID}
+	order := []model.ID{enq[3].ID, enq[0].ID, enq[4].ID, enq[1].ID, enq[5].ID, enq[2].ID}
 	if got := k.readyIDs("a"); !reflect.DeepEqual(got, order) {
 		t.Fatalf("ready %v, want %v", got, order)
 	}
-	vs, err := k.s.Ready("a", 2, func(id ID) bool { return id == order[0] || id == order[2] })
+	vs, err := k.s.Ready("a", 2, func(id model.ID) bool { return id == order[0] || id == order[2] })
 	if err != nil || len(vs) != 2 || vs[0].ID != order[1] || vs[1].ID != order[3] {
 		t.Fatalf("limit 2 skipping two: %v %v", vs, err)
 	}
@@ -1177,7 +1179,7 @@ func TestReadyLimitAndSkip(t *testing.T) {
 
 func TestReadOnlyOpen(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	id := k.schedule(t0, NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: t0 + 3000})[0].ID
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("x"), DeliverAtMs: t0 + 3000})[0].ID
 	if err := k.s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -1188,7 +1190,7 @@ func TestReadOnlyOpen(t *testing.T) {
 	if v, err := ro.Get(id); err != nil || string(v.Body) != "x" || ro.AppliedIndex() != k.idx {
 		t.Fatalf("read-only get %+v %v, applied %d", v, err, ro.AppliedIndex())
 	}
-	if _, err := ro.Apply([]Entry{{Index: k.idx + 1, Cmds: []Command{Expire{Before: t0s + 5}}}}); err == nil {
+	if _, err := ro.Apply([]Entry{{Index: k.idx + 1, Cmds: []command.Command{command.Expire{Before: t0s + 5}}}}); err == nil {
 		t.Fatal("a read-only store applied an entry")
 	}
 	if err := ro.Close(); err != nil {
@@ -1205,10 +1207,10 @@ func TestClosedStore(t *testing.T) {
 	if err := k.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.s.Apply([]Entry{{Index: k.idx + 1, Cmds: []Command{Expire{Before: t0s + 5}}}}); !errors.Is(err, ErrClosed) {
+	if _, err := k.s.Apply([]Entry{{Index: k.idx + 1, Cmds: []command.Command{command.Expire{Before: t0s + 5}}}}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("apply after close: %v", err)
 	}
-	if _, err := k.s.Get(ID{Index: 1}); !errors.Is(err, ErrClosed) {
+	if _, err := k.s.Get(model.ID{Index: 1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("get after close: %v", err)
 	}
 	k.s = nil
@@ -1222,27 +1224,27 @@ func TestPromoteResumesWhereItEnded(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	edge := (t0s + Slots) * TickMs
 	first := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: edge + 100},
-		NewMessage{Topic: "a", DeliverAtMs: edge + 5_000},
-		NewMessage{Topic: "a", DeliverAtMs: edge + 20_000},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge + 100},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge + 5_000},
+		command.NewMessage{Topic: "a", DeliverAtMs: edge + 20_000},
 	)
-	k.apply(Expire{Before: t0s + 3})
-	if n := k.one(Promote{Before: t0s + Slots + 3}).(int); n != 1 {
+	k.apply(command.Expire{Before: t0s + 3})
+	if n := k.one(command.Promote{Before: t0s + Slots + 3}).(int); n != 1 {
 		t.Fatalf("first promote moved %d, want 1", n)
 	}
 	k.wantState(first[0].ID, StateDelayed, edge+100, 0)
 	// Sent to the overflow after that promote: due past the horizon as it
 	// stands now, which is past where the promote ended.
-	k.apply(Expire{Before: t0s + 6})
+	k.apply(command.Expire{Before: t0s + 6})
 	later := k.schedule(t0+6_000,
-		NewMessage{Topic: "a", DeliverAtMs: (t0s+Slots+6)*TickMs + 1},
+		command.NewMessage{Topic: "a", DeliverAtMs: (t0s+Slots+6)*TickMs + 1},
 	)
-	k.apply(Expire{Before: t0s + 8})
+	k.apply(command.Expire{Before: t0s + 8})
 	// Ending earlier than the last promote moves nothing.
-	if n := k.one(Promote{Before: t0s + Slots + 2}).(int); n != 0 {
+	if n := k.one(command.Promote{Before: t0s + Slots + 2}).(int); n != 0 {
 		t.Fatalf("promote ending before the last one moved %d", n)
 	}
-	if n := k.one(Promote{Before: t0s + Slots + 8}).(int); n != 2 {
+	if n := k.one(command.Promote{Before: t0s + Slots + 8}).(int); n != 2 {
 		t.Fatalf("second promote moved %d, want 2 (one scheduled before the first promote, one after)", n)
 	}
 	k.wantState(first[1].ID, StateDelayed, edge+5_000, 0)
@@ -1251,8 +1253,8 @@ func TestPromoteResumesWhereItEnded(t *testing.T) {
 		t.Fatalf("overflow %d after two promotes, want 1", w.OverflowMessages)
 	}
 	k.reopen()
-	k.apply(Expire{Before: t0s + 25})
-	if n := k.one(Promote{Before: t0s + Slots + 25}).(int); n != 1 {
+	k.apply(command.Expire{Before: t0s + 25})
+	if n := k.one(command.Promote{Before: t0s + Slots + 25}).(int); n != 1 {
 		t.Fatalf("promote after reopen moved %d, want 1", n)
 	}
 	k.wantState(first[2].ID, StateDelayed, edge+20_000, 0)
@@ -1294,10 +1296,10 @@ func TestBufPool(t *testing.T) {
 // comes back when its slot expires.
 func TestPromoteLeaseRedelivery(t *testing.T) {
 	k := newStoreKit(t, Options{})
-	enq := k.schedule(t0, NewMessage{Topic: "a", DeliverAtMs: t0 - 1}, NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000})
+	enq := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 - 1}, command.NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000})
 	id := enq[0].ID
 	exp := t0 + 3*3600_000 // a three-hour lease
-	if took := k.one(Lease{NowMs: t0, Items: []LeaseItem{{ID: id, Nonce: 7, ExpiresMs: exp, RedeliverMs: exp + 1}}}).([]bool); !took[0] {
+	if took := k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: id, Nonce: 7, ExpiresMs: exp, RedeliverMs: exp + 1}}}).([]bool); !took[0] {
 		t.Fatal("not leased")
 	}
 	if w := k.wheel(); w.OverflowMessages != 2 {
@@ -1306,8 +1308,8 @@ func TestPromoteLeaseRedelivery(t *testing.T) {
 	k.wantCounts(TopicCounts{Topic: "a", Reserved: 1})
 	// Move the cursor until the redelivery's second enters the horizon.
 	sec := SecondOf(exp + 1)
-	k.apply(Expire{Before: sec - Slots + 1})
-	if n := k.one(Promote{Before: sec + 1}).(int); n != 2 {
+	k.apply(command.Expire{Before: sec - Slots + 1})
+	if n := k.one(command.Promote{Before: sec + 1}).(int); n != 2 {
 		t.Fatalf("promoted %d, want 2", n)
 	}
 	v := k.get(id)
@@ -1320,7 +1322,7 @@ func TestPromoteLeaseRedelivery(t *testing.T) {
 		t.Fatalf("overflow %d after the promote", w.OverflowMessages)
 	}
 	// The lease expires unacked: the message is ready again.
-	k.apply(Expire{Before: sec + 1})
+	k.apply(command.Expire{Before: sec + 1})
 	k.wantState(id, StateReady, exp+1, 1)
 	k.wantCounts(TopicCounts{Topic: "a", Ready: 1})
 }
@@ -1331,12 +1333,12 @@ func TestPromoteLeaseRedelivery(t *testing.T) {
 func TestDueMessagesReadReady(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	enq := k.schedule(t0,
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 100},
-		NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 150},
-		NewMessage{Topic: "b", DeliverAtMs: t0 + 50},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 100},
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1200},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 150},
+		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 50},
 	)
-	k.one(Lease{NowMs: t0 + 60, Items: []LeaseItem{{ID: enq[3].ID, Nonce: 7, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 31_000}}})
+	k.one(command.Lease{NowMs: t0 + 60, Items: []command.LeaseItem{{ID: enq[3].ID, Nonce: 7, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 31_000}}})
 	counts := func(now int64) map[string][2]int64 {
 		t.Helper()
 		tc, err := k.s.TopicsAt(now)
@@ -1384,11 +1386,11 @@ func TestDueMessagesReadReady(t *testing.T) {
 func TestKeysHeldAgreesWithGet(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	now := t0
-	var sent []ID
+	var sent []model.ID
 	phase := func(p int) {
-		var msgs []NewMessage
+		var msgs []command.NewMessage
 		for i := range 40 {
-			msgs = append(msgs, NewMessage{Topic: "a", Key: fmt.Sprintf("k-%d-%02d", p, i), DeliverAtMs: now + 1000})
+			msgs = append(msgs, command.NewMessage{Topic: "a", Key: fmt.Sprintf("k-%d-%02d", p, i), DeliverAtMs: now + 1000})
 		}
 		sent = append(sent, ids(k.schedule(now, msgs...))...)
 	}
@@ -1403,14 +1405,14 @@ func TestKeysHeldAgreesWithGet(t *testing.T) {
 	phase(2)
 	// Free every third key of each phase: the delete lands in the memtable
 	// over keys in the lower levels, level 0 and the memtable.
-	k.apply(Expire{Before: t0s + 2})
+	k.apply(command.Expire{Before: t0s + 2})
 	now += 2000
-	var free []Receipt
+	var free []model.Receipt
 	for i := 0; i < len(sent); i += 3 {
-		free = append(free, Receipt{ID: sent[i], Nonce: uint64(i + 1)})
-		k.one(Lease{NowMs: now, Items: []LeaseItem{{ID: sent[i], Nonce: uint64(i + 1), ExpiresMs: now + 60_000, RedeliverMs: now + 60_000}}})
+		free = append(free, model.Receipt{ID: sent[i], Nonce: uint64(i + 1)})
+		k.one(command.Lease{NowMs: now, Items: []command.LeaseItem{{ID: sent[i], Nonce: uint64(i + 1), ExpiresMs: now + 60_000, RedeliverMs: now + 60_000}}})
 	}
-	if c := k.one(Ack{NowMs: now, Receipts: free}).(Counted); c.Done != len(free) {
+	if c := k.one(command.Ack{NowMs: now, Receipts: free}).(command.Counted); c.Done != len(free) {
 		t.Fatalf("ack %+v", c)
 	}
 
@@ -1449,10 +1451,10 @@ func TestKeysHeldAgreesWithGet(t *testing.T) {
 func TestScheduleNumbersTopicsInMessageOrder(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	k.schedule(t0,
-		NewMessage{Topic: "first", DeliverAtMs: t0 + 1000},
-		NewMessage{Topic: "second", Key: "a", DeliverAtMs: t0 + 1000},
-		NewMessage{Topic: "second", Key: "a", DeliverAtMs: t0 + 1000},
-		NewMessage{Topic: "third", Key: "b", DeliverAtMs: t0 + 1000},
+		command.NewMessage{Topic: "first", DeliverAtMs: t0 + 1000},
+		command.NewMessage{Topic: "second", Key: "a", DeliverAtMs: t0 + 1000},
+		command.NewMessage{Topic: "second", Key: "a", DeliverAtMs: t0 + 1000},
+		command.NewMessage{Topic: "third", Key: "b", DeliverAtMs: t0 + 1000},
 	)
 	first, second, third := k.s.topics["first"], k.s.topics["second"], k.s.topics["third"]
 	if first == 0 || second != first+1 || third != second+1 {

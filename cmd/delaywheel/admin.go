@@ -22,6 +22,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // offlineReader reads the wheel of a stopped node's data directory.
@@ -591,7 +592,7 @@ func online[T any](s *session, ofGroup func(context.Context, int) (T, error)) (T
 // groupDataDir is where group --group keeps its data in --data-dir.
 func groupDataDir(c *cli.Context) (string, error) {
 	dir, err := replication.GroupDataDir(c.String("data-dir"), c.Int("group"))
-	if errors.Is(err, wheel.ErrInvalid) {
+	if errors.Is(err, model.ErrInvalid) {
 		err = fmt.Errorf("--group: %w", err)
 	}
 	return dir, err

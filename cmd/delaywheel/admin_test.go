@@ -17,6 +17,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // startMs is where the node's clock starts; it moves only when a test
@@ -308,7 +309,7 @@ func (f fakeOffline) Slot(slot int, records bool) (wheel.SlotInfo, error) {
 		return wheel.SlotInfo{}, errors.New("empty slot")
 	}
 	return wheel.SlotInfo{SlotSummary: wheel.SlotSummary{Slot: 4, Second: 1732245604, Messages: 1, Bytes: 40}, File: "001732245604.seg",
-		Records: []wheel.SlotRecord{{Offset: 20, Type: "message", Index: 7, ID: wheel.ID{Index: 7, Seq: 1}, Topic: "x", DueMs: 1732245604500, Attempts: 0, Bytes: 40, Live: true}}}, nil
+		Records: []wheel.SlotRecord{{Offset: 20, Type: "message", Index: 7, ID: model.ID{Index: 7, Seq: 1}, Topic: "x", DueMs: 1732245604500, Attempts: 0, Bytes: 40, Live: true}}}, nil
 }
 
 func (f fakeOffline) Close() error { *f.closed = true; return nil }

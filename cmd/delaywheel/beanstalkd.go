@@ -16,6 +16,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/beanstalkd"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // beanstalkdBackend serves transport/beanstalkd over the node's groups
@@ -80,22 +82,22 @@ func routed(err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &nl):
-		return fmt.Errorf("%w: %w: %w", beanstalkd.ErrNotSent, wheel.ErrUnavailable, err)
-	case errors.Is(err, wheel.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("%w: %w: %w", beanstalkd.ErrNotSent, model.ErrUnavailable, err)
+	case errors.Is(err, model.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost):
 		// A proposal refused before the log was never made; one whose
 		// leadership was lost after its append may still commit.
 		return fmt.Errorf("%w: %w", beanstalkd.ErrNotSent, err)
 	case errors.As(err, &op) && op.Op == "dial":
-		return fmt.Errorf("%w: %w: forward to the leader: %w", beanstalkd.ErrNotSent, wheel.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w: forward to the leader: %w", beanstalkd.ErrNotSent, model.ErrUnavailable, err)
 	case !errors.As(err, &te):
 		return err
 	}
 	for _, m := range []struct {
 		status int
 		err    error
-	}{{http.StatusNotFound, wheel.ErrNotFound}, {http.StatusConflict, wheel.ErrConflict}, {http.StatusBadRequest, wheel.ErrInvalid},
-		{http.StatusRequestEntityTooLarge, wheel.ErrTooLarge}, {http.StatusTooManyRequests, wheel.ErrOverloaded},
-		{http.StatusServiceUnavailable, wheel.ErrUnavailable}} {
+	}{{http.StatusNotFound, model.ErrNotFound}, {http.StatusConflict, model.ErrConflict}, {http.StatusBadRequest, model.ErrInvalid},
+		{http.StatusRequestEntityTooLarge, model.ErrTooLarge}, {http.StatusTooManyRequests, model.ErrOverloaded},
+		{http.StatusServiceUnavailable, model.ErrUnavailable}} {
 		if te.Status == m.status {
 			return fmt.Errorf("%w: the leader answered %w", m.err, err)
 		}
@@ -104,55 +106,55 @@ func routed(err error) error {
 }
 
 // known refuses, as not found, an id of a group this cluster does not have.
-func (b *beanstalkdBackend) known(id wheel.ID) error {
+func (b *beanstalkdBackend) known(id model.ID) error {
 	if id.Group() >= b.r.Count() {
-		return fmt.Errorf("%w: message %s", wheel.ErrNotFound, id)
+		return fmt.Errorf("%w: message %s", model.ErrNotFound, id)
 	}
 	return nil
 }
 
-func (b *beanstalkdBackend) Put(ctx context.Context, m wheel.NewMessage) (wheel.ID, error) {
-	res, err := b.r.Enqueue(ctx, []wheel.NewMessage{m})
+func (b *beanstalkdBackend) Put(ctx context.Context, m command.NewMessage) (model.ID, error) {
+	res, err := b.r.Enqueue(ctx, []command.NewMessage{m})
 	if err != nil {
-		return wheel.ID{}, routed(err)
+		return model.ID{}, routed(err)
 	}
 	return res[0].ID, nil
 }
 
-func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (wheel.Delivery, bool, error) {
+func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
 	ds, err := b.r.Reserve(ctx, topic, 1, wait, 0)
 	if err != nil || len(ds) == 0 {
-		return wheel.Delivery{}, false, routed(err)
+		return model.Delivery{}, false, routed(err)
 	}
 	return ds[0], true, nil
 }
 
 // settle acks, nacks, touches or buries r through the router.
-func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r wheel.Receipt, delayMs int64) (bool, error) {
+func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r model.Receipt, delayMs int64) (bool, error) {
 	if err := b.known(r.ID); err != nil {
 		return false, err
 	}
-	c, err := b.r.Settle(ctx, "receipts", op, []wheel.Receipt{r}, delayMs)
+	c, err := b.r.Settle(ctx, "receipts", op, []model.Receipt{r}, delayMs)
 	return c.Done == 1, routed(err)
 }
 
-func (b *beanstalkdBackend) Ack(ctx context.Context, r wheel.Receipt) (bool, error) {
+func (b *beanstalkdBackend) Ack(ctx context.Context, r model.Receipt) (bool, error) {
 	return b.settle(ctx, service.OpAck, r, 0)
 }
 
-func (b *beanstalkdBackend) Nack(ctx context.Context, r wheel.Receipt, delayMs int64) (bool, error) {
+func (b *beanstalkdBackend) Nack(ctx context.Context, r model.Receipt, delayMs int64) (bool, error) {
 	return b.settle(ctx, service.OpNack, r, delayMs)
 }
 
-func (b *beanstalkdBackend) Touch(ctx context.Context, r wheel.Receipt) (bool, error) {
+func (b *beanstalkdBackend) Touch(ctx context.Context, r model.Receipt) (bool, error) {
 	return b.settle(ctx, service.OpTouch, r, 0)
 }
 
-func (b *beanstalkdBackend) Bury(ctx context.Context, r wheel.Receipt) (bool, error) {
+func (b *beanstalkdBackend) Bury(ctx context.Context, r model.Receipt) (bool, error) {
 	return b.settle(ctx, service.OpBury, r, 0)
 }
 
-func (b *beanstalkdBackend) Get(ctx context.Context, id wheel.ID) (wheel.View, error) {
+func (b *beanstalkdBackend) Get(ctx context.Context, id model.ID) (wheel.View, error) {
 	if err := b.known(id); err != nil {
 		return wheel.View{}, err
 	}
@@ -163,15 +165,15 @@ func (b *beanstalkdBackend) Get(ctx context.Context, id wheel.ID) (wheel.View, e
 	return n.Get(ctx, id)
 }
 
-func (b *beanstalkdBackend) Cancel(ctx context.Context, id wheel.ID) error {
+func (b *beanstalkdBackend) Cancel(ctx context.Context, id model.ID) error {
 	if err := b.known(id); err != nil {
 		return err
 	}
-	_, err := b.r.Cancel(ctx, wheel.Cancel{ID: id})
+	_, err := b.r.Cancel(ctx, command.Cancel{ID: id})
 	return routed(err)
 }
 
-func (b *beanstalkdBackend) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) error {
+func (b *beanstalkdBackend) Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) error {
 	if err := b.known(id); err != nil {
 		return err
 	}
@@ -179,7 +181,7 @@ func (b *beanstalkdBackend) Reschedule(ctx context.Context, id wheel.ID, deliver
 	return routed(err)
 }
 
-func (b *beanstalkdBackend) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error) {
+func (b *beanstalkdBackend) Redrive(ctx context.Context, topic string, ids []model.ID) (int, error) {
 	n, err := b.r.Redrive(ctx, topic, ids)
 	return n, routed(err)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/beanstalkd"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // dialBeanstalk connects go-beanstalk to addr.
@@ -102,7 +102,7 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mid, _ := wheel.ParseID(res[0].ID)
+	mid, _ := model.ParseID(res[0].ID)
 	want, _ := beanstalkd.JobID(mid)
 	if got, body, err = ts.Reserve(10 * time.Second); err != nil || got != want || string(body) != "from http" {
 		t.Fatalf("reserve of an HTTP message: %d %q %v; want %d", got, body, err, want)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // groupsBackend serves a node of many Raft groups through one HTTP and
@@ -23,8 +23,8 @@ type groupsBackend struct {
 
 // checkGroups validates --groups.
 func checkGroups(n int) error {
-	if n < 1 || n > wheel.MaxGroups {
-		return fmt.Errorf("--groups %d: want 1 to %d Raft groups", n, wheel.MaxGroups)
+	if n < 1 || n > model.MaxGroups {
+		return fmt.Errorf("--groups %d: want 1 to %d Raft groups", n, model.MaxGroups)
 	}
 	return nil
 }

@@ -17,15 +17,15 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// A --groups outside 1..wheel.MaxGroups, from the command line or the
+// A --groups outside 1..model.MaxGroups, from the command line or the
 // environment, stops the server before it opens anything, naming the flag.
 func TestServerGroupsFlag(t *testing.T) {
 	for _, c := range []struct{ arg, env string }{
 		{arg: "0"},
-		{env: fmt.Sprint(wheel.MaxGroups + 1)},
+		{env: fmt.Sprint(model.MaxGroups + 1)},
 	} {
 		t.Run(c.arg+c.env, func(t *testing.T) {
 			args := []string{"server", "--data-dir", filepath.Join(t.TempDir(), "data"), "--http-addr", "127.0.0.1:0",
@@ -64,9 +64,9 @@ func TestServerGroupsCluster(t *testing.T) {
 	}
 	seen := map[int]bool{}
 	for i, r := range res {
-		id, err := wheel.ParseID(r.ID)
-		if err != nil || id.Group() != wheel.GroupOf(msgs[i].Topic, groups) {
-			t.Fatalf("result %d: id %s (%v); want one of group %d", i, r.ID, err, wheel.GroupOf(msgs[i].Topic, groups))
+		id, err := model.ParseID(r.ID)
+		if err != nil || id.Group() != model.GroupOf(msgs[i].Topic, groups) {
+			t.Fatalf("result %d: id %s (%v); want one of group %d", i, r.ID, err, model.GroupOf(msgs[i].Topic, groups))
 		}
 		seen[id.Group()] = true
 	}

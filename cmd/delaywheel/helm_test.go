@@ -20,7 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/delaywheel/delaywheel/replication/nettest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // chartDir is the Helm chart, relative to this package.
@@ -455,13 +455,13 @@ func TestHelmChart(t *testing.T) {
 // refuses a new cluster of fewer pods than its initial members.
 func TestHelmChartRefuses(t *testing.T) {
 	helm := helmBinary(t)
-	if _, err := renderErr(helm, "dw", "q", fmt.Sprintf("groups=%d", wheel.MaxGroups)); err != nil {
-		t.Errorf("groups=%d: %v", wheel.MaxGroups, err)
+	if _, err := renderErr(helm, "dw", "q", fmt.Sprintf("groups=%d", model.MaxGroups)); err != nil {
+		t.Errorf("groups=%d: %v", model.MaxGroups, err)
 	}
-	for _, bad := range []int{0, wheel.MaxGroups + 1} {
+	for _, bad := range []int{0, model.MaxGroups + 1} {
 		_, err := renderErr(helm, "dw", "q", fmt.Sprintf("groups=%d", bad))
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("groups %d: want 1 to %d", bad, wheel.MaxGroups)) {
-			t.Errorf("groups=%d: %v; want it refused naming the bound %d", bad, err, wheel.MaxGroups)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("groups %d: want 1 to %d", bad, model.MaxGroups)) {
+			t.Errorf("groups=%d: %v; want it refused naming the bound %d", bad, err, model.MaxGroups)
 		}
 	}
 	if _, err := renderErr(helm, "dw", "q", "replicas=2"); err == nil || !strings.Contains(err.Error(), "replicas 2 is below initialMembers 3") {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // wheel and slot read a stopped node's data directory.
@@ -19,8 +20,8 @@ func TestOfflineReadsAStoppedNode(t *testing.T) {
 	const now = int64(1_700_000_000_000)
 	sec := wheel.SecondOf(now)
 	_, err = st.Apply([]wheel.Entry{
-		{Index: 1, Cmds: []wheel.Command{wheel.Expire{Before: sec}}},
-		{Index: 2, Cmds: []wheel.Command{wheel.Schedule{NowMs: now, Messages: []wheel.NewMessage{
+		{Index: 1, Cmds: []command.Command{command.Expire{Before: sec}}},
+		{Index: 2, Cmds: []command.Command{command.Schedule{NowMs: now, Messages: []command.NewMessage{
 			{Topic: "offline", Body: []byte("b"), DeliverAtMs: now + 5000},
 			{Topic: "offline", Body: []byte("c"), DeliverAtMs: now + 5500},
 		}}}},

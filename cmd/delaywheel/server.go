@@ -27,6 +27,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // envs names the environment variable of a server flag: DELAYWHEEL_<FLAG>.
@@ -180,11 +181,11 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 // parseInitialCluster parses "n1=host:port,n2=host:port".
-func parseInitialCluster(s string) ([]wheel.Node, error) {
+func parseInitialCluster(s string) ([]model.Member, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	var out []wheel.Node
+	var out []model.Member
 	seen := map[string]bool{}
 	for _, part := range strings.Split(s, ",") {
 		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -198,7 +199,7 @@ func parseInitialCluster(s string) ([]wheel.Node, error) {
 			return nil, fmt.Errorf("--initial-cluster: node id %q appears twice", id)
 		}
 		seen[id] = true
-		out = append(out, wheel.Node{ID: id, RaftAddr: addr})
+		out = append(out, model.Member{ID: id, RaftAddr: addr})
 	}
 	return out, nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
@@ -29,7 +31,7 @@ type fakeNode struct {
 func (f *fakeNode) Store() *wheel.Store { return f.st }
 func (f *fakeNode) LeaseHeld() bool     { return f.leaseHeld.Load() }
 
-func (f *fakeNode) apply(cmds []wheel.Command) ([]wheel.Result, chan struct{}, error) {
+func (f *fakeNode) apply(cmds []command.Command) ([]command.Result, chan struct{}, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index++
@@ -40,14 +42,14 @@ func (f *fakeNode) apply(cmds []wheel.Command) ([]wheel.Result, chan struct{}, e
 	return res[0], f.commit, nil
 }
 
-func (f *fakeNode) Propose(_ context.Context, cmds ...wheel.Command) ([]wheel.Result, error) {
+func (f *fakeNode) Propose(_ context.Context, cmds ...command.Command) ([]command.Result, error) {
 	res, _, err := f.apply(cmds)
 	return res, err
 }
 
-func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]wheel.Result, error), error) {
+func (f *fakeNode) Submit(_ context.Context, cmds ...command.Command) (func() ([]command.Result, error), error) {
 	if f.overload.Add(-1) >= 0 {
-		return nil, fmt.Errorf("%w: test back-pressure", wheel.ErrOverloaded)
+		return nil, fmt.Errorf("%w: test back-pressure", model.ErrOverloaded)
 	}
 	f.overload.Store(0)
 	res, commit, err := f.apply(cmds)
@@ -57,7 +59,7 @@ func (f *fakeNode) Submit(_ context.Context, cmds ...wheel.Command) (func() ([]w
 	if f.submitted != nil {
 		f.submitted <- struct{}{}
 	}
-	return func() ([]wheel.Result, error) {
+	return func() ([]command.Result, error) {
 		if commit != nil {
 			<-commit
 		}
@@ -97,10 +99,10 @@ func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNod
 	return d, n, clk
 }
 
-func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs int64) wheel.ID {
+func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs int64) model.ID {
 	t.Helper()
-	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(),
-		Messages: []wheel.NewMessage{{Topic: topic, Body: []byte("x"), DeliverAtMs: dueMs, MaxAttempts: 3}}})
+	res, err := n.Propose(t.Context(), command.Schedule{NowMs: clk.Now().UnixMilli(),
+		Messages: []command.NewMessage{{Topic: topic, Body: []byte("x"), DeliverAtMs: dueMs, MaxAttempts: 3}}})
 	if err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
@@ -110,7 +112,7 @@ func enqueueAt(t *testing.T, n *fakeNode, clk wheel.Clock, topic string, dueMs i
 	return res[0].Value.([]wheel.Enqueued)[0].ID
 }
 
-func reserveNow(t *testing.T, d *Dispatcher, topic string) []wheel.Delivery {
+func reserveNow(t *testing.T, d *Dispatcher, topic string) []model.Delivery {
 	t.Helper()
 	ds, err := d.Reserve(t.Context(), topic, 10, 0, 0)
 	if err != nil {
@@ -174,10 +176,10 @@ func TestHandoffBeforeCommitOnlyUnderLease(t *testing.T) {
 			n.mu.Unlock()
 			n.submitted = make(chan struct{}, 1)
 			n.leaseHeld.Store(held)
-			answered := make(chan []wheel.Delivery, 1)
+			answered := make(chan []model.Delivery, 1)
 			go func() { answered <- reserveNow(t, d, "t") }()
 			<-n.submitted // the Lease is in the log order
-			var ds []wheel.Delivery
+			var ds []model.Delivery
 			if held {
 				ds = <-answered // not committed yet
 				close(commit)
@@ -236,7 +238,7 @@ func TestWakerFollowsInjectedClock(t *testing.T) {
 // the dispatcher's burial can move it.
 func TestLastLeaseExpiryBuriesAtOnce(t *testing.T) {
 	d, n, clk := startFakeWith(t, func(c *Config) { c.ExpireGrace = time.Hour })
-	res, err := n.Propose(t.Context(), wheel.Schedule{NowMs: clk.Now().UnixMilli(), Messages: []wheel.NewMessage{
+	res, err := n.Propose(t.Context(), command.Schedule{NowMs: clk.Now().UnixMilli(), Messages: []command.NewMessage{
 		{Topic: "t", Body: []byte("last"), DeliverAtMs: clk.Now().UnixMilli(), TTRMs: 600, MaxAttempts: 1},
 		{Topic: "t", Body: []byte("more"), DeliverAtMs: clk.Now().UnixMilli(), TTRMs: 600, MaxAttempts: 2},
 	}})
@@ -296,7 +298,7 @@ func TestDueMessagesDroppedWhenTheirSlotExpires(t *testing.T) {
 	d, n, clk := startFake(t)
 	due := clk.Now().Add(300 * time.Millisecond).UnixMilli()
 	const count = 50
-	ids := make([]wheel.ID, count)
+	ids := make([]model.ID, count)
 	for i := range ids {
 		ids[i] = enqueueAt(t, n, clk, "idle", due)
 	}

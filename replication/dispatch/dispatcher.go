@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Node is what the dispatcher needs from the Raft node it runs on.
@@ -17,12 +19,12 @@ type Node interface {
 	// it; the node then calls Reattach.
 	Store() *wheel.Store
 	// Propose commits cmds as one log entry and returns their results.
-	Propose(ctx context.Context, cmds ...wheel.Command) ([]wheel.Result, error)
+	Propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error)
 	// Submit hands cmds to the log as one entry without waiting for the
 	// commit. Entries submitted one after another commit in that order,
 	// before any entry submitted later. wait blocks until the entry
 	// commits and returns its results; it must be called once.
-	Submit(ctx context.Context, cmds ...wheel.Command) (wait func() ([]wheel.Result, error), err error)
+	Submit(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), err error)
 	// LeaseHeld reports whether the node holds the leadership lease: no
 	// other leader can exist yet, so nothing but this node can deliver.
 	LeaseHeld() bool
@@ -76,10 +78,10 @@ type Dispatcher struct {
 	// slot's messages to the ready queue, and the tick then drops them
 	// here (dropExpiredLocked), so that due holds at most the seconds
 	// between the cursor and the clock, however long nobody reserves.
-	due map[string][]wheel.Message
+	due map[string][]model.Message
 	// dueCursor is the store's cursor when due was last pruned.
 	dueCursor int64
-	inflight  map[wheel.ID]struct{} // handed out, Lease not yet applied
+	inflight  map[model.ID]struct{} // handed out, Lease not yet applied
 	// drained holds the topics whose ready queue held nothing to hand out
 	// when last read, and has not received a message since: taking from
 	// them skips reading the queue. A topic absent is read.
@@ -88,14 +90,14 @@ type Dispatcher struct {
 	early map[*leaseCommit]struct{}
 
 	smu     sync.Mutex
-	streams map[wheel.Receipt]*stream // unsettled stream deliveries
+	streams map[model.Receipt]*stream // unsettled stream deliveries
 	open    int                       // streams running
 	running map[*stream]struct{}      // the streams running, for Seal
 }
 
 type waiter struct {
 	max  int
-	ch   chan []wheel.Message // receives once, buffered
+	ch   chan []model.Message // receives once, buffered
 	done bool
 }
 
@@ -110,9 +112,9 @@ func New(n Node, cfg Config) *Dispatcher {
 	}
 	return &Dispatcher{
 		n: n, cfg: cfg, log: cfg.Logger, clock: cfg.Clock, loader: wheel.NewLoader(),
-		waiters: map[string][]*waiter{}, due: map[string][]wheel.Message{},
-		inflight: map[wheel.ID]struct{}{}, drained: map[string]bool{},
-		early: map[*leaseCommit]struct{}{}, streams: map[wheel.Receipt]*stream{},
+		waiters: map[string][]*waiter{}, due: map[string][]model.Message{},
+		inflight: map[model.ID]struct{}{}, drained: map[string]bool{},
+		early: map[*leaseCommit]struct{}{}, streams: map[model.Receipt]*stream{},
 		running: map[*stream]struct{}{},
 	}
 }
@@ -179,7 +181,7 @@ func (d *Dispatcher) tick() error {
 	before := wheel.SecondOf(now.Add(-d.cfg.ExpireGrace).UnixMilli())
 	if before > st.Cursor() {
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
-		_, err := d.n.Propose(ctx, wheel.Expire{Before: before}, wheel.Promote{Before: before + wheel.HorizonSecs})
+		_, err := d.n.Propose(ctx, command.Expire{Before: before}, command.Promote{Before: before + wheel.HorizonSecs})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("expire up to second %d: %w", before, err)
@@ -244,12 +246,12 @@ func (d *Dispatcher) offerLocked() int64 {
 	for _, t := range topics {
 		delete(d.drained, t)
 	}
-	var spent []wheel.Receipt
+	var spent []model.Receipt
 	for _, m := range msgs {
 		if m.Receipt != 0 && m.Attempts >= m.MaxAttempts {
 			// A last lease ended: the message goes dead now, not when its
 			// slot expires.
-			spent = append(spent, wheel.Receipt{ID: m.ID, Nonce: m.Receipt})
+			spent = append(spent, model.Receipt{ID: m.ID, Nonce: m.Receipt})
 			continue
 		}
 		d.due[m.Topic] = append(d.due[m.Topic], m)
@@ -268,10 +270,10 @@ func (d *Dispatcher) offerLocked() int64 {
 
 // bury proposes that the messages whose last lease ended go dead. Should
 // the proposal fail, the expiry of their slot buries them.
-func (d *Dispatcher) bury(nowMs int64, rs []wheel.Receipt) {
+func (d *Dispatcher) bury(nowMs int64, rs []model.Receipt) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := d.n.Propose(ctx, wheel.Bury{NowMs: nowMs, Receipts: rs}); err != nil && d.ctx.Err() == nil {
+	if _, err := d.n.Propose(ctx, command.Bury{NowMs: nowMs, Receipts: rs}); err != nil && d.ctx.Err() == nil {
 		d.log.Warn("moving messages out of attempts to the dead letters; their slot's expiry will", "messages", len(rs), "err", err)
 	}
 }
@@ -302,7 +304,7 @@ func (d *Dispatcher) serveWaitersLocked(topic string) {
 func (d *Dispatcher) dropExpiredLocked(cursor int64) {
 	d.dueCursor = cursor
 	for topic, list := range d.due {
-		list = slices.DeleteFunc(list, func(m wheel.Message) bool { return wheel.SecondOf(m.DeliverAtMs) < cursor })
+		list = slices.DeleteFunc(list, func(m model.Message) bool { return wheel.SecondOf(m.DeliverAtMs) < cursor })
 		if len(list) == 0 {
 			delete(d.due, topic)
 		} else {
@@ -314,12 +316,12 @@ func (d *Dispatcher) dropExpiredLocked(cursor int64) {
 // takeLocked takes up to max deliverable messages of a topic: the ready
 // queue first (it holds older, expired slots), then the due list. Taken
 // messages are in flight until their Lease applies.
-func (d *Dispatcher) takeLocked(topic string, max int) []wheel.Message {
+func (d *Dispatcher) takeLocked(topic string, max int) []model.Message {
 	st := d.n.Store()
-	var out []wheel.Message
+	var out []model.Message
 	if !d.drained[topic] {
 		skipped := false
-		views, err := st.Ready(topic, max, func(id wheel.ID) bool {
+		views, err := st.Ready(topic, max, func(id model.ID) bool {
 			_, ok := d.inflight[id]
 			skipped = skipped || ok
 			return ok
@@ -336,7 +338,7 @@ func (d *Dispatcher) takeLocked(topic string, max int) []wheel.Message {
 	}
 	list := d.due[topic]
 	cursor := st.Cursor()
-	var busy []wheel.Message
+	var busy []model.Message
 	for len(out) < max && len(list) > 0 {
 		m := list[0]
 		list = list[1:]
@@ -368,7 +370,7 @@ func (d *Dispatcher) takeLocked(topic string, max int) []wheel.Message {
 }
 
 // InFlight reports whether a message is being handed out.
-func (d *Dispatcher) InFlight(id wheel.ID) bool {
+func (d *Dispatcher) InFlight(id model.ID) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, ok := d.inflight[id]
@@ -377,7 +379,7 @@ func (d *Dispatcher) InFlight(id wheel.ID) bool {
 
 // Reserve takes up to max due messages of topic, waiting up to wait for the
 // first, and leases them for ttr (zero: each message's own).
-func (d *Dispatcher) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+func (d *Dispatcher) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, error) {
 	max = min(max, d.cfg.MaxLeaseBatch) // one hand-off is one Lease entry
 	d.mu.Lock()
 	d.offerLocked()
@@ -386,14 +388,14 @@ func (d *Dispatcher) Reserve(ctx context.Context, topic string, max int, wait, t
 		d.mu.Unlock()
 		return d.handoff(ctx, msgs, ttr)
 	}
-	w := &waiter{max: max, ch: make(chan []wheel.Message, 1)}
+	w := &waiter{max: max, ch: make(chan []model.Message, 1)}
 	d.waiters[topic] = append(d.waiters[topic], w)
 	d.mu.Unlock()
 
 	select {
 	case msgs, ok := <-w.ch:
 		if !ok {
-			return []wheel.Delivery{}, nil // drained: leadership ended
+			return []model.Delivery{}, nil // drained: leadership ended
 		}
 		return d.handoff(ctx, msgs, ttr)
 	case <-ctx.Done():
@@ -405,7 +407,7 @@ func (d *Dispatcher) Reserve(ctx context.Context, topic string, max int, wait, t
 		d.mu.Unlock()
 		msgs, ok := <-w.ch
 		if !ok {
-			return []wheel.Delivery{}, nil
+			return []model.Delivery{}, nil
 		}
 		return d.handoff(ctx, msgs, ttr)
 	}
@@ -421,5 +423,5 @@ func (d *Dispatcher) Reserve(ctx context.Context, topic string, max int, wait, t
 		delete(d.waiters, topic)
 	}
 	d.mu.Unlock()
-	return []wheel.Delivery{}, nil
+	return []model.Delivery{}, nil
 }

@@ -7,13 +7,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // leaseCommit is a submitted Lease entry and the hand-off it carries.
 type leaseCommit struct {
-	wait func() ([]wheel.Result, error)
-	msgs []wheel.Message
+	wait func() ([]command.Result, error)
+	msgs []model.Message
 	res  chan leaseRes // buffered: finishLease never waits for the hand-off
 	// applied is closed once the entry is applied here (or has failed).
 	applied chan struct{}
@@ -32,12 +33,12 @@ func (d *Dispatcher) backoff(attempt int32) int64 {
 
 // handoff leases msgs and returns their deliveries: at once when the Lease
 // is in the log order and the leader holds its lease, else once it commits.
-func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time.Duration) ([]wheel.Delivery, error) {
+func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time.Duration) ([]model.Delivery, error) {
 	if len(msgs) == 0 {
-		return []wheel.Delivery{}, nil
+		return []model.Delivery{}, nil
 	}
 	now := d.clock.Now().UnixMilli()
-	items := make([]wheel.LeaseItem, len(msgs))
+	items := make([]command.LeaseItem, len(msgs))
 	for i, m := range msgs {
 		ttrMs := m.TTRMs
 		if ttr > 0 {
@@ -52,9 +53,9 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 		if m.Attempts+1 >= m.MaxAttempts {
 			redeliver = exp + 1
 		}
-		items[i] = wheel.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
+		items[i] = command.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
 	}
-	wait, err := d.n.Submit(d.ctx, wheel.Lease{NowMs: now, Items: items})
+	wait, err := d.n.Submit(d.ctx, command.Lease{NowMs: now, Items: items})
 	if err != nil {
 		d.release(msgs, nil)
 		return nil, err
@@ -84,7 +85,7 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 	case <-d.ctx.Done():
 		// Leadership ended; if the Lease still commits, the message comes
 		// back when that lease expires.
-		res.err = wheel.ErrNotLeader
+		res.err = model.ErrNotLeader
 	}
 	if res.err != nil {
 		return nil, res.err
@@ -93,8 +94,8 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []wheel.Message, ttr time
 }
 
 // deliveries builds the answer for leased messages and observes lateness.
-func (d *Dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, ok []bool) []wheel.Delivery {
-	out := make([]wheel.Delivery, 0, len(msgs))
+func (d *Dispatcher) deliveries(msgs []model.Message, items []command.LeaseItem, ok []bool) []model.Delivery {
+	out := make([]model.Delivery, 0, len(msgs))
 	at := d.clock.Now().UnixMilli()
 	for i, m := range msgs {
 		if !ok[i] {
@@ -106,7 +107,7 @@ func (d *Dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, o
 		m.Attempts++
 		m.Receipt = items[i].Nonce
 		m.LeaseExpiresMs = items[i].ExpiresMs
-		out = append(out, wheel.Delivery{Message: m, Attempt: m.Attempts, Receipt: wheel.Receipt{ID: m.ID, Nonce: items[i].Nonce}})
+		out = append(out, model.Delivery{Message: m, Attempt: m.Attempts, Receipt: model.Receipt{ID: m.ID, Nonce: items[i].Nonce}})
 	}
 	return out
 }
@@ -114,7 +115,7 @@ func (d *Dispatcher) deliveries(msgs []wheel.Message, items []wheel.LeaseItem, o
 // release ends the hand-off of msgs: they may be taken again. leased says
 // which of them the Lease reserved (nil: none); the others are where they
 // were, and their topics' ready queues are read again.
-func (d *Dispatcher) release(msgs []wheel.Message, leased []bool) {
+func (d *Dispatcher) release(msgs []model.Message, leased []bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var topics []string
@@ -140,7 +141,7 @@ func (d *Dispatcher) release(msgs []wheel.Message, leased []bool) {
 // reschedule races it, while a lease redelivery races the consumer's own
 // ack, touch or nack of the previous attempt, and must not be handed out
 // if one of those wins.
-func firstHandoffs(msgs []wheel.Message) bool {
+func firstHandoffs(msgs []model.Message) bool {
 	for _, m := range msgs {
 		if m.Receipt != 0 {
 			return false
@@ -166,7 +167,7 @@ func (d *Dispatcher) finishLease(c *leaseCommit) {
 		} else {
 			ok, _ = res[0].Value.([]bool)
 			if len(ok) != len(c.msgs) {
-				err = fmt.Errorf("%w: lease result has %d items, want %d", wheel.ErrUnavailable, len(ok), len(c.msgs))
+				err = fmt.Errorf("%w: lease result has %d items, want %d", model.ErrUnavailable, len(ok), len(c.msgs))
 			}
 		}
 	}

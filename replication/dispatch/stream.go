@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // streamWait is how long one of a stream's reserves waits before it asks
@@ -34,7 +36,7 @@ const (
 // releaseBatch bounds the receipts of one release proposal.
 const releaseBatch = 10000
 
-// stream is a long-lived consumer of one topic (see wheel.Stream). Its
+// stream is a long-lived consumer of one topic (see model.Consumer). Its
 // loop takes deliveries with the same Reserve every long-poll uses, for as
 // many as its window and its buffer have room, so a delivery is a
 // reserve's hand-off. A delivery leaves the window once its consumer's ack
@@ -45,19 +47,19 @@ const releaseBatch = 10000
 type stream struct {
 	d      *Dispatcher
 	topic  string
-	opt    wheel.StreamOptions
+	opt    model.ConsumerOptions
 	sender bool // the leader's own (SenderStream)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
 
 	mu       sync.Mutex
-	queue    []wheel.Delivery        // handed out, not read yet
-	inflight map[wheel.Receipt]int64 // unsettled deliveries: lease end
+	queue    []model.Delivery        // handed out, not read yet
+	inflight map[model.Receipt]int64 // unsettled deliveries: lease end
 	// settling holds the deliveries whose ack or nack is on its way and
 	// not applied yet, out of the window: their lease end. Should that
 	// ack fail, the owner's close still releases them (see finish).
-	settling map[wheel.Receipt]int64
+	settling map[model.Receipt]int64
 	minExp   int64 // no lease in inflight or settling ends before
 	err      error // why the stream ended
 	ended    bool
@@ -67,17 +69,17 @@ type stream struct {
 	room  chan struct{} // cap 1: the window or the buffer has room again
 }
 
-var _ wheel.Stream = (*stream)(nil)
+var _ model.Consumer = (*stream)(nil)
 
 // Stream opens a streaming consumer of topic. It runs until Close, until
 // the dispatcher stops (leadership ended), or until Seal ends it.
-func (d *Dispatcher) Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+func (d *Dispatcher) Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error) {
 	return d.stream(topic, opt, false)
 }
 
 // SenderStream opens a stream as Stream does, for the leader's own sender
 // of a topic's messages (its webhook): Seal spares it.
-func (d *Dispatcher) SenderStream(topic string, opt wheel.StreamOptions) (wheel.Stream, error) {
+func (d *Dispatcher) SenderStream(topic string, opt model.ConsumerOptions) (model.Consumer, error) {
 	return d.stream(topic, opt, true)
 }
 
@@ -110,16 +112,16 @@ func (d *Dispatcher) Seal(topic string, err error) {
 	d.mu.Unlock()
 }
 
-func (d *Dispatcher) stream(topic string, opt wheel.StreamOptions, sender bool) (wheel.Stream, error) {
+func (d *Dispatcher) stream(topic string, opt model.ConsumerOptions, sender bool) (model.Consumer, error) {
 	if opt.MaxInflight < 1 {
-		return nil, fmt.Errorf("%w: max_inflight must be at least 1, got %d", wheel.ErrInvalid, opt.MaxInflight)
+		return nil, fmt.Errorf("%w: max_inflight must be at least 1, got %d", model.ErrInvalid, opt.MaxInflight)
 	}
 	if d.ctx == nil || d.ctx.Err() != nil {
-		return nil, wheel.ErrNotLeader
+		return nil, model.ErrNotLeader
 	}
 	s := &stream{
 		d: d, topic: topic, opt: opt, sender: sender, done: make(chan struct{}),
-		inflight: map[wheel.Receipt]int64{}, settling: map[wheel.Receipt]int64{}, minExp: -1,
+		inflight: map[model.Receipt]int64{}, settling: map[model.Receipt]int64{}, minExp: -1,
 		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(d.ctx)
@@ -168,7 +170,7 @@ func (s *stream) run() {
 		case s.ctx.Err() != nil:
 			s.finish(nil)
 			return
-		case errors.Is(err, wheel.ErrNotLeader) || s.d.ctx.Err() != nil:
+		case errors.Is(err, model.ErrNotLeader) || s.d.ctx.Err() != nil:
 			s.finish(err)
 			return
 		case err != nil:
@@ -199,7 +201,7 @@ func (s *stream) credit() int {
 }
 
 // push records and queues deliveries.
-func (s *stream) push(ds []wheel.Delivery) {
+func (s *stream) push(ds []model.Delivery) {
 	if len(ds) == 0 {
 		return
 	}
@@ -224,7 +226,7 @@ func (s *stream) push(ds []wheel.Delivery) {
 }
 
 // settle forgets receipts the node saw settled.
-func (s *stream) settle(rs []wheel.Receipt) {
+func (s *stream) settle(rs []model.Receipt) {
 	s.mu.Lock()
 	for _, r := range rs {
 		delete(s.inflight, r)
@@ -240,7 +242,7 @@ func (s *stream) settle(rs []wheel.Receipt) {
 // more, so the room comes back at once, not once the ack has applied.
 // They stay the stream's until Settled, for finish to release should the
 // ack fail.
-func (s *stream) Settling(rs []wheel.Receipt) {
+func (s *stream) Settling(rs []model.Receipt) {
 	moved := false
 	s.mu.Lock()
 	for _, r := range rs {
@@ -265,8 +267,8 @@ func (s *stream) sweep() {
 		s.mu.Unlock()
 		return
 	}
-	var ended []wheel.Receipt
-	for _, held := range []map[wheel.Receipt]int64{s.inflight, s.settling} {
+	var ended []model.Receipt
+	for _, held := range []map[model.Receipt]int64{s.inflight, s.settling} {
 		for r, exp := range held {
 			if exp < now {
 				ended = append(ended, r)
@@ -275,8 +277,8 @@ func (s *stream) sweep() {
 	}
 	s.mu.Unlock()
 	st := s.d.n.Store()
-	var gone []wheel.Receipt
-	later := map[wheel.Receipt]int64{}
+	var gone []model.Receipt
+	later := map[model.Receipt]int64{}
 	for _, r := range ended {
 		v, err := st.Get(r.ID)
 		if err == nil && v.State == wheel.StateReserved && v.Receipt == r.Nonce && v.LeaseExpiresMs >= now {
@@ -288,7 +290,7 @@ func (s *stream) sweep() {
 	s.forget(gone)
 	s.mu.Lock()
 	s.minExp = -1
-	for _, held := range []map[wheel.Receipt]int64{s.inflight, s.settling} {
+	for _, held := range []map[model.Receipt]int64{s.inflight, s.settling} {
 		for r, exp := range later {
 			if _, ok := held[r]; ok {
 				held[r] = exp
@@ -307,7 +309,7 @@ func (s *stream) sweep() {
 }
 
 // forget stops routing settlements of rs to this stream.
-func (s *stream) forget(rs []wheel.Receipt) {
+func (s *stream) forget(rs []model.Receipt) {
 	s.d.smu.Lock()
 	for _, r := range rs {
 		if s.d.streams[r] == s {
@@ -328,7 +330,7 @@ func (s *stream) forget(rs []wheel.Receipt) {
 func (s *stream) finish(err error) {
 	s.mu.Lock()
 	owner := err == nil && s.sealed == nil
-	rs := make([]wheel.Receipt, 0, len(s.inflight)+len(s.settling))
+	rs := make([]model.Receipt, 0, len(s.inflight)+len(s.settling))
 	for r := range s.inflight {
 		rs = append(rs, r)
 	}
@@ -344,7 +346,7 @@ func (s *stream) finish(err error) {
 	clear(s.settling)
 	s.queue = nil
 	if err == nil && s.d.ctx.Err() != nil {
-		err = wheel.ErrNotLeader
+		err = model.ErrNotLeader
 	}
 	if err == nil {
 		err = s.sealed
@@ -368,8 +370,8 @@ func (s *stream) finish(err error) {
 // errClosed is what Next returns after Close.
 var errClosed = errors.New("stream closed")
 
-// Next implements wheel.Stream.
-func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
+// Next implements model.Consumer.
+func (s *stream) Next(ctx context.Context) ([]model.Delivery, error) {
 	for {
 		s.mu.Lock()
 		if s.ended {
@@ -399,7 +401,7 @@ func (s *stream) Next(ctx context.Context) ([]wheel.Delivery, error) {
 // live returns the queued deliveries still leased to the stream: a
 // delivery whose lease ended (on the dispatcher's clock) or that was
 // settled or swept meanwhile may be someone else's by now. s.mu is held.
-func (s *stream) live(ds []wheel.Delivery) []wheel.Delivery {
+func (s *stream) live(ds []model.Delivery) []model.Delivery {
 	now := s.d.clock.Now().UnixMilli()
 	out := ds[:0]
 	for _, dl := range ds {
@@ -410,7 +412,7 @@ func (s *stream) live(ds []wheel.Delivery) []wheel.Delivery {
 	return out
 }
 
-// Close implements wheel.Stream.
+// Close implements model.Consumer.
 func (s *stream) Close() {
 	s.cancel()
 	<-s.done
@@ -418,11 +420,11 @@ func (s *stream) Close() {
 
 // releaseNow proposes that leased messages come back at once, as a nack
 // with no delay would: the attempt they were handed out for counts.
-func (d *Dispatcher) releaseNow(rs []wheel.Receipt) {
+func (d *Dispatcher) releaseNow(rs []model.Receipt) {
 	for len(rs) > 0 {
 		n := min(len(rs), releaseBatch)
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
-		_, err := d.n.Propose(ctx, wheel.Nack{NowMs: d.clock.Now().UnixMilli(), Receipts: rs[:n]})
+		_, err := d.n.Propose(ctx, command.Nack{NowMs: d.clock.Now().UnixMilli(), Receipts: rs[:n]})
 		cancel()
 		if err != nil && d.ctx.Err() == nil {
 			d.log.Warn("releasing a closed stream's deliveries; their leases will end on their own", "messages", n, "err", err)
@@ -434,7 +436,7 @@ func (d *Dispatcher) releaseNow(rs []wheel.Receipt) {
 // Settling tells the streams that handed out rs that an ack or nack of
 // them is in the log's order: they free its room (stream.Settling). The
 // node calls it once it has submitted the ack, and Settled once it applied.
-func (d *Dispatcher) Settling(rs []wheel.Receipt) {
+func (d *Dispatcher) Settling(rs []model.Receipt) {
 	for s, rs := range d.byStream(rs, false) {
 		s.Settling(rs)
 	}
@@ -442,7 +444,7 @@ func (d *Dispatcher) Settling(rs []wheel.Receipt) {
 
 // Settled tells the streams that the leases of rs ended: the node calls
 // it once an ack or nack of them has applied.
-func (d *Dispatcher) Settled(rs []wheel.Receipt) {
+func (d *Dispatcher) Settled(rs []model.Receipt) {
 	for s, rs := range d.byStream(rs, true) {
 		s.settle(rs)
 	}
@@ -450,8 +452,8 @@ func (d *Dispatcher) Settled(rs []wheel.Receipt) {
 
 // byStream groups the receipts of rs that a stream handed out by that
 // stream; with forget, the dispatcher stops routing them.
-func (d *Dispatcher) byStream(rs []wheel.Receipt, forget bool) map[*stream][]wheel.Receipt {
-	by := map[*stream][]wheel.Receipt{}
+func (d *Dispatcher) byStream(rs []model.Receipt, forget bool) map[*stream][]model.Receipt {
+	by := map[*stream][]model.Receipt{}
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	for _, r := range rs {

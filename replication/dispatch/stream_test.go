@@ -7,31 +7,32 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // openStream opens a stream of topic "t" and waits until it queued k
 // deliveries that nobody read yet; it returns the stream and those.
-func openStream(t *testing.T, d *Dispatcher, k int) (*stream, []wheel.Delivery) {
+func openStream(t *testing.T, d *Dispatcher, k int) (*stream, []model.Delivery) {
 	t.Helper()
-	ws, err := d.Stream("t", wheel.StreamOptions{MaxInflight: k, TTR: time.Second})
+	ws, err := d.Stream("t", model.ConsumerOptions{MaxInflight: k, TTR: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ws.Close)
 	s := ws.(*stream)
-	var queued []wheel.Delivery
+	var queued []model.Delivery
 	waitFor(t, "the stream to queue its deliveries", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		queued = append([]wheel.Delivery(nil), s.queue...)
+		queued = append([]model.Delivery(nil), s.queue...)
 		return len(queued) == k
 	})
 	return s, queued
 }
 
 // nextOrNone reads the stream, or nothing once a short wait passed.
-func nextOrNone(t *testing.T, s *stream) []wheel.Delivery {
+func nextOrNone(t *testing.T, s *stream) []model.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
@@ -45,7 +46,7 @@ func nextOrNone(t *testing.T, s *stream) []wheel.Delivery {
 // A queued delivery settled before it was read is not handed out.
 func TestStreamDropsQueuedDeliverySettled(t *testing.T) {
 	d, _, _, s, queued := streamOf(t, 2)
-	d.Settled([]wheel.Receipt{queued[0].Receipt})
+	d.Settled([]model.Receipt{queued[0].Receipt})
 	ds := nextOrNone(t, s)
 	if len(ds) != 1 || ds[0].Receipt != queued[1].Receipt {
 		t.Fatalf("next got %+v, want only the unsettled %v", ds, queued[1].Receipt)
@@ -72,7 +73,7 @@ func TestStreamRetriesAfterOverload(t *testing.T) {
 	d, n, clk := startFake(t)
 	n.overload.Store(3)
 	enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
-	ws, err := d.Stream("t", wheel.StreamOptions{MaxInflight: 1, TTR: time.Minute})
+	ws, err := d.Stream("t", model.ConsumerOptions{MaxInflight: 1, TTR: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +95,17 @@ func TestStreamRetriesAfterOverload(t *testing.T) {
 // waiting reserves with nothing; the sender's stream goes on.
 func TestSealEndsConsumersButNotTheSender(t *testing.T) {
 	d, _, _ := startFake(t)
-	consumer, err := d.Stream("t", wheel.StreamOptions{MaxInflight: 1})
+	consumer, err := d.Stream("t", model.ConsumerOptions{MaxInflight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer consumer.Close()
-	sender, err := d.SenderStream("t", wheel.StreamOptions{MaxInflight: 1})
+	sender, err := d.SenderStream("t", model.ConsumerOptions{MaxInflight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sender.Close()
-	reserved := make(chan []wheel.Delivery, 1)
+	reserved := make(chan []model.Delivery, 1)
 	go func() {
 		ds, _ := d.Reserve(t.Context(), "t", 1, time.Hour, 0)
 		reserved <- ds
@@ -149,7 +150,7 @@ func TestStreamSettlingFreesItsOwnWindow(t *testing.T) {
 	if ds := nextOrNone(t, a); len(ds) != 1 || ds[0].Receipt != queued[0].Receipt {
 		t.Fatalf("next got %+v, want the first delivery", ds)
 	}
-	a.Settling([]wheel.Receipt{other[0].Receipt})
+	a.Settling([]model.Receipt{other[0].Receipt})
 	if ds := nextOrNone(t, a); len(ds) != 0 {
 		t.Fatalf("next got %+v after settling another stream's receipt; want nothing, the window is full", ds)
 	}
@@ -159,7 +160,7 @@ func TestStreamSettlingFreesItsOwnWindow(t *testing.T) {
 	if !held {
 		t.Fatal("settling a receipt on the wrong stream took it out of its own stream's window")
 	}
-	a.Settling([]wheel.Receipt{queued[0].Receipt})
+	a.Settling([]model.Receipt{queued[0].Receipt})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	ds, err := a.Next(ctx)
@@ -179,7 +180,7 @@ func TestStreamSettlingFreesItsOwnWindow(t *testing.T) {
 
 // where reports whether a stream holds r in its window, as settling, and
 // whether the dispatcher still routes r to it.
-func where(s *stream, r wheel.Receipt) (inflight, settling, routed bool) {
+func where(s *stream, r model.Receipt) (inflight, settling, routed bool) {
 	s.mu.Lock()
 	_, inflight = s.inflight[r]
 	_, settling = s.settling[r]
@@ -191,7 +192,7 @@ func where(s *stream, r wheel.Receipt) (inflight, settling, routed bool) {
 }
 
 // wantForgotten fails the test unless the stream holds r nowhere.
-func wantForgotten(t *testing.T, s *stream, r wheel.Receipt, when string) {
+func wantForgotten(t *testing.T, s *stream, r model.Receipt, when string) {
 	t.Helper()
 	if in, settling, routed := where(s, r); in || settling || routed {
 		t.Fatalf("%s: in the window %v, settling %v, routed %v; want forgotten", when, in, settling, routed)
@@ -200,7 +201,7 @@ func wantForgotten(t *testing.T, s *stream, r wheel.Receipt, when string) {
 
 // streamOf starts a dispatcher with k messages due, and a stream of
 // window k that holds their deliveries.
-func streamOf(t *testing.T, k int) (*Dispatcher, *fakeNode, *wheeltest.FakeClock, *stream, []wheel.Delivery) {
+func streamOf(t *testing.T, k int) (*Dispatcher, *fakeNode, *wheeltest.FakeClock, *stream, []model.Delivery) {
 	t.Helper()
 	d, n, clk := startFake(t)
 	for range k {
@@ -215,11 +216,11 @@ func streamOf(t *testing.T, k int) (*Dispatcher, *fakeNode, *wheeltest.FakeClock
 func TestDispatcherSettlingThenSettled(t *testing.T) {
 	d, _, _, s, queued := streamOf(t, 1)
 	r := queued[0].Receipt
-	d.Settling([]wheel.Receipt{r})
+	d.Settling([]model.Receipt{r})
 	if in, settling, routed := where(s, r); in || !settling || !routed {
 		t.Fatalf("after Settling: in the window %v, settling %v, routed %v; want settling and routed only", in, settling, routed)
 	}
-	d.Settled([]wheel.Receipt{r})
+	d.Settled([]model.Receipt{r})
 	wantForgotten(t, s, r, "after Settled")
 }
 
@@ -228,7 +229,7 @@ func TestDispatcherSettlingThenSettled(t *testing.T) {
 func TestStreamSweepForgetsSettlingLeasesThatEnded(t *testing.T) {
 	_, _, clk, s, queued := streamOf(t, 1)
 	r := queued[0].Receipt
-	s.Settling([]wheel.Receipt{r})
+	s.Settling([]model.Receipt{r})
 	clk.Set(time.UnixMilli(queued[0].LeaseExpiresMs + 1))
 	s.sweep()
 	wantForgotten(t, s, r, "after its lease ended")
@@ -239,7 +240,7 @@ func TestStreamSweepForgetsSettlingLeasesThatEnded(t *testing.T) {
 // way through the log.
 func TestSealLeavesSettlingDeliveriesToTheirAcks(t *testing.T) {
 	d, n, _, s, queued := streamOf(t, 2)
-	s.Settling([]wheel.Receipt{queued[0].Receipt})
+	s.Settling([]model.Receipt{queued[0].Receipt})
 	d.Seal("t", errors.New("a webhook took the topic"))
 	<-s.done
 	if v, err := n.st.Get(queued[0].ID); err != nil || v.State != wheel.StateReserved {

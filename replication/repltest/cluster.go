@@ -11,7 +11,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/raftlog"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Member is one node of a Cluster.
@@ -50,9 +50,9 @@ func NewCluster(t testing.TB, n int, configure func(*replication.Config)) *Clust
 // less ahead and the log moves to a new segment, made from a spare, more
 // often.
 func newTestConfigs(t testing.TB, n int) []replication.Config {
-	var members []wheel.Node
+	var members []model.Member
 	for i := range n {
-		members = append(members, wheel.Node{ID: fmt.Sprintf("n%d", i+1), RaftAddr: nettest.FreeAddr(t), HTTPAddr: nettest.FreeAddr(t)})
+		members = append(members, model.Member{ID: fmt.Sprintf("n%d", i+1), RaftAddr: nettest.FreeAddr(t), HTTPAddr: nettest.FreeAddr(t)})
 	}
 	base := t.TempDir()
 	var cfgs []replication.Config

@@ -1,5 +1,5 @@
 // Package webhook owns the leader's webhook sender: for every topic with
-// a webhook (replicated state, wheel.Webhook), it consumes the topic
+// a webhook (replicated state, command.Webhook), it consumes the topic
 // through a dispatcher stream, the same hand-off, lease and receipt a
 // reserve gets, and POSTs each delivery to the topic's URL, signed with
 // its secret. A 2xx answer acks the delivery; any other answer, a timeout

@@ -17,6 +17,8 @@ import (
 	"github.com/delaywheel/delaywheel/replication/logrepeat"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Header names of a webhook request.
@@ -40,12 +42,12 @@ const (
 
 // Node is what the sender needs from the leader it runs on.
 type Node interface {
-	// Stream opens a dispatcher stream of topic (see wheel.Stream).
-	Stream(topic string, opt wheel.StreamOptions) (wheel.Stream, error)
+	// Stream opens a dispatcher stream of topic (see model.Consumer).
+	Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes deliveries.
-	Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// Nack returns deliveries to delayed, due delayMs from now.
-	Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error)
+	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error)
 }
 
 // Config shapes a Sender; zero fields take their defaults.
@@ -119,10 +121,10 @@ func New(n Node, cfg Config) *Sender {
 // starts the new ones, restarts the changed ones and stops the removed
 // ones. It reads current under its lock, so concurrent calls leave the
 // senders of the latest config.
-func (s *Sender) Reconcile(current func() []wheel.Webhook) {
+func (s *Sender) Reconcile(current func() []command.Webhook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := map[string]wheel.Webhook{}
+	want := map[string]command.Webhook{}
 	for _, h := range current() {
 		want[h.Topic] = h
 	}
@@ -158,9 +160,9 @@ func (s *Sender) Stop() {
 // topicSender sends one topic's deliveries.
 type topicSender struct {
 	s      *Sender
-	hook   wheel.Webhook
-	opt    wheel.StreamOptions
-	st     wheel.Stream // replaced only by run; stop reads it after run ended
+	hook   command.Webhook
+	opt    model.ConsumerOptions
+	st     model.Consumer // replaced only by run; stop reads it after run ended
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the loop, the settlers and the requests in flight
@@ -175,7 +177,7 @@ const maxIdlePerHost = 1024
 
 // settlement is a delivery answered, to be acked (ok) or nacked.
 type settlement struct {
-	d  wheel.Delivery
+	d  model.Delivery
 	ok bool
 }
 
@@ -191,11 +193,11 @@ const (
 	maxSettleBatch = 1000
 )
 
-func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
+func (s *Sender) start(h command.Webhook) (*topicSender, error) {
 	// The lease outlasts the request, so no answer comes after its
 	// lease ended and the message went to another attempt.
 	ttr := time.Duration(h.TimeoutMs)*time.Millisecond + 10*time.Second
-	opt := wheel.StreamOptions{MaxInflight: window(h, ttr), TTR: ttr}
+	opt := model.ConsumerOptions{MaxInflight: window(h, ttr), TTR: ttr}
 	st, err := s.n.Stream(h.Topic, opt)
 	if err != nil {
 		return nil, err
@@ -213,7 +215,7 @@ func (s *Sender) start(h wheel.Webhook) (*topicSender, error) {
 // window is how many deliveries the sender's stream may hold: at most
 // max_concurrency, and with rate_per_s no more than can start before the
 // lease they were taken with ends.
-func window(h wheel.Webhook, lease time.Duration) int {
+func window(h command.Webhook, lease time.Duration) int {
 	w := max(h.MaxConcurrency, 1)
 	if h.RatePerS > 0 {
 		w = min(w, max(1, h.RatePerS*int64(lease/time.Second)))
@@ -270,7 +272,7 @@ func (ts *topicSender) reopen(err error) bool {
 			ts.st = st
 			return true
 		}
-		if errors.Is(err, wheel.ErrNotLeader) {
+		if errors.Is(err, model.ErrNotLeader) {
 			return false
 		}
 		cfg.Logger.Warn("reopening a webhook stream", "topic", ts.hook.Topic, "err", err)
@@ -306,7 +308,7 @@ func Sign(secret, id string, deliverAtMs int64, body []byte) string {
 }
 
 // send POSTs one delivery and settles it by the answer.
-func (ts *topicSender) send(d wheel.Delivery) {
+func (ts *topicSender) send(d model.Delivery) {
 	defer ts.wg.Done()
 	cfg := ts.s.cfg
 	h := ts.hook
@@ -363,8 +365,8 @@ func (ts *topicSender) settleBatch(batch []settlement) {
 	cfg := ts.s.cfg
 	ctx, cancel := context.WithTimeout(ts.ctx, cfg.SettleTimeout)
 	defer cancel()
-	var acks []wheel.Receipt
-	nacks := map[int64][]wheel.Receipt{}
+	var acks []model.Receipt
+	nacks := map[int64][]model.Receipt{}
 	for _, st := range batch {
 		if st.ok {
 			acks = append(acks, st.d.Receipt)
@@ -398,7 +400,7 @@ func (ts *topicSender) backoff(attempt int32) time.Duration {
 }
 
 // post sends the request and classifies its outcome.
-func (ts *topicSender) post(d wheel.Delivery) string {
+func (ts *topicSender) post(d model.Delivery) string {
 	h := ts.hook
 	ctx, cancel := context.WithTimeout(ts.ctx, time.Duration(h.TimeoutMs)*time.Millisecond)
 	defer cancel()

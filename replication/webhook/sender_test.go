@@ -16,26 +16,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // fakeStream hands out the deliveries it was given, then waits.
 type fakeStream struct {
-	ch     chan []wheel.Delivery
+	ch     chan []model.Delivery
 	closed chan struct{}
 	once   sync.Once
 	ended  chan error // cap 1: ends the stream with that error
 }
 
-func (f *fakeStream) Next(ctx context.Context) ([]wheel.Delivery, error) {
+func (f *fakeStream) Next(ctx context.Context) ([]model.Delivery, error) {
 	select {
 	case ds := <-f.ch:
 		return ds, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-f.closed:
-		return nil, wheel.ErrNotLeader
+		return nil, model.ErrNotLeader
 	case err := <-f.ended:
 		return nil, err
 	}
@@ -47,14 +48,14 @@ func (f *fakeStream) Close() { f.once.Do(func() { close(f.closed) }) }
 type fakeNode struct {
 	st    *fakeStream
 	mu    sync.Mutex
-	acks  []wheel.Receipt
+	acks  []model.Receipt
 	nacks []int64 // delays
 	done  chan struct{}
-	opts  []wheel.StreamOptions
+	opts  []model.ConsumerOptions
 }
 
 // Stream returns n.st, or a new one once n.st was closed.
-func (n *fakeNode) Stream(_ string, opt wheel.StreamOptions) (wheel.Stream, error) {
+func (n *fakeNode) Stream(_ string, opt model.ConsumerOptions) (model.Consumer, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.opts = append(n.opts, opt)
@@ -67,7 +68,7 @@ func (n *fakeNode) Stream(_ string, opt wheel.StreamOptions) (wheel.Stream, erro
 }
 
 func newFakeStream() *fakeStream {
-	return &fakeStream{ch: make(chan []wheel.Delivery, 8), closed: make(chan struct{}), ended: make(chan error, 1)}
+	return &fakeStream{ch: make(chan []model.Delivery, 8), closed: make(chan struct{}), ended: make(chan error, 1)}
 }
 
 // stream returns the stream the node handed out last.
@@ -77,20 +78,20 @@ func (n *fakeNode) stream() *fakeStream {
 	return n.st
 }
 
-func (n *fakeNode) Ack(_ context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+func (n *fakeNode) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
 	n.mu.Lock()
 	n.acks = append(n.acks, rs...)
 	n.mu.Unlock()
 	n.done <- struct{}{}
-	return wheel.Counted{Done: len(rs)}, nil
+	return command.Counted{Done: len(rs)}, nil
 }
 
-func (n *fakeNode) Nack(_ context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+func (n *fakeNode) Nack(_ context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	n.mu.Lock()
 	n.nacks = append(n.nacks, delayMs)
 	n.mu.Unlock()
 	n.done <- struct{}{}
-	return wheel.Counted{Done: len(rs)}, nil
+	return command.Counted{Done: len(rs)}, nil
 }
 
 func newFake() *fakeNode {
@@ -106,12 +107,12 @@ func (n *fakeNode) settled(t *testing.T) {
 	}
 }
 
-func delivery(attempt int32) wheel.Delivery {
-	b := make([]byte, wheel.IDLen)
-	b[wheel.IDLen-1] = byte(attempt)
-	id, _ := wheel.IDFromBytes(b)
-	return wheel.Delivery{Message: wheel.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000, LeaseExpiresMs: 1 << 60}, Attempt: attempt,
-		Receipt: wheel.Receipt{ID: id, Nonce: uint64(attempt)}}
+func delivery(attempt int32) model.Delivery {
+	b := make([]byte, model.IDLen)
+	b[model.IDLen-1] = byte(attempt)
+	id, _ := model.IDFromBytes(b)
+	return model.Delivery{Message: model.Message{ID: id, Topic: "t", Body: []byte("b"), DeliverAtMs: 1000, LeaseExpiresMs: 1 << 60}, Attempt: attempt,
+		Receipt: model.Receipt{ID: id, Nonce: uint64(attempt)}}
 }
 
 func TestSignIsHMACOfIDDueAndBody(t *testing.T) {
@@ -133,12 +134,12 @@ func TestFailuresBackOffExponentially(t *testing.T) {
 	s := New(n, Config{Clock: wheeltest.NewFakeClock(time.UnixMilli(5000)), Backoff: time.Second, MaxBackoff: 5 * time.Second,
 		Observe: func(_, outcome string, _ float64) { omu.Lock(); outcomes = append(outcomes, outcome); omu.Unlock() }})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	want := []int64{1000, 2000, 4000, 5000}
 	for i := range want {
-		n.st.ch <- []wheel.Delivery{delivery(int32(i + 1))}
+		n.st.ch <- []model.Delivery{delivery(int32(i + 1))}
 		n.settled(t)
 	}
 	n.mu.Lock()
@@ -165,10 +166,10 @@ func TestRefusedAndAcked(t *testing.T) {
 	n := newFake()
 	var outcome string
 	s := New(n, Config{Observe: func(_, o string, _ float64) { outcome = o }})
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: closed, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: closed, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
-	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
 	s.Stop()
 	if outcome != OutcomeRefused {
@@ -180,10 +181,10 @@ func TestRefusedAndAcked(t *testing.T) {
 	n = newFake()
 	s = New(n, Config{})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
-	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -204,10 +205,10 @@ func TestHostNotAllowedIsNeverDialed(t *testing.T) {
 	n := newFake()
 	s := New(n, Config{Allow: func(host string) error { return errors.New("not allowed: " + host) }})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
-	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
 	n.mu.Lock()
 	nacks := len(n.nacks)
@@ -225,8 +226,8 @@ func TestRateLimitsTheWindow(t *testing.T) {
 	n := newFake()
 	s := New(n, Config{Clock: wheeltest.NewFakeClock(time.UnixMilli(5000))})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: "http://127.0.0.1:1", TimeoutMs: 1000, MaxConcurrency: 100, RatePerS: 1}}
 	})
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -248,12 +249,12 @@ func TestDeliveryWithShortLeaseIsNotSent(t *testing.T) {
 	defer srv.Close()
 	n := newFake()
 	s := New(n, Config{Clock: wheeltest.NewFakeClock(time.UnixMilli(5000))})
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 2}}
 	})
 	short, ok := delivery(1), delivery(2)
 	short.LeaseExpiresMs = 5500 // ends 500 ms from now, before a 1 s timeout could pass
-	n.st.ch <- []wheel.Delivery{short, ok}
+	n.st.ch <- []model.Delivery{short, ok}
 	n.settled(t)
 	s.Stop() // waits for every send
 	n.mu.Lock()
@@ -275,10 +276,10 @@ func TestRedirectIsA3xxFailure(t *testing.T) {
 	var mu sync.Mutex
 	var outcomes []string
 	s := New(n, Config{Observe: func(_, o string, _ float64) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }})
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
-	n.st.ch <- []wheel.Delivery{delivery(1)}
+	n.st.ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
 	s.Stop()
 	n.mu.Lock()
@@ -299,11 +300,11 @@ func TestEndedStreamIsReopened(t *testing.T) {
 	clk := wheeltest.NewFakeClock(time.UnixMilli(5000))
 	s := New(n, Config{Clock: clk})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 1}}
 	})
 	first := n.stream()
-	first.ended <- wheel.ErrUnavailable
+	first.ended <- model.ErrUnavailable
 	deadline := time.Now().Add(20 * time.Second)
 	for n.stream() == first {
 		if time.Now().After(deadline) {
@@ -312,7 +313,7 @@ func TestEndedStreamIsReopened(t *testing.T) {
 		clk.Advance(100 * time.Millisecond)
 		time.Sleep(time.Millisecond)
 	}
-	n.stream().ch <- []wheel.Delivery{delivery(1)}
+	n.stream().ch <- []model.Delivery{delivery(1)}
 	n.settled(t)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -335,12 +336,12 @@ func TestUnsendableHeadersAreLeftOut(t *testing.T) {
 	n := newFake()
 	s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	d := delivery(1)
 	d.Headers = map[string]string{"a b": "v", "X-Injected": "a\r\nEvil: 1", "Content-Length": "99", "X-Ok": "yes"}
-	n.st.ch <- []wheel.Delivery{d}
+	n.st.ch <- []model.Delivery{d}
 	n.settled(t)
 	var h http.Header
 	select {
@@ -389,14 +390,14 @@ func TestLeftOutHeaderWarnedOncePerSecond(t *testing.T) {
 	clock := wheeltest.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s := New(n, Config{Clock: clock, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
 	defer s.Stop()
-	s.Reconcile(func() []wheel.Webhook {
-		return []wheel.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
 	})
 	deliver := func(attempts ...int32) {
 		for _, a := range attempts {
 			d := delivery(a)
 			d.Headers = map[string]string{"Host": "elsewhere"}
-			n.stream().ch <- []wheel.Delivery{d}
+			n.stream().ch <- []model.Delivery{d}
 			n.settled(t)
 		}
 	}

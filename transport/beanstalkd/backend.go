@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // ErrNotSent wraps a Backend's error when the call surely reached no
@@ -22,28 +24,28 @@ var ErrNotSent = errors.New("not sent to a leader")
 type Backend interface {
 	// Put enqueues one message and returns its id once the message is
 	// committed.
-	Put(ctx context.Context, m wheel.NewMessage) (wheel.ID, error)
+	Put(ctx context.Context, m command.NewMessage) (model.ID, error)
 	// Reserve hands out the next due message of topic, waiting up to wait
 	// for one; ok is false when none came.
-	Reserve(ctx context.Context, topic string, wait time.Duration) (d wheel.Delivery, ok bool, err error)
+	Reserve(ctx context.Context, topic string, wait time.Duration) (d model.Delivery, ok bool, err error)
 	// Ack finishes a reserved message; done is false when the receipt no
 	// longer holds it.
-	Ack(ctx context.Context, r wheel.Receipt) (done bool, err error)
+	Ack(ctx context.Context, r model.Receipt) (done bool, err error)
 	// Nack returns a reserved message to delayed, due delayMs from now.
-	Nack(ctx context.Context, r wheel.Receipt, delayMs int64) (done bool, err error)
+	Nack(ctx context.Context, r model.Receipt, delayMs int64) (done bool, err error)
 	// Touch extends a reserved message's lease by its time-to-run.
-	Touch(ctx context.Context, r wheel.Receipt) (done bool, err error)
+	Touch(ctx context.Context, r model.Receipt) (done bool, err error)
 	// Bury moves a reserved message to its topic's dead letters.
-	Bury(ctx context.Context, r wheel.Receipt) (done bool, err error)
+	Bury(ctx context.Context, r model.Receipt) (done bool, err error)
 	// Get returns a message in any state.
-	Get(ctx context.Context, id wheel.ID) (wheel.View, error)
+	Get(ctx context.Context, id model.ID) (wheel.View, error)
 	// Cancel removes a delayed, ready or dead message.
-	Cancel(ctx context.Context, id wheel.ID) error
+	Cancel(ctx context.Context, id model.ID) error
 	// Reschedule makes a delayed message due at deliverAtMs.
-	Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) error
+	Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) error
 	// Redrive moves dead messages of topic back to ready and returns how
 	// many moved.
-	Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error)
+	Redrive(ctx context.Context, topic string, ids []model.ID) (int, error)
 	// Dead lists up to limit dead messages of topic, oldest first.
 	Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error)
 	// Ready lists up to limit ready messages of topic, next first.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 func TestParseCommand(t *testing.T) {
@@ -96,7 +96,7 @@ func TestParseCommand(t *testing.T) {
 }
 
 func TestJobIDRoundTrip(t *testing.T) {
-	for _, id := range []wheel.ID{
+	for _, id := range []model.ID{
 		{Index: 1, Seq: 0},
 		{Index: 12345, Seq: 3<<24 | 7},
 		{Index: 1<<indexBits - 1, Seq: 255<<24 | (1<<positionBits - 1)},
@@ -106,14 +106,14 @@ func TestJobIDRoundTrip(t *testing.T) {
 			t.Errorf("JobID(%v) = %d, %v; MessageID = %v", id, job, ok, MessageID(job))
 		}
 	}
-	for _, id := range []wheel.ID{{}, {Index: 1 << indexBits}, {Index: 5, Seq: 1 << positionBits}} {
+	for _, id := range []model.ID{{}, {Index: 1 << indexBits}, {Index: 5, Seq: 1 << positionBits}} {
 		if job, ok := JobID(id); ok {
 			t.Errorf("JobID(%v) = %d, want not packable", id, job)
 		}
 	}
 	// Ids of one group and entry order like their messages.
-	a, _ := JobID(wheel.ID{Index: 10, Seq: 2<<24 | 1})
-	b, _ := JobID(wheel.ID{Index: 11, Seq: 2 << 24})
+	a, _ := JobID(model.ID{Index: 10, Seq: 2<<24 | 1})
+	b, _ := JobID(model.ID{Index: 11, Seq: 2 << 24})
 	if a >= b {
 		t.Errorf("job ids do not follow the log: %d >= %d", a, b)
 	}

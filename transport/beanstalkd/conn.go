@@ -12,7 +12,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // defaultTube is the tube every connection uses and watches at first.
@@ -46,7 +47,7 @@ type conn struct {
 
 // heldJob is a job a connection holds reserved.
 type heldJob struct {
-	r        wheel.Receipt
+	r        model.Receipt
 	topic    string
 	leaseEnd time.Time
 	lease    time.Duration
@@ -224,14 +225,14 @@ func (c *conn) do(cmd Command) error {
 // the protocol cannot say what it was.
 func (c *conn) fail(op string, err error) {
 	switch {
-	case errors.Is(err, wheel.ErrNotFound), errors.Is(err, wheel.ErrConflict):
+	case errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrConflict):
 		c.reply("NOT_FOUND")
-	case errors.Is(err, wheel.ErrTooLarge):
+	case errors.Is(err, model.ErrTooLarge):
 		c.reply("JOB_TOO_BIG")
-	case errors.Is(err, wheel.ErrOverloaded):
+	case errors.Is(err, model.ErrOverloaded):
 		c.s.log.Warn("beanstalkd: answered OUT_OF_MEMORY", "cmd", op, "err", err)
 		c.reply("OUT_OF_MEMORY")
-	case errors.Is(err, wheel.ErrInvalid):
+	case errors.Is(err, model.ErrInvalid):
 		c.s.log.Info("beanstalkd: answered BAD_FORMAT", "cmd", op, "err", err)
 		c.reply("BAD_FORMAT")
 	default:
@@ -275,11 +276,11 @@ func (c *conn) put(cmd Command) error {
 	}
 	// Due at the first millisecond not before now + delay: never early.
 	due := c.s.cfg.Now().Add(delay + time.Millisecond - 1).UnixMilli()
-	m := wheel.NewMessage{Topic: c.use, Body: body, Priority: PriorityOf(cmd.Pri),
+	m := command.NewMessage{Topic: c.use, Body: body, Priority: PriorityOf(cmd.Pri),
 		DeliverAtMs: due, TTRMs: ttr.Milliseconds(), MaxAttempts: c.s.cfg.MaxAttempts}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	id, err := retrying(c, ctx, func() (wheel.ID, error) { return c.s.be.Put(ctx, m) })
+	id, err := retrying(c, ctx, func() (model.ID, error) { return c.s.be.Put(ctx, m) })
 	if err != nil {
 		c.fail("put", err)
 		return nil

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // fakeBackend is an in-memory Backend with the node's semantics, on a
@@ -18,17 +20,17 @@ type fakeBackend struct {
 	now     time.Time
 	index   uint64
 	nonce   uint64
-	msgs    map[wheel.ID]*wheel.View
+	msgs    map[model.ID]*wheel.View
 	changed chan struct{} // closed and replaced at every change
 	group   func(topic string) int
 	err     error // when set, every call fails with it
 	unsent  int   // how many puts fail with ErrNotSent before one is taken
 	bare    bool  // deliveries without their lease's length, as over HTTP
-	puts    []wheel.NewMessage
+	puts    []command.NewMessage
 }
 
 func newFake() *fakeBackend {
-	return &fakeBackend{now: time.Unix(1_700_000_000, 0), msgs: map[wheel.ID]*wheel.View{}, changed: make(chan struct{}),
+	return &fakeBackend{now: time.Unix(1_700_000_000, 0), msgs: map[model.ID]*wheel.View{}, changed: make(chan struct{}),
 		group: func(string) int { return 0 }}
 }
 
@@ -60,19 +62,19 @@ func (f *fakeBackend) state(v *wheel.View) wheel.State {
 	return v.At(f.now.UnixMilli()).State
 }
 
-func (f *fakeBackend) Put(_ context.Context, m wheel.NewMessage) (wheel.ID, error) {
+func (f *fakeBackend) Put(_ context.Context, m command.NewMessage) (model.ID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return wheel.ID{}, f.err
+		return model.ID{}, f.err
 	}
 	if f.unsent > 0 {
 		f.unsent--
-		return wheel.ID{}, fmt.Errorf("%w: %w: no leader", ErrNotSent, wheel.ErrUnavailable)
+		return model.ID{}, fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
 	}
 	f.index++
-	id := wheel.ID{Index: f.index, Seq: uint32(f.group(m.Topic)) << 24}
-	f.msgs[id] = &wheel.View{Message: wheel.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
+	id := model.ID{Index: f.index, Seq: uint32(f.group(m.Topic)) << 24}
+	f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
 		DeliverAtMs: m.DeliverAtMs, TTRMs: m.TTRMs, MaxAttempts: m.MaxAttempts, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateDelayed}
 	f.puts = append(f.puts, m)
 	f.notify()
@@ -80,10 +82,10 @@ func (f *fakeBackend) Put(_ context.Context, m wheel.NewMessage) (wheel.ID, erro
 }
 
 // add stores a message with the given id, as another front end would.
-func (f *fakeBackend) add(id wheel.ID, topic, body string) {
+func (f *fakeBackend) add(id model.ID, topic, body string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.msgs[id] = &wheel.View{Message: wheel.Message{ID: id, Topic: topic, Body: []byte(body), DeliverAtMs: f.now.UnixMilli(),
+	f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: topic, Body: []byte(body), DeliverAtMs: f.now.UnixMilli(),
 		TTRMs: 30000, MaxAttempts: 10, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateReady}
 	f.notify()
 }
@@ -105,14 +107,14 @@ func (f *fakeBackend) next(topic string, st wheel.State) *wheel.View {
 	return due[0]
 }
 
-func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (wheel.Delivery, bool, error) {
+func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		f.mu.Lock()
 		if f.err != nil {
 			f.mu.Unlock()
-			return wheel.Delivery{}, false, f.err
+			return model.Delivery{}, false, f.err
 		}
 		if v := f.next(topic, wheel.StateReady); v != nil {
 			f.nonce++
@@ -120,7 +122,7 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Durat
 			v.Attempts++
 			v.LeaseMs = v.TTRMs
 			v.LeaseExpiresMs = f.now.UnixMilli() + v.TTRMs
-			d := wheel.Delivery{Message: v.Message, Attempt: v.Attempts, Receipt: wheel.Receipt{ID: v.ID, Nonce: f.nonce}}
+			d := model.Delivery{Message: v.Message, Attempt: v.Attempts, Receipt: model.Receipt{ID: v.ID, Nonce: f.nonce}}
 			if f.bare {
 				d.LeaseMs, d.TTRMs = 0, 0
 			}
@@ -130,20 +132,20 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Durat
 		ch := f.changed
 		f.mu.Unlock()
 		if wait <= 0 {
-			return wheel.Delivery{}, false, nil
+			return model.Delivery{}, false, nil
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
-			return wheel.Delivery{}, false, nil
+			return model.Delivery{}, false, nil
 		case <-ctx.Done():
-			return wheel.Delivery{}, false, ctx.Err()
+			return model.Delivery{}, false, ctx.Err()
 		}
 	}
 }
 
 // held runs fn on the message r holds.
-func (f *fakeBackend) held(r wheel.Receipt, fn func(v *wheel.View)) (bool, error) {
+func (f *fakeBackend) held(r model.Receipt, fn func(v *wheel.View)) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -158,25 +160,25 @@ func (f *fakeBackend) held(r wheel.Receipt, fn func(v *wheel.View)) (bool, error
 	return true, nil
 }
 
-func (f *fakeBackend) Ack(_ context.Context, r wheel.Receipt) (bool, error) {
+func (f *fakeBackend) Ack(_ context.Context, r model.Receipt) (bool, error) {
 	return f.held(r, func(v *wheel.View) { delete(f.msgs, v.ID) })
 }
 
-func (f *fakeBackend) Nack(_ context.Context, r wheel.Receipt, delayMs int64) (bool, error) {
+func (f *fakeBackend) Nack(_ context.Context, r model.Receipt, delayMs int64) (bool, error) {
 	return f.held(r, func(v *wheel.View) {
 		v.State, v.Receipt, v.DeliverAtMs = wheel.StateDelayed, 0, f.now.UnixMilli()+delayMs
 	})
 }
 
-func (f *fakeBackend) Touch(_ context.Context, r wheel.Receipt) (bool, error) {
+func (f *fakeBackend) Touch(_ context.Context, r model.Receipt) (bool, error) {
 	return f.held(r, func(v *wheel.View) { v.LeaseExpiresMs = f.now.UnixMilli() + v.LeaseMs })
 }
 
-func (f *fakeBackend) Bury(_ context.Context, r wheel.Receipt) (bool, error) {
+func (f *fakeBackend) Bury(_ context.Context, r model.Receipt) (bool, error) {
 	return f.held(r, func(v *wheel.View) { v.State, v.Receipt = wheel.StateDead, 0 })
 }
 
-func (f *fakeBackend) Get(_ context.Context, id wheel.ID) (wheel.View, error) {
+func (f *fakeBackend) Get(_ context.Context, id model.ID) (wheel.View, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -184,40 +186,40 @@ func (f *fakeBackend) Get(_ context.Context, id wheel.ID) (wheel.View, error) {
 	}
 	v, ok := f.msgs[id]
 	if !ok {
-		return wheel.View{}, fmt.Errorf("%w: message %s", wheel.ErrNotFound, id)
+		return wheel.View{}, fmt.Errorf("%w: message %s", model.ErrNotFound, id)
 	}
 	out := *v
 	out.State = f.state(v)
 	return out, nil
 }
 
-func (f *fakeBackend) Cancel(_ context.Context, id wheel.ID) error {
+func (f *fakeBackend) Cancel(_ context.Context, id model.ID) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, ok := f.msgs[id]
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: message %s", wheel.ErrNotFound, id)
+		return fmt.Errorf("%w: message %s", model.ErrNotFound, id)
 	case f.state(v) == wheel.StateReserved:
-		return fmt.Errorf("%w: message %s is reserved", wheel.ErrConflict, id)
+		return fmt.Errorf("%w: message %s is reserved", model.ErrConflict, id)
 	}
 	delete(f.msgs, id)
 	return nil
 }
 
-func (f *fakeBackend) Reschedule(_ context.Context, id wheel.ID, deliverAtMs int64) error {
+func (f *fakeBackend) Reschedule(_ context.Context, id model.ID, deliverAtMs int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, ok := f.msgs[id]
 	if !ok || f.state(v) != wheel.StateDelayed && f.state(v) != wheel.StateReady {
-		return fmt.Errorf("%w: message %s", wheel.ErrNotFound, id)
+		return fmt.Errorf("%w: message %s", model.ErrNotFound, id)
 	}
 	v.DeliverAtMs = deliverAtMs
 	f.notify()
 	return nil
 }
 
-func (f *fakeBackend) Redrive(_ context.Context, topic string, ids []wheel.ID) (int, error) {
+func (f *fakeBackend) Redrive(_ context.Context, topic string, ids []model.ID) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0

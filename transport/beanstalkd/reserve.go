@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // reserve answers reserve and reserve-with-timeout: RESERVED, TIMED_OUT,
@@ -40,7 +41,7 @@ func (c *conn) reserve(cmd Command) {
 		}
 		tubes, pauseEnd := c.reservable(now)
 		var (
-			d   wheel.Delivery
+			d   model.Delivery
 			ok  bool
 			err error
 		)
@@ -65,7 +66,7 @@ func (c *conn) reserve(cmd Command) {
 				return
 			}
 			continue
-		case errors.Is(err, wheel.ErrNotLeader), errors.Is(err, wheel.ErrUnavailable):
+		case errors.Is(err, model.ErrNotLeader), errors.Is(err, model.ErrUnavailable):
 			// A leader change: ask again once there is a leader.
 			c.s.log.Debug("beanstalkd: reserve waits for a leader", "err", err)
 			wait = min(retryPause, max(wait, 0))
@@ -139,7 +140,7 @@ func (c *conn) reservable(now time.Time) (tubes []string, pauseEnd time.Time) {
 // waits on every tube at once (each may be in another group, led by
 // another node) and keeps the first job; one that another tube handed
 // out meanwhile goes back at once.
-func (c *conn) reserveAny(tubes []string, wait time.Duration) (wheel.Delivery, bool, error) {
+func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, bool, error) {
 	wait = max(wait, 0)
 	if len(tubes) == 1 {
 		return c.s.be.Reserve(c.ctx, tubes[0], wait)
@@ -150,12 +151,12 @@ func (c *conn) reserveAny(tubes []string, wait time.Duration) (wheel.Delivery, b
 		}
 	}
 	if wait == 0 {
-		return wheel.Delivery{}, false, nil
+		return model.Delivery{}, false, nil
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	type result struct {
-		d   wheel.Delivery
+		d   model.Delivery
 		ok  bool
 		err error
 	}
@@ -185,7 +186,7 @@ func (c *conn) reserveAny(tubes []string, wait time.Duration) (wheel.Delivery, b
 }
 
 // giveBack returns a job this connection will not hand out to ready.
-func (c *conn) giveBack(d wheel.Delivery) {
+func (c *conn) giveBack(d model.Delivery) {
 	ctx, cancel := c.callCtx()
 	defer cancel()
 	if _, err := c.s.be.Nack(ctx, d.Receipt, 0); err != nil {
@@ -197,7 +198,7 @@ func (c *conn) giveBack(d wheel.Delivery) {
 // does not pack into a job id (a batch of over 1,024 messages enqueued
 // over HTTP or gRPC) cannot be named to the client: it goes to the dead
 // letters, where the HTTP API reaches it, and hold returns false.
-func (c *conn) hold(d wheel.Delivery) bool {
+func (c *conn) hold(d model.Delivery) bool {
 	job, ok := JobID(d.ID)
 	if !ok {
 		ctx, cancel := c.callCtx()
@@ -353,7 +354,7 @@ func (c *conn) kick(bound uint32) {
 			return
 		}
 		if len(dead) > 0 {
-			ids := make([]wheel.ID, len(dead))
+			ids := make([]model.ID, len(dead))
 			for i, v := range dead {
 				ids[i] = v.ID
 			}
@@ -379,9 +380,9 @@ func (c *conn) kickJob(job uint64) {
 	}
 	switch v.State {
 	case wheel.StateDead:
-		n, err := c.s.be.Redrive(ctx, v.Topic, []wheel.ID{id})
+		n, err := c.s.be.Redrive(ctx, v.Topic, []model.ID{id})
 		if err == nil && n == 0 {
-			err = wheel.ErrNotFound
+			err = model.ErrNotFound
 		}
 		if err != nil {
 			c.fail("kick-job", err)

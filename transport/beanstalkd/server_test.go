@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // start serves a server of f on a free port until the test ends.
@@ -148,7 +149,7 @@ func TestPutReserveDelete(t *testing.T) {
 	c.do("use jobs", "USING jobs")
 	c.do("list-tube-used", "USING jobs")
 	id := c.put(10, 0, 60, "hello")
-	if want, _ := JobID(wheel.ID{Index: 1}); id != strconv.FormatUint(want, 10) {
+	if want, _ := JobID(model.ID{Index: 1}); id != strconv.FormatUint(want, 10) {
 		t.Fatalf("job id %s, want %d", id, want)
 	}
 	if got := f.puts[0]; got.Topic != "jobs" || got.Priority != PriorityOf(10) || got.TTRMs != 60000 || got.MaxAttempts != 1000 {
@@ -270,14 +271,14 @@ func TestErrorsReplies(t *testing.T) {
 	c.do("pause-tube nosuch 1", "NOT_FOUND")
 	c.do("peek-delayed", "NOT_FOUND")
 	f.mu.Lock()
-	f.err = fmt.Errorf("%w: slow down", wheel.ErrOverloaded)
+	f.err = fmt.Errorf("%w: slow down", model.ErrOverloaded)
 	f.mu.Unlock()
 	c.send("put 1 0 1 1\r\na")
 	if got := c.line(); got != "OUT_OF_MEMORY" {
 		t.Fatalf("put while overloaded: %q", got)
 	}
 	f.mu.Lock()
-	f.err = fmt.Errorf("%w: election", wheel.ErrUnavailable)
+	f.err = fmt.Errorf("%w: election", model.ErrUnavailable)
 	f.mu.Unlock()
 	c.do("reserve-with-timeout 0", "TIMED_OUT")
 	c.send("use " + strings.Repeat("a", MaxLine))
@@ -331,7 +332,7 @@ func TestReserveWaitsOnManyTubes(t *testing.T) {
 	w.send("reserve")
 	p.do("use bb", "USING bb")
 	id := p.put(1, 0, 30, "x")
-	if want, _ := JobID(wheel.ID{Index: 1, Seq: 2 << 24}); id != strconv.FormatUint(want, 10) {
+	if want, _ := JobID(model.ID{Index: 1, Seq: 2 << 24}); id != strconv.FormatUint(want, 10) {
 		t.Fatalf("job id %s of group 2, want %d", id, want)
 	}
 	l := w.line()
@@ -411,7 +412,7 @@ func TestConnectionLimit(t *testing.T) {
 func TestUnpackableIDGoesDead(t *testing.T) {
 	f := newFake()
 	addr, _ := start(t, f, Config{})
-	big := wheel.ID{Index: 3, Seq: 5000}
+	big := model.ID{Index: 3, Seq: 5000}
 	f.add(big, "default", "from a big batch")
 	c := dial(t, addr)
 	c.do("reserve-with-timeout 0", "TIMED_OUT")

@@ -21,6 +21,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // ForwardedKey is the metadata a follower adds to a call it forwards to
@@ -53,14 +55,14 @@ var appliedIndexKey = strings.ToLower(transport.AppliedIndexHeader)
 
 // Reaches reports whether a call of ctx can be forwarded to the leader at
 // to: it was not forwarded here, and to records its gRPC address.
-func (f *forwarder) Reaches(ctx context.Context, to wheel.Node) bool {
+func (f *forwarder) Reaches(ctx context.Context, to model.Member) bool {
 	return !forwarded(ctx) && to.GRPCAddr != ""
 }
 
 // client returns the client of the leader at to and the outgoing context
 // of a call forwarded there, marked, with the caller's authorization; it
 // returns service.ErrNoForward when the call cannot be forwarded.
-func (f *forwarder) client(ctx context.Context, to wheel.Node) (pb.DelaywheelClient, context.Context, error) {
+func (f *forwarder) client(ctx context.Context, to model.Member) (pb.DelaywheelClient, context.Context, error) {
 	if !f.Reaches(ctx, to) {
 		return nil, nil, service.ErrNoForward
 	}
@@ -77,7 +79,7 @@ func (f *forwarder) client(ctx context.Context, to wheel.Node) (pb.DelaywheelCli
 
 // forwardCall makes one call at the leader at to and returns its answer,
 // or its status error untouched, and the applied index its header gives.
-func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to wheel.Node, req Req,
+func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to model.Member, req Req,
 	do func(c pb.DelaywheelClient, ctx context.Context, req Req, opts ...grpc.CallOption) (Resp, error)) (Resp, uint64, error) {
 	var zero Resp
 	c, octx, err := f.client(ctx, to)
@@ -97,7 +99,7 @@ func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to wheel.Node
 }
 
 // Enqueue forwards an enqueue, its due times absolute.
-func (f *forwarder) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (f *forwarder) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	req := &pb.EnqueueRequest{Messages: make([]*pb.Message, len(msgs))}
 	for i, m := range msgs {
 		req.Messages[i] = messageOf(m)
@@ -108,7 +110,7 @@ func (f *forwarder) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.New
 	}
 	out := make([]wheel.Enqueued, len(resp.GetResults()))
 	for i, r := range resp.GetResults() {
-		id, err := wheel.ParseID(r.GetId())
+		id, err := model.ParseID(r.GetId())
 		if err != nil {
 			return nil, 0, fmt.Errorf("grpcserver: the leader's result %d: %w", i, err)
 		}
@@ -119,7 +121,7 @@ func (f *forwarder) Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.New
 
 // messageOf is the protobuf form of a validated message, due at its
 // absolute time.
-func messageOf(m wheel.NewMessage) *pb.Message {
+func messageOf(m command.NewMessage) *pb.Message {
 	at := m.DeliverAtMs
 	out := &pb.Message{Topic: m.Topic, Body: m.Body, DeliverAtMs: &at, Key: m.Key, Priority: m.Priority, Headers: m.Headers}
 	if m.TTRMs > 0 {
@@ -134,27 +136,27 @@ func messageOf(m wheel.NewMessage) *pb.Message {
 }
 
 // Cancel forwards a cancel by id or by topic and key.
-func (f *forwarder) Cancel(ctx context.Context, to wheel.Node, c wheel.Cancel) (wheel.ID, uint64, error) {
+func (f *forwarder) Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error) {
 	req := &pb.CancelRequest{Topic: c.Topic, Key: c.Key}
 	if c.Topic == "" {
 		req.Id = c.ID.String()
 	}
 	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Cancel)
 	if err != nil {
-		return wheel.ID{}, 0, err
+		return model.ID{}, 0, err
 	}
-	id, err := wheel.ParseID(resp.GetId())
+	id, err := model.ParseID(resp.GetId())
 	return id, index, err
 }
 
 // Reschedule forwards a reschedule to an absolute time.
-func (f *forwarder) Reschedule(ctx context.Context, to wheel.Node, id wheel.ID, deliverAtMs int64) (int64, uint64, error) {
+func (f *forwarder) Reschedule(ctx context.Context, to model.Member, id model.ID, deliverAtMs int64) (int64, uint64, error) {
 	resp, index, err := forwardCall(ctx, f, to, &pb.RescheduleRequest{Id: id.String(), DeliverAtMs: &deliverAtMs}, pb.DelaywheelClient.Reschedule)
 	return resp.GetDeliverAtMs(), index, err
 }
 
 // Reserve forwards a reserve.
-func (f *forwarder) Reserve(ctx context.Context, to wheel.Node, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, uint64, error) {
+func (f *forwarder) Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error) {
 	req := &pb.ReserveRequest{Topic: topic, Max: proto.Int32(int32(max)), WaitMs: wait.Milliseconds()}
 	if ttr > 0 {
 		req.TtrMs = proto.Int64(ttr.Milliseconds())
@@ -163,7 +165,7 @@ func (f *forwarder) Reserve(ctx context.Context, to wheel.Node, topic string, ma
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]wheel.Delivery, len(resp.GetMessages()))
+	out := make([]model.Delivery, len(resp.GetMessages()))
 	for i, d := range resp.GetMessages() {
 		if out[i], err = deliveryFrom(d); err != nil {
 			return nil, 0, fmt.Errorf("grpcserver: the leader's delivery %d: %w", i, err)
@@ -173,24 +175,24 @@ func (f *forwarder) Reserve(ctx context.Context, to wheel.Node, topic string, ma
 }
 
 // deliveryFrom is the delivery d, as the leader sent it.
-func deliveryFrom(d *pb.Delivery) (wheel.Delivery, error) {
-	id, err := wheel.ParseID(d.GetId())
+func deliveryFrom(d *pb.Delivery) (model.Delivery, error) {
+	id, err := model.ParseID(d.GetId())
 	if err != nil {
-		return wheel.Delivery{}, err
+		return model.Delivery{}, err
 	}
-	rc, err := wheel.ParseReceipt(d.GetReceipt())
+	rc, err := model.ParseReceipt(d.GetReceipt())
 	if err != nil {
-		return wheel.Delivery{}, err
+		return model.Delivery{}, err
 	}
-	m := wheel.Message{ID: id, Topic: d.GetTopic(), Body: d.GetBody(), Headers: d.GetHeaders(), Key: d.GetKey(),
+	m := model.Message{ID: id, Topic: d.GetTopic(), Body: d.GetBody(), Headers: d.GetHeaders(), Key: d.GetKey(),
 		Priority: d.GetPriority(), DeliverAtMs: d.GetDeliverAtMs(), LeaseExpiresMs: d.GetLeaseExpiresMs()}
-	return wheel.Delivery{Message: m, Attempt: d.GetAttempt(), Receipt: rc}, nil
+	return model.Delivery{Message: m, Attempt: d.GetAttempt(), Receipt: rc}, nil
 }
 
 // Settle forwards an ack, nack or touch; the gRPC API has no bury.
-func (f *forwarder) Settle(ctx context.Context, to wheel.Node, op service.Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error) {
+func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error) {
 	if op == service.OpBury {
-		return wheel.Counted{}, 0, service.ErrNoForward
+		return command.Counted{}, 0, service.ErrNoForward
 	}
 	list := make([]string, len(rs))
 	for i, r := range rs {
@@ -207,11 +209,11 @@ func (f *forwarder) Settle(ctx context.Context, to wheel.Node, op service.Op, rs
 	default:
 		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Ack)
 	}
-	return wheel.Counted{Done: int(resp.GetDone()), Stale: int(resp.GetStale())}, index, err
+	return command.Counted{Done: int(resp.GetDone()), Stale: int(resp.GetStale())}, index, err
 }
 
 // Redrive forwards a redrive (all of the topic's dead when ids is empty).
-func (f *forwarder) Redrive(ctx context.Context, to wheel.Node, topic string, ids []wheel.ID) (int, uint64, error) {
+func (f *forwarder) Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error) {
 	req := &pb.RedriveRequest{Topic: topic, All: len(ids) == 0}
 	for _, id := range ids {
 		req.Ids = append(req.Ids, id.String())

@@ -17,7 +17,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // groupsGRPC is a cluster of many Raft groups, each node behind a gRPC
@@ -69,7 +69,7 @@ func (gg *groupsGRPC) index(t *testing.T, id string) int {
 // topicOf returns a topic of group g, of groups.
 func topicOf(g, groups int) string {
 	for i := 0; ; i++ {
-		if topic := fmt.Sprintf("orders.%d", i); wheel.GroupOf(topic, groups) == g {
+		if topic := fmt.Sprintf("orders.%d", i); model.GroupOf(topic, groups) == g {
 			return topic
 		}
 	}
@@ -96,11 +96,11 @@ func TestGroupsEnqueueSpansGroups(t *testing.T) {
 		t.Fatalf("%d results for %d messages", len(res.Results), len(msgs))
 	}
 	for i, r := range res.Results {
-		id, err := wheel.ParseID(r.Id)
+		id, err := model.ParseID(r.Id)
 		if err != nil {
 			t.Fatalf("result %d: %v", i, err)
 		}
-		if g := wheel.GroupOf(msgs[i].Topic, groups); id.Group() != g {
+		if g := model.GroupOf(msgs[i].Topic, groups); id.Group() != g {
 			t.Fatalf("result %d: id %s names group %d; its topic %s is group %d's", i, r.Id, id.Group(), msgs[i].Topic, g)
 		}
 		if r.DeliverAtMs != now+60000 {
@@ -129,7 +129,7 @@ func TestGroupsEnqueueSpansGroups(t *testing.T) {
 
 	// One message of another group alone, through the same node.
 	one := get(gg.clients[via].Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(2, groups)}}}))(t, "enqueue to group 2")
-	if id, _ := wheel.ParseID(one.Results[0].Id); id.Group() != 2 {
+	if id, _ := model.ParseID(one.Results[0].Id); id.Group() != 2 {
 		t.Fatalf("id %s of a group 2 topic", one.Results[0].Id)
 	}
 

@@ -24,7 +24,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // ServiceName is the name of the Delaywheel service, as health checks and
@@ -281,7 +281,7 @@ func (s *Server) groupNamed(req any) (g int, ok bool) {
 // 0's to refuse, and one of a group the cluster does not have the
 // router's (ok false).
 func (s *Server) idGroup(raw string) (int, bool) {
-	id, err := wheel.ParseID(raw)
+	id, err := model.ParseID(raw)
 	if err != nil {
 		return 0, true
 	}

@@ -28,6 +28,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 const token = "s3cret"
@@ -316,8 +318,8 @@ func subscribeErr(ctx context.Context, c pb.DelaywheelClient, topic string) erro
 // overloaded refuses every enqueue as a node whose log is full does.
 type overloaded struct{ transport.Backend }
 
-func (overloaded) Enqueue(context.Context, []wheel.NewMessage) ([]wheel.Enqueued, error) {
-	return nil, fmt.Errorf("%w: too many entries waiting to be applied", wheel.ErrOverloaded)
+func (overloaded) Enqueue(context.Context, []command.NewMessage) ([]wheel.Enqueued, error) {
+	return nil, fmt.Errorf("%w: too many entries waiting to be applied", model.ErrOverloaded)
 }
 
 func errorInfo(st *status.Status) *errdetails.ErrorInfo {
@@ -514,7 +516,7 @@ type waiting struct {
 	started chan struct{}
 }
 
-func (w waiting) Reserve(ctx context.Context, topic string, n int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
+func (w waiting) Reserve(ctx context.Context, topic string, n int, wait, ttr time.Duration) ([]model.Delivery, error) {
 	w.started <- struct{}{}
 	return w.Backend.Reserve(ctx, topic, n, wait, ttr)
 }
@@ -558,7 +560,7 @@ type heldAcks struct {
 	calls   chan struct{}
 }
 
-func (h heldAcks) Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+func (h heldAcks) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
 	h.calls <- struct{}{}
 	<-h.release
 	return h.Backend.Ack(ctx, rs)

@@ -9,6 +9,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The calls validate as the HTTP handlers do, with the functions package
@@ -55,7 +57,7 @@ func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.MessageView, 
 // both ways, or a key without its topic, is refused rather than read one
 // way.
 func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
-	var c wheel.Cancel
+	var c command.Cancel
 	var err error
 	switch {
 	case req.GetId() != "" && (req.GetTopic() != "" || req.GetKey() != ""):
@@ -299,7 +301,7 @@ func viewOf(v wheel.View) *pb.MessageView {
 }
 
 // byID returns the backend of the group id names, to read from.
-func (s *Server) byID(id wheel.ID) (transport.Backend, error) {
+func (s *Server) byID(id model.ID) (transport.Backend, error) {
 	g, err := s.svc.GroupOfID("id", id)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Subscribe streams a topic's deliveries as the leader hands them out, and
@@ -145,7 +145,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 			default:
 				return nil
 			}
-		case errors.Is(err, wheel.ErrNotLeader):
+		case errors.Is(err, model.ErrNotLeader):
 			addr, _, known := b.LeaderHTTP()
 			return notLeader(addr, known)
 		default:
@@ -164,7 +164,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 // windowFreer is a stream that frees its window for the receipts its own
 // consumer settles up the stream, before their ack or nack is proposed.
 type windowFreer interface {
-	Settling(rs []wheel.Receipt)
+	Settling(rs []model.Receipt)
 }
 
 // settleQueue bounds the client's requests read and not yet settled; past
@@ -174,7 +174,7 @@ const settleQueue = 64
 
 // settlement is what one request of a Subscribe stream settles, checked.
 type settlement struct {
-	acks, nacks []wheel.Receipt
+	acks, nacks []model.Receipt
 	nackDelayMs int64
 }
 
@@ -205,7 +205,7 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 
 // streamReceipts parses the receipts list, given as field, that a stream
 // of group g settles.
-func (s *Server) streamReceipts(field string, list []string, g int) ([]wheel.Receipt, error) {
+func (s *Server) streamReceipts(field string, list []string, g int) ([]model.Receipt, error) {
 	rs, err := service.ParseReceipts(list, s.cfg.Limits)
 	if err != nil || s.svc.Count() == 1 {
 		return rs, err
@@ -291,7 +291,7 @@ func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamH
 	return handler(srv, ss)
 }
 
-func deliveryOf(d wheel.Delivery) *pb.Delivery {
+func deliveryOf(d model.Delivery) *pb.Delivery {
 	return &pb.Delivery{Id: d.ID.String(), Topic: d.Topic, Body: d.Body, Headers: d.Headers, Key: d.Key,
 		Priority: d.Priority, DeliverAtMs: d.DeliverAtMs, Attempt: d.Attempt, Receipt: d.Receipt.String(),
 		LeaseExpiresMs: d.LeaseExpiresMs}

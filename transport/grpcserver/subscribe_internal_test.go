@@ -7,33 +7,34 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // settleRecorder is a backend that records the acks and nacks it is given.
 type settleRecorder struct {
 	transport.Backend
-	acks   [][]wheel.Receipt
-	nacks  [][]wheel.Receipt
+	acks   [][]model.Receipt
+	nacks  [][]model.Receipt
 	delays []int64
 	ackErr error
 }
 
-func (b *settleRecorder) Ack(_ context.Context, rs []wheel.Receipt) (wheel.Counted, error) {
+func (b *settleRecorder) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
 	b.acks = append(b.acks, slices.Clone(rs))
-	return wheel.Counted{Done: len(rs)}, b.ackErr
+	return command.Counted{Done: len(rs)}, b.ackErr
 }
 
-func (b *settleRecorder) Nack(_ context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error) {
+func (b *settleRecorder) Nack(_ context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	b.nacks = append(b.nacks, slices.Clone(rs))
 	b.delays = append(b.delays, delayMs)
-	return wheel.Counted{Done: len(rs)}, nil
+	return command.Counted{Done: len(rs)}, nil
 }
 
-func receipts(nonces ...uint64) []wheel.Receipt {
-	out := make([]wheel.Receipt, len(nonces))
+func receipts(nonces ...uint64) []model.Receipt {
+	out := make([]model.Receipt, len(nonces))
 	for i, n := range nonces {
-		out[i] = wheel.Receipt{Nonce: n}
+		out[i] = model.Receipt{Nonce: n}
 	}
 	return out
 }
@@ -63,10 +64,10 @@ func TestSettleAllAcksQueuedRequestsTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [][]wheel.Receipt{receipts(1, 2, 3, 8)}; !slices.EqualFunc(b.acks, want, slices.Equal) {
+	if want := [][]model.Receipt{receipts(1, 2, 3, 8)}; !slices.EqualFunc(b.acks, want, slices.Equal) {
 		t.Fatalf("ack calls %v, want %v", b.acks, want)
 	}
-	if want := [][]wheel.Receipt{receipts(4), receipts(6)}; !slices.EqualFunc(b.nacks, want, slices.Equal) || !slices.Equal(b.delays, []int64{5, 7}) {
+	if want := [][]model.Receipt{receipts(4), receipts(6)}; !slices.EqualFunc(b.nacks, want, slices.Equal) || !slices.Equal(b.delays, []int64{5, 7}) {
 		t.Fatalf("nack calls %v with delays %v, want %v with 5, 7", b.nacks, b.delays, want)
 	}
 }
@@ -84,7 +85,7 @@ func TestSettleAllKeepsAcksWithinTheBatchLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all []wheel.Receipt
+	var all []model.Receipt
 	for _, call := range b.acks {
 		if len(call) > 2 {
 			t.Fatalf("an ack call of %d receipts, over the limit of 2: %v", len(call), b.acks)
@@ -99,11 +100,11 @@ func TestSettleAllKeepsAcksWithinTheBatchLimit(t *testing.T) {
 // TestSettleAllStopsAtAFailedAck: an ack that fails ends the settling
 // with its error; nothing after it is settled.
 func TestSettleAllStopsAtAFailedAck(t *testing.T) {
-	b := &settleRecorder{ackErr: wheel.ErrNotLeader}
+	b := &settleRecorder{ackErr: model.ErrNotLeader}
 	s := &Server{cfg: transport.Config{Limits: transport.Limits{MaxBatch: 1}}.WithDefaults()}
 	err := s.settleAll(t.Context(), b, queued(settlement{acks: receipts(1, 2), nacks: receipts(3)}))
-	if !errors.Is(err, wheel.ErrNotLeader) {
-		t.Fatalf("err %v, want %v", err, wheel.ErrNotLeader)
+	if !errors.Is(err, model.ErrNotLeader) {
+		t.Fatalf("err %v, want %v", err, model.ErrNotLeader)
 	}
 	if len(b.acks) != 1 || len(b.nacks) != 0 {
 		t.Fatalf("after the failed ack: acks %v, nacks %v", b.acks, b.nacks)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Backend is one Raft group of the node, as the front ends use it. Every
@@ -21,7 +23,7 @@ type Backend interface {
 	// Leader returns the leader's member record (its HTTP address as
 	// LeaderHTTP's; its gRPC address, empty when it recorded none),
 	// whether this node is the leader, and whether a leader is known.
-	Leader() (m wheel.Node, isLeader, known bool)
+	Leader() (m model.Member, isLeader, known bool)
 	// Ready returns nil when the node should take client traffic (/readyz
 	// answers 200): it knows a leader, has caught up once since it
 	// started and does not trail the leader by more than its bound; or an
@@ -43,40 +45,40 @@ type Backend interface {
 	ReadAfter(index uint64)
 
 	// Enqueue schedules messages whose DeliverAtMs is already absolute.
-	Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error)
+	Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error)
 	// Get returns a pending message.
-	Get(ctx context.Context, id wheel.ID) (wheel.View, error)
+	Get(ctx context.Context, id model.ID) (wheel.View, error)
 	// GetByKey returns the pending message of topic that holds key.
 	GetByKey(ctx context.Context, topic, key string) (wheel.View, error)
 	// Cancel removes a delayed or ready message by ID, or by (Topic, Key)
 	// when Topic != "", and returns its ID.
-	Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error)
+	Cancel(ctx context.Context, c command.Cancel) (model.ID, error)
 	// Reschedule moves a delayed or ready message and returns its new due time.
-	Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) (int64, error)
+	Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) (int64, error)
 	// Reserve hands out up to max due messages of topic, waiting up to wait
 	// for the first one. A ttr of 0 means each message's own time-to-run.
-	Reserve(ctx context.Context, topic string, max int, wait time.Duration, ttr time.Duration) ([]wheel.Delivery, error)
+	Reserve(ctx context.Context, topic string, max int, wait time.Duration, ttr time.Duration) ([]model.Delivery, error)
 	// Stream opens a streaming consumer of topic on the leader: a
 	// long-lived reserve that hands out each due message the moment it is
 	// due, holding at most opt.MaxInflight unsettled deliveries. Closing
 	// it releases its unsettled deliveries; it ends by itself when
 	// leadership is lost. Every push front end serves one.
-	Stream(ctx context.Context, topic string, opt wheel.StreamOptions) (wheel.Stream, error)
+	Stream(ctx context.Context, topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes reserved messages.
-	Ack(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// Nack returns reserved messages to delayed, due delayMs from now.
-	Nack(ctx context.Context, rs []wheel.Receipt, delayMs int64) (wheel.Counted, error)
+	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error)
 	// Touch extends leases by their time-to-run.
-	Touch(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	Touch(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// DeadLetter moves reserved messages to their topics' dead letters.
-	DeadLetter(ctx context.Context, rs []wheel.Receipt) (wheel.Counted, error)
+	DeadLetter(ctx context.Context, rs []model.Receipt) (command.Counted, error)
 	// Topics returns the per-state counts of every topic.
 	Topics(ctx context.Context) ([]wheel.TopicCounts, error)
 	// Dead lists up to limit dead messages of topic.
 	Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error)
 	// Redrive moves dead messages back to ready (all of them when ids is
 	// empty) and returns how many moved.
-	Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error)
+	Redrive(ctx context.Context, topic string, ids []model.ID) (int, error)
 	// Wheel describes the timing wheel.
 	Wheel(ctx context.Context) (wheel.WheelInfo, error)
 	// Slot describes one slot and, when records is set, its records.
@@ -89,7 +91,7 @@ type Backend interface {
 	// and indexes, and, on the leader, which members its heartbeats reach.
 	Cluster(ctx context.Context) (api.Cluster, error)
 	// AddNode adds a voter.
-	AddNode(ctx context.Context, n wheel.Node) error
+	AddNode(ctx context.Context, n model.Member) error
 	// RemoveNode removes a member. Before the removal it calls confirm
 	// (when set) with the index of the entry the member must hold to learn
 	// of it; confirm returns once the member holds it, or an error.
@@ -99,14 +101,14 @@ type Backend interface {
 	Backup(ctx context.Context, w io.Writer) (uint64, error)
 
 	// SetWebhook sets or replaces a topic's webhook.
-	SetWebhook(ctx context.Context, w wheel.Webhook) error
-	// Webhook returns a topic's webhook (wheel.ErrNotFound: none).
-	Webhook(ctx context.Context, topic string) (wheel.Webhook, error)
-	// DeleteWebhook removes a topic's webhook (wheel.ErrNotFound: none).
+	SetWebhook(ctx context.Context, w command.Webhook) error
+	// Webhook returns a topic's webhook (model.ErrNotFound: none).
+	Webhook(ctx context.Context, topic string) (command.Webhook, error)
+	// DeleteWebhook removes a topic's webhook (model.ErrNotFound: none).
 	DeleteWebhook(ctx context.Context, topic string) error
 
 	// SetSchedule creates or replaces a schedule and returns it as stored.
-	SetSchedule(ctx context.Context, spec wheel.ScheduleSpec) (wheel.ScheduleInfo, error)
+	SetSchedule(ctx context.Context, spec command.ScheduleSpec) (wheel.ScheduleInfo, error)
 	// DeleteSchedule removes a schedule; occurrences already enqueued stay.
 	DeleteSchedule(ctx context.Context, name string) error
 	// Schedule returns a stored schedule.

@@ -15,8 +15,8 @@
 // refusal names the field, the index within a batch and the limit) and
 // the limits (limits.go). It speaks plain Go types of package wheel and
 // context.Context, and classifies its refusals with the wheel errors
-// (errors.Is with wheel.ErrInvalid, wheel.ErrUnavailable,
-// wheel.ErrNotLeader…): a front end maps them to its own statuses.
+// (errors.Is with model.ErrInvalid, model.ErrUnavailable,
+// model.ErrNotLeader…): a front end maps them to its own statuses.
 //
 // Each front end gives the router the wire it forwards over: the gRPC API
 // forwards parts over gRPC, to the address the leader's member record

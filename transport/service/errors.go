@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Error is a refusal of the service: its class, a wheel error that
@@ -31,8 +31,8 @@ func refuse(class error, format string, args ...any) *Error {
 // (no leader known, no Forwarder, the leader records no address the
 // Forwarder reaches, or the call was forwarded once already).
 type NotLeaderError struct {
-	Leader wheel.Node // the leader's record; empty when unknown
-	Known  bool       // whether a leader is known
+	Leader model.Member // the leader's record; empty when unknown
+	Known  bool         // whether a leader is known
 }
 
 // Error says who leads.
@@ -43,8 +43,8 @@ func (e *NotLeaderError) Error() string {
 	return "no leader is known yet (election in progress?); retry shortly"
 }
 
-// Unwrap returns wheel.ErrNotLeader.
-func (e *NotLeaderError) Unwrap() error { return wheel.ErrNotLeader }
+// Unwrap returns model.ErrNotLeader.
+func (e *NotLeaderError) Unwrap() error { return model.ErrNotLeader }
 
 // GroupError is group Group's answer to its part of a request split over
 // many groups.

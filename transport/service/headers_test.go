@@ -7,7 +7,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Two header names that differ only in case name one HTTP header, of which
@@ -16,7 +16,7 @@ import (
 func TestHeaderNamesDifferingInCaseAreRefused(t *testing.T) {
 	m := api.Message{Topic: "t", Payload: api.TextBody("x"), Headers: map[string]string{"X-A": "1", "x-a": "2", "X-B": "3"}}
 	_, err := service.ValidateMessage(&m, "messages[0]", service.DefaultLimits(), 0)
-	if !errors.Is(err, wheel.ErrInvalid) {
+	if !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("ValidateMessage: %v, want an invalid argument", err)
 	}
 	const want = `messages[0].headers["x-a"]: names the same HTTP header as "X-A"`

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Forwarder passes a part of a request on to its group's leader, another
@@ -19,15 +21,15 @@ import (
 // write here. A refusal of the leader comes back as the Forwarder's wire
 // carries it; ErrNoForward says nothing was sent.
 type Forwarder interface {
-	Enqueue(ctx context.Context, to wheel.Node, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error)
-	Cancel(ctx context.Context, to wheel.Node, c wheel.Cancel) (wheel.ID, uint64, error)
-	Reschedule(ctx context.Context, to wheel.Node, id wheel.ID, deliverAtMs int64) (int64, uint64, error)
-	Reserve(ctx context.Context, to wheel.Node, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, uint64, error)
-	Settle(ctx context.Context, to wheel.Node, op Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, uint64, error)
-	Redrive(ctx context.Context, to wheel.Node, topic string, ids []wheel.ID) (int, uint64, error)
+	Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error)
+	Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error)
+	Reschedule(ctx context.Context, to model.Member, id model.ID, deliverAtMs int64) (int64, uint64, error)
+	Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error)
+	Settle(ctx context.Context, to model.Member, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error)
+	Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error)
 	// Reaches reports whether a call of ctx can be forwarded to the
 	// leader at to.
-	Reaches(ctx context.Context, to wheel.Node) bool
+	Reaches(ctx context.Context, to model.Member) bool
 }
 
 // Op is a settlement of receipts.
@@ -72,14 +74,14 @@ func (r *Router) Count() int { return len(r.groups) }
 func (r *Router) Group(g int) Backend { return r.groups[g] }
 
 // GroupOfTopic is the group of topic.
-func (r *Router) GroupOfTopic(topic string) int { return wheel.GroupOf(topic, len(r.groups)) }
+func (r *Router) GroupOfTopic(topic string) int { return model.GroupOf(topic, len(r.groups)) }
 
 // GroupOfID returns the group id names, refusing, as field, one this
 // cluster does not have.
-func (r *Router) GroupOfID(field string, id wheel.ID) (int, error) {
+func (r *Router) GroupOfID(field string, id model.ID) (int, error) {
 	g, n := id.Group(), len(r.groups)
 	if g >= n {
-		return 0, refuse(wheel.ErrInvalid, "%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
+		return 0, refuse(model.ErrInvalid, "%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
 	}
 	return g, nil
 }
@@ -88,7 +90,7 @@ func (r *Router) GroupOfID(field string, id wheel.ID) (int, error) {
 // does not have.
 func (r *Router) CheckGroup(g int) error {
 	if n := len(r.groups); g < 0 || g >= n {
-		return refuse(wheel.ErrInvalid, "group: must be between 0 and %d (this cluster has %d groups), got %d", n-1, n, g)
+		return refuse(model.ErrInvalid, "group: must be between 0 and %d (this cluster has %d groups), got %d", n-1, n, g)
 	}
 	return nil
 }
@@ -98,7 +100,7 @@ func (r *Router) CheckGroup(g int) error {
 func (r *Router) Local(g int) (Backend, error) {
 	b := r.groups[g]
 	if err := b.Removed(); err != nil {
-		return nil, refuse(wheel.ErrUnavailable, "%v", err)
+		return nil, refuse(model.ErrUnavailable, "%v", err)
 	}
 	return b, nil
 }
@@ -145,7 +147,7 @@ func SettledIndex(ctx context.Context, b Backend) (uint64, error) {
 func (r *Router) Reachable(ctx context.Context, g int) error {
 	b := r.groups[g]
 	if err := b.Removed(); err != nil {
-		return refuse(wheel.ErrUnavailable, "%v", err)
+		return refuse(model.ErrUnavailable, "%v", err)
 	}
 	m, isLeader, known := b.Leader()
 	if isLeader || (known && m.HTTPAddr != "" && r.fwd != nil && r.fwd.Reaches(ctx, m)) {
@@ -158,11 +160,11 @@ func (r *Router) Reachable(ctx context.Context, g int) error {
 // leads g, else with remote at g's leader (through the router's
 // Forwarder). A front end calls it for a request the router has no
 // method for.
-func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T, error), remote func(f Forwarder, to wheel.Node) (T, uint64, error)) (T, error) {
+func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T, error), remote func(f Forwarder, to model.Member) (T, uint64, error)) (T, error) {
 	var zero T
 	b := r.groups[g]
 	if err := b.Removed(); err != nil {
-		return zero, refuse(wheel.ErrUnavailable, "%v", err)
+		return zero, refuse(model.ErrUnavailable, "%v", err)
 	}
 	m, isLeader, known := b.Leader()
 	if isLeader {
@@ -192,11 +194,11 @@ func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T
 
 // Enqueue schedules a validated batch (due times absolute): each group's
 // messages as one enqueue of that group, the results in the batch's order.
-func (r *Router) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (r *Router) Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	groups, parts := Split(len(msgs), func(i int) int { return r.GroupOfTopic(msgs[i].Topic) })
-	in := func(g int, part []wheel.NewMessage) ([]wheel.Enqueued, error) {
+	in := func(g int, part []command.NewMessage) ([]wheel.Enqueued, error) {
 		return Call(ctx, r, g, func(b Backend) ([]wheel.Enqueued, error) { return b.Enqueue(ctx, part) },
-			func(f Forwarder, to wheel.Node) ([]wheel.Enqueued, uint64, error) { return f.Enqueue(ctx, to, part) })
+			func(f Forwarder, to model.Member) ([]wheel.Enqueued, uint64, error) { return f.Enqueue(ctx, to, part) })
 	}
 	if len(groups) <= 1 && !r.named {
 		return in(r.GroupOfTopic(first(msgs).Topic), msgs)
@@ -204,7 +206,7 @@ func (r *Router) Enqueue(ctx context.Context, msgs []wheel.NewMessage) ([]wheel.
 	res := make([]wheel.Enqueued, len(msgs))
 	err := EachGroup(groups, func(g int) error {
 		idx := parts[g]
-		part := make([]wheel.NewMessage, len(idx))
+		part := make([]command.NewMessage, len(idx))
 		for j, i := range idx {
 			part[j] = msgs[i]
 		}
@@ -239,14 +241,14 @@ func first[T any](s []T) T {
 // receipts, each group's as one call of that group, and sums the counts.
 // A receipt of a group this cluster does not have is refused, naming
 // field[i].
-func (r *Router) Settle(ctx context.Context, field string, op Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, error) {
+func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, error) {
 	if err := r.CheckReceipts(field, rs); err != nil {
-		return wheel.Counted{}, err
+		return command.Counted{}, err
 	}
 	groups, parts := Split(len(rs), func(i int) int { return rs[i].ID.Group() })
-	in := func(g int, part []wheel.Receipt) (wheel.Counted, error) {
-		return Call(ctx, r, g, func(b Backend) (wheel.Counted, error) { return SettleOn(ctx, b, op, part, nackDelayMs) },
-			func(f Forwarder, to wheel.Node) (wheel.Counted, uint64, error) {
+	in := func(g int, part []model.Receipt) (command.Counted, error) {
+		return Call(ctx, r, g, func(b Backend) (command.Counted, error) { return SettleOn(ctx, b, op, part, nackDelayMs) },
+			func(f Forwarder, to model.Member) (command.Counted, uint64, error) {
 				return f.Settle(ctx, to, op, part, nackDelayMs)
 			})
 	}
@@ -254,9 +256,9 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []wheel.Rec
 		return in(first(rs).ID.Group(), rs)
 	}
 	var mu sync.Mutex
-	var sum wheel.Counted
+	var sum command.Counted
 	err := EachGroup(groups, func(g int) error {
-		part := make([]wheel.Receipt, len(parts[g]))
+		part := make([]model.Receipt, len(parts[g]))
 		for j, i := range parts[g] {
 			part[j] = rs[i]
 		}
@@ -275,11 +277,11 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []wheel.Rec
 
 // CheckReceipts refuses a receipt of a group this cluster does not have,
 // naming field[i].
-func (r *Router) CheckReceipts(field string, rs []wheel.Receipt) error {
+func (r *Router) CheckReceipts(field string, rs []model.Receipt) error {
 	n := len(r.groups)
 	for i, rc := range rs {
 		if g := rc.ID.Group(); g >= n {
-			return refuse(wheel.ErrInvalid, "%s[%d]: receipt names group %d; this cluster has groups 0 to %d", field, i, g, n-1)
+			return refuse(model.ErrInvalid, "%s[%d]: receipt names group %d; this cluster has groups 0 to %d", field, i, g, n-1)
 		}
 	}
 	return nil
@@ -287,7 +289,7 @@ func (r *Router) CheckReceipts(field string, rs []wheel.Receipt) error {
 
 // SettleOn acks, nacks (due nackDelayMs from now), touches or buries rs
 // on b.
-func SettleOn(ctx context.Context, b Backend, op Op, rs []wheel.Receipt, nackDelayMs int64) (wheel.Counted, error) {
+func SettleOn(ctx context.Context, b Backend, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, error) {
 	switch op {
 	case OpNack:
 		return b.Nack(ctx, rs, nackDelayMs)
@@ -301,42 +303,44 @@ func SettleOn(ctx context.Context, b Backend, op Op, rs []wheel.Receipt, nackDel
 
 // Cancel removes a delayed or ready message by id, or by topic and key,
 // in its group.
-func (r *Router) Cancel(ctx context.Context, c wheel.Cancel) (wheel.ID, error) {
+func (r *Router) Cancel(ctx context.Context, c command.Cancel) (model.ID, error) {
 	g := r.GroupOfTopic(c.Topic)
 	if c.Topic == "" {
 		var err error
 		if g, err = r.GroupOfID("id", c.ID); err != nil {
-			return wheel.ID{}, err
+			return model.ID{}, err
 		}
 	}
-	return Call(ctx, r, g, func(b Backend) (wheel.ID, error) { return b.Cancel(ctx, c) },
-		func(f Forwarder, to wheel.Node) (wheel.ID, uint64, error) { return f.Cancel(ctx, to, c) })
+	return Call(ctx, r, g, func(b Backend) (model.ID, error) { return b.Cancel(ctx, c) },
+		func(f Forwarder, to model.Member) (model.ID, uint64, error) { return f.Cancel(ctx, to, c) })
 }
 
 // Reschedule moves a delayed or ready message, in the group its id names.
-func (r *Router) Reschedule(ctx context.Context, id wheel.ID, deliverAtMs int64) (int64, error) {
+func (r *Router) Reschedule(ctx context.Context, id model.ID, deliverAtMs int64) (int64, error) {
 	g, err := r.GroupOfID("id", id)
 	if err != nil {
 		return 0, err
 	}
 	return Call(ctx, r, g, func(b Backend) (int64, error) { return b.Reschedule(ctx, id, deliverAtMs) },
-		func(f Forwarder, to wheel.Node) (int64, uint64, error) { return f.Reschedule(ctx, to, id, deliverAtMs) })
+		func(f Forwarder, to model.Member) (int64, uint64, error) {
+			return f.Reschedule(ctx, to, id, deliverAtMs)
+		})
 }
 
 // Reserve leases up to max due messages of topic, in its group, waiting
 // up to wait for the first.
-func (r *Router) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]wheel.Delivery, error) {
-	return Call(ctx, r, r.GroupOfTopic(topic), func(b Backend) ([]wheel.Delivery, error) { return b.Reserve(ctx, topic, max, wait, ttr) },
-		func(f Forwarder, to wheel.Node) ([]wheel.Delivery, uint64, error) {
+func (r *Router) Reserve(ctx context.Context, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, error) {
+	return Call(ctx, r, r.GroupOfTopic(topic), func(b Backend) ([]model.Delivery, error) { return b.Reserve(ctx, topic, max, wait, ttr) },
+		func(f Forwarder, to model.Member) ([]model.Delivery, uint64, error) {
 			return f.Reserve(ctx, to, topic, max, wait, ttr)
 		})
 }
 
 // Redrive moves dead messages of topic back to ready (all of them when
 // ids is empty), in the topic's group.
-func (r *Router) Redrive(ctx context.Context, topic string, ids []wheel.ID) (int, error) {
+func (r *Router) Redrive(ctx context.Context, topic string, ids []model.ID) (int, error) {
 	return Call(ctx, r, r.GroupOfTopic(topic), func(b Backend) (int, error) { return b.Redrive(ctx, topic, ids) },
-		func(f Forwarder, to wheel.Node) (int, uint64, error) { return f.Redrive(ctx, to, topic, ids) })
+		func(f Forwarder, to model.Member) (int, uint64, error) { return f.Redrive(ctx, to, topic, ids) })
 }
 
 // Topics lists the topics of every group, by name (a topic lives in one

@@ -8,6 +8,8 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // group is one group of a node: it leads the group or knows its leader.
@@ -15,25 +17,25 @@ type group struct {
 	service.Backend // nil: a method the test does not expect panics
 	g               int
 	leads           bool
-	leader          wheel.Node
+	leader          model.Member
 	readAfter       uint64
-	enqueued        [][]wheel.NewMessage
+	enqueued        [][]command.NewMessage
 }
 
-func (b *group) Leader() (wheel.Node, bool, bool) { return b.leader, b.leads, true }
-func (b *group) Removed() error                   { return nil }
-func (b *group) ReadAfter(index uint64)           { b.readAfter = index }
-func (b *group) Enqueue(_ context.Context, msgs []wheel.NewMessage) ([]wheel.Enqueued, error) {
+func (b *group) Leader() (model.Member, bool, bool) { return b.leader, b.leads, true }
+func (b *group) Removed() error                     { return nil }
+func (b *group) ReadAfter(index uint64)             { b.readAfter = index }
+func (b *group) Enqueue(_ context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	b.enqueued = append(b.enqueued, msgs)
 	return results(b.g, msgs), nil
 }
 
 // results are the answers of group g to msgs: ids naming g, due where
 // they ask.
-func results(g int, msgs []wheel.NewMessage) []wheel.Enqueued {
+func results(g int, msgs []command.NewMessage) []wheel.Enqueued {
 	out := make([]wheel.Enqueued, len(msgs))
 	for i, m := range msgs {
-		out[i] = wheel.Enqueued{ID: wheel.ID{Index: uint64(i + 1), Seq: uint32(g)<<24 | uint32(i)}, DeliverAtMs: m.DeliverAtMs}
+		out[i] = wheel.Enqueued{ID: model.ID{Index: uint64(i + 1), Seq: uint32(g)<<24 | uint32(i)}, DeliverAtMs: m.DeliverAtMs}
 	}
 	return out
 }
@@ -41,11 +43,11 @@ func results(g int, msgs []wheel.NewMessage) []wheel.Enqueued {
 // forwarder answers what it is sent as the leader at to would, or fails.
 type forwarder struct {
 	service.Forwarder
-	sent map[string][]wheel.NewMessage // by leader
+	sent map[string][]command.NewMessage // by leader
 	fail error
 }
 
-func (f *forwarder) Enqueue(_ context.Context, to wheel.Node, msgs []wheel.NewMessage) ([]wheel.Enqueued, uint64, error) {
+func (f *forwarder) Enqueue(_ context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
 	if f.fail != nil {
 		return nil, 0, f.fail
 	}
@@ -53,12 +55,12 @@ func (f *forwarder) Enqueue(_ context.Context, to wheel.Node, msgs []wheel.NewMe
 	return results(1, msgs), 42, nil
 }
 
-func (f *forwarder) Reaches(context.Context, wheel.Node) bool { return true }
+func (f *forwarder) Reaches(context.Context, model.Member) bool { return true }
 
 // topicOf returns a topic of group g, of n.
 func topicOf(g, n int) string {
 	for i := 0; ; i++ {
-		if t := fmt.Sprintf("t%d", i); wheel.GroupOf(t, n) == g {
+		if t := fmt.Sprintf("t%d", i); model.GroupOf(t, n) == g {
 			return t
 		}
 	}
@@ -71,16 +73,16 @@ func topicOf(g, n int) string {
 // part's error, naming its group; without a Forwarder it is NOT_LEADER.
 func TestRouterEnqueueSplitsByGroup(t *testing.T) {
 	g0 := &group{g: 0, leads: true}
-	g1 := &group{g: 1, leader: wheel.Node{ID: "n2", HTTPAddr: "h2:1", GRPCAddr: "h2:2"}}
-	fwd := &forwarder{sent: map[string][]wheel.NewMessage{}}
+	g1 := &group{g: 1, leader: model.Member{ID: "n2", HTTPAddr: "h2:1", GRPCAddr: "h2:2"}}
+	fwd := &forwarder{sent: map[string][]command.NewMessage{}}
 	r := service.NewRouter([]service.Backend{g0, g1}, fwd)
-	msgs := []wheel.NewMessage{{Topic: topicOf(1, 2), DeliverAtMs: 1}, {Topic: topicOf(0, 2), DeliverAtMs: 2}, {Topic: topicOf(1, 2), DeliverAtMs: 3}}
+	msgs := []command.NewMessage{{Topic: topicOf(1, 2), DeliverAtMs: 1}, {Topic: topicOf(0, 2), DeliverAtMs: 2}, {Topic: topicOf(1, 2), DeliverAtMs: 3}}
 	res, err := r.Enqueue(t.Context(), msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, e := range res {
-		if want := wheel.GroupOf(msgs[i].Topic, 2); e.ID.Group() != want || e.DeliverAtMs != msgs[i].DeliverAtMs {
+		if want := model.GroupOf(msgs[i].Topic, 2); e.ID.Group() != want || e.DeliverAtMs != msgs[i].DeliverAtMs {
 			t.Errorf("result %d: %+v; want an id of group %d due at %d", i, e, want, msgs[i].DeliverAtMs)
 		}
 	}
@@ -91,17 +93,17 @@ func TestRouterEnqueueSplitsByGroup(t *testing.T) {
 		t.Fatalf("reads wait for %d, want the leader's 42", g1.readAfter)
 	}
 
-	fwd.fail = wheel.ErrOverloaded
+	fwd.fail = model.ErrOverloaded
 	_, err = r.Enqueue(t.Context(), msgs)
 	var ge *service.GroupError
-	if !errors.As(err, &ge) || ge.Group != 1 || !errors.Is(err, wheel.ErrOverloaded) || err.Error() != "group 1: overloaded" {
+	if !errors.As(err, &ge) || ge.Group != 1 || !errors.Is(err, model.ErrOverloaded) || err.Error() != "group 1: overloaded" {
 		t.Fatalf("a failed part: %v", err)
 	}
 
 	alone := service.NewRouter([]service.Backend{g0, g1}, nil)
 	_, err = alone.Enqueue(t.Context(), msgs[:1])
 	var nl *service.NotLeaderError
-	if !errors.As(err, &nl) || nl.Leader.ID != "n2" || !errors.Is(err, wheel.ErrNotLeader) {
+	if !errors.As(err, &nl) || nl.Leader.ID != "n2" || !errors.Is(err, model.ErrNotLeader) {
 		t.Fatalf("a part that cannot be forwarded: %v", err)
 	}
 }

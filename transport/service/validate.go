@@ -13,32 +13,34 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The validation every front end shares: each function returns nil or an
-// *Error of class wheel.ErrInvalid, wheel.ErrTooLarge or
-// wheel.ErrNotFound whose message names the field, the index within a
+// *Error of class model.ErrInvalid, model.ErrTooLarge or
+// model.ErrNotFound whose message names the field, the index within a
 // batch, and the limit, so that every API answers a request alike.
 
-// Invalid is a refusal of class wheel.ErrInvalid.
-func Invalid(format string, args ...any) *Error { return refuse(wheel.ErrInvalid, format, args...) }
+// Invalid is a refusal of class model.ErrInvalid.
+func Invalid(format string, args ...any) *Error { return refuse(model.ErrInvalid, format, args...) }
 
-// TooLarge is a refusal of class wheel.ErrTooLarge.
-func TooLarge(format string, args ...any) *Error { return refuse(wheel.ErrTooLarge, format, args...) }
+// TooLarge is a refusal of class model.ErrTooLarge.
+func TooLarge(format string, args ...any) *Error { return refuse(model.ErrTooLarge, format, args...) }
 
-// NotFound is a refusal of class wheel.ErrNotFound.
-func NotFound(format string, args ...any) *Error { return refuse(wheel.ErrNotFound, format, args...) }
+// NotFound is a refusal of class model.ErrNotFound.
+func NotFound(format string, args ...any) *Error { return refuse(model.ErrNotFound, format, args...) }
 
 // ValidateEnqueueProto checks every message of a protobuf request as
 // ValidateEnqueue does. Invariant: a body is the decoder's own copy (the
 // generated decoder never aliases its input), so it becomes the message's
 // body as it is, where the JSON form needs a copy into a []byte.
-func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	msgs := req.GetMessages()
 	if err := CheckCount("messages", len(msgs), lim.MaxBatch, false); err != nil {
 		return nil, err
 	}
-	out := make([]wheel.NewMessage, len(msgs))
+	out := make([]command.NewMessage, len(msgs))
 	for i, p := range msgs {
 		m := api.MessageFields(p)
 		body := p.GetBody()
@@ -55,11 +57,11 @@ func ValidateEnqueueProto(req *pb.EnqueueRequest, lim Limits, nowMs int64) ([]wh
 
 // ValidateEnqueue checks every message of req and converts it, with the
 // defaults filled in and its due time made absolute.
-func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.NewMessage, error) {
+func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]command.NewMessage, error) {
 	if err := CheckCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
 		return nil, err
 	}
-	out := make([]wheel.NewMessage, len(req.Messages))
+	out := make([]command.NewMessage, len(req.Messages))
 	for i := range req.Messages {
 		// Unnamed first: the names an error gives its fields are built only
 		// for a message that fails, which is then checked again with them.
@@ -74,7 +76,7 @@ func ValidateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]wheel.N
 }
 
 // ValidateMessage checks one message; where is "messages[i]".
-func ValidateMessage(m *api.Message, where string, lim Limits, nowMs int64) (wheel.NewMessage, error) {
+func ValidateMessage(m *api.Message, where string, lim Limits, nowMs int64) (command.NewMessage, error) {
 	body, bodyErr := validatePayload(where, m.Payload, lim)
 	return validateFields(m, body, bodyErr, where, lim, nowMs)
 }
@@ -82,8 +84,8 @@ func ValidateMessage(m *api.Message, where string, lim Limits, nowMs int64) (whe
 // validateFields checks one message whose body is decoded already: body,
 // or bodyErr, which it reports where validateMessage always has (after the
 // topic), so that both forms name the same first error.
-func validateFields(m *api.Message, body []byte, bodyErr error, where string, lim Limits, nowMs int64) (wheel.NewMessage, error) {
-	nm := wheel.NewMessage{Topic: m.Topic, Key: m.Key, Priority: m.Priority, Headers: m.Headers,
+func validateFields(m *api.Message, body []byte, bodyErr error, where string, lim Limits, nowMs int64) (command.NewMessage, error) {
+	nm := command.NewMessage{Topic: m.Topic, Key: m.Key, Priority: m.Priority, Headers: m.Headers,
 		TTRMs: lim.DefaultTTRMs, MaxAttempts: lim.DefaultMaxAttempts}
 	var err error
 	if err = ValidateTopic(FieldPath(where, "topic"), m.Topic, lim); err != nil {
@@ -252,13 +254,13 @@ func ValidateReserve(req api.ReserveRequest, lim Limits) (n int, waitMs, ttrMs i
 }
 
 // ParseReceipts checks and parses the receipts of an ack, nack or touch.
-func ParseReceipts(list []string, lim Limits) ([]wheel.Receipt, error) {
-	return parseList("receipts", list, lim, false, wheel.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
+func ParseReceipts(list []string, lim Limits) ([]model.Receipt, error) {
+	return parseList("receipts", list, lim, false, model.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
 }
 
 // ParseIDs checks and parses the message ids of a redrive (none = all).
-func ParseIDs(list []string, lim Limits) ([]wheel.ID, error) {
-	return parseList("ids", list, lim, true, wheel.ParseID, "a message id (want 24 hex digits)")
+func ParseIDs(list []string, lim Limits) ([]model.ID, error) {
+	return parseList("ids", list, lim, true, model.ParseID, "a message id (want 24 hex digits)")
 }
 
 // parseList checks the length of a list of strings and parses each with
@@ -358,10 +360,10 @@ func ValidateSlot(n int) error {
 }
 
 // ParseID parses a message id given as field name.
-func ParseID(name, raw string) (wheel.ID, error) {
-	id, err := wheel.ParseID(raw)
+func ParseID(name, raw string) (model.ID, error) {
+	id, err := model.ParseID(raw)
 	if err != nil {
-		return wheel.ID{}, Invalid("%s: must be a message id (24 hex digits, not all zero), got %s", name, QuoteShort(raw))
+		return model.ID{}, Invalid("%s: must be a message id (24 hex digits, not all zero), got %s", name, QuoteShort(raw))
 	}
 	return id, nil
 }
@@ -391,8 +393,8 @@ func ValidateKey(key string, lim Limits) error {
 
 // ValidateStream checks the options of a stream (max_inflight and ttr_ms,
 // each optional) and returns them.
-func ValidateStream(maxInflight, ttrMs *int64, lim Limits) (wheel.StreamOptions, error) {
-	opt := wheel.StreamOptions{MaxInflight: lim.DefaultInflight}
+func ValidateStream(maxInflight, ttrMs *int64, lim Limits) (model.ConsumerOptions, error) {
+	opt := model.ConsumerOptions{MaxInflight: lim.DefaultInflight}
 	if maxInflight != nil {
 		if err := InRange("max_inflight", *maxInflight, 1, int64(lim.MaxInflight), ""); err != nil {
 			return opt, err

@@ -17,7 +17,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/transport/api"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // The chaos tests run a three-node cluster of real binaries under a steady
@@ -104,7 +104,7 @@ func newChaosGroups(t *testing.T, groups int) *chaosEnv {
 }
 
 // groupTopics returns, for a cluster of n groups, n topics named after
-// prefix, the g-th in group g (wheel.GroupOf); for one group, prefix alone.
+// prefix, the g-th in group g (model.GroupOf); for one group, prefix alone.
 func groupTopics(prefix string, n int) []string {
 	if n <= 1 {
 		return []string{prefix}
@@ -115,7 +115,7 @@ func groupTopics(prefix string, n int) []string {
 		if i > 0 {
 			name = fmt.Sprintf("%s-%d", prefix, i)
 		}
-		if g := wheel.GroupOf(name, n); topics[g] == "" {
+		if g := model.GroupOf(name, n); topics[g] == "" {
 			topics[g] = name
 			left--
 		}

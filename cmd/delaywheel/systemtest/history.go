@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // NowMs is the harness clock: milliseconds since the Unix epoch, the same
@@ -580,7 +580,7 @@ func (h *History) leaderChangedLocked(g int, fromMs, toMs int64) bool {
 // GroupOfID is the Raft group a message id names (0 for an id that does
 // not parse: a history of one group).
 func GroupOfID(id string) int {
-	mid, err := wheel.ParseID(id)
+	mid, err := model.ParseID(id)
 	if err != nil {
 		return 0
 	}

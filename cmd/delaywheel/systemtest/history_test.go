@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/delaywheel/delaywheel/transport/api"
-	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // synth builds synthetic histories for the checker's own tests.
@@ -140,8 +140,8 @@ func TestCheckerExplainsDuplicates(t *testing.T) {
 // only: with many groups, another group's election says nothing of a
 // message's leases.
 func TestCheckerExplainsDuplicatesByTheirGroup(t *testing.T) {
-	g0 := wheel.ID{Index: 7, Seq: 1}.String()
-	g1 := wheel.ID{Index: 7, Seq: 1<<24 | 1}.String()
+	g0 := model.ID{Index: 7, Seq: 1}.String()
+	g1 := model.ID{Index: 7, Seq: 1<<24 | 1}.String()
 	dup := func(id string) *synth {
 		s := newSynth()
 		s.enq("a", id, 1000)

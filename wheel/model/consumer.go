@@ -1,12 +1,12 @@
-package wheel
+package model
 
 import (
 	"context"
 	"time"
 )
 
-// StreamOptions shape a streaming consumer of one topic.
-type StreamOptions struct {
+// ConsumerOptions shape a streaming consumer of one topic.
+type ConsumerOptions struct {
 	// MaxInflight bounds the stream's unsettled deliveries: handed out and
 	// not yet acked, nacked or expired.
 	MaxInflight int
@@ -14,11 +14,11 @@ type StreamOptions struct {
 	TTR time.Duration
 }
 
-// Stream is a long-lived consumer of one topic on the leader. Each of its
+// Consumer is a long-lived consumer of one topic on the leader. Each of its
 // deliveries is a reserve's hand-off (same lease, same receipt), settled
 // through the ordinary ack, nack and touch from any connection. The HTTP
 // stream and any other push transport read it the same way.
-type Stream interface {
+type Consumer interface {
 	// Next waits for the next deliveries and returns every one handed out
 	// and not yet read (at least one). It returns ctx's error when ctx
 	// ends first, and ErrNotLeader (or the error that ended the stream)
