@@ -1,15 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +14,6 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // dwTarget is a delaywheel cluster: spawned, or reached at given addresses.
@@ -156,160 +152,6 @@ func (t *dwTarget) EnqueueRateHint() float64 {
 	return 40000
 }
 
-// refreshLeader asks the nodes who leads and points the target at it.
-func (t *dwTarget) refreshLeader(ctx context.Context) {
-	n := len(t.clients)
-	start := int(t.leader.Load())
-	for k := range n {
-		i := (start + k) % n
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		info, err := t.clients[i].ClusterLocal(cctx)
-		cancel()
-		if err != nil || info.Leader == "" {
-			continue
-		}
-		for _, ns := range info.Nodes {
-			if ns.ID != info.Leader {
-				continue
-			}
-			for j, a := range t.addrs {
-				if a == ns.HTTPAddr {
-					t.leader.Store(int32(j))
-					return
-				}
-			}
-		}
-		return // a leader this target was not given the address of: keep going through i
-	}
-}
-
-// refreshGroups learns which node leads each Raft group, when the run
-// spreads over topics and the cluster has several groups. The nodes are
-// matched to the target's addresses by HTTP address or, when the cluster
-// knows them by other names (containers), by position: the i-th address
-// for the i-th node in id order.
-func (t *dwTarget) refreshGroups(ctx context.Context) {
-	t.groupNodes.Store(nil)
-	if len(t.topics) < 2 || len(t.clients) < 2 {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	info, err := t.clients[t.leader.Load()].Cluster(cctx)
-	if err != nil || len(info.Groups) < 2 {
-		return
-	}
-	index := map[string]int32{}
-	for _, ns := range info.Nodes {
-		if j := slices.Index(t.addrs, ns.HTTPAddr); j >= 0 {
-			index[ns.ID] = int32(j)
-		}
-	}
-	if len(index) < len(info.Nodes) && len(info.Nodes) == len(t.addrs) {
-		ids := make([]string, 0, len(info.Nodes))
-		for _, ns := range info.Nodes {
-			ids = append(ids, ns.ID)
-		}
-		slices.Sort(ids)
-		for j, id := range ids {
-			index[id] = int32(j)
-		}
-	}
-	leaders := make([]int32, len(info.Groups))
-	for _, g := range info.Groups {
-		i, ok := index[g.Leader]
-		if !ok || g.Group < 0 || g.Group >= len(leaders) {
-			return
-		}
-		leaders[g.Group] = i
-	}
-	t.groupNodes.Store(&leaders)
-}
-
-// failover moves the target off node i after a failed call.
-func (t *dwTarget) failover(ctx context.Context, i int32) {
-	if len(t.clients) == 1 {
-		return
-	}
-	if t.leader.CompareAndSwap(i, (i+1)%int32(len(t.clients))) {
-		t.refreshLeader(ctx)
-	}
-	if t.groupNodes.Load() != nil {
-		t.refreshGroups(ctx)
-	}
-}
-
-// retryable reports whether a failed call may succeed if repeated, and how
-// long to wait first; moveOn says the node itself failed.
-func retryable(err error, attempt int) (wait time.Duration, moveOn, ok bool) {
-	backoff := min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)
-	var ce *client.Error
-	if !errors.As(err, &ce) {
-		return backoff, true, true // the connection failed
-	}
-	switch ce.Status {
-	case http.StatusTooManyRequests:
-		return max(ce.RetryAfter, backoff), false, true
-	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return min(max(ce.RetryAfter, backoff), time.Second), true, true
-	}
-	return 0, false, false
-}
-
-// retryFor is how long a call keeps being retried.
-const retryFor = time.Minute
-
-// call runs fn against the believed leader, retrying on another node or
-// after back-pressure until it succeeds, fails for good or retryFor passes.
-func (t *dwTarget) call(ctx context.Context, fn func(*client.Client) error) error {
-	return t.callTopic(ctx, "", fn)
-}
-
-// callTopic is call for a request about topic: its first try goes to the
-// node leading the topic's group (nodeFor).
-func (t *dwTarget) callTopic(ctx context.Context, topic string, fn func(*client.Client) error) error {
-	return t.retry(ctx, topic, func(i int32) error { return fn(t.clients[i]) })
-}
-
-// nodeFor is the node believed to lead topic's group: on a cluster of
-// several groups the one refreshGroups learned, otherwise (or for no
-// topic) the node believed to lead.
-func (t *dwTarget) nodeFor(topic string) int32 {
-	if g := t.groupNodes.Load(); g != nil && topic != "" {
-		return (*g)[model.GroupOf(topic, len(*g))]
-	}
-	return t.leader.Load()
-}
-
-// retry runs fn with the index of the node believed to lead topic's group
-// first, then of the believed leader, retrying as call does.
-func (t *dwTarget) retry(ctx context.Context, topic string, fn func(leader int32) error) error {
-	deadline := time.Now().Add(retryFor)
-	for attempt := 0; ; attempt++ {
-		i := t.leader.Load()
-		if attempt == 0 {
-			i = t.nodeFor(topic)
-		}
-		err := fn(i)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		wait, moveOn, ok := retryable(err, attempt)
-		if !ok || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		t.retries.Add(1)
-		if moveOn {
-			t.failover(ctx, i)
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-	}
-}
-
 func (t *dwTarget) Enqueue(ctx context.Context, msgs []msg) error {
 	// One topic a batch: on a cluster of several groups the batch is then
 	// one group's, applied by that group's leader without a split.
@@ -388,62 +230,6 @@ func (t *dwTarget) counts(ctx context.Context) (api.TopicCounts, error) {
 	return sum, nil
 }
 
-// leaderNode is the spawned node believed to lead.
-func (t *dwTarget) leaderNode() *dwNode {
-	i := int(t.leader.Load())
-	for _, nd := range t.cluster.nodes {
-		if nd.httpAddr == t.addrs[i] {
-			return nd
-		}
-	}
-	return t.cluster.nodes[0]
-}
-
-func (t *dwTarget) Resources(ctx context.Context) (resources, error) {
-	if t.cluster == nil {
-		rss, err := t.scrapeRSS(ctx)
-		return resources{RSSBytes: rss, RSSAnonBytes: -1, RSSFileBytes: -1, DiskBytes: -1}, err
-	}
-	t.refreshLeader(ctx)
-	nd := t.leaderNode()
-	return footprint(nd.proc, nd.dataDir)
-}
-
-// scrapeRSS reads process_resident_memory_bytes from the leader's /metrics.
-func (t *dwTarget) scrapeRSS(ctx context.Context) (int64, error) {
-	v, err := t.scrapeMetric(ctx, "process_resident_memory_bytes")
-	return int64(v), err
-}
-
-// scrapeMetric reads an unlabelled metric from the leader's /metrics.
-func (t *dwTarget) scrapeMetric(ctx context.Context, name string) (float64, error) {
-	i := t.leader.Load()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.bases[i]+"/metrics", nil)
-	if err != nil {
-		return -1, fmt.Errorf("metrics: %w", err)
-	}
-	resp, err := t.hc.Do(req)
-	if err != nil {
-		return -1, fmt.Errorf("metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return -1, fmt.Errorf("metrics: %s %q: %w", name, v, err)
-			}
-			return f, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return -1, fmt.Errorf("metrics: %w", err)
-	}
-	return -1, fmt.Errorf("metrics: no %s", name)
-}
-
 func (t *dwTarget) Restart(ctx context.Context) (restartTimes, error) {
 	if t.cluster == nil {
 		return restartTimes{}, errNotSpawned
@@ -480,137 +266,4 @@ func (t *dwTarget) Close() error {
 		return t.cluster.Close()
 	}
 	return nil
-}
-
-// dwConsumer long-polls the leader and acknowledges each batch in the
-// background, as a consumer that acks after processing does: the next
-// long-poll is not held up by the previous batch's ack. Receipts that pile
-// up while an ack is in flight go out together in the next. With
-// ConsumeReserveInline it acks each batch itself and waits for the answer
-// before its next reserve, as the plain consumer loop does.
-type dwConsumer struct {
-	t      *dwTarget
-	topic  string // the one it reserves from
-	acks   chan []string
-	done   chan struct{}
-	ackErr atomic.Pointer[error] // the latest failed ack, reported by Next
-	seqOf  seqFunc
-}
-
-// seqFunc, when set, names a delivery's sequence number instead of its
-// body (decodeSeq).
-type seqFunc func(api.Delivery) int
-
-// of returns the sequence number of d.
-func (f seqFunc) of(d api.Delivery) int {
-	if f != nil {
-		return f(d)
-	}
-	return decodeSeq(bodyOf(d))
-}
-
-func newDWConsumer(ctx context.Context, t *dwTarget) *dwConsumer {
-	c := &dwConsumer{t: t, topic: t.nextTopic(), acks: make(chan []string, 1024), done: make(chan struct{})}
-	go c.ackLoop(context.WithoutCancel(ctx))
-	return c
-}
-
-func (c *dwConsumer) ackLoop(ctx context.Context) {
-	defer close(c.done)
-	for receipts := range c.acks {
-	more:
-		for len(receipts) < 10_000 {
-			select {
-			case r, ok := <-c.acks:
-				if !ok {
-					break more
-				}
-				receipts = append(receipts, r...)
-			default:
-				break more
-			}
-		}
-		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := c.t.callTopic(actx, c.topic, func(cl *client.Client) error {
-			_, err := cl.Ack(actx, receipts)
-			return err
-		})
-		cancel()
-		if err != nil {
-			err = fmt.Errorf("ack %d receipts: %w", len(receipts), err)
-			c.ackErr.Store(&err)
-		}
-	}
-}
-
-func (c *dwConsumer) Next(ctx context.Context) (batch, error) {
-	t := c.t
-	i := t.nodeFor(c.topic)
-	req := api.ReserveRequest{Max: &t.reserveMax, WaitMs: t.waitMs, TTRMs: t.ttrMs}
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.waitMs)*time.Millisecond+10*time.Second)
-	ds, err := t.clients[i].Reserve(rctx, c.topic, req)
-	cancel()
-	at := time.Now()
-	if err != nil {
-		if ctx.Err() == nil {
-			t.failover(ctx, i)
-		}
-		return batch{}, fmt.Errorf("reserve: %w", err)
-	}
-	b := batch{At: at, Seqs: make([]int, len(ds))}
-	receipts := make([]string, len(ds))
-	for k, d := range ds {
-		b.Seqs[k] = c.seqOf.of(d)
-		receipts[k] = d.Receipt
-	}
-	if len(receipts) > 0 && t.consume == ConsumeReserveInline {
-		err := t.callTopic(ctx, c.topic, func(cl *client.Client) error {
-			_, err := cl.Ack(ctx, receipts)
-			return err
-		})
-		if err != nil {
-			return b, fmt.Errorf("ack %d receipts: %w", len(receipts), err)
-		}
-	} else if len(receipts) > 0 {
-		c.acks <- receipts
-	}
-	if p := c.ackErr.Swap(nil); p != nil {
-		return b, *p
-	}
-	return b, nil
-}
-
-// Close sends the acks still queued and waits for them.
-func (c *dwConsumer) Close() error {
-	close(c.acks)
-	<-c.done
-	if p := c.ackErr.Swap(nil); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// serverCPU adds up the CPU time of the spawned nodes, and gives the
-// leader's apart; of a cluster reached by address, the CPU time of the
-// pids it was given (the leader's is not known: -1).
-func (t *dwTarget) serverCPU() (all, leader time.Duration, err error) {
-	if t.cluster == nil {
-		if len(t.pids) == 0 {
-			return 0, 0, errNotSpawned
-		}
-		all, err := procsCPU(t.pids)
-		return all, -1, err
-	}
-	ld := t.leaderNode()
-	for _, nd := range t.cluster.nodes {
-		d, err := nd.proc.CPU()
-		if err != nil {
-			return 0, 0, err
-		}
-		all += d
-		if nd == ld {
-			leader = d
-		}
-	}
-	return all, leader, nil
 }

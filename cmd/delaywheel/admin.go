@@ -1,43 +1,20 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/delaywheel/delaywheel/replication"
-	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/wheel"
-	"github.com/delaywheel/delaywheel/wheel/model"
 )
-
-// offlineReader reads the wheel of a stopped node's data directory.
-type offlineReader interface {
-	Wheel() (wheel.WheelInfo, error)
-	Slot(slot int, records bool) (wheel.SlotInfo, error)
-	Close() error
-}
-
-// openOfflineFunc opens a data directory for offlineReader; nil when the
-// binary has no offline mode.
-type openOfflineFunc func(dataDir string) (offlineReader, error)
-
-// errNoOffline answers --data-dir when there is no offline reader.
-var errNoOffline = errors.New("offline mode not available: --data-dir cannot be read by this build; use --addr")
 
 // admin holds what the admin commands share.
 type admin struct {
@@ -182,127 +159,6 @@ func httpOnly(addr, command string) error {
 	return nil
 }
 
-// session is one command's connection and output.
-type session struct {
-	c   *cli.Context
-	cl  *client.Client // the HTTP API, for the calls only it has
-	api nodeAPI        // cl, or the gRPC client for an --addr of grpc://
-	raw []byte         // the last JSON answer
-	// addr is what the session calls: of --addr's list, the first HTTP
-	// address that answered, or the gRPC list from the first that did.
-	addr string
-	// token is the bearer token of --token-file ("" without one).
-	token string
-}
-
-// nodeAPI is what most commands call: the HTTP client, or the gRPC one for
-// an --addr of grpc://.
-type nodeAPI interface {
-	Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result, error)
-	Get(ctx context.Context, id string) (api.MessageView, error)
-	Cancel(ctx context.Context, id string) (api.Cancelled, error)
-	CancelKey(ctx context.Context, topic, key string) (api.Cancelled, error)
-	Reschedule(ctx context.Context, id string, req api.RescheduleRequest) (api.Rescheduled, error)
-	Reserve(ctx context.Context, topic string, req api.ReserveRequest) ([]api.Delivery, error)
-	Ack(ctx context.Context, receipts []string) (api.AckResponse, error)
-	Nack(ctx context.Context, receipts []string, delayMs int64) (api.NackResponse, error)
-	Touch(ctx context.Context, receipts []string) (api.TouchResponse, error)
-	Topics(ctx context.Context) ([]api.TopicCounts, error)
-	Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error)
-	Redrive(ctx context.Context, topic string, ids []string) (int, error)
-	GroupWheel(ctx context.Context, g int) (api.Wheel, error)
-	GroupSlot(ctx context.Context, g, slot int, records bool) (api.Slot, error)
-	Cluster(ctx context.Context) (api.Cluster, error)
-}
-
-// newSession checks the number of arguments and builds the client.
-func newSession(c *cli.Context, minArgs, maxArgs int) (*session, error) {
-	return openSession(c, minArgs, maxArgs, false)
-}
-
-// openSession is newSession; probe makes it ask a single address
-// whether it answers, as a list's are asked (pickHTTP, pickGRPC).
-func openSession(c *cli.Context, minArgs, maxArgs int, probe bool) (*session, error) {
-	if n := c.NArg(); n < minArgs || (maxArgs >= 0 && n > maxArgs) {
-		return nil, fmt.Errorf("usage: %s %s [flags] %s (see %s %s --help)", c.App.Name, c.Command.Name, c.Command.ArgsUsage, c.App.Name, c.Command.Name)
-	}
-	s := &session{c: c}
-	token := ""
-	if path := c.String("token-file"); path != "" {
-		tok, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading the token file: %w", err)
-		}
-		token = strings.TrimSpace(string(tok))
-		s.token = token
-	}
-	if addr := c.String("addr"); client.IsGRPC(addr) {
-		addr, err := pickGRPC(c.Context, addr, token, probe)
-		if err != nil {
-			return nil, err
-		}
-		s.addr = addr
-		g, err := client.NewGRPC(addr, client.WithGRPCToken(token), client.WithGRPCRawResponse(func(b []byte) { s.raw = b }))
-		if err != nil {
-			return nil, fmt.Errorf("--addr: %w", err)
-		}
-		s.api = g // its connections end with the command
-	}
-	if s.api == nil {
-		addr, err := pickHTTP(c.Context, c.String("addr"), probe)
-		if err != nil {
-			return nil, err
-		}
-		s.addr = addr
-		s.cl = client.New(addr, client.WithRawResponse(func(b []byte) { s.raw = b }), client.WithToken(token))
-		s.api = s.cl
-	}
-	return s, nil
-}
-
-// print writes the last answer: its raw JSON, indented, with --json, or else
-// the table that table writes.
-func (s *session) print(table func(w io.Writer)) error {
-	out := s.c.App.Writer
-	if s.c.Bool("json") {
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, bytes.TrimSpace(s.raw), "", "  "); err != nil {
-			return fmt.Errorf("indenting the answer: %w", err)
-		}
-		buf.WriteByte('\n')
-		_, err := buf.WriteTo(out)
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	table(tw)
-	return tw.Flush()
-}
-
-// show runs a command that makes one call: it checks the arguments, gets
-// the answer with fetch and prints it (as JSON with --json, else with table).
-func show[T any](c *cli.Context, minArgs, maxArgs int, fetch func(*session) (T, error), table func(io.Writer, T)) error {
-	s, err := newSession(c, minArgs, maxArgs)
-	if err != nil {
-		return err
-	}
-	v, err := fetch(s)
-	if err != nil {
-		return err
-	}
-	return s.print(func(w io.Writer) { table(w, v) })
-}
-
-// row writes one tab-separated table row.
-func row(w io.Writer, cells ...any) {
-	for i, c := range cells {
-		if i > 0 {
-			fmt.Fprint(w, "\t")
-		}
-		fmt.Fprint(w, c)
-	}
-	fmt.Fprintln(w)
-}
-
 func (a *admin) push(c *cli.Context) error {
 	return show(c, 2, 2, func(s *session) ([]api.Result, error) {
 		m, err := messageOf(c)
@@ -369,31 +225,6 @@ func parseInstant(s string) (int64, error) {
 	return t.UnixMilli(), nil
 }
 
-// instant renders Unix milliseconds as UTC RFC 3339 with milliseconds, and
-// 0 (no instant, as in a tombstone) as "-".
-func instant(ms int64) string {
-	if ms == 0 {
-		return "-"
-	}
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-// bodyText renders a body for a table: text cut to a line, or base64.
-func bodyText(p api.Payload) string {
-	const maxLen = 60
-	s := ""
-	switch {
-	case p.Body != nil:
-		s = strconv.Quote(*p.Body)
-	case p.BodyBase64 != nil:
-		s = "base64:" + *p.BodyBase64
-	}
-	if len(s) > maxLen {
-		s = s[:maxLen] + "…"
-	}
-	return s
-}
-
 func (a *admin) topics(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) ([]api.TopicCounts, error) {
 		return s.api.Topics(c.Context)
@@ -449,86 +280,6 @@ func (a *admin) cancel(c *cli.Context) error {
 	})
 }
 
-// readOffline reads a data directory with read, and keeps the answer's JSON
-// for --json as if a node had sent it.
-func readOffline[T any](a *admin, s *session, read func(offlineReader) (T, error)) (T, error) {
-	var zero T
-	if a.openOffline == nil {
-		return zero, errNoOffline
-	}
-	dir, err := groupDataDir(s.c)
-	if err != nil {
-		return zero, err
-	}
-	r, err := a.openOffline(dir)
-	if err != nil {
-		return zero, fmt.Errorf("opening %s: %w", s.c.String("data-dir"), err)
-	}
-	v, err := read(r)
-	if cerr := r.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("closing %s: %w", s.c.String("data-dir"), cerr)
-	}
-	if err != nil {
-		return zero, err
-	}
-	s.raw, err = json.Marshal(v)
-	return v, err
-}
-
-func (a *admin) wheel(c *cli.Context) error {
-	return show(c, 0, 0, func(s *session) (api.Wheel, error) {
-		if !c.IsSet("data-dir") {
-			return online(s, s.api.GroupWheel)
-		}
-		return readOffline(a, s, func(r offlineReader) (api.Wheel, error) {
-			info, err := r.Wheel()
-			return transport.WheelView(info), err
-		})
-	}, func(tw io.Writer, w api.Wheel) {
-		row(tw, "cursor:", instant(w.CursorMs))
-		row(tw, "horizon:", instant(w.HorizonMs))
-		row(tw, "slots:", fmt.Sprintf("%d of %d ms", w.Slots, w.TickMs))
-		row(tw, "open segments:", w.OpenSegments)
-		row(tw, "overflow messages:", w.OverflowMessages)
-		row(tw)
-		row(tw, "SLOT", "SECOND", "DUE", "MESSAGES", "BYTES")
-		for _, n := range w.NonEmpty {
-			row(tw, n.Slot, n.Second, instant(n.Second*w.TickMs), n.Messages, n.Bytes)
-		}
-	})
-}
-
-func (a *admin) slot(c *cli.Context) error {
-	records := c.Bool("records")
-	return show(c, 1, 1, func(s *session) (api.Slot, error) {
-		n, err := strconv.Atoi(c.Args().Get(0))
-		if err != nil || n < 0 || n >= wheel.Slots {
-			return api.Slot{}, fmt.Errorf("slot %q: want a number from 0 to %d", c.Args().Get(0), wheel.Slots-1)
-		}
-		if !c.IsSet("data-dir") {
-			return online(s, func(ctx context.Context, g int) (api.Slot, error) { return s.api.GroupSlot(ctx, g, n, records) })
-		}
-		return readOffline(a, s, func(r offlineReader) (api.Slot, error) {
-			info, err := r.Slot(n, records)
-			return transport.SlotView(info, records), err
-		})
-	}, func(w io.Writer, sl api.Slot) {
-		row(w, "slot:", sl.Slot)
-		row(w, "second:", fmt.Sprintf("%d (%s)", sl.Second, instant(sl.Second*wheel.TickMs)))
-		row(w, "file:", sl.File)
-		row(w, "messages:", sl.Messages)
-		row(w, "bytes:", sl.Bytes)
-		if !records {
-			return
-		}
-		row(w)
-		row(w, "OFFSET", "TYPE", "INDEX", "ID", "TOPIC", "DUE", "ATTEMPTS", "BYTES", "LIVE")
-		for _, r := range sl.Records {
-			row(w, r.Offset, r.Type, r.Index, r.ID, r.Topic, instant(r.DueMs), r.Attempts, r.Bytes, r.Live)
-		}
-	})
-}
-
 func (a *admin) cluster(c *cli.Context) error {
 	return show(c, 0, 0, func(s *session) (api.Cluster, error) {
 		return s.api.Cluster(c.Context)
@@ -551,49 +302,4 @@ func (a *admin) cluster(c *cli.Context) error {
 			}
 		}
 	})
-}
-
-// nonEmpty is &s, or nil for "".
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// orDash is *p, or "-" for a value the cluster view does not know.
-func orDash[T any](p *T) any {
-	if p == nil {
-		return "-"
-	}
-	return *p
-}
-
-// groupFlag is --group, the group whose data a command reads (what: the
-// verb of its usage).
-func groupFlag(what string) cli.Flag {
-	return &cli.IntFlag{Name: "group", Usage: what + " Raft group `G` of a node of --groups N (0 to N-1)", DefaultText: "0"}
-}
-
-// online asks the node for group --group's answer.
-func online[T any](s *session, ofGroup func(context.Context, int) (T, error)) (T, error) {
-	g := s.c.Int("group")
-	if g < 0 {
-		var zero T
-		return zero, fmt.Errorf("--group %d: want a group from 0 to N-1 of a node of --groups N", g)
-	}
-	v, err := ofGroup(s.c.Context, g)
-	if g != 0 && client.HasCode(err, api.CodeInvalidArgument) {
-		err = fmt.Errorf("--group %d: %w", g, err)
-	}
-	return v, err
-}
-
-// groupDataDir is where group --group keeps its data in --data-dir.
-func groupDataDir(c *cli.Context) (string, error) {
-	dir, err := replication.GroupDataDir(c.String("data-dir"), c.Int("group"))
-	if errors.Is(err, model.ErrInvalid) {
-		err = fmt.Errorf("--group: %w", err)
-	}
-	return dir, err
 }

@@ -58,29 +58,37 @@ func (a *admin) reserve(c *cli.Context) error {
 }
 
 func (a *admin) ack(c *cli.Context) error {
-	return show(c, 1, -1, func(s *session) (api.AckResponse, error) {
-		return s.api.Ack(c.Context, c.Args().Slice())
-	}, func(w io.Writer, r api.AckResponse) {
-		row(w, "acked:", r.Acked)
-		row(w, "stale:", r.Stale)
+	return settleReceipts(c, "acked:", func(s *session, rs []string) (int, int, error) {
+		r, err := s.api.Ack(c.Context, rs)
+		return r.Acked, r.Stale, err
 	})
 }
 
 func (a *admin) nack(c *cli.Context) error {
-	return show(c, 1, -1, func(s *session) (api.NackResponse, error) {
-		return s.api.Nack(c.Context, c.Args().Slice(), c.Duration("delay").Milliseconds())
-	}, func(w io.Writer, r api.NackResponse) {
-		row(w, "nacked:", r.Nacked)
-		row(w, "stale:", r.Stale)
+	return settleReceipts(c, "nacked:", func(s *session, rs []string) (int, int, error) {
+		r, err := s.api.Nack(c.Context, rs, c.Duration("delay").Milliseconds())
+		return r.Nacked, r.Stale, err
 	})
 }
 
 func (a *admin) touch(c *cli.Context) error {
-	return show(c, 1, -1, func(s *session) (api.TouchResponse, error) {
-		return s.api.Touch(c.Context, c.Args().Slice())
-	}, func(w io.Writer, r api.TouchResponse) {
-		row(w, "touched:", r.Touched)
-		row(w, "stale:", r.Stale)
+	return settleReceipts(c, "touched:", func(s *session, rs []string) (int, int, error) {
+		r, err := s.api.Touch(c.Context, rs)
+		return r.Touched, r.Stale, err
+	})
+}
+
+// settleReceipts runs a command that settles the receipts its arguments
+// list with settle, and prints how many it settled (labelled done) and
+// how many were stale.
+func settleReceipts(c *cli.Context, done string, settle func(s *session, receipts []string) (n, stale int, err error)) error {
+	type counts struct{ n, stale int }
+	return show(c, 1, -1, func(s *session) (counts, error) {
+		n, stale, err := settle(s, c.Args().Slice())
+		return counts{n, stale}, err
+	}, func(w io.Writer, r counts) {
+		row(w, done, r.n)
+		row(w, "stale:", r.stale)
 	})
 }
 

@@ -21,7 +21,7 @@ func TestBeanstalkdLeaderKill(t *testing.T) {
 	c := NewCluster(t, binary(t), Options{Nodes: 3})
 	ctx := ctxFor(t, 3*time.Minute)
 	bsAddr := map[string]string{}
-	for _, n := range c.Nodes() {
+	for _, n := range c.Servers() {
 		ports, err := nettest.FreePorts(n.IP, 1)
 		if err != nil {
 			t.Fatal(err)

@@ -133,7 +133,7 @@ func (e *chaosEnv) sleep(d time.Duration) {
 // within returns a context for one step of a fault.
 func (e *chaosEnv) within(d time.Duration) context.Context { return ctxFor(e.t, d) }
 
-func (e *chaosEnv) leader() *Node {
+func (e *chaosEnv) leader() *Server {
 	e.t.Helper()
 	l, err := e.c.WaitLeader(e.within(60 * time.Second))
 	if err != nil {
@@ -275,7 +275,7 @@ func (e *chaosEnv) replicasAgree() {
 
 // groupReplicasAgree compares the dumps of group g's stores of the
 // stopped nodes live.
-func (e *chaosEnv) groupReplicasAgree(live []*Node, g int) {
+func (e *chaosEnv) groupReplicasAgree(live []*Server, g int) {
 	t := e.t
 	t.Helper()
 	byIndex := map[string][]string{} // applied line → node ids
@@ -482,11 +482,11 @@ func TestChaosKillAll(t *testing.T) {
 	e := newChaos(t)
 	e.repeat(1, func(int) {
 		at := e.fault("kill -9 of all nodes")
-		for _, n := range e.c.Nodes() {
+		for _, n := range e.c.Servers() {
 			n.Kill()
 		}
 		e.sleep(500 * time.Millisecond)
-		for _, n := range e.c.Nodes() {
+		for _, n := range e.c.Servers() {
 			if err := n.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -582,7 +582,7 @@ type probes struct {
 // parkProbes enqueues 30 messages due 1.5 s later on topic and parks six
 // long-polls (10 s) for them on l: two sent to l, two to each follower
 // (which forward them to l).
-func (e *chaosEnv) parkProbes(l *Node, topic string) *probes {
+func (e *chaosEnv) parkProbes(l *Server, topic string) *probes {
 	e.t.Helper()
 	p := &probes{e: e, topic: topic, ids: map[string]bool{}}
 	var msgs []api.Message
@@ -602,7 +602,7 @@ func (e *chaosEnv) parkProbes(l *Node, topic string) *probes {
 	for _, r := range res {
 		p.ids[r.ID] = true
 	}
-	targets := []*Node{l, l}
+	targets := []*Server{l, l}
 	for _, f := range e.c.Others(l) {
 		targets = append(targets, f, f)
 	}
@@ -714,7 +714,7 @@ func TestChaosPartitionLeader(t *testing.T) {
 
 // waitSnapshot waits until n has logged a snapshot (the Raft snapshot
 // interval is 30–60 s, so this takes up to a minute).
-func (e *chaosEnv) waitSnapshot(n *Node) {
+func (e *chaosEnv) waitSnapshot(n *Server) {
 	e.t.Helper()
 	err := Eventually(e.within(120*time.Second), 200*time.Millisecond, func() error {
 		// Finished: its metadata written, the log compacted up to it.
@@ -828,7 +828,7 @@ func tearLogTail(t *testing.T, dir string, n int) {
 
 // logLines logs the lines of n's log (since its last start) that mention
 // one of the words.
-func logLines(t *testing.T, n *Node, words ...string) {
+func logLines(t *testing.T, n *Server, words ...string) {
 	t.Helper()
 	lines := strings.Split(n.Log(), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {

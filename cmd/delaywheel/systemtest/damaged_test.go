@@ -19,7 +19,7 @@ import (
 // wantCleanRefusal waits for n, started on damaged files, to exit, and
 // fails unless it exited non-zero with a log that names what is damaged
 // (one of names) and is an error message, not a Go crash.
-func wantCleanRefusal(t *testing.T, n *Node, names ...string) {
+func wantCleanRefusal(t *testing.T, n *Server, names ...string) {
 	t.Helper()
 	select {
 	case <-n.Exited():
@@ -77,7 +77,7 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 	t.Run("RaftLogMetaLost", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1})
-		n := c.Nodes()[0]
+		n := c.Servers()[0]
 		ctx := ctxFor(t, 30*time.Second)
 		if _, err := n.Client.Enqueue(ctx, []api.Message{{Topic: "damaged", Payload: api.TextBody("x"), DelayMs: api.Ptr(int64(3_600_000))}}); err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 	t.Run("RaftLogCutIntoItsPages", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1})
-		n := c.Nodes()[0]
+		n := c.Servers()[0]
 		ctx := ctxFor(t, 30*time.Second)
 		for i := 0; i < 50; i++ {
 			var msgs []api.Message
@@ -139,7 +139,7 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 	t.Run("SegmentCutIntoItsSnapshot", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1, Flags: SnapshotFlags})
-		n := c.Nodes()[0]
+		n := c.Servers()[0]
 		ctx := ctxFor(t, 30*time.Second)
 		at := NowMs() + 3_600_000
 		for i := 0; i < 70; i++ {
@@ -184,7 +184,7 @@ func TestDamagedFilesClearErrors(t *testing.T) {
 	t.Run("NewestSnapshotCutOlderBehindTheLog", func(t *testing.T) {
 		t.Parallel()
 		c := NewCluster(t, binary(t), Options{Nodes: 1, Flags: SnapshotFlags})
-		n := c.Nodes()[0]
+		n := c.Servers()[0]
 		at := NowMs() + 3_600_000
 		name := segment.FileName(at / 1000)
 		path := filepath.Join(n.DataDir, "fsm", "segments", name)

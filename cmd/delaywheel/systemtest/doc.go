@@ -9,7 +9,7 @@
 //   - NewCluster starts one or more nodes (each running Options.Groups Raft
 //     groups), each in its own data directory under t.TempDir(), with its
 //     output captured to a log file whose tail is printed when the test
-//     fails. A Node can be killed (SIGKILL), stopped
+//     fails. A Server can be killed (SIGKILL), stopped
 //     (SIGTERM, exit code 0 asserted by the caller), paused and resumed
 //     (SIGSTOP/SIGCONT) and restarted on the same data directory.
 //   - Every node's advertised Raft address is a fault-injecting TCP Proxy on

@@ -33,7 +33,7 @@ func (e *chaosEnv) spread(sinceMs int64) time.Duration {
 // leader's heartbeats and start an election; one brewing as the fault
 // begins is not the fault's doing, yet would interrupt a group the fault
 // must leave alone.
-func (e *chaosEnv) spreadLeader(i int) (int, *Node) {
+func (e *chaosEnv) spreadLeader(i int) (int, *Server) {
 	e.t.Helper()
 	for try := 1; ; try++ {
 		e.spread(NowMs())
@@ -147,7 +147,7 @@ func TestChaosPartitionGroupLeader(t *testing.T) {
 }
 
 // nodeIDs are the ids of ns.
-func nodeIDs(ns []*Node) []string {
+func nodeIDs(ns []*Server) []string {
 	ids := make([]string, len(ns))
 	for i, n := range ns {
 		ids[i] = n.ID
@@ -174,7 +174,7 @@ type serving struct {
 
 // serveOthers starts serving over the nodes other than x, for every group
 // but g.
-func (e *chaosEnv) serveOthers(x *Node, g int) *serving {
+func (e *chaosEnv) serveOthers(x *Server, g int) *serving {
 	ctx, cancel := context.WithCancel(e.ctx)
 	s := &serving{e: e, begin: NowMs(), cancel: cancel, rounds: map[int]int{}}
 	majority := e.c.Others(x)
@@ -199,7 +199,7 @@ func (e *chaosEnv) serveOthers(x *Node, g int) *serving {
 
 // round enqueues one message to topic through in, reserves it through out
 // and acks it there.
-func (s *serving) round(ctx context.Context, g int, topic string, round int, in, out *Node) {
+func (s *serving) round(ctx context.Context, g int, topic string, round int, in, out *Server) {
 	h := s.e.h
 	tok := fmt.Sprintf("%s#%d.%d", topic, s.begin, round)
 	sent := NowMs()

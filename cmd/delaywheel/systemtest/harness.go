@@ -1,18 +1,13 @@
 package systemtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +16,6 @@ import (
 	"time"
 
 	"github.com/delaywheel/delaywheel/replication/nettest"
-	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
 
@@ -97,7 +91,7 @@ type Cluster struct {
 	freePorts func(ip string, n int) ([]int, error)
 
 	mu    sync.Mutex
-	nodes []*Node
+	nodes []*Server
 	seq   int
 }
 
@@ -115,7 +109,7 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 	c := newCluster(t, bin, opts)
 	var members []string
 	for i := 0; i < opts.Nodes; i++ {
-		n, err := c.newNode()
+		n, err := c.newServer()
 		if err != nil {
 			t.Fatalf("new node: %v", err)
 		}
@@ -123,11 +117,11 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 		members = append(members, n.ID+"="+n.Advertise)
 	}
 	if opts.Nodes > 1 {
-		for _, n := range c.Nodes() {
+		for _, n := range c.Servers() {
 			n.clusterArgs = []string{"--initial-cluster", strings.Join(members, ",")}
 		}
 	}
-	for _, n := range c.Nodes() {
+	for _, n := range c.Servers() {
 		if err := c.start(n); err != nil {
 			t.Fatalf("start %s: %v", n.ID, err)
 		}
@@ -143,7 +137,7 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 		}
 		// A majority elects a leader without the others; a test meant
 		// for all of them must not go on with fewer.
-		for _, n := range c.Nodes() {
+		for _, n := range c.Servers() {
 			if !n.Running() {
 				t.Fatalf("%s exited at start:\n%s", n.ID, n.LogTail(20))
 			}
@@ -167,14 +161,14 @@ func newCluster(t testing.TB, bin string, opts Options) *Cluster {
 	return c
 }
 
-// newNode allocates an IP, ports, a data dir and a Raft proxy for a node,
+// newServer allocates an IP, ports, a data dir and a Raft proxy for a node,
 // which the cluster does not list until add.
-func (c *Cluster) newNode() (*Node, error) {
+func (c *Cluster) newServer() (*Server, error) {
 	c.mu.Lock()
 	c.seq++
 	id := "n" + strconv.Itoa(c.seq)
 	c.mu.Unlock()
-	n := &Node{
+	n := &Server{
 		ID:      id,
 		IP:      NextIP(),
 		DataDir: filepath.Join(c.base, id, "data"),
@@ -207,7 +201,7 @@ func (c *Cluster) newNode() (*Node, error) {
 // here, taken together so that they differ: one left to port 0 when the
 // node starts could be handed a port another listener of this node was
 // given and has yet to bind.
-func (c *Cluster) pickPorts(n *Node) error {
+func (c *Cluster) pickPorts(n *Server) error {
 	ports, err := c.freePorts(n.IP, 3)
 	if err != nil {
 		return fmt.Errorf("ports of %s on %s: %w (is 127.0.0.0/8 routed to lo?)", n.ID, n.IP, err)
@@ -222,7 +216,7 @@ func (c *Cluster) pickPorts(n *Node) error {
 }
 
 // add lists n among the cluster's nodes.
-func (c *Cluster) add(n *Node) {
+func (c *Cluster) add(n *Server) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, n)
@@ -241,9 +235,9 @@ const maxPortRetries = 3
 // --initial-cluster), whose port the proxy holds and which now forwards to
 // the new Raft port, and its HTTP address is recorded in the cluster only
 // once it runs. Any other exit fails at once, with the node's log.
-// A node started again later (Node.Start, Node.Restart) keeps the ports
+// A node started again later (Server.Start, Server.Restart) keeps the ports
 // it ended up with.
-func (c *Cluster) start(n *Node) error {
+func (c *Cluster) start(n *Server) error {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -291,8 +285,8 @@ func portInUse(run string, addrs ...string) (string, bool) {
 // AddJoiner creates a node with an empty data dir that joins the cluster
 // through the member at joinHTTP (--join) and starts it (Cluster.start).
 // It does not wait for it to be ready.
-func (c *Cluster) AddJoiner(joinHTTP string) (*Node, error) {
-	n, err := c.newNode()
+func (c *Cluster) AddJoiner(joinHTTP string) (*Server, error) {
+	n, err := c.newServer()
 	if err != nil {
 		return nil, err
 	}
@@ -305,28 +299,28 @@ func (c *Cluster) AddJoiner(joinHTTP string) (*Node, error) {
 }
 
 func (c *Cluster) cleanup() {
-	for _, n := range c.Nodes() {
+	for _, n := range c.Servers() {
 		n.Kill()
 		n.Proxy.Close()
 	}
 	if c.t.Failed() {
-		for _, n := range c.Nodes() {
+		for _, n := range c.Servers() {
 			c.t.Logf("---- last lines of %s (%s, http %s, raft %s via %s) ----\n%s",
 				n.ID, n.IP, n.HTTPAddr, n.RaftAddr, n.Advertise, n.LogTail(60))
 		}
 	}
 }
 
-// Nodes returns every node the cluster has created, dead or alive.
-func (c *Cluster) Nodes() []*Node {
+// Servers returns every server the cluster has created, dead or alive.
+func (c *Cluster) Servers() []*Server {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*Node(nil), c.nodes...)
+	return append([]*Server(nil), c.nodes...)
 }
 
-// Node returns the node with the given id, or nil.
-func (c *Cluster) Node(id string) *Node {
-	for _, n := range c.Nodes() {
+// Server returns the server with the given id, or nil.
+func (c *Cluster) Server(id string) *Server {
+	for _, n := range c.Servers() {
 		if n.ID == id {
 			return n
 		}
@@ -335,9 +329,9 @@ func (c *Cluster) Node(id string) *Node {
 }
 
 // Live returns the nodes that are running and not paused.
-func (c *Cluster) Live() []*Node {
-	var out []*Node
-	for _, n := range c.Nodes() {
+func (c *Cluster) Live() []*Server {
+	var out []*Server
+	for _, n := range c.Servers() {
 		if n.Running() && !n.Paused() {
 			out = append(out, n)
 		}
@@ -346,8 +340,8 @@ func (c *Cluster) Live() []*Node {
 }
 
 // Others returns the live nodes other than the given ones.
-func (c *Cluster) Others(not ...*Node) []*Node {
-	var out []*Node
+func (c *Cluster) Others(not ...*Server) []*Server {
+	var out []*Server
 	for _, n := range c.Live() {
 		skip := false
 		for _, x := range not {
@@ -358,214 +352,4 @@ func (c *Cluster) Others(not ...*Node) []*Node {
 		}
 	}
 	return out
-}
-
-// Leader returns the live node that considers itself leader and that every
-// other live node of excluding none names as leader, or an error.
-func (c *Cluster) Leader(ctx context.Context) (*Node, api.Cluster, error) {
-	return c.leader(ctx, 0, nil)
-}
-
-// leader is Leader of group g, asking only the nodes not in exclude.
-func (c *Cluster) leader(ctx context.Context, g int, exclude map[*Node]bool) (*Node, api.Cluster, error) {
-	live := c.Live()
-	var leader string
-	var view api.Cluster
-	for _, n := range live {
-		if exclude[n] {
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		v, err := n.ClusterOf(rctx, g, false)
-		cancel()
-		if err != nil {
-			return nil, view, fmt.Errorf("%s: %w", n.ID, err)
-		}
-		if v.Leader == "" {
-			return nil, view, fmt.Errorf("%s knows no leader of group %d", n.ID, g)
-		}
-		if leader != "" && v.Leader != leader {
-			return nil, view, fmt.Errorf("nodes disagree on the leader of group %d: %s and %s", g, leader, v.Leader)
-		}
-		leader, view = v.Leader, v
-	}
-	if leader == "" {
-		return nil, view, errors.New("no live node")
-	}
-	l := c.Node(leader)
-	if l == nil || exclude[l] || !l.Running() || l.Paused() {
-		return nil, view, fmt.Errorf("leader %s of group %d is not a live node of this cluster", leader, g)
-	}
-	return l, view, nil
-}
-
-// WaitLeader waits until the live nodes, except the ones given, agree on a
-// leader that is itself live and not one of the given nodes.
-func (c *Cluster) WaitLeader(ctx context.Context, except ...*Node) (*Node, error) {
-	return c.WaitGroupLeader(ctx, 0, except...)
-}
-
-// WaitGroupLeader is WaitLeader for Raft group g.
-func (c *Cluster) WaitGroupLeader(ctx context.Context, g int, except ...*Node) (*Node, error) {
-	ex := map[*Node]bool{}
-	for _, n := range except {
-		ex[n] = true
-	}
-	var last error
-	for {
-		l, _, err := c.leader(ctx, g, ex)
-		if err == nil {
-			return l, nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no leader: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// WaitGroupLeaders waits until every group has a leader (WaitGroupLeader)
-// and returns them by group.
-func (c *Cluster) WaitGroupLeaders(ctx context.Context, except ...*Node) ([]*Node, error) {
-	leaders := make([]*Node, c.groups)
-	for g := range leaders {
-		l, err := c.WaitGroupLeader(ctx, g, except...)
-		if err != nil {
-			return nil, fmt.Errorf("group %d: %w", g, err)
-		}
-		leaders[g] = l
-	}
-	return leaders, nil
-}
-
-// Groups is the number of Raft groups every node runs.
-func (c *Cluster) Groups() int { return c.groups }
-
-// PreferredLeader is the node the servers' leadership balancer gives group
-// g to once every voter answers: the voter at g modulo their count, sorted
-// by id (every node the cluster created is taken for a voter).
-func (c *Cluster) PreferredLeader(g int) *Node {
-	ns := c.Nodes()
-	slices.SortFunc(ns, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
-	return ns[g%len(ns)]
-}
-
-// WaitSpread waits until leaderships are spread as the balancer spreads
-// them (CheckSpread).
-func (c *Cluster) WaitSpread(ctx context.Context) error {
-	return Eventually(ctx, 100*time.Millisecond, func() error { return c.CheckSpread(ctx) })
-}
-
-// CheckSpread reports whether every live node's own view of every group
-// names the group's preferred leader, which leads it.
-func (c *Cluster) CheckSpread(ctx context.Context) error {
-	for _, n := range c.Live() {
-		for g := range c.groups {
-			want := c.PreferredLeader(g)
-			rctx, cancel := context.WithTimeout(ctx, time.Second)
-			v, err := n.ClusterOf(rctx, g, true)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("%s: %w", n.ID, err)
-			}
-			if v.Leader != want.ID {
-				return fmt.Errorf("%s names %q leader of group %d, want %s", n.ID, v.Leader, g, want.ID)
-			}
-		}
-	}
-	return nil
-}
-
-// WaitReady waits until every live node answers /readyz.
-func (c *Cluster) WaitReady(ctx context.Context) error {
-	for _, n := range c.Live() {
-		if err := n.WaitReady(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Isolate cuts n's Raft traffic off from every other node of the cluster,
-// both ways: n's proxy refuses (and drops) connections from their IPs and
-// theirs refuse n's. HTTP is not affected.
-func (c *Cluster) Isolate(n *Node) {
-	for _, o := range c.Nodes() {
-		if o == n {
-			continue
-		}
-		n.Proxy.Block(o.IP)
-		o.Proxy.Block(n.IP)
-	}
-}
-
-// Blackhole makes n's peers unreachable from n and n from them without a
-// reset: connections hang, as when a host vanishes (a stopped container).
-func (c *Cluster) Blackhole(n *Node) {
-	for _, o := range c.Nodes() {
-		if o == n {
-			continue
-		}
-		n.Proxy.Blackhole(o.IP)
-		o.Proxy.Blackhole(n.IP)
-	}
-}
-
-// Heal lifts every block of every proxy.
-func (c *Cluster) Heal() {
-	for _, n := range c.Nodes() {
-		n.Proxy.UnblockAll()
-	}
-}
-
-// newHTTPClient is the HTTP client of a node's Client: every call is
-// bounded (a long-poll reserve gets its wait on top), and idle connections
-// are kept for concurrent callers.
-func newHTTPClient() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 64
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
-}
-
-// viewClient asks nodes for their views of a group (Node.ClusterOf).
-var viewClient = newHTTPClient()
-
-// ClusterOf returns the node's view of Raft group g: GET
-// /v1/cluster?group=g, which a follower answers with the group leader's
-// view, or with local the node's own view (&local=true), answered at once.
-// Group 0 is asked without ?group=, as the client asks it.
-func (n *Node) ClusterOf(ctx context.Context, g int, local bool) (api.Cluster, error) {
-	switch {
-	case g == 0 && local:
-		return n.Client.ClusterLocal(ctx)
-	case g == 0:
-		return n.Client.Cluster(ctx)
-	}
-	url := "http://" + n.HTTPAddr + "/v1/cluster?group=" + strconv.Itoa(g)
-	if local {
-		url += "&local=true"
-	}
-	var v api.Cluster
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return v, err
-	}
-	resp, err := viewClient.Do(req)
-	if err != nil {
-		return v, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return v, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return v, fmt.Errorf("GET %s: %w", url, err)
-	}
-	return v, nil
 }

@@ -75,7 +75,7 @@ func TestStartRetriesTakenPort(t *testing.T) {
 	})
 	c := NewCluster(t, binary(t), Options{Nodes: 3, freePorts: pick})
 	ctx := ctxFor(t, 60*time.Second)
-	for _, n := range c.Nodes() {
+	for _, n := range c.Servers() {
 		h := held(n.IP)
 		if len(h) != 1 {
 			t.Fatalf("%s: %d ports held, want 1", n.ID, len(h))
@@ -123,9 +123,9 @@ func TestStartRetriesTakenPort(t *testing.T) {
 func TestStartGivesUp(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)
-	start := func(t *testing.T, opts Options) (*Node, error) {
+	start := func(t *testing.T, opts Options) (*Server, error) {
 		c := newCluster(t, bin, opts)
-		n, err := c.newNode()
+		n, err := c.newServer()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -185,26 +185,24 @@ func (p *Proxy) acceptLoop() {
 	}
 }
 
+// forget closes c and forgets it.
+func (p *Proxy) forget(c *proxyConn) {
+	c.close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
 // swallow reads and discards what c sends until it is closed.
 func (p *Proxy) swallow(c *proxyConn) {
 	defer p.wg.Done()
-	defer func() {
-		c.close()
-		p.mu.Lock()
-		delete(p.conns, c)
-		p.mu.Unlock()
-	}()
+	defer p.forget(c)
 	_, _ = io.Copy(io.Discard, c.down)
 }
 
 func (p *Proxy) serve(c *proxyConn) {
 	defer p.wg.Done()
-	defer func() {
-		c.close()
-		p.mu.Lock()
-		delete(p.conns, c)
-		p.mu.Unlock()
-	}()
+	defer p.forget(c)
 	p.mu.Lock()
 	target := p.target
 	p.mu.Unlock()
@@ -224,4 +222,31 @@ func (p *Proxy) serve(c *proxyConn) {
 	go func() { _, _ = io.Copy(up, c.down); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c.down, up); done <- struct{}{} }()
 	<-done
+}
+
+// Isolate cuts n's Raft traffic off from every other node of the cluster,
+// both ways: n's proxy refuses (and drops) connections from their IPs and
+// theirs refuse n's. HTTP is not affected.
+func (c *Cluster) Isolate(n *Server) { c.cutOff(n, (*Proxy).Block) }
+
+// Blackhole makes n's peers unreachable from n and n from them without a
+// reset: connections hang, as when a host vanishes (a stopped container).
+func (c *Cluster) Blackhole(n *Server) { c.cutOff(n, (*Proxy).Blackhole) }
+
+// cutOff blocks, with block, the traffic between n and every other node,
+// both ways.
+func (c *Cluster) cutOff(n *Server, block func(p *Proxy, ips ...string)) {
+	for _, o := range c.Servers() {
+		if o != n {
+			block(n.Proxy, o.IP)
+			block(o.Proxy, n.IP)
+		}
+	}
+}
+
+// Heal lifts every block of every proxy.
+func (c *Cluster) Heal() {
+	for _, n := range c.Servers() {
+		n.Proxy.UnblockAll()
+	}
 }

@@ -24,7 +24,7 @@ import (
 func TestSingleNode(t *testing.T) {
 	t.Parallel()
 	c := NewCluster(t, binary(t), Options{Nodes: 1})
-	n := c.Nodes()[0]
+	n := c.Servers()[0]
 	t.Run("Lifecycle", func(t *testing.T) { lifecycle(t, n.Client) })
 	t.Run("BadInput", func(t *testing.T) { badInput(t, c, n) })
 	t.Run("NeverEarly", func(t *testing.T) { neverEarly(t, c) })
@@ -35,7 +35,7 @@ func TestSingleNode(t *testing.T) {
 // dataDirInUse starts a second server on a running node's data dir: it
 // must exit at once with an error naming the dir and the holder, and leave
 // the running node serving.
-func dataDirInUse(t *testing.T, n *Node) {
+func dataDirInUse(t *testing.T, n *Server) {
 	ctx := ctxFor(t, 30*time.Second)
 	ip := NextIP()
 	ports, err := nettest.FreePorts(ip, 3)
@@ -455,7 +455,7 @@ func lifecycle(t *testing.T, cl *client.Client) {
 }
 
 // clusterView checks /v1/cluster on every node.
-func clusterView(t *testing.T, c *Cluster, leader *Node) {
+func clusterView(t *testing.T, c *Cluster, leader *Server) {
 	ctx := ctxFor(t, 20*time.Second)
 	for _, n := range c.Live() {
 		eventually(t, "cluster view of "+n.ID, func() error {
@@ -467,7 +467,7 @@ func clusterView(t *testing.T, c *Cluster, leader *Node) {
 				return fmt.Errorf("%s: %+v", n.ID, v)
 			}
 			for _, m := range v.Nodes {
-				o := c.Node(m.ID)
+				o := c.Server(m.ID)
 				if o == nil || m.HTTPAddr != o.HTTPAddr || m.RaftAddr != o.Advertise || m.Suffrage != "voter" {
 					return fmt.Errorf("%s lists member %+v", n.ID, m)
 				}
@@ -479,7 +479,7 @@ func clusterView(t *testing.T, c *Cluster, leader *Node) {
 
 // forwardAcrossNodes enqueues through one follower, reserves through the
 // other and acks through the first.
-func forwardAcrossNodes(t *testing.T, c *Cluster, leader *Node) {
+func forwardAcrossNodes(t *testing.T, c *Cluster, leader *Server) {
 	ctx := ctxFor(t, 30*time.Second)
 	fs := c.Others(leader)
 	a, b := fs[0], fs[1]
@@ -498,7 +498,7 @@ func forwardAcrossNodes(t *testing.T, c *Cluster, leader *Node) {
 }
 
 // rawCall sends body to path and returns the status and the error body.
-func rawCall(t *testing.T, n *Node, method, path string, body []byte) (int, api.ErrorBody) {
+func rawCall(t *testing.T, n *Server, method, path string, body []byte) (int, api.ErrorBody) {
 	t.Helper()
 	ctx := ctxFor(t, 30*time.Second)
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.HTTPAddr+path, bytes.NewReader(body))
@@ -523,7 +523,7 @@ func rawCall(t *testing.T, n *Node, method, path string, body []byte) (int, api.
 
 // badInput sends malformed and out-of-range requests to n and checks each
 // answers 400 or 413 naming the field, and that nothing was stored.
-func badInput(t *testing.T, c *Cluster, n *Node) {
+func badInput(t *testing.T, c *Cluster, n *Server) {
 	ctx := ctxFor(t, 30*time.Second)
 	before, err := n.Client.Topics(ctx)
 	if err != nil {
@@ -652,7 +652,7 @@ func neverEarly(t *testing.T, c *Cluster) {
 
 // cleanRestart stops n with SIGTERM (exit code 0), checks the others keep
 // serving, and restarts it on its data dir with its state.
-func cleanRestart(t *testing.T, c *Cluster, n *Node) {
+func cleanRestart(t *testing.T, c *Cluster, n *Server) {
 	ctx := ctxFor(t, 60*time.Second)
 	topic := uniqueTopic(t, "restart")
 	r := enqueueOne(t, ctx, n.Client, api.Message{Topic: topic, Payload: api.TextBody("kept"), DelayMs: api.Ptr(int64(3_600_000))})

@@ -36,7 +36,7 @@ type Workload struct {
 	NackPercent int
 	// Targets returns the nodes to send to (one is picked at random per
 	// call); required.
-	Targets func() []*Node
+	Targets func() []*Server
 	History *History
 
 	seq         atomic.Int64
@@ -135,7 +135,7 @@ func (w *Workload) Errors() (enqueue, reserve int64, last string) {
 	return w.enqueueErrs.Load(), w.reserveErrs.Load(), s
 }
 
-func (w *Workload) pick() *Node {
+func (w *Workload) pick() *Server {
 	ns := w.Targets()
 	if len(ns) == 0 {
 		return nil

@@ -15,9 +15,9 @@ import (
 	"github.com/delaywheel/delaywheel/transport/client"
 )
 
-// Node is one delaywheel process of a Cluster (or its data dir while it is
+// Server is one delaywheel process of a Cluster (or its data dir while it is
 // not running).
-type Node struct {
+type Server struct {
 	ID        string
 	IP        string
 	HTTPAddr  string // client API, listen and advertised
@@ -47,7 +47,7 @@ type proc struct {
 }
 
 // Args returns the command line the node runs with (without the binary).
-func (n *Node) Args() []string {
+func (n *Server) Args() []string {
 	args := []string{"server",
 		"--node-id", n.ID,
 		"--data-dir", n.DataDir,
@@ -61,14 +61,14 @@ func (n *Node) Args() []string {
 }
 
 // SetFlags replaces the extra server flags used from the next Start on.
-func (n *Node) SetFlags(flags ...string) {
+func (n *Server) SetFlags(flags ...string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.flags = flags
 }
 
 // Start starts the process; it fails if it is already running.
-func (n *Node) Start() error {
+func (n *Server) Start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.proc != nil && !n.exitedLocked() {
@@ -100,7 +100,7 @@ func (n *Node) Start() error {
 	return nil
 }
 
-func (n *Node) exitedLocked() bool {
+func (n *Server) exitedLocked() bool {
 	select {
 	case <-n.proc.done:
 		return true
@@ -110,14 +110,14 @@ func (n *Node) exitedLocked() bool {
 }
 
 // Running reports whether the process is running (paused counts).
-func (n *Node) Running() bool {
+func (n *Server) Running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.proc != nil && !n.exitedLocked()
 }
 
 // Paused reports whether the process is stopped by SIGSTOP.
-func (n *Node) Paused() bool {
+func (n *Server) Paused() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.paused
@@ -125,7 +125,7 @@ func (n *Node) Paused() bool {
 
 // Exited returns a channel closed when the current process exits (nil when
 // never started).
-func (n *Node) Exited() <-chan struct{} {
+func (n *Server) Exited() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.proc == nil {
@@ -136,7 +136,7 @@ func (n *Node) Exited() <-chan struct{} {
 
 // ExitCode is the exit code of the last process once it has exited: -1
 // when killed by a signal or still running.
-func (n *Node) ExitCode() int {
+func (n *Server) ExitCode() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.proc == nil || n.proc.state == nil {
@@ -145,7 +145,7 @@ func (n *Node) ExitCode() int {
 	return n.proc.state.ExitCode()
 }
 
-func (n *Node) signal(sig syscall.Signal) error {
+func (n *Server) signal(sig syscall.Signal) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.proc == nil || n.exitedLocked() {
@@ -165,7 +165,7 @@ func (n *Node) signal(sig syscall.Signal) error {
 
 // Kill sends SIGKILL and waits for the process to go. It does nothing when
 // the node is not running.
-func (n *Node) Kill() {
+func (n *Server) Kill() {
 	n.mu.Lock()
 	p := n.proc
 	n.mu.Unlock()
@@ -181,7 +181,7 @@ func (n *Node) Kill() {
 
 // Stop sends SIGTERM and waits for the process to exit, up to ctx. It
 // returns an error unless the process exited with code 0.
-func (n *Node) Stop(ctx context.Context) error {
+func (n *Server) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	p := n.proc
 	n.mu.Unlock()
@@ -203,21 +203,21 @@ func (n *Node) Stop(ctx context.Context) error {
 }
 
 // Pause stops the process with SIGSTOP.
-func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
+func (n *Server) Pause() error { return n.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused process with SIGCONT.
-func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
+func (n *Server) Resume() error { return n.signal(syscall.SIGCONT) }
 
 // Restart kills the process if it runs and starts it again on the same
 // data dir, addresses and flags.
-func (n *Node) Restart() error {
+func (n *Server) Restart() error {
 	n.Kill()
 	return n.Start()
 }
 
 // WaitReady waits until the node answers /readyz with 200. It gives up
 // early, with the log's tail, when the process exits.
-func (n *Node) WaitReady(ctx context.Context) error {
+func (n *Server) WaitReady(ctx context.Context) error {
 	return n.waitFor(ctx, "ready", n.Client.Readyz, time.Second, 50*time.Millisecond)
 }
 
@@ -225,14 +225,14 @@ func (n *Node) WaitReady(ctx context.Context) error {
 // once it holds all its listen addresses. It fails, with the log's tail,
 // when the process exits first. Its probes are short: a port taken by a
 // process that never answers must not hide the node's exit for long.
-func (n *Node) waitServing(ctx context.Context) error {
+func (n *Server) waitServing(ctx context.Context) error {
 	return n.waitFor(ctx, "serving HTTP", n.Client.Healthz, 500*time.Millisecond, 20*time.Millisecond)
 }
 
 // waitFor calls probe, each call bounded by timeout, every pause until it
 // succeeds, ctx ends or the process exits; state names what a success
 // means, for the errors.
-func (n *Node) waitFor(ctx context.Context, state string, probe func(context.Context) error, timeout, pause time.Duration) error {
+func (n *Server) waitFor(ctx context.Context, state string, probe func(context.Context) error, timeout, pause time.Duration) error {
 	exited := n.Exited()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -252,7 +252,7 @@ func (n *Node) waitFor(ctx context.Context, state string, probe func(context.Con
 }
 
 // lastRun returns the log of the node's last run: from its start line on.
-func (n *Node) lastRun() string {
+func (n *Server) lastRun() string {
 	n.mu.Lock()
 	k := n.starts
 	n.mu.Unlock()
@@ -264,23 +264,23 @@ func (n *Node) lastRun() string {
 }
 
 // Log returns everything the node has written so far, over all its runs.
-func (n *Node) Log() string {
+func (n *Server) Log() string {
 	b, _ := os.ReadFile(n.LogPath)
 	return string(b)
 }
 
 // LogContains reports whether the log has a line containing s.
-func (n *Node) LogContains(s string) bool {
+func (n *Server) LogContains(s string) bool {
 	return strings.Contains(n.Log(), s)
 }
 
 // LogCount counts the log lines containing s.
-func (n *Node) LogCount(s string) int {
+func (n *Server) LogCount(s string) int {
 	return strings.Count(n.Log(), s)
 }
 
 // LogTail returns the last lines of the node's log.
-func (n *Node) LogTail(lines int) string {
+func (n *Server) LogTail(lines int) string {
 	b, err := os.ReadFile(n.LogPath)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
