@@ -123,6 +123,19 @@ func (c *Client) Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result,
 	return out.Results, nil
 }
 
+// untimed is c, or, when its HTTP client has a Timeout, a copy of c whose
+// HTTP client has none.
+func (c *Client) untimed() *Client {
+	if c.hc.Timeout <= 0 {
+		return c
+	}
+	hc := *c.hc
+	hc.Timeout = 0
+	cp := *c
+	cp.hc = &hc
+	return &cp
+}
+
 // Get returns a pending message.
 func (c *Client) Get(ctx context.Context, id string) (api.MessageView, error) {
 	return call[api.MessageView](ctx, c, http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil)
@@ -150,11 +163,7 @@ func (c *Client) Reschedule(ctx context.Context, id string, req api.RescheduleRe
 func (c *Client) Reserve(ctx context.Context, topic string, req api.ReserveRequest) ([]api.Delivery, error) {
 	cc := c
 	if c.hc.Timeout > 0 && req.WaitMs > 0 {
-		hc := *c.hc
-		hc.Timeout = 0
-		cp := *c
-		cp.hc = &hc
-		cc = &cp
+		cc = c.untimed()
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.hc.Timeout+time.Duration(req.WaitMs)*time.Millisecond)
 		defer cancel()
@@ -287,22 +296,11 @@ func (c *Client) GroupBackup(ctx context.Context, g int, w io.Writer) (int64, er
 
 // backup streams the backup at path into w.
 func (c *Client) backup(ctx context.Context, path string, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	resp, err := c.send(ctx, http.MethodGet, path, nil, "", "")
 	if err != nil {
-		return 0, fmt.Errorf("delaywheel: backup: %w", err)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("delaywheel: backup: %w", err)
+		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-		return 0, errorOf(resp, data)
-	}
 	cw := &countWriter{w: w}
 	tr := tar.NewReader(io.TeeReader(resp.Body, cw))
 	for {
@@ -372,16 +370,35 @@ func call[T any](ctx context.Context, c *Client, method, path string, in any) (T
 // a 2xx answer, or the *Error of any other.
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, hasBody bool, contentType string) ([]byte, error) {
 	var rd io.Reader
+	sent := ""
 	if hasBody {
-		rd = bytes.NewReader(body)
+		rd, sent = bytes.NewReader(body), contentType
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	resp, err := c.send(ctx, method, path, rd, contentType, sent)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("delaywheel: %s %s: read answer: %w", method, path, err)
+	}
+	return data, nil
+}
+
+// send sends one request with the client's token, asking for the media
+// type accept ("": any) and sending body (nil: none) in contentType, and
+// returns a 2xx answer for the caller to read and close, or the *Error of
+// any other.
+func (c *Client) send(ctx context.Context, method, path string, body io.Reader, accept, contentType string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, fmt.Errorf("delaywheel: %s %s: %w", method, path, err)
 	}
-	req.Header.Set("Accept", contentType)
-	if hasBody {
-		req.Header.Set("Content-Type", contentType)
+	for k, v := range map[string]string{"Accept": accept, "Content-Type": contentType} {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -390,15 +407,12 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	if err != nil {
 		return nil, fmt.Errorf("delaywheel: %s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, fmt.Errorf("delaywheel: %s %s: read answer: %w", method, path, err)
-	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 		return nil, errorOf(resp, data)
 	}
-	return data, nil
+	return resp, nil
 }
 
 // errorOf builds the *Error of a non-2xx answer.

@@ -136,13 +136,19 @@ func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(c
 		if !notLeader(err) {
 			break
 		}
-		g.cur.CompareAndSwap(i, (i+1)%int64(len(g.calls)))
+		g.moveOn(i)
 	}
 	if _, isStatus := status.FromError(err); isStatus {
 		return zero, errorOfStatus(err)
 	}
 	return zero, fmt.Errorf("delaywheel: %s: %w", name, err)
 }
+
+// next moves the client on from the node that answered last to the next.
+func (g *GRPC) next() { g.moveOn(g.cur.Load()) }
+
+// moveOn moves the client on from node i, unless another call did.
+func (g *GRPC) moveOn(i int64) { g.cur.CompareAndSwap(i, (i+1)%int64(len(g.calls))) }
 
 // notLeader reports whether err is a follower's refusal of a leader's call.
 func notLeader(err error) bool {

@@ -27,12 +27,9 @@ import (
 // replaced) are acked with the Ack call instead. It is safe for concurrent
 // use.
 type GRPCSubscription struct {
-	g     *GRPC
-	topic string
-	opt   SubscribeOptions
+	*feed
+	g *GRPC
 
-	out     chan api.Delivery
-	acks    chan string
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closing chan struct{} // closed by Close: flush the acks
@@ -40,9 +37,8 @@ type GRPCSubscription struct {
 	sender  sync.WaitGroup
 	once    sync.Once
 
-	mu     sync.Mutex
-	stream pb.Delaywheel_SubscribeClient // the open stream, nil between two; only sendAcks sends on it
-	err    error
+	streamMu sync.Mutex
+	stream   pb.Delaywheel_SubscribeClient // the open stream, nil between two; only sendAcks sends on it
 }
 
 // Subscribe starts reading topic's deliveries. It runs until Close or
@@ -50,14 +46,7 @@ type GRPCSubscription struct {
 // topic or option, a wrong token); Deliveries is then closed and Err says
 // why. Of opt, MaxInflight, TTRMs, AckBatch, Buffer and OnError apply.
 func (g *GRPC) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *GRPCSubscription {
-	if opt.AckBatch <= 0 {
-		opt.AckBatch = 1000
-	}
-	if opt.Buffer <= 0 {
-		opt.Buffer = 256
-	}
-	s := &GRPCSubscription{g: g, topic: topic, opt: opt, out: make(chan api.Delivery, opt.Buffer),
-		acks: make(chan string, max(opt.AckBatch, opt.MaxInflight)), closing: make(chan struct{})}
+	s := &GRPCSubscription{feed: newFeed(topic, opt, false, g), g: g, closing: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.reader.Add(1)
 	s.sender.Add(1)
@@ -66,30 +55,12 @@ func (g *GRPC) Subscribe(ctx context.Context, topic string, opt SubscribeOptions
 	return s
 }
 
-// Deliveries returns the channel of deliveries. It is closed once the
-// subscription ends.
-func (s *GRPCSubscription) Deliveries() <-chan api.Delivery { return s.out }
-
 // Ack queues d's receipt to be acked in the background.
 func (s *GRPCSubscription) Ack(d api.Delivery) {
 	select {
 	case s.acks <- d.Receipt:
 	case <-s.ctx.Done():
 	}
-}
-
-// Nack returns d to delayed, due delayMs from now, at once.
-func (s *GRPCSubscription) Nack(ctx context.Context, d api.Delivery, delayMs int64) error {
-	_, err := s.g.Nack(ctx, []string{d.Receipt}, delayMs)
-	return err
-}
-
-// Err returns why the subscription ended, once Deliveries is closed: nil
-// after Close or the end of its context.
-func (s *GRPCSubscription) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
 }
 
 // Close sends the acks queued so far, then half-closes the stream and
@@ -103,9 +74,9 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 		if werr := waitWithin(ctx, &s.sender); werr != nil {
 			err = fmt.Errorf("delaywheel: close subscription of %s: acks not sent: %w", s.topic, werr)
 		}
-		s.mu.Lock()
+		s.streamMu.Lock()
 		st := s.stream
-		s.mu.Unlock()
+		s.streamMu.Unlock()
 		if st != nil && err == nil {
 			// The sender is done: nothing else sends on st.
 			if st.CloseSend() == nil {
@@ -119,46 +90,28 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 	return err
 }
 
-// read subscribes again each time the stream ends, with a growing pause
-// while it cannot.
+// read subscribes again each time the stream ends (at the next node when
+// the one it used does not lead), until the server refuses it for good.
 func (s *GRPCSubscription) read() {
 	defer s.reader.Done()
-	defer close(s.out)
-	pause := 10 * time.Millisecond
-	for {
-		got, err := s.readOnce()
-		if s.ctx.Err() != nil {
-			return
-		}
+	s.reconnect(s.ctx, s.readOnce, func(err error) (bool, error, time.Duration) {
 		select {
 		case <-s.closing:
-			return // Close ended the stream, or it ended while closing
+			return true, nil, 0 // Close ended the stream, or it ended while closing
 		default:
 		}
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.Unauthenticated, codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
-			s.mu.Lock()
-			s.err = errorOfStatus(err)
-			s.mu.Unlock()
-			return
+			return true, errorOfStatus(err), 0
 		}
 		if notLeader(err) {
-			i := s.g.cur.Load()
-			s.g.cur.CompareAndSwap(i, (i+1)%int64(len(s.g.calls)))
+			s.g.next()
 		}
-		if err != nil && s.opt.OnError != nil {
-			s.opt.OnError(fmt.Errorf("delaywheel: subscribe %s: %w", s.topic, errorOfStatus(err)))
+		if err != nil {
+			s.report(fmt.Errorf("delaywheel: subscribe %s: %w", s.topic, errorOfStatus(err)))
 		}
-		if got {
-			pause = 10 * time.Millisecond
-		}
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, time.Second)
-	}
+		return false, nil, 0
+	})
 }
 
 // readOnce reads one stream to its end; got says whether it delivered.
@@ -182,13 +135,13 @@ func (s *GRPCSubscription) readOnce() (got bool, err error) {
 	if err := st.Send(first); err != nil {
 		return false, recvErr(st, err)
 	}
-	s.mu.Lock()
+	s.streamMu.Lock()
 	s.stream = st
-	s.mu.Unlock()
+	s.streamMu.Unlock()
 	defer func() {
-		s.mu.Lock()
+		s.streamMu.Lock()
 		s.stream = nil
-		s.mu.Unlock()
+		s.streamMu.Unlock()
 	}()
 	for {
 		resp, err := st.Recv()
@@ -227,37 +180,24 @@ func (s *GRPCSubscription) sendAcks() {
 	batch := make([]string, 0, s.opt.AckBatch)
 	closing := false
 	for {
-		batch = batch[:0]
-		select {
-		case r := <-s.acks:
-			batch = append(batch, r)
-		case <-s.closing:
-			closing = true
-		case <-s.ctx.Done():
+		var stopped, ok bool
+		if batch, stopped, ok = s.nextBatch(batch, s.closing, s.ctx.Done()); !ok {
 			return
 		}
-	fill:
-		for len(batch) < s.opt.AckBatch {
-			select {
-			case r := <-s.acks:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
+		closing = closing || stopped
 		if len(batch) == 0 {
 			return // closing, and every ack is sent
 		}
-		s.mu.Lock()
+		s.streamMu.Lock()
 		st := s.stream
-		s.mu.Unlock()
+		s.streamMu.Unlock()
 		if st != nil && !closing {
 			if err := st.Send(&pb.SubscribeRequest{Ack: batch}); err == nil {
 				continue
 			}
 		}
-		if _, err := s.g.Ack(context.WithoutCancel(s.ctx), batch); err != nil && s.opt.OnError != nil {
-			s.opt.OnError(fmt.Errorf("delaywheel: ack %d receipts: %w", len(batch), err))
+		if _, err := s.g.Ack(context.WithoutCancel(s.ctx), batch); err != nil {
+			s.report(fmt.Errorf("delaywheel: ack %d receipts: %w", len(batch), err))
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -39,6 +38,128 @@ type SubscribeOptions struct {
 	OnError func(error)
 }
 
+// feed is what both subscriptions share: the deliveries handed out, the
+// receipts queued for ack, and why the subscription ended.
+type feed struct {
+	topic string
+	opt   SubscribeOptions
+	out   chan api.Delivery
+	acks  chan string
+	nacks nacker
+
+	mu  sync.Mutex
+	err error
+}
+
+// nacker is the client whose Nack call a subscription nacks with.
+type nacker interface {
+	Nack(ctx context.Context, receipts []string, delayMs int64) (api.NackResponse, error)
+}
+
+// newFeed returns the feed of topic, with opt's defaults set, whose ack
+// queue holds the batches of opt.Ackers ackers (or one, with ackers
+// false) or a window, whichever is more.
+func newFeed(topic string, opt SubscribeOptions, ackers bool, nacks nacker) *feed {
+	if opt.AckBatch <= 0 {
+		opt.AckBatch = 1000
+	}
+	if opt.Ackers <= 0 {
+		opt.Ackers = 4
+	}
+	if opt.Buffer <= 0 {
+		opt.Buffer = 256
+	}
+	queue := opt.AckBatch
+	if ackers {
+		queue *= opt.Ackers
+	}
+	return &feed{topic: topic, opt: opt, out: make(chan api.Delivery, opt.Buffer),
+		acks: make(chan string, max(queue, opt.MaxInflight)), nacks: nacks}
+}
+
+// Deliveries returns the channel of deliveries. It is closed once the
+// subscription ends.
+func (f *feed) Deliveries() <-chan api.Delivery { return f.out }
+
+// Nack returns d to delayed, due delayMs from now, at once.
+func (f *feed) Nack(ctx context.Context, d api.Delivery, delayMs int64) error {
+	_, err := f.nacks.Nack(ctx, []string{d.Receipt}, delayMs)
+	return err
+}
+
+// Err returns why the subscription ended, once Deliveries is closed: nil
+// after Close or the end of its context.
+func (f *feed) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+func (f *feed) report(err error) {
+	if f.opt.OnError != nil {
+		f.opt.OnError(err)
+	}
+}
+
+// reconnect reads one stream after another with read until ctx ends or
+// after says to stop, then closes the deliveries. after looks at why a
+// stream ended: whether the subscription ends (with final, for Err), and
+// how long to pause before the next (0: the pause, from 10 ms, doubling
+// while the streams deliver nothing, up to a second).
+func (f *feed) reconnect(ctx context.Context, read func() (got bool, err error), after func(err error) (stop bool, final error, wait time.Duration)) {
+	defer close(f.out)
+	pause := 10 * time.Millisecond
+	for {
+		got, err := read()
+		if ctx.Err() != nil {
+			return
+		}
+		stop, final, wait := after(err)
+		if stop {
+			f.mu.Lock()
+			f.err = final
+			f.mu.Unlock()
+			return
+		}
+		if got {
+			pause = 10 * time.Millisecond
+		}
+		if wait <= 0 {
+			wait = pause
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// nextBatch refills batch with the receipts queued, up to AckBatch: it
+// waits for the first until stop or cut closes, then takes what is
+// queued. stopped says stop closed; ok is false when cut closed first.
+func (f *feed) nextBatch(batch []string, stop, cut <-chan struct{}) (out []string, stopped, ok bool) {
+	batch = batch[:0]
+	select {
+	case r := <-f.acks:
+		batch = append(batch, r)
+	case <-stop:
+		stopped = true
+	case <-cut:
+		return batch, false, false
+	}
+	for len(batch) < f.opt.AckBatch {
+		select {
+		case r := <-f.acks:
+			batch = append(batch, r)
+		default:
+			return batch, stopped, true
+		}
+	}
+	return batch, stopped, true
+}
+
 // Subscription reads a topic's stream (GET /v1/topics/{topic}/stream),
 // reconnecting whenever it ends (a leader change, a restart), and acks in
 // the background: the receipts given to Ack are sent in batches while the
@@ -48,13 +169,10 @@ type SubscribeOptions struct {
 //
 // is the fast loop. It is safe for concurrent use.
 type Subscription struct {
-	c     *Client
-	topic string
-	opt   SubscribeOptions
-	path  string
+	*feed
+	c    *Client
+	path string
 
-	out      chan api.Delivery
-	acks     chan string
 	ended    chan struct{} // closed by end: Ack drops, the ackers drain and stop
 	endOnce  sync.Once
 	readCtx  context.Context
@@ -65,8 +183,6 @@ type Subscription struct {
 	ackers   sync.WaitGroup
 
 	closeOnce sync.Once
-	mu        sync.Mutex
-	err       error
 }
 
 // Subscribe starts reading topic's stream. It runs until Close or until
@@ -75,15 +191,6 @@ type Subscription struct {
 // closed and Err says why. The end of ctx also stops the background acks,
 // once the receipts queued so far are sent.
 func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *Subscription {
-	if opt.AckBatch <= 0 {
-		opt.AckBatch = 1000
-	}
-	if opt.Ackers <= 0 {
-		opt.Ackers = 4
-	}
-	if opt.Buffer <= 0 {
-		opt.Buffer = 256
-	}
 	q := url.Values{}
 	if opt.MaxInflight > 0 {
 		q.Set("max_inflight", strconv.Itoa(opt.MaxInflight))
@@ -96,35 +203,19 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptio
 		path += "?" + q.Encode()
 	}
 	// A stream lives long: the HTTP client's Timeout must not cut it.
-	cc := c
-	if c.hc.Timeout > 0 {
-		hc := *c.hc
-		hc.Timeout = 0
-		cp := *c
-		cp.hc = &hc
-		cc = &cp
-	}
-	s := &Subscription{
-		c: cc, topic: topic, opt: opt, path: path,
-		out:   make(chan api.Delivery, opt.Buffer),
-		acks:  make(chan string, max(opt.AckBatch*opt.Ackers, opt.MaxInflight)),
-		ended: make(chan struct{}),
-	}
+	cc := c.untimed()
+	s := &Subscription{feed: newFeed(topic, opt, true, cc), c: cc, path: path, ended: make(chan struct{})}
 	s.readCtx, s.stopRead = context.WithCancel(ctx)
 	s.ackCtx, s.stopAcks = context.WithCancel(context.WithoutCancel(ctx))
 	s.reader.Add(1)
 	go s.read()
-	for range opt.Ackers {
+	for range s.opt.Ackers {
 		s.ackers.Add(1)
 		go s.ack()
 	}
 	context.AfterFunc(ctx, s.end)
 	return s
 }
-
-// Deliveries returns the channel of deliveries. It is closed once the
-// subscription ends.
-func (s *Subscription) Deliveries() <-chan api.Delivery { return s.out }
 
 // Ack queues d's receipt to be acked in the background. It blocks only
 // while as many receipts as the window wait to be sent. Once the
@@ -144,20 +235,6 @@ func (s *Subscription) Ack(d api.Delivery) {
 
 // end stops taking acks: the ackers send what is queued and return.
 func (s *Subscription) end() { s.endOnce.Do(func() { close(s.ended) }) }
-
-// Nack returns d to delayed, due delayMs from now, at once.
-func (s *Subscription) Nack(ctx context.Context, d api.Delivery, delayMs int64) error {
-	_, err := s.c.Nack(ctx, []string{d.Receipt}, delayMs)
-	return err
-}
-
-// Err returns why the subscription ended, once Deliveries is closed: nil
-// after Close or the end of its context.
-func (s *Subscription) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
 
 // Close sends the acks queued so far (waiting up to ctx for them), then
 // ends the stream: the server releases the deliveries not acked for
@@ -190,68 +267,33 @@ func waitWithin(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// read opens the stream again each time it ends, with a growing pause
-// while it cannot.
+// read opens the stream again each time it ends, until the server
+// refuses it for good (a 4xx other than 429), waiting as long as an
+// answer's Retry-After asks (at most a second).
 func (s *Subscription) read() {
 	defer s.reader.Done()
-	defer close(s.out)
-	pause := 10 * time.Millisecond
-	for {
-		got, err := s.readOnce()
-		if s.readCtx.Err() != nil {
-			return
-		}
+	s.reconnect(s.readCtx, s.readOnce, func(err error) (bool, error, time.Duration) {
 		var e *Error
 		if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests {
-			s.mu.Lock()
-			s.err = err
-			s.mu.Unlock()
-			return
+			return true, err, 0
 		}
 		if err != nil {
 			s.report(err)
 		}
-		if got {
-			pause = 10 * time.Millisecond
-		}
-		wait := pause
 		if e != nil && e.RetryAfter > 0 {
-			wait = min(e.RetryAfter, time.Second)
+			return false, nil, min(e.RetryAfter, time.Second)
 		}
-		select {
-		case <-s.readCtx.Done():
-			return
-		case <-time.After(wait):
-		}
-		pause = min(2*pause, time.Second)
-	}
-}
-
-func (s *Subscription) report(err error) {
-	if s.opt.OnError != nil {
-		s.opt.OnError(err)
-	}
+		return false, nil, 0
+	})
 }
 
 // readOnce reads one stream to its end; got says whether it opened.
 func (s *Subscription) readOnce() (got bool, err error) {
-	req, err := http.NewRequestWithContext(s.readCtx, http.MethodGet, s.c.base+s.path, nil)
+	resp, err := s.c.send(s.readCtx, http.MethodGet, s.path, nil, "application/x-ndjson", "")
 	if err != nil {
-		return false, fmt.Errorf("delaywheel: GET %s: %w", s.path, err)
-	}
-	req.Header.Set("Accept", "application/x-ndjson")
-	if s.c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.c.token)
-	}
-	resp, err := s.c.hc.Do(req)
-	if err != nil {
-		return false, fmt.Errorf("delaywheel: GET %s: %w", s.path, err)
+		return false, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return false, errorOf(resp, data)
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
 	for sc.Scan() {
@@ -281,21 +323,7 @@ func (s *Subscription) ack() {
 	defer s.ackers.Done()
 	batch := make([]string, 0, s.opt.AckBatch)
 	for {
-		batch = batch[:0]
-		select {
-		case r := <-s.acks:
-			batch = append(batch, r)
-		case <-s.ended:
-		}
-	fill:
-		for len(batch) < s.opt.AckBatch {
-			select {
-			case r := <-s.acks:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
+		batch, _, _ = s.nextBatch(batch, s.ended, nil)
 		if len(batch) == 0 {
 			return // ended, and every queued ack is sent
 		}
