@@ -223,30 +223,25 @@ func (f *forwarder) Redrive(ctx context.Context, to model.Member, topic string, 
 }
 
 // subscribe passes a Subscribe stream, whose first request (read) is
-// first, on to the leader at leaderGRPC with the caller's authorization:
-// the requests up, the deliveries down, until either side ends or drain
-// does. The leader's status ends the stream as it is (NOT_LEADER once
+// first, on to the leader at to with the caller's authorization: the
+// requests up, the deliveries down, until either side ends or drain does.
+// The leader's status ends the stream as it is (NOT_LEADER once
 // leadership moves on: the client subscribes again); a half-close is
 // passed on, so the leader settles what was sent and ends OK. It returns
-// service.ErrNoForward, having sent nothing, when the stream cannot be forwarded.
-func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, leaderGRPC string, drain context.Context) error {
-	ctx := ss.Context()
-	if f == nil || forwarded(ctx) || leaderGRPC == "" {
+// service.ErrNoForward, having sent nothing, when the stream cannot be
+// forwarded.
+func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, to model.Member, drain context.Context) error {
+	if f == nil {
 		return service.ErrNoForward
 	}
-	auth := authorization(ctx)
-	conn, err := f.conn(leaderGRPC)
+	c, ctx, err := f.client(ss.Context(), to)
 	if err != nil {
-		return fmt.Errorf("%w: %w", service.ErrNoForward, err)
+		return err
 	}
-	out := metadata.Pairs(ForwardedKey, "1")
-	if auth != "" {
-		out.Set("authorization", auth)
-	}
-	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, out))
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(drain, cancel)()
-	up, err := pb.NewDelaywheelClient(conn).Subscribe(ctx)
+	up, err := c.Subscribe(ctx)
 	if err == nil {
 		err = up.Send(first)
 	}

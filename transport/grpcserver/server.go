@@ -194,24 +194,44 @@ var leaderOnly = map[string]bool{
 // group, on a node of many); and maps the error of the call to its
 // status. Health and reflection stay open.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
+	if !ours(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	start := time.Now()
-	resp, err := s.guard(ctx, req, info, handler)
-	s.metrics.Observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
-	if err != nil {
-		s.log.Debug("call failed", "method", info.FullMethod, "took_ms", time.Since(start).Milliseconds(), "err", err)
-	}
+	var resp any
+	err := s.observe(info.FullMethod, func() (err error) {
+		resp, err = s.guard(ctx, req, info, handler)
+		return err
+	})
 	return resp, err
+}
+
+// ours reports whether method is one of the Delaywheel service's.
+func ours(method string) bool { return strings.HasPrefix(method, "/"+ServiceName+"/") }
+
+// observe answers a call or stream of method with call, and counts its
+// answer by status code (logging a failure at debug level).
+func (s *Server) observe(method string, call func() error) error {
+	start := time.Now()
+	err := call()
+	s.metrics.Observe(strings.TrimPrefix(method, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
+	if err != nil {
+		s.log.Debug("call failed", "method", method, "took_ms", time.Since(start).Milliseconds(), "err", err)
+	}
+	return err
+}
+
+// authorize checks the caller's token, when the node has one.
+func (s *Server) authorize(ctx context.Context) error {
+	if s.cfg.AuthToken == "" {
+		return nil
+	}
+	return transport.CheckBearer(authorization(ctx), s.tokenSum)
 }
 
 func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	refused := s.codec.take(req) // taken first, whatever the answer
-	if s.cfg.AuthToken != "" {
-		if err := transport.CheckBearer(authorization(ctx), s.tokenSum); err != nil {
-			return nil, statusOf(err, "", nil)
-		}
+	if err := s.authorize(ctx); err != nil {
+		return nil, statusOf(err, "", nil)
 	}
 	if refused != nil {
 		return nil, refused

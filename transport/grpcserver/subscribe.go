@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
@@ -59,7 +56,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		if !known {
 			return notLeader(addr, known)
 		}
-		err := s.fwd.subscribe(ss, first, m.GRPCAddr, s.drain)
+		err := s.fwd.subscribe(ss, first, m, s.drain)
 		switch {
 		case errors.Is(err, service.ErrNoForward):
 			return notLeader(addr, known)
@@ -266,22 +263,18 @@ func (s *Server) settleAll(ctx context.Context, b transport.Backend, pending <-c
 // NOT_LEADER (on a node of many groups, once the stream names its topic:
 // Subscribe checks its group).
 func (s *Server) interceptStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
+	if !ours(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	start := time.Now()
-	err := s.guardStream(srv, strictStream{ServerStream: ss, codec: s.codec}, handler)
-	err = asStatus(err) // a status (NOT_LEADER, the stream's own) stays as it is
-	s.metrics.Observe(strings.TrimPrefix(info.FullMethod, "/"+ServiceName+"/"), status.Code(err).String(), time.Since(start))
-	return err
+	return s.observe(info.FullMethod, func() error {
+		// A status (NOT_LEADER, the stream's own) stays as it is.
+		return asStatus(s.guardStream(srv, strictStream{ServerStream: ss, codec: s.codec}, handler))
+	})
 }
 
 func (s *Server) guardStream(srv any, ss grpc.ServerStream, handler grpc.StreamHandler) error {
-	ctx := ss.Context()
-	if s.cfg.AuthToken != "" {
-		if err := transport.CheckBearer(authorization(ctx), s.tokenSum); err != nil {
-			return err
-		}
+	if err := s.authorize(ss.Context()); err != nil {
+		return err
 	}
 	if s.svc.Count() == 1 {
 		if _, err := s.svc.Local(0); err != nil {
