@@ -75,11 +75,7 @@ func messageOf(p *pb.Message, body *string) Message {
 
 // EnqueueRequestOf returns the request p carries.
 func EnqueueRequestOf(p *pb.EnqueueRequest) EnqueueRequest {
-	req := EnqueueRequest{Messages: make([]Message, len(p.GetMessages()))}
-	for i, m := range p.GetMessages() {
-		req.Messages[i] = MessageOf(m)
-	}
-	return req
+	return EnqueueRequest{Messages: Each(p.GetMessages(), MessageOf)}
 }
 
 // AppendEnqueueRequest appends the protobuf form of req to b.
@@ -139,9 +135,17 @@ func AppendEnqueueResponse(b []byte, resp EnqueueResponse) []byte {
 
 // ResultsOf returns the results p carries.
 func ResultsOf(p *pb.EnqueueResponse) []Result {
-	out := make([]Result, len(p.GetResults()))
-	for i, r := range p.GetResults() {
-		out[i] = Result{ID: r.GetId(), DeliverAtMs: r.GetDeliverAtMs(), Duplicate: r.GetDuplicate()}
+	return Each(p.GetResults(), func(r *pb.Result) Result {
+		return Result{ID: r.GetId(), DeliverAtMs: r.GetDeliverAtMs(), Duplicate: r.GetDuplicate()}
+	})
+}
+
+// Each converts every element of in with conv: a list of the protobuf
+// form into the JSON form's, or the other way.
+func Each[P, T any](in []P, conv func(P) T) []T {
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = conv(v)
 	}
 	return out
 }

@@ -54,7 +54,7 @@ func (g *GRPC) Reserve(ctx context.Context, topic string, req api.ReserveRequest
 		in.Max = api.Ptr(int32(*req.Max))
 	}
 	return invoke(ctx, g, "Reserve", bind(pb.DelaywheelClient.Reserve, in), func(r *pb.ReserveResponse) []api.Delivery {
-		return each(r.GetMessages(), deliveryOfProto)
+		return api.Each(r.GetMessages(), deliveryOfProto)
 	}, func(ds []api.Delivery) any { return api.ReserveResponse{Messages: ds} })
 }
 
@@ -83,7 +83,7 @@ func (g *GRPC) Touch(ctx context.Context, receipts []string) (api.TouchResponse,
 // Topics lists every topic's counts by state.
 func (g *GRPC) Topics(ctx context.Context) ([]api.TopicCounts, error) {
 	return invoke(ctx, g, "Topics", bind(pb.DelaywheelClient.Topics, &pb.TopicsRequest{}), func(r *pb.TopicsResponse) []api.TopicCounts {
-		return each(r.GetTopics(), func(t *pb.TopicCounts) api.TopicCounts {
+		return api.Each(r.GetTopics(), func(t *pb.TopicCounts) api.TopicCounts {
 			return api.TopicCounts{Topic: t.GetTopic(), Delayed: t.GetDelayed(), Ready: t.GetReady(), Reserved: t.GetReserved(), Dead: t.GetDead()}
 		})
 	}, func(ts []api.TopicCounts) any { return api.TopicsResponse{Topics: ts} })
@@ -96,7 +96,7 @@ func (g *GRPC) Dead(ctx context.Context, topic string, limit int) ([]api.Message
 		in.Limit = api.Ptr(int32(limit))
 	}
 	return invoke(ctx, g, "DeadLetters", bind(pb.DelaywheelClient.DeadLetters, in), func(r *pb.DeadLettersResponse) []api.MessageView {
-		return each(r.GetMessages(), viewOfProto)
+		return api.Each(r.GetMessages(), viewOfProto)
 	}, func(vs []api.MessageView) any { return api.DeadResponse{Messages: vs} })
 }
 
@@ -115,7 +115,7 @@ func (g *GRPC) GroupWheel(ctx context.Context, grp int) (api.Wheel, error) {
 	return invoke(ctx, g, "Wheel", bind(pb.DelaywheelClient.Wheel, &pb.WheelRequest{Group: int32(grp)}), func(r *pb.WheelResponse) api.Wheel {
 		return api.Wheel{Slots: int(r.GetSlots()), TickMs: r.GetTickMs(), CursorMs: r.GetCursorMs(), HorizonMs: r.GetHorizonMs(),
 			OpenSegments: int(r.GetOpenSegments()), OverflowMessages: r.GetOverflowMessages(),
-			NonEmpty: each(r.GetNonempty(), func(s *pb.SlotSummary) api.SlotSummary {
+			NonEmpty: api.Each(r.GetNonempty(), func(s *pb.SlotSummary) api.SlotSummary {
 				return api.SlotSummary{Slot: int(s.GetSlot()), Second: s.GetSecond(), Messages: int(s.GetMessages()), Bytes: s.GetBytes()}
 			})}
 	}, nil)
@@ -132,7 +132,7 @@ func (g *GRPC) GroupSlot(ctx context.Context, grp, slot int, records bool) (api.
 	return invoke(ctx, g, "Slot", bind(pb.DelaywheelClient.Slot, in), func(r *pb.SlotResponse) api.Slot {
 		s := api.Slot{Slot: int(r.GetSlot()), Second: r.GetSecond(), File: r.GetFile(), Messages: int(r.GetMessages()), Bytes: r.GetBytes()}
 		if records {
-			s.Records = each(r.GetRecords(), func(x *pb.SlotRecord) api.SlotRecord {
+			s.Records = api.Each(r.GetRecords(), func(x *pb.SlotRecord) api.SlotRecord {
 				return api.SlotRecord{Offset: x.GetOffset(), Type: x.GetType(), Index: x.GetIndex(), ID: x.GetId(), Topic: x.GetTopic(),
 					DueMs: x.GetDueMs(), Attempts: x.GetAttempts(), Bytes: int(x.GetBytes()), Live: x.GetLive()}
 			})
@@ -145,7 +145,7 @@ func (g *GRPC) GroupSlot(ctx context.Context, grp, slot int, records bool) (api.
 func (g *GRPC) Cluster(ctx context.Context) (api.Cluster, error) {
 	return invoke(ctx, g, "Cluster", bind(pb.DelaywheelClient.Cluster, &pb.ClusterRequest{}), func(r *pb.ClusterResponse) api.Cluster {
 		c := api.Cluster{Leader: r.GetLeader(), Term: r.GetTerm(), Self: r.GetSelf(), ViewOf: r.GetViewOf(),
-			Nodes: each(r.GetNodes(), func(n *pb.NodeStatus) api.NodeStatus {
+			Nodes: api.Each(r.GetNodes(), func(n *pb.NodeStatus) api.NodeStatus {
 				return api.NodeStatus{Node: api.Node{ID: n.GetId(), RaftAddr: n.GetRaftAddr(), HTTPAddr: n.GetHttpAddr()},
 					Suffrage: n.GetSuffrage(), State: n.GetState(), Reachable: n.Reachable, LastContactMs: n.LastContactMs,
 					AppliedIndex: n.GetAppliedIndex(), CommitIndex: n.GetCommitIndex(), Lag: n.Lag}
@@ -161,15 +161,6 @@ func (g *GRPC) Cluster(ctx context.Context) (api.Cluster, error) {
 // bind binds a request to a method of the generated client.
 func bind[Q any, R any](m func(pb.DelaywheelClient, context.Context, Q, ...grpc.CallOption) (R, error), req Q) func(context.Context, pb.DelaywheelClient) (R, error) {
 	return func(ctx context.Context, c pb.DelaywheelClient) (R, error) { return m(c, ctx, req) }
-}
-
-// each converts every element of in with conv.
-func each[P, T any](in []P, conv func(P) T) []T {
-	out := make([]T, len(in))
-	for i, v := range in {
-		out[i] = conv(v)
-	}
-	return out
 }
 
 func viewOfProto(v *pb.MessageView) api.MessageView {

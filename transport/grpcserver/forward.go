@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
@@ -100,10 +101,7 @@ func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to model.Memb
 
 // Enqueue forwards an enqueue, its due times absolute.
 func (f *forwarder) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
-	req := &pb.EnqueueRequest{Messages: make([]*pb.Message, len(msgs))}
-	for i, m := range msgs {
-		req.Messages[i] = messageOf(m)
-	}
+	req := &pb.EnqueueRequest{Messages: api.Each(msgs, messageOf)}
 	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Enqueue)
 	if err != nil {
 		return nil, 0, err
@@ -194,10 +192,7 @@ func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, 
 	if op == service.OpBury {
 		return command.Counted{}, 0, service.ErrNoForward
 	}
-	list := make([]string, len(rs))
-	for i, r := range rs {
-		list[i] = r.String()
-	}
+	list := api.Each(rs, model.Receipt.String)
 	var resp *pb.SettleResponse
 	var index uint64
 	var err error

@@ -132,11 +132,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.ReserveResponse{Messages: make([]*pb.Delivery, len(ds))}
-	for i, d := range ds {
-		out.Messages[i] = deliveryOf(d)
-	}
-	return out, nil
+	return &pb.ReserveResponse{Messages: api.Each(ds, deliveryOf)}, nil
 }
 
 // Ack finishes reserved messages.
@@ -178,11 +174,9 @@ func (s *Server) Topics(ctx context.Context, _ *pb.TopicsRequest) (*pb.TopicsRes
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.TopicsResponse{Topics: make([]*pb.TopicCounts, len(ts))}
-	for i, t := range ts {
-		out.Topics[i] = &pb.TopicCounts{Topic: t.Topic, Delayed: t.Delayed, Ready: t.Ready, Reserved: t.Reserved, Dead: t.Dead}
-	}
-	return out, nil
+	return &pb.TopicsResponse{Topics: api.Each(ts, func(t wheel.TopicCounts) *pb.TopicCounts {
+		return &pb.TopicCounts{Topic: t.Topic, Delayed: t.Delayed, Ready: t.Ready, Reserved: t.Reserved, Dead: t.Dead}
+	})}, nil
 }
 
 // DeadLetters lists a topic's dead messages.
@@ -202,11 +196,7 @@ func (s *Server) DeadLetters(ctx context.Context, req *pb.DeadLettersRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.DeadLettersResponse{Messages: make([]*pb.MessageView, len(vs))}
-	for i, v := range vs {
-		out.Messages[i] = viewOf(v)
-	}
-	return out, nil
+	return &pb.DeadLettersResponse{Messages: api.Each(vs, viewOf)}, nil
 }
 
 // Redrive moves dead messages back to ready: the listed ids, or with all
@@ -244,12 +234,11 @@ func (s *Server) Wheel(ctx context.Context, req *pb.WheelRequest) (*pb.WheelResp
 		return nil, err
 	}
 	v := transport.WheelView(w)
-	out := &pb.WheelResponse{Slots: int32(v.Slots), TickMs: v.TickMs, CursorMs: v.CursorMs, HorizonMs: v.HorizonMs,
-		OpenSegments: int64(v.OpenSegments), OverflowMessages: v.OverflowMessages, Nonempty: make([]*pb.SlotSummary, len(v.NonEmpty))}
-	for i, n := range v.NonEmpty {
-		out.Nonempty[i] = &pb.SlotSummary{Slot: int32(n.Slot), Second: n.Second, Messages: int64(n.Messages), Bytes: n.Bytes}
-	}
-	return out, nil
+	return &pb.WheelResponse{Slots: int32(v.Slots), TickMs: v.TickMs, CursorMs: v.CursorMs, HorizonMs: v.HorizonMs,
+		OpenSegments: int64(v.OpenSegments), OverflowMessages: v.OverflowMessages,
+		Nonempty: api.Each(v.NonEmpty, func(n api.SlotSummary) *pb.SlotSummary {
+			return &pb.SlotSummary{Slot: int32(n.Slot), Second: n.Second, Messages: int64(n.Messages), Bytes: n.Bytes}
+		})}, nil
 }
 
 // Slot describes one slot of the wheel of a group.
@@ -266,12 +255,11 @@ func (s *Server) Slot(ctx context.Context, req *pb.SlotRequest) (*pb.SlotRespons
 		return nil, err
 	}
 	v := transport.SlotView(si, req.GetRecords())
-	out := &pb.SlotResponse{Slot: int32(v.Slot), Second: v.Second, File: v.File, Messages: int64(v.Messages), Bytes: v.Bytes}
-	for _, r := range v.Records {
-		out.Records = append(out.Records, &pb.SlotRecord{Offset: r.Offset, Type: r.Type, Index: r.Index, Id: r.ID, Topic: r.Topic,
-			DueMs: r.DueMs, Attempts: r.Attempts, Bytes: int64(r.Bytes), Live: r.Live})
-	}
-	return out, nil
+	return &pb.SlotResponse{Slot: int32(v.Slot), Second: v.Second, File: v.File, Messages: int64(v.Messages), Bytes: v.Bytes,
+		Records: api.Each(v.Records, func(r api.SlotRecord) *pb.SlotRecord {
+			return &pb.SlotRecord{Offset: r.Offset, Type: r.Type, Index: r.Index, Id: r.ID, Topic: r.Topic,
+				DueMs: r.DueMs, Attempts: r.Attempts, Bytes: int64(r.Bytes), Live: r.Live}
+		})}, nil
 }
 
 // Cluster returns the leader's view of the members, and every group.
@@ -283,16 +271,15 @@ func (s *Server) Cluster(ctx context.Context, _ *pb.ClusterRequest) (*pb.Cluster
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.ClusterResponse{Leader: c.Leader, Term: c.Term, Self: c.Self, ViewOf: c.ViewOf, Nodes: make([]*pb.NodeStatus, len(c.Nodes))}
-	for i, n := range c.Nodes {
-		out.Nodes[i] = &pb.NodeStatus{Id: n.ID, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr, Suffrage: n.Suffrage, State: n.State,
-			Reachable: n.Reachable, LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex, CommitIndex: n.CommitIndex, Lag: n.Lag}
-	}
-	for _, g := range c.Groups {
-		out.Groups = append(out.Groups, &pb.GroupStatus{Group: int32(g.Group), Leader: g.Leader, Term: g.Term,
-			AppliedIndex: g.AppliedIndex, CommitIndex: g.CommitIndex, Lag: g.Lag})
-	}
-	return out, nil
+	return &pb.ClusterResponse{Leader: c.Leader, Term: c.Term, Self: c.Self, ViewOf: c.ViewOf,
+		Nodes: api.Each(c.Nodes, func(n api.NodeStatus) *pb.NodeStatus {
+			return &pb.NodeStatus{Id: n.ID, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr, Suffrage: n.Suffrage, State: n.State,
+				Reachable: n.Reachable, LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex, CommitIndex: n.CommitIndex, Lag: n.Lag}
+		}),
+		Groups: api.Each(c.Groups, func(g api.Group) *pb.GroupStatus {
+			return &pb.GroupStatus{Group: int32(g.Group), Leader: g.Leader, Term: g.Term,
+				AppliedIndex: g.AppliedIndex, CommitIndex: g.CommitIndex, Lag: g.Lag}
+		})}, nil
 }
 
 func viewOf(v wheel.View) *pb.MessageView {

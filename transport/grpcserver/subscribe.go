@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/delaywheel/delaywheel/transport"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel/model"
@@ -148,11 +149,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		default:
 			return err
 		}
-		out := &pb.SubscribeResponse{Messages: make([]*pb.Delivery, len(ds))}
-		for i, d := range ds {
-			out.Messages[i] = deliveryOf(d)
-		}
-		if err := ss.Send(out); err != nil {
+		if err := ss.Send(&pb.SubscribeResponse{Messages: api.Each(ds, deliveryOf)}); err != nil {
 			return err
 		}
 	}

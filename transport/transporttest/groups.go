@@ -10,7 +10,6 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // GroupsBackend serves a node's many Raft groups through one server, as
@@ -38,22 +37,13 @@ type GroupsCluster struct {
 // Each Node's Node is its group 0, and Groups all of them.
 func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 	t.Helper()
-	if o.Clock == nil {
-		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
-	}
+	o = o.withClock()
 	// The servers listen before the nodes start, on the addresses the
 	// nodes record, as StartCluster's do.
 	c := &GroupsCluster{o: o, t: t}
-	var byID map[string]*Node
-	c.Nodes, byID = listening(n, o.Clock)
-	c.tc = repltest.NewGroupsCluster(t, n, groups, func(cfg *replication.Config) {
-		cfg.Clock = o.Clock
-		cfg.HTTPAddr = byID[cfg.ID].Addr
-		byID[cfg.ID].RaftAddr = cfg.RaftAddr
-		if o.Replication != nil {
-			o.Replication(cfg)
-		}
-	})
+	var configure func(*replication.Config)
+	c.Nodes, configure = listening(n, o, nil)
+	c.tc = repltest.NewGroupsCluster(t, n, groups, configure)
 	for i, tn := range c.tc.Nodes {
 		c.serve(c.Nodes[i], tn.Groups)
 	}

@@ -128,23 +128,15 @@ func Start(t testing.TB, o Options) *Node {
 // leader is ready and every node knows the leader's HTTP address.
 func StartCluster(t testing.TB, n int, o Options) *Cluster {
 	t.Helper()
-	if o.Clock == nil {
-		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
-	}
+	o = o.withClock()
 	c := &Cluster{o: o, t: t}
-	var byID map[string]*Node
-	c.Nodes, byID = listening(n, o.Clock)
-	c.tc = repltest.NewCluster(t, n, func(cfg *replication.Config) {
-		cfg.Clock = o.Clock
-		cfg.HTTPAddr = byID[cfg.ID].Addr
-		byID[cfg.ID].RaftAddr = cfg.RaftAddr
+	var configure func(*replication.Config)
+	c.Nodes, configure = listening(n, o, func(cfg *replication.Config) {
 		if n == 1 {
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 10*time.Millisecond, 10*time.Millisecond
 		}
-		if o.Replication != nil {
-			o.Replication(cfg)
-		}
 	})
+	c.tc = repltest.NewCluster(t, n, configure)
 	// The test cluster names its nodes n1, n2… in order. Were the match
 	// wrong, no node would find the leader at the leader's address below.
 	for i, tn := range c.tc.Nodes {
@@ -166,17 +158,36 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 
 // listening returns nodes n1…nN (the names the test clusters give their
 // nodes, in order), each with a server that listens but does not serve
-// yet, so that the nodes record addresses no other test can take; byID
-// finds them by name.
-func listening(n int, clock *wheeltest.FakeClock) (nodes []*Node, byID map[string]*Node) {
-	byID = map[string]*Node{}
+// yet, so that the nodes record addresses no other test can take; and the
+// edit of a node's config that gives it the kit's clock and its server's
+// address, then tune's edits (when set) and o.Replication's.
+func listening(n int, o Options, tune func(*replication.Config)) (nodes []*Node, configure func(*replication.Config)) {
+	byID := map[string]*Node{}
 	for i := range n {
-		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: clock, srv: httptest.NewUnstartedServer(nil)}
+		kn := &Node{ID: fmt.Sprintf("n%d", i+1), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
 		kn.Addr = kn.srv.Listener.Addr().String()
 		nodes = append(nodes, kn)
 		byID[kn.ID] = kn
 	}
-	return nodes, byID
+	return nodes, func(cfg *replication.Config) {
+		cfg.Clock = o.Clock
+		cfg.HTTPAddr = byID[cfg.ID].Addr
+		byID[cfg.ID].RaftAddr = cfg.RaftAddr
+		if tune != nil {
+			tune(cfg)
+		}
+		if o.Replication != nil {
+			o.Replication(cfg)
+		}
+	}
+}
+
+// withClock is o with a clock: a new FakeClock at StartMs when it has none.
+func (o Options) withClock() Options {
+	if o.Clock == nil {
+		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
+	}
+	return o
 }
 
 // StartJoiner starts a node that is to join a cluster (as `server --join`
@@ -184,9 +195,7 @@ func listening(n int, clock *wheeltest.FakeClock) (nodes []*Node, byID map[strin
 // it with the leader's AddNode and its ID, RaftAddr and Addr.
 func StartJoiner(t testing.TB, id string, o Options) *Node {
 	t.Helper()
-	if o.Clock == nil {
-		o.Clock = wheeltest.NewFakeClock(time.UnixMilli(StartMs))
-	}
+	o = o.withClock()
 	kn := &Node{ID: id, RaftAddr: nettest.FreeAddr(t), Clock: o.Clock, srv: httptest.NewUnstartedServer(nil)}
 	kn.Addr = kn.srv.Listener.Addr().String()
 	cfg := replication.Config{
