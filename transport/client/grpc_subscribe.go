@@ -94,15 +94,15 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 // the one it used does not lead), until the server refuses it for good.
 func (s *GRPCSubscription) read() {
 	defer s.reader.Done()
-	s.reconnect(s.ctx, s.readOnce, func(err error) (bool, error, time.Duration) {
+	s.reconnect(s.ctx, s.readOnce, func(err error) (bool, time.Duration, error) {
 		select {
 		case <-s.closing:
-			return true, nil, 0 // Close ended the stream, or it ended while closing
+			return true, 0, nil // Close ended the stream, or it ended while closing
 		default:
 		}
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.Unauthenticated, codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
-			return true, errorOfStatus(err), 0
+			return true, 0, errorOfStatus(err)
 		}
 		if notLeader(err) {
 			s.g.next()
@@ -110,7 +110,7 @@ func (s *GRPCSubscription) read() {
 		if err != nil {
 			s.report(fmt.Errorf("delaywheel: subscribe %s: %w", s.topic, errorOfStatus(err)))
 		}
-		return false, nil, 0
+		return false, 0, nil
 	})
 }
 

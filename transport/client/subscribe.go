@@ -106,7 +106,7 @@ func (f *feed) report(err error) {
 // stream ended: whether the subscription ends (with final, for Err), and
 // how long to pause before the next (0: the pause, from 10 ms, doubling
 // while the streams deliver nothing, up to a second).
-func (f *feed) reconnect(ctx context.Context, read func() (got bool, err error), after func(err error) (stop bool, final error, wait time.Duration)) {
+func (f *feed) reconnect(ctx context.Context, read func() (got bool, err error), after func(err error) (stop bool, wait time.Duration, final error)) {
 	defer close(f.out)
 	pause := 10 * time.Millisecond
 	for {
@@ -114,7 +114,7 @@ func (f *feed) reconnect(ctx context.Context, read func() (got bool, err error),
 		if ctx.Err() != nil {
 			return
 		}
-		stop, final, wait := after(err)
+		stop, wait, final := after(err)
 		if stop {
 			f.mu.Lock()
 			f.err = final
@@ -272,18 +272,18 @@ func waitWithin(ctx context.Context, wg *sync.WaitGroup) error {
 // answer's Retry-After asks (at most a second).
 func (s *Subscription) read() {
 	defer s.reader.Done()
-	s.reconnect(s.readCtx, s.readOnce, func(err error) (bool, error, time.Duration) {
+	s.reconnect(s.readCtx, s.readOnce, func(err error) (bool, time.Duration, error) {
 		var e *Error
 		if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests {
-			return true, err, 0
+			return true, 0, err
 		}
 		if err != nil {
 			s.report(err)
 		}
 		if e != nil && e.RetryAfter > 0 {
-			return false, nil, min(e.RetryAfter, time.Second)
+			return false, min(e.RetryAfter, time.Second), nil
 		}
-		return false, nil, 0
+		return false, 0, nil
 	})
 }
 

@@ -56,7 +56,7 @@ func TestExample(t *testing.T) {
 	// The harness waits for a leader through calls without the token:
 	// wait here for /readyz, which needs none.
 	c := systemtest.NewCluster(t, bin, systemtest.Options{Flags: []string{"--auth-token-file", tokenFile}, NoWait: true})
-	n := c.Nodes()[0]
+	n := c.Servers()[0]
 	cl := client.New("http://"+n.HTTPAddr, client.WithToken("python-example-token"))
 	nettest.WaitFor(t, time.Minute, n.HTTPAddr+" to be ready", func() bool { return cl.Readyz(ctx) == nil })
 
