@@ -395,10 +395,11 @@ func (c *Client) send(ctx context.Context, method, path string, body io.Reader, 
 	if err != nil {
 		return nil, fmt.Errorf("delaywheel: %s %s: %w", method, path, err)
 	}
-	for k, v := range map[string]string{"Accept": accept, "Content-Type": contentType} {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
