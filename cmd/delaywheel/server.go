@@ -174,22 +174,17 @@ func runServer(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	bln, err := listenBeanstalkd(c.String("beanstalkd-addr"), token != "", logger)
-	if err != nil {
-		ln.Close()
-		if gln != nil {
-			gln.Close()
-		}
-		return err
-	}
+	var bln net.Listener
 	closeListeners := func() {
-		ln.Close()
-		if gln != nil {
-			gln.Close()
+		for _, l := range []net.Listener{ln, gln, bln} {
+			if l != nil {
+				l.Close()
+			}
 		}
-		if bln != nil {
-			bln.Close()
-		}
+	}
+	if bln, err = listenBeanstalkd(c.String("beanstalkd-addr"), token != "", logger); err != nil {
+		closeListeners()
+		return err
 	}
 	tcfg.GRPCAddr = grpcAddr
 	// The member record holds the gRPC address followers forward to: one
