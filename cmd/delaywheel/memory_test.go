@@ -40,40 +40,31 @@ func TestMemorySettingsApplyAndRestore(t *testing.T) {
 
 	procs0 := runtime.GOMAXPROCS(0)
 	restore := runtimeSettings{Procs: procs0 + 3, Limit: 96 << 20, GCPercent: 37}.apply(log)
-	if got := runtime.GOMAXPROCS(0); got != procs0+3 {
-		t.Errorf("procs = %d, want %d", got, procs0+3)
-	}
-	if got := debug.SetMemoryLimit(-1); got != 96<<20 {
-		t.Errorf("memory limit = %d, want %d", got, 96<<20)
-	}
-	if got := currentGCPercent(); got != 37 {
-		t.Errorf("gc percent = %d, want 37", got)
-	}
+	wantRuntime(t, "", procs0+3, 96<<20, 37)
 	restore()
-	if got := runtime.GOMAXPROCS(0); got != procs0 {
-		t.Errorf("procs after restore = %d, want %d", got, procs0)
-	}
-	if got := debug.SetMemoryLimit(-1); got != limit0 {
-		t.Errorf("memory limit after restore = %d, want %d", got, limit0)
-	}
-	if got := currentGCPercent(); got != percent0 {
-		t.Errorf("gc percent after restore = %d, want %d", got, percent0)
-	}
+	wantRuntime(t, " after restore", procs0, limit0, percent0)
 
 	// Zero leaves the runtime's own settings alone.
 	restore = runtimeSettings{}.apply(log)
-	if got := runtime.GOMAXPROCS(0); got != procs0 {
-		t.Errorf("procs with 0 = %d, want the runtime's %d", got, procs0)
-	}
-	if got := debug.SetMemoryLimit(-1); got != limit0 {
-		t.Errorf("memory limit with 0 = %d, want the runtime's %d", got, limit0)
-	}
-	if got := currentGCPercent(); got != percent0 {
-		t.Errorf("gc percent with 0 = %d, want the runtime's %d", got, percent0)
-	}
+	wantRuntime(t, " with 0", procs0, limit0, percent0)
 	restore()
 	if limit0 != math.MaxInt64 {
 		t.Logf("GOMEMLIMIT is set in this environment: %d", limit0)
+	}
+}
+
+// wantRuntime checks the runtime's processors, memory limit and collector
+// target (when, as the messages say, e.g. " after restore").
+func wantRuntime(t *testing.T, when string, procs int, limit int64, percent int) {
+	t.Helper()
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("procs%s = %d, want %d", when, got, procs)
+	}
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("memory limit%s = %d, want %d", when, got, limit)
+	}
+	if got := currentGCPercent(); got != percent {
+		t.Errorf("gc percent%s = %d, want %d", when, got, percent)
 	}
 }
 
