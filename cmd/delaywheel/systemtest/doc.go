@@ -6,12 +6,13 @@
 // The exported kit is usable from any test:
 //
 //   - Build compiles the binary.
-//   - NewCluster starts one or more nodes (each running Options.Groups Raft
-//     groups), each in its own data directory under t.TempDir(), with its
-//     output captured to a log file whose tail is printed when the test
-//     fails. A Server can be killed (SIGKILL), stopped
-//     (SIGTERM, exit code 0 asserted by the caller), paused and resumed
-//     (SIGSTOP/SIGCONT) and restarted on the same data directory.
+//   - NewCluster starts one or more nodes, each a Server: one delaywheel
+//     process (running Options.Groups Raft groups) in its own data
+//     directory under t.TempDir(), with its output captured to a log file
+//     whose tail is printed when the test fails. A Server can be killed
+//     (SIGKILL), stopped (SIGTERM, exit code 0 asserted by the caller),
+//     paused and resumed (SIGSTOP/SIGCONT) and restarted on the same data
+//     directory.
 //   - Every node's advertised Raft address is a fault-injecting TCP Proxy on
 //     the node's own IP that forwards to the node's Raft listener. Outgoing
 //     Raft connections leave from each node's IP, so a proxy that refuses a
