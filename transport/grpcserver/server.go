@@ -200,7 +200,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	var resp any
 	err := s.observe(info.FullMethod, func() (err error) {
 		resp, err = s.guard(ctx, req, info, handler)
-		return err
+		return asStatus(err) // a status (the leader's answer, a refusal) stays as it is
 	})
 	return resp, err
 }
@@ -231,7 +231,7 @@ func (s *Server) authorize(ctx context.Context) error {
 func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	refused := s.codec.take(req) // taken first, whatever the answer
 	if err := s.authorize(ctx); err != nil {
-		return nil, statusOf(err, "", nil)
+		return nil, err
 	}
 	if refused != nil {
 		return nil, refused
@@ -241,7 +241,7 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		// serve it before it is validated, where the leader validates it.
 		if g, ok := s.groupNamed(req); ok {
 			if err := s.svc.Reachable(ctx, g); err != nil {
-				return nil, asStatus(err)
+				return nil, err
 			}
 		}
 	}
@@ -251,7 +251,7 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	resp, err := handler(ctx, req)
 	if err != nil {
-		return nil, asStatus(err)
+		return nil, err
 	}
 	if settled != nil && settled.Index > 0 {
 		// The leader's answer to a call a follower forwarded: the index
