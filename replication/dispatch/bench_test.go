@@ -1,7 +1,10 @@
+//go:build unix
+
 package dispatch
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +30,7 @@ func BenchmarkStreamHandoff(b *testing.B) {
 	ctx := b.Context()
 	msgs := make([]command.NewMessage, perMs)
 	body := make([]byte, 100)
+	var cpu time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -40,6 +44,7 @@ func BenchmarkStreamHandoff(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+		cpu0 := cpuTime()
 		var rs []model.Receipt
 		for len(rs) < perMs {
 			ds, err := ws.Next(ctx)
@@ -51,7 +56,18 @@ func BenchmarkStreamHandoff(b *testing.B) {
 			}
 		}
 		settle(ctx, b, d, n, rs)
+		cpu += cpuTime() - cpu0
 	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime is the user and system time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // settle acks rs as the node does: submitted, the streams told it is
