@@ -339,7 +339,7 @@ func (d *Dispatcher) takeLocked(topic string, max int) []model.Message {
 	list := d.due[topic]
 	whole := list
 	if need := min(max-len(out), len(list)); need > 0 {
-		out = slices.Grow(out, need)
+		out = slices.Grow(out, need) // grown once for what the list can give
 	}
 	cursor := st.Cursor()
 	var busy []model.Message
@@ -368,7 +368,7 @@ func (d *Dispatcher) takeLocked(topic string, max int) []model.Message {
 	switch {
 	case len(list) > 0:
 		d.due[topic] = list
-	case cap(whole) <= dueReuse:
+	case cap(whole) > 0 && cap(whole) <= dueReuse:
 		// Emptied: the next messages popped for the topic go into the
 		// same array rather than a new one grown from nothing.
 		clear(whole)
