@@ -1,6 +1,6 @@
 // Package replication owns the Raft node that replicates the wheel store:
 //
-//   - the node (node.go, leader.go, proposal.go, backend.go): its
+//   - the node (node.go, config.go, leader.go, proposal.go, backend.go): its
 //     lifecycle, the start-up decision between resuming from the on-disk
 //     state and restoring a snapshot, proposals and their answers,
 //     membership, the leadership lease (lease.go), and the methods the

@@ -69,14 +69,14 @@ func (f *fakeNode) Submit(_ context.Context, cmds ...command.Command) (func() ([
 
 // startFake starts a dispatcher over a fake node on a fake clock that reads
 // a little past the start of the current second.
-func startFake(t *testing.T) (*Dispatcher, *fakeNode, *wheeltest.FakeClock) {
+func startFake(t testing.TB) (*Dispatcher, *fakeNode, *wheeltest.FakeClock) {
 	t.Helper()
 	return startFakeWith(t, nil)
 }
 
 // startFakeWith is startFake with configure adjusting the dispatcher's
 // config before it starts.
-func startFakeWith(t *testing.T, configure func(*Config)) (*Dispatcher, *fakeNode, *wheeltest.FakeClock) {
+func startFakeWith(t testing.TB, configure func(*Config)) (*Dispatcher, *fakeNode, *wheeltest.FakeClock) {
 	t.Helper()
 	clk := wheeltest.NewFakeClock(time.Now().Truncate(time.Second).Add(100 * time.Millisecond))
 	st, err := wheel.Open(t.TempDir(), wheel.Options{})

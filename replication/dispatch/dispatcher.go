@@ -337,6 +337,10 @@ func (d *Dispatcher) takeLocked(topic string, max int) []model.Message {
 		}
 	}
 	list := d.due[topic]
+	whole := list
+	if need := min(max-len(out), len(list)); need > 0 {
+		out = slices.Grow(out, need) // grown once for what the list can give
+	}
 	cursor := st.Cursor()
 	var busy []model.Message
 	for len(out) < max && len(list) > 0 {
@@ -361,13 +365,23 @@ func (d *Dispatcher) takeLocked(topic string, max int) []model.Message {
 	if len(busy) > 0 {
 		list = append(busy, list...)
 	}
-	if len(list) == 0 {
-		delete(d.due, topic)
-	} else {
+	switch {
+	case len(list) > 0:
 		d.due[topic] = list
+	case cap(whole) > 0 && cap(whole) <= dueReuse:
+		// Emptied: the next messages popped for the topic go into the
+		// same array rather than a new one grown from nothing.
+		clear(whole)
+		d.due[topic] = whole[:0]
+	default:
+		delete(d.due, topic)
 	}
 	return out
 }
+
+// dueReuse bounds the array of due messages a topic keeps once emptied,
+// for the next ones: a burst larger than it is not held on to.
+const dueReuse = 1024
 
 // InFlight reports whether a message is being handed out.
 func (d *Dispatcher) InFlight(id model.ID) bool {

@@ -220,7 +220,11 @@ func (s *stream) push(ds []model.Delivery) {
 			s.minExp = dl.LeaseExpiresMs
 		}
 	}
-	s.queue = append(s.queue, ds...)
+	if len(s.queue) == 0 {
+		s.queue = ds // the caller's to give away: Next hands it on as it is
+	} else {
+		s.queue = append(s.queue, ds...)
+	}
 	s.mu.Unlock()
 	signal(s.ready)
 }
@@ -431,38 +435,4 @@ func (d *Dispatcher) releaseNow(rs []model.Receipt) {
 		}
 		rs = rs[n:]
 	}
-}
-
-// Settling tells the streams that handed out rs that an ack or nack of
-// them is in the log's order: they free its room (stream.Settling). The
-// node calls it once it has submitted the ack, and Settled once it applied.
-func (d *Dispatcher) Settling(rs []model.Receipt) {
-	for s, rs := range d.byStream(rs, false) {
-		s.Settling(rs)
-	}
-}
-
-// Settled tells the streams that the leases of rs ended: the node calls
-// it once an ack or nack of them has applied.
-func (d *Dispatcher) Settled(rs []model.Receipt) {
-	for s, rs := range d.byStream(rs, true) {
-		s.settle(rs)
-	}
-}
-
-// byStream groups the receipts of rs that a stream handed out by that
-// stream; with forget, the dispatcher stops routing them.
-func (d *Dispatcher) byStream(rs []model.Receipt, forget bool) map[*stream][]model.Receipt {
-	by := map[*stream][]model.Receipt{}
-	d.smu.Lock()
-	defer d.smu.Unlock()
-	for _, r := range rs {
-		if s, ok := d.streams[r]; ok {
-			if forget {
-				delete(d.streams, r)
-			}
-			by[s] = append(by[s], r)
-		}
-	}
-	return by
 }
