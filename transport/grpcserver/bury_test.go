@@ -74,3 +74,38 @@ func TestBury(t *testing.T) {
 		t.Fatalf("reserved after the redrive %v; want %s", again.Messages, buried.Id)
 	}
 }
+
+// A bury whose receipts are of every group, sent through one node, is
+// split by group, each part buried by its group's leader; the node that
+// was sent it lists each among its topic's dead letters at once. A
+// receipt of a group the cluster lacks is refused, naming it.
+func TestGroupsBury(t *testing.T) {
+	const groups = 3
+	gg := startGroupsGRPC(t, groups)
+	ctx := authed(t.Context(), token)
+	var msgs []*pb.Message
+	for g := range groups {
+		msgs = append(msgs, &pb.Message{Topic: topicOf(g, groups), Body: []byte("x"), MaxAttempts: proto32(5)})
+	}
+	get(gg.clients[0].Enqueue(ctx, &pb.EnqueueRequest{Messages: msgs}))(t, "enqueue")
+	var receipts, ids []string
+	for g := range groups {
+		d := get(gg.clients[1].Reserve(ctx, &pb.ReserveRequest{Topic: topicOf(g, groups), WaitMs: 5000}))(t, "reserve")
+		if len(d.Messages) != 1 {
+			t.Fatalf("reserved of group %d: %v", g, d.Messages)
+		}
+		receipts, ids = append(receipts, d.Messages[0].Receipt), append(ids, d.Messages[0].Id)
+	}
+	if s := get(gg.clients[2].Bury(ctx, &pb.ReceiptsRequest{Receipts: receipts}))(t, "bury"); s.Done != groups || s.Stale != 0 {
+		t.Fatalf("buried %v", s)
+	}
+	for g := range groups {
+		dead := get(gg.clients[2].DeadLetters(ctx, &pb.DeadLettersRequest{Topic: topicOf(g, groups)}))(t, "dead letters")
+		if len(dead.Messages) != 1 || dead.Messages[0].Id != ids[g] {
+			t.Fatalf("dead letters of group %d: %v; want %s", g, dead.Messages, ids[g])
+		}
+	}
+	const id = "000000000000000a05000000" // group 5
+	_, err := gg.clients[0].Bury(ctx, &pb.ReceiptsRequest{Receipts: []string{receipts[0], id + ".dff9db1391163e6f"}})
+	wantCode(t, "bury of group 5", err, codes.InvalidArgument, "receipts[1]: receipt names group 5; this cluster has groups 0 to 2")
+}
