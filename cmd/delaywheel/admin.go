@@ -83,6 +83,10 @@ func adminCommands(openOffline openOfflineFunc) []*cli.Command {
 		}),
 		withCommonFlags(&cli.Command{Name: "touch", Usage: "extend the leases of reserved messages by their ttr", ArgsUsage: "RECEIPT...", Action: a.touch}),
 		withCommonFlags(&cli.Command{
+			Name: "bury", Usage: "move reserved messages to their topics' dead letters at once (redrive makes them ready again)",
+			ArgsUsage: "RECEIPT...", Action: a.bury,
+		}),
+		withCommonFlags(&cli.Command{
 			Name: "reschedule", Usage: "move a delayed or ready message to a new due time", ArgsUsage: "ID (--delay D | --deliver-at T)",
 			Flags:  whenFlags("due"),
 			Action: a.reschedule,

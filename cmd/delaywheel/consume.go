@@ -11,8 +11,8 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 )
 
-// The commands of a topic's consumers: reserve, ack, nack and touch,
-// dead and redrive; and reschedule, which moves a delayed or ready message.
+// The commands of a topic's consumers: reserve, ack, nack, touch and
+// bury, dead and redrive; and reschedule, which moves a delayed or ready message.
 // An empty list says on stderr why it is empty.
 
 func (a *admin) reserve(c *cli.Context) error {
@@ -75,6 +75,13 @@ func (a *admin) touch(c *cli.Context) error {
 	return settleReceipts(c, "touched:", func(s *session, rs []string) (int, int, error) {
 		r, err := s.api.Touch(c.Context, rs)
 		return r.Touched, r.Stale, err
+	})
+}
+
+func (a *admin) bury(c *cli.Context) error {
+	return settleReceipts(c, "buried:", func(s *session, rs []string) (int, int, error) {
+		r, err := s.api.Bury(c.Context, rs)
+		return r.Buried, r.Stale, err
 	})
 }
 

@@ -46,6 +46,7 @@ type nodeAPI interface {
 	Ack(ctx context.Context, receipts []string) (api.AckResponse, error)
 	Nack(ctx context.Context, receipts []string, delayMs int64) (api.NackResponse, error)
 	Touch(ctx context.Context, receipts []string) (api.TouchResponse, error)
+	Bury(ctx context.Context, receipts []string) (api.BuryResponse, error)
 	Topics(ctx context.Context) ([]api.TopicCounts, error)
 	Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error)
 	Redrive(ctx context.Context, topic string, ids []string) (int, error)

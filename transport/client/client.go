@@ -187,6 +187,12 @@ func (c *Client) Touch(ctx context.Context, receipts []string) (api.TouchRespons
 	return call[api.TouchResponse](ctx, c, http.MethodPost, "/v1/touch", api.ReceiptsRequest{Receipts: receipts})
 }
 
+// Bury moves reserved messages to their topics' dead letters at once,
+// whatever their attempts; Redrive makes them ready again.
+func (c *Client) Bury(ctx context.Context, receipts []string) (api.BuryResponse, error) {
+	return call[api.BuryResponse](ctx, c, http.MethodPost, "/v1/bury", api.ReceiptsRequest{Receipts: receipts})
+}
+
 // Topics returns every topic's counts by state.
 func (c *Client) Topics(ctx context.Context) ([]api.TopicCounts, error) {
 	out, err := call[api.TopicsResponse](ctx, c, http.MethodGet, "/v1/topics", nil)

@@ -80,6 +80,14 @@ func (g *GRPC) Touch(ctx context.Context, receipts []string) (api.TouchResponse,
 	}, nil)
 }
 
+// Bury moves reserved messages to their topics' dead letters at once,
+// whatever their attempts; Redrive makes them ready again.
+func (g *GRPC) Bury(ctx context.Context, receipts []string) (api.BuryResponse, error) {
+	return invoke(ctx, g, "Bury", bind(pb.DelaywheelClient.Bury, &pb.ReceiptsRequest{Receipts: receipts}), func(r *pb.SettleResponse) api.BuryResponse {
+		return api.BuryResponse{Buried: int(r.GetDone()), Stale: int(r.GetStale())}
+	}, nil)
+}
+
 // Topics lists every topic's counts by state.
 func (g *GRPC) Topics(ctx context.Context) ([]api.TopicCounts, error) {
 	return invoke(ctx, g, "Topics", bind(pb.DelaywheelClient.Topics, &pb.TopicsRequest{}), func(r *pb.TopicsResponse) []api.TopicCounts {

@@ -52,7 +52,7 @@
 // follower of the group forwards to the group's leader, whose gRPC
 // address that leader's member record holds. An Enqueue whose topics
 // are of many groups is validated whole, then split by group; likewise
-// Ack, Nack and Touch by the groups of their receipts; each part is
+// Ack, Nack, Touch and Bury by the groups of their receipts; each part is
 // answered in its group (forwarded when this node does not lead it), and
 // the results come back in the request's order. A split call is atomic
 // per group only: when a part fails, the parts that succeeded stay done

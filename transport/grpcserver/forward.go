@@ -187,11 +187,8 @@ func deliveryFrom(d *pb.Delivery) (model.Delivery, error) {
 	return model.Delivery{Message: m, Attempt: d.GetAttempt(), Receipt: rc}, nil
 }
 
-// Settle forwards an ack, nack or touch; the gRPC API has no bury.
+// Settle forwards an ack, nack, touch or bury.
 func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error) {
-	if op == service.OpBury {
-		return command.Counted{}, 0, service.ErrNoForward
-	}
 	list := api.Each(rs, model.Receipt.String)
 	var resp *pb.SettleResponse
 	var index uint64
@@ -201,6 +198,8 @@ func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, 
 		resp, index, err = forwardCall(ctx, f, to, &pb.NackRequest{Receipts: list, DelayMs: nackDelayMs}, pb.DelaywheelClient.Nack)
 	case service.OpTouch:
 		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Touch)
+	case service.OpBury:
+		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Bury)
 	default:
 		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Ack)
 	}

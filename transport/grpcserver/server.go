@@ -186,6 +186,7 @@ var leaderOnly = map[string]bool{
 	pb.Delaywheel_Ack_FullMethodName:        true,
 	pb.Delaywheel_Nack_FullMethodName:       true,
 	pb.Delaywheel_Touch_FullMethodName:      true,
+	pb.Delaywheel_Bury_FullMethodName:       true,
 	pb.Delaywheel_Redrive_FullMethodName:    true,
 }
 

@@ -342,6 +342,7 @@ func calls(c pb.DelaywheelClient) map[string]func(ctx context.Context) error {
 		"Ack":         func(ctx context.Context) error { _, err := c.Ack(ctx, &pb.ReceiptsRequest{}); return err },
 		"Nack":        func(ctx context.Context) error { _, err := c.Nack(ctx, &pb.NackRequest{}); return err },
 		"Touch":       func(ctx context.Context) error { _, err := c.Touch(ctx, &pb.ReceiptsRequest{}); return err },
+		"Bury":        func(ctx context.Context) error { _, err := c.Bury(ctx, &pb.ReceiptsRequest{}); return err },
 		"Topics":      func(ctx context.Context) error { _, err := c.Topics(ctx, &pb.TopicsRequest{}); return err },
 		"DeadLetters": func(ctx context.Context) error { _, err := c.DeadLetters(ctx, &pb.DeadLettersRequest{}); return err },
 		"Redrive":     func(ctx context.Context) error { _, err := c.Redrive(ctx, &pb.RedriveRequest{}); return err },
@@ -416,7 +417,7 @@ func TestFollower(t *testing.T) {
 	if info == nil || info.Reason != grpcserver.ReasonNotLeader || info.Metadata[grpcserver.MetaLeaderHTTP] != leader.Addr {
 		t.Fatalf("error info %v, want the leader at %s", info, leader.Addr)
 	}
-	for _, name := range []string{"Cancel", "Reschedule", "Reserve", "Ack", "Nack", "Touch", "Redrive"} {
+	for _, name := range []string{"Cancel", "Reschedule", "Reserve", "Ack", "Nack", "Touch", "Bury", "Redrive"} {
 		wantCode(t, name+" at a follower", calls(fc)[name](ctx), codes.Unavailable, "not the leader")
 	}
 	// Reads are answered by the follower from its own state.
@@ -452,6 +453,14 @@ func TestFollower(t *testing.T) {
 	}
 	if v := get(fc.Get(ctx, &pb.GetRequest{Id: due.Results[0].Id}))(t, "the forwarded lease at the follower"); v.State != "reserved" || v.Attempts != 1 {
 		t.Fatalf("at the follower after its forwarded reserve: %v; want reserved, attempt 1", v)
+	}
+	// A bury is forwarded too, and the follower then lists the message
+	// among its dead letters at once.
+	if s := get(fwd.Bury(ctx, &pb.ReceiptsRequest{Receipts: []string{rr.GetMessages()[0].GetReceipt()}}))(t, "bury forwarded"); s.Done != 1 {
+		t.Fatalf("forwarded bury %v", s)
+	}
+	if dl := get(fc.DeadLetters(ctx, &pb.DeadLettersRequest{Topic: "own"}))(t, "dead letters at the follower"); len(dl.Messages) != 1 || dl.Messages[0].Id != due.Results[0].Id {
+		t.Fatalf("dead letters at the follower after its forwarded bury: %v; want %s", dl.Messages, due.Results[0].Id)
 	}
 	_, err = fwd.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "bad topic"}}})
 	wantCode(t, "bad topic forwarded", err, codes.InvalidArgument, "messages[0].topic")

@@ -153,6 +153,11 @@ func (s *Server) Touch(ctx context.Context, req *pb.ReceiptsRequest) (*pb.Settle
 	return s.settle(ctx, req.GetReceipts(), service.OpTouch, 0)
 }
 
+// Bury moves reserved messages to their topics' dead letters.
+func (s *Server) Bury(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
+	return s.settle(ctx, req.GetReceipts(), service.OpBury, 0)
+}
+
 func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackDelayMs int64) (*pb.SettleResponse, error) {
 	rs, err := service.ParseReceipts(list, s.cfg.Limits)
 	if err != nil {

@@ -1010,8 +1010,8 @@ func (x *NackRequest) GetDelayMs() int64 {
 	return 0
 }
 
-// SettleResponse counts the receipts an ack, nack or touch settled (done)
-// and those whose lease had already ended (stale).
+// SettleResponse counts the receipts an ack, nack, touch or bury settled
+// (done) and those whose lease had already ended (stale).
 type SettleResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Done          int64                  `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
@@ -2537,7 +2537,7 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12!\n" +
 	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12\x15\n" +
 	"\x03lag\x18\x06 \x01(\x04H\x00R\x03lag\x88\x01\x01B\x06\n" +
-	"\x04_lag2\xd3\b\n" +
+	"\x04_lag2\x9a\t\n" +
 	"\n" +
 	"Delaywheel\x12H\n" +
 	"\aEnqueue\x12\x1d.delaywheel.v1.EnqueueRequest\x1a\x1e.delaywheel.v1.EnqueueResponse\x12<\n" +
@@ -2549,6 +2549,7 @@ const file_delaywheel_proto_rawDesc = "" +
 	"\x03Ack\x12\x1e.delaywheel.v1.ReceiptsRequest\x1a\x1d.delaywheel.v1.SettleResponse\x12A\n" +
 	"\x04Nack\x12\x1a.delaywheel.v1.NackRequest\x1a\x1d.delaywheel.v1.SettleResponse\x12F\n" +
 	"\x05Touch\x12\x1e.delaywheel.v1.ReceiptsRequest\x1a\x1d.delaywheel.v1.SettleResponse\x12E\n" +
+	"\x04Bury\x12\x1e.delaywheel.v1.ReceiptsRequest\x1a\x1d.delaywheel.v1.SettleResponse\x12E\n" +
 	"\x06Topics\x12\x1c.delaywheel.v1.TopicsRequest\x1a\x1d.delaywheel.v1.TopicsResponse\x12T\n" +
 	"\vDeadLetters\x12!.delaywheel.v1.DeadLettersRequest\x1a\".delaywheel.v1.DeadLettersResponse\x12H\n" +
 	"\aRedrive\x12\x1d.delaywheel.v1.RedriveRequest\x1a\x1e.delaywheel.v1.RedriveResponse\x12B\n" +
@@ -2632,30 +2633,32 @@ var file_delaywheel_proto_depIdxs = []int32{
 	13, // 18: delaywheel.v1.Delaywheel.Ack:input_type -> delaywheel.v1.ReceiptsRequest
 	14, // 19: delaywheel.v1.Delaywheel.Nack:input_type -> delaywheel.v1.NackRequest
 	13, // 20: delaywheel.v1.Delaywheel.Touch:input_type -> delaywheel.v1.ReceiptsRequest
-	16, // 21: delaywheel.v1.Delaywheel.Topics:input_type -> delaywheel.v1.TopicsRequest
-	19, // 22: delaywheel.v1.Delaywheel.DeadLetters:input_type -> delaywheel.v1.DeadLettersRequest
-	21, // 23: delaywheel.v1.Delaywheel.Redrive:input_type -> delaywheel.v1.RedriveRequest
-	23, // 24: delaywheel.v1.Delaywheel.Wheel:input_type -> delaywheel.v1.WheelRequest
-	26, // 25: delaywheel.v1.Delaywheel.Slot:input_type -> delaywheel.v1.SlotRequest
-	31, // 26: delaywheel.v1.Delaywheel.Cluster:input_type -> delaywheel.v1.ClusterRequest
-	29, // 27: delaywheel.v1.Delaywheel.Subscribe:input_type -> delaywheel.v1.SubscribeRequest
-	2,  // 28: delaywheel.v1.Delaywheel.Enqueue:output_type -> delaywheel.v1.EnqueueResponse
-	5,  // 29: delaywheel.v1.Delaywheel.Get:output_type -> delaywheel.v1.MessageView
-	7,  // 30: delaywheel.v1.Delaywheel.Cancel:output_type -> delaywheel.v1.CancelResponse
-	9,  // 31: delaywheel.v1.Delaywheel.Reschedule:output_type -> delaywheel.v1.RescheduleResponse
-	12, // 32: delaywheel.v1.Delaywheel.Reserve:output_type -> delaywheel.v1.ReserveResponse
-	15, // 33: delaywheel.v1.Delaywheel.Ack:output_type -> delaywheel.v1.SettleResponse
-	15, // 34: delaywheel.v1.Delaywheel.Nack:output_type -> delaywheel.v1.SettleResponse
-	15, // 35: delaywheel.v1.Delaywheel.Touch:output_type -> delaywheel.v1.SettleResponse
-	18, // 36: delaywheel.v1.Delaywheel.Topics:output_type -> delaywheel.v1.TopicsResponse
-	20, // 37: delaywheel.v1.Delaywheel.DeadLetters:output_type -> delaywheel.v1.DeadLettersResponse
-	22, // 38: delaywheel.v1.Delaywheel.Redrive:output_type -> delaywheel.v1.RedriveResponse
-	25, // 39: delaywheel.v1.Delaywheel.Wheel:output_type -> delaywheel.v1.WheelResponse
-	28, // 40: delaywheel.v1.Delaywheel.Slot:output_type -> delaywheel.v1.SlotResponse
-	33, // 41: delaywheel.v1.Delaywheel.Cluster:output_type -> delaywheel.v1.ClusterResponse
-	30, // 42: delaywheel.v1.Delaywheel.Subscribe:output_type -> delaywheel.v1.SubscribeResponse
-	28, // [28:43] is the sub-list for method output_type
-	13, // [13:28] is the sub-list for method input_type
+	13, // 21: delaywheel.v1.Delaywheel.Bury:input_type -> delaywheel.v1.ReceiptsRequest
+	16, // 22: delaywheel.v1.Delaywheel.Topics:input_type -> delaywheel.v1.TopicsRequest
+	19, // 23: delaywheel.v1.Delaywheel.DeadLetters:input_type -> delaywheel.v1.DeadLettersRequest
+	21, // 24: delaywheel.v1.Delaywheel.Redrive:input_type -> delaywheel.v1.RedriveRequest
+	23, // 25: delaywheel.v1.Delaywheel.Wheel:input_type -> delaywheel.v1.WheelRequest
+	26, // 26: delaywheel.v1.Delaywheel.Slot:input_type -> delaywheel.v1.SlotRequest
+	31, // 27: delaywheel.v1.Delaywheel.Cluster:input_type -> delaywheel.v1.ClusterRequest
+	29, // 28: delaywheel.v1.Delaywheel.Subscribe:input_type -> delaywheel.v1.SubscribeRequest
+	2,  // 29: delaywheel.v1.Delaywheel.Enqueue:output_type -> delaywheel.v1.EnqueueResponse
+	5,  // 30: delaywheel.v1.Delaywheel.Get:output_type -> delaywheel.v1.MessageView
+	7,  // 31: delaywheel.v1.Delaywheel.Cancel:output_type -> delaywheel.v1.CancelResponse
+	9,  // 32: delaywheel.v1.Delaywheel.Reschedule:output_type -> delaywheel.v1.RescheduleResponse
+	12, // 33: delaywheel.v1.Delaywheel.Reserve:output_type -> delaywheel.v1.ReserveResponse
+	15, // 34: delaywheel.v1.Delaywheel.Ack:output_type -> delaywheel.v1.SettleResponse
+	15, // 35: delaywheel.v1.Delaywheel.Nack:output_type -> delaywheel.v1.SettleResponse
+	15, // 36: delaywheel.v1.Delaywheel.Touch:output_type -> delaywheel.v1.SettleResponse
+	15, // 37: delaywheel.v1.Delaywheel.Bury:output_type -> delaywheel.v1.SettleResponse
+	18, // 38: delaywheel.v1.Delaywheel.Topics:output_type -> delaywheel.v1.TopicsResponse
+	20, // 39: delaywheel.v1.Delaywheel.DeadLetters:output_type -> delaywheel.v1.DeadLettersResponse
+	22, // 40: delaywheel.v1.Delaywheel.Redrive:output_type -> delaywheel.v1.RedriveResponse
+	25, // 41: delaywheel.v1.Delaywheel.Wheel:output_type -> delaywheel.v1.WheelResponse
+	28, // 42: delaywheel.v1.Delaywheel.Slot:output_type -> delaywheel.v1.SlotResponse
+	33, // 43: delaywheel.v1.Delaywheel.Cluster:output_type -> delaywheel.v1.ClusterResponse
+	30, // 44: delaywheel.v1.Delaywheel.Subscribe:output_type -> delaywheel.v1.SubscribeResponse
+	29, // [29:45] is the sub-list for method output_type
+	13, // [13:29] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name

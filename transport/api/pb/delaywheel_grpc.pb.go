@@ -48,6 +48,7 @@ const (
 	Delaywheel_Ack_FullMethodName         = "/delaywheel.v1.Delaywheel/Ack"
 	Delaywheel_Nack_FullMethodName        = "/delaywheel.v1.Delaywheel/Nack"
 	Delaywheel_Touch_FullMethodName       = "/delaywheel.v1.Delaywheel/Touch"
+	Delaywheel_Bury_FullMethodName        = "/delaywheel.v1.Delaywheel/Bury"
 	Delaywheel_Topics_FullMethodName      = "/delaywheel.v1.Delaywheel/Topics"
 	Delaywheel_DeadLetters_FullMethodName = "/delaywheel.v1.Delaywheel/DeadLetters"
 	Delaywheel_Redrive_FullMethodName     = "/delaywheel.v1.Delaywheel/Redrive"
@@ -67,7 +68,7 @@ const (
 // are answered by any node from its own state. On a cluster of many Raft
 // groups (--groups N) "the leader" is that of the group a call concerns:
 // its topic's, or the one its message id names; a batch (Enqueue, Ack,
-// Nack, Touch) over many groups is split by group, each part atomic.
+// Nack, Touch, Bury) over many groups is split by group, each part atomic.
 type DelaywheelClient interface {
 	// Enqueue schedules a batch of messages (POST /v1/messages).
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
@@ -86,6 +87,10 @@ type DelaywheelClient interface {
 	Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 	// Touch extends leases by their time-to-run.
 	Touch(ctx context.Context, in *ReceiptsRequest, opts ...grpc.CallOption) (*SettleResponse, error)
+	// Bury moves reserved messages to their topics' dead letters at once,
+	// whatever their attempts (POST /v1/bury): DeadLetters lists them,
+	// Redrive makes them ready again.
+	Bury(ctx context.Context, in *ReceiptsRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 	// Topics lists the per-state counts of every topic.
 	Topics(ctx context.Context, in *TopicsRequest, opts ...grpc.CallOption) (*TopicsResponse, error)
 	// DeadLetters lists a topic's dead messages.
@@ -205,6 +210,16 @@ func (c *delaywheelClient) Touch(ctx context.Context, in *ReceiptsRequest, opts 
 	return out, nil
 }
 
+func (c *delaywheelClient) Bury(ctx context.Context, in *ReceiptsRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, Delaywheel_Bury_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *delaywheelClient) Topics(ctx context.Context, in *TopicsRequest, opts ...grpc.CallOption) (*TopicsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TopicsResponse)
@@ -288,7 +303,7 @@ type Delaywheel_SubscribeClient = grpc.BidiStreamingClient[SubscribeRequest, Sub
 // are answered by any node from its own state. On a cluster of many Raft
 // groups (--groups N) "the leader" is that of the group a call concerns:
 // its topic's, or the one its message id names; a batch (Enqueue, Ack,
-// Nack, Touch) over many groups is split by group, each part atomic.
+// Nack, Touch, Bury) over many groups is split by group, each part atomic.
 type DelaywheelServer interface {
 	// Enqueue schedules a batch of messages (POST /v1/messages).
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
@@ -307,6 +322,10 @@ type DelaywheelServer interface {
 	Nack(context.Context, *NackRequest) (*SettleResponse, error)
 	// Touch extends leases by their time-to-run.
 	Touch(context.Context, *ReceiptsRequest) (*SettleResponse, error)
+	// Bury moves reserved messages to their topics' dead letters at once,
+	// whatever their attempts (POST /v1/bury): DeadLetters lists them,
+	// Redrive makes them ready again.
+	Bury(context.Context, *ReceiptsRequest) (*SettleResponse, error)
 	// Topics lists the per-state counts of every topic.
 	Topics(context.Context, *TopicsRequest) (*TopicsResponse, error)
 	// DeadLetters lists a topic's dead messages.
@@ -369,6 +388,9 @@ func (UnimplementedDelaywheelServer) Nack(context.Context, *NackRequest) (*Settl
 }
 func (UnimplementedDelaywheelServer) Touch(context.Context, *ReceiptsRequest) (*SettleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Touch not implemented")
+}
+func (UnimplementedDelaywheelServer) Bury(context.Context, *ReceiptsRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Bury not implemented")
 }
 func (UnimplementedDelaywheelServer) Topics(context.Context, *TopicsRequest) (*TopicsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Topics not implemented")
@@ -556,6 +578,24 @@ func _Delaywheel_Touch_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Delaywheel_Bury_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReceiptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DelaywheelServer).Bury(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Delaywheel_Bury_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DelaywheelServer).Bury(ctx, req.(*ReceiptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Delaywheel_Topics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(TopicsRequest)
 	if err := dec(in); err != nil {
@@ -709,6 +749,10 @@ var Delaywheel_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Touch",
 			Handler:    _Delaywheel_Touch_Handler,
+		},
+		{
+			MethodName: "Bury",
+			Handler:    _Delaywheel_Bury_Handler,
 		},
 		{
 			MethodName: "Topics",
