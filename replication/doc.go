@@ -21,7 +21,7 @@
 //
 // Its sub-packages own the rest: dispatch the leader's dispatcher (the tick
 // that stamps time into the log, the precision heap, the hand-offs to
-// consumers and streams), behind the small interface dispatch.Node that the
+// consumers and streams), behind the small interface dispatch.Replica that the
 // node implements; webhook the leader's webhook sender (webhooks.go starts
 // it with each dispatcher and tells it of config changes); raftlog the Raft log (the entries in hashicorp/raft-wal
 // segment files, spare segments, and the term and vote in raft-boltdb as
@@ -77,7 +77,7 @@
 // proposal; the only voter always holds the lease. The lease lives in the
 // node, not the dispatcher, because it is a fact about Raft leadership
 // (configuration, heartbeats, commits); the dispatcher only asks whether
-// it is held (dispatch.Node.LeaseHeld) to decide whether a first hand-off
+// it is held (dispatch.Replica.LeaseHeld) to decide whether a first hand-off
 // may be answered before its Lease entry commits. Handing leadership over
 // (StepDown, the balancer's transfers) revokes it first.
 //

@@ -61,7 +61,7 @@ func (n *Node) startDispatcher(ctx context.Context) {
 	lease := newLeadershipLease(n)
 	n.lease.Store(lease)
 	lease.start(ctx)
-	d := dispatch.New(dispatchNode{n}, dispatch.Config{
+	d := dispatch.New(dispatchReplica{n}, dispatch.Config{
 		Clock: n.clock, Logger: n.log,
 		ExpireGrace: n.cfg.ExpireGrace, Preload: n.cfg.Preload, ApplyTimeout: n.cfg.ApplyTimeout,
 		RedeliveryBackoff: n.cfg.RedeliveryBackoff, MaxLeaseBatch: n.cfg.MaxLeaseBatch,
@@ -144,18 +144,18 @@ func (n *Node) StepDown() {
 	n.stopDispatcher()
 }
 
-// dispatchNode is the node as its dispatcher sees it (dispatch.Node).
-type dispatchNode struct{ n *Node }
+// dispatchReplica is the node as its dispatcher sees it (dispatch.Replica).
+type dispatchReplica struct{ n *Node }
 
-var _ dispatch.Node = dispatchNode{}
+var _ dispatch.Replica = dispatchReplica{}
 
-func (a dispatchNode) Store() *wheel.Store { return a.n.store() }
+func (a dispatchReplica) Store() *wheel.Store { return a.n.store() }
 
-func (a dispatchNode) Propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error) {
+func (a dispatchReplica) Propose(ctx context.Context, cmds ...command.Command) ([]command.Result, error) {
 	return a.n.propose(ctx, cmds...)
 }
 
-func (a dispatchNode) Submit(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), error) {
+func (a dispatchReplica) Submit(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), error) {
 	p, err := a.n.submit(ctx, false, cmds...)
 	if err != nil {
 		return nil, err
@@ -163,4 +163,4 @@ func (a dispatchNode) Submit(ctx context.Context, cmds ...command.Command) (func
 	return p.wait, nil
 }
 
-func (a dispatchNode) LeaseHeld() bool { return a.n.lease.Load().held() }
+func (a dispatchReplica) LeaseHeld() bool { return a.n.lease.Load().held() }

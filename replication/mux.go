@@ -20,7 +20,7 @@ import (
 // stream layer does (with mutual TLS when configured) and then writes a
 // header naming the group; the mux accepts every connection, reads its
 // header and hands it to that group's layer. A single group uses the plain
-// stream layer (stream.go): no header, nothing to read.
+// TCP layer (tcplayer.go): no header, nothing to read.
 
 const (
 	// muxMagic opens every header, so that a connection from something
@@ -40,7 +40,7 @@ const (
 
 // mux multiplexes one Raft listener among groups.
 type mux struct {
-	base          *streamLayer
+	base          *tcpLayer
 	log           *slog.Logger
 	headerTimeout time.Duration
 	layers        []*muxLayer
@@ -59,7 +59,7 @@ func newMux(bind, advertise string, serverTLS, clientTLS *tls.Config, groups int
 	if groups < 1 || groups > model.MaxGroups {
 		return nil, fmt.Errorf("%w: raft stream multiplexer for %d groups; a group is a byte (1 to %d groups)", model.ErrInvalid, groups, model.MaxGroups)
 	}
-	base, err := newStreamLayer(bind, advertise, serverTLS, clientTLS)
+	base, err := newTCPLayer(bind, advertise, serverTLS, clientTLS)
 	if err != nil {
 		return nil, err
 	}

@@ -184,7 +184,7 @@ func Open(cfg Config) (*Node, error) {
 
 	stream := cfg.stream
 	if stream == nil {
-		sl, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftServerTLS, cfg.RaftClientTLS)
+		sl, err := newTCPLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftServerTLS, cfg.RaftClientTLS)
 		if err != nil {
 			st.Close()
 			return fail(err)

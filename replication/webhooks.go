@@ -66,7 +66,7 @@ func (n *Node) idleReserve(ctx context.Context, wait time.Duration) []model.Deli
 // returns. It publishes the sender before its first reconcile, so a
 // webhook set or removed meanwhile is seen by that reconcile or by its own.
 func (n *Node) startWebhooks(d *dispatch.Dispatcher, current func() []command.Webhook) {
-	s := webhook.New(hookNode{n: n, d: d}, webhook.Config{
+	s := webhook.New(hookQueue{n: n, d: d}, webhook.Config{
 		Clock: n.clock, Logger: n.log, Allow: n.cfg.WebhookAllow,
 		Observe: func(topic, outcome string, late float64) {
 			n.met.webhookAttempts.WithLabelValues(outcome).Inc()
@@ -115,22 +115,22 @@ func (n *Node) sender() *webhook.Sender {
 // storedWebhooks returns the webhooks of the current store.
 func (n *Node) storedWebhooks() []command.Webhook { return n.store().Webhooks() }
 
-// hookNode is the leader as its webhook sender sees it (webhook.Node).
-type hookNode struct {
+// hookQueue is the leader as its webhook sender sees it (webhook.Queue).
+type hookQueue struct {
 	n *Node
 	d *dispatch.Dispatcher
 }
 
-var _ webhook.Node = hookNode{}
+var _ webhook.Queue = hookQueue{}
 
-func (h hookNode) Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error) {
+func (h hookQueue) Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error) {
 	return h.d.SenderStream(topic, opt)
 }
 
-func (h hookNode) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
+func (h hookQueue) Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error) {
 	return h.n.Ack(ctx, rs)
 }
 
-func (h hookNode) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
+func (h hookQueue) Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error) {
 	return h.n.Nack(ctx, rs, delayMs)
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// Node is what the dispatcher needs from the Raft node it runs on.
-type Node interface {
+// Replica is what the dispatcher needs from the Raft node it runs on.
+type Replica interface {
 	// Store returns the node's current store. A snapshot restore replaces
 	// it; the node then calls Reattach.
 	Store() *wheel.Store
@@ -60,7 +60,7 @@ type Config struct {
 // Promote) as the cursor moves. See the package documentation for when a
 // hand-off is answered.
 type Dispatcher struct {
-	n      Node
+	n      Replica
 	cfg    Config
 	log    *slog.Logger
 	clock  wheel.Clock
@@ -103,7 +103,7 @@ type waiter struct {
 
 // New returns a dispatcher for n, not started. Zero Clock and Logger take
 // the system clock and a logger that discards.
-func New(n Node, cfg Config) *Dispatcher {
+func New(n Replica, cfg Config) *Dispatcher {
 	if cfg.Clock == nil {
 		cfg.Clock = wheel.SystemClock{}
 	}

@@ -40,8 +40,8 @@ const (
 	OutcomeRefused = "refused"
 )
 
-// Node is what the sender needs from the leader it runs on.
-type Node interface {
+// Queue is what the sender needs from the leader it runs on.
+type Queue interface {
 	// Stream opens a dispatcher stream of topic (see model.Consumer).
 	Stream(topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes deliveries.
@@ -74,7 +74,7 @@ type Config struct {
 
 // Sender sends the due messages of every topic with a webhook.
 type Sender struct {
-	n   Node
+	n   Queue
 	cfg Config
 	// repeats logs each cause of a per-delivery warning (a header left
 	// out, a host not allowed) at most once a second, with the count of
@@ -85,7 +85,7 @@ type Sender struct {
 }
 
 // New returns a sender with no topic; Reconcile starts them.
-func New(n Node, cfg Config) *Sender {
+func New(n Queue, cfg Config) *Sender {
 	if cfg.Clock == nil {
 		cfg.Clock = wheel.SystemClock{}
 	}

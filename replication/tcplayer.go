@@ -10,22 +10,22 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// streamLayer carries Raft RPCs over TCP, optionally with mutual TLS.
+// tcpLayer carries Raft RPCs over TCP, optionally with mutual TLS.
 // Outgoing connections leave from the listen address's IP (when it is a
 // specific one), so a multi-homed host — or a test with one loopback address
 // per node — sees each node's traffic come from its own address.
-type streamLayer struct {
+type tcpLayer struct {
 	ln        net.Listener
 	advertise net.Addr
 	local     *net.TCPAddr // source of outgoing connections; nil: any
 	client    *tls.Config  // nil: plain TCP
 }
 
-var _ raft.StreamLayer = (*streamLayer)(nil)
+var _ raft.StreamLayer = (*tcpLayer)(nil)
 
-// newStreamLayer listens on bind and advertises advertise (bind when empty).
+// newTCPLayer listens on bind and advertises advertise (bind when empty).
 // With serverTLS and clientTLS set, both directions use TLS.
-func newStreamLayer(bind, advertise string, serverTLS, clientTLS *tls.Config) (*streamLayer, error) {
+func newTCPLayer(bind, advertise string, serverTLS, clientTLS *tls.Config) (*tcpLayer, error) {
 	if advertise == "" {
 		advertise = bind
 	}
@@ -40,7 +40,7 @@ func newStreamLayer(bind, advertise string, serverTLS, clientTLS *tls.Config) (*
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %q: %w", bind, err)
 	}
-	s := &streamLayer{ln: ln, advertise: adv, client: clientTLS}
+	s := &tcpLayer{ln: ln, advertise: adv, client: clientTLS}
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP != nil && !ta.IP.IsUnspecified() {
 		s.local = &net.TCPAddr{IP: ta.IP}
 	}
@@ -51,7 +51,7 @@ func newStreamLayer(bind, advertise string, serverTLS, clientTLS *tls.Config) (*
 }
 
 // Dial connects to a peer.
-func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (s *tcpLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
 	if s.local != nil {
 		d.LocalAddr = s.local
@@ -63,7 +63,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 }
 
 // Accept waits for a peer's connection.
-func (s *streamLayer) Accept() (net.Conn, error) {
+func (s *tcpLayer) Accept() (net.Conn, error) {
 	c, err := s.ln.Accept()
 	if err != nil && errors.Is(err, net.ErrClosed) {
 		return nil, err
@@ -72,7 +72,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 }
 
 // Close stops listening.
-func (s *streamLayer) Close() error { return s.ln.Close() }
+func (s *tcpLayer) Close() error { return s.ln.Close() }
 
 // Addr is the advertised address.
-func (s *streamLayer) Addr() net.Addr { return s.advertise }
+func (s *tcpLayer) Addr() net.Addr { return s.advertise }
