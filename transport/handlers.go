@@ -134,7 +134,12 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && r.Context().Err() == nil {
 		return nil, unavailable("this node is shutting down; retry on another node")
 	}
-	return api.ReserveResponse{Messages: deliveriesOf(ds)}, err
+	if err != nil {
+		return nil, err
+	}
+	return stream(func(w http.ResponseWriter) error {
+		return writeBody(w, http.StatusOK, "application/json", appendReserved(make([]byte, 0, 256*len(ds)+16), ds))
+	}), nil
 }
 
 func (s *Server) ack(r *http.Request) (any, error) { return s.settle(r, service.OpAck) }
