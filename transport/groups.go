@@ -157,7 +157,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	case scopeID:
 		// A malformed id is the handler's to refuse (400 naming id).
 		if id, err := model.ParseID(r.PathValue("id")); err == nil {
-			if g, err = groupOfID("id", id, n); err != nil {
+			if g, err = s.svc.GroupOfID("id", id); err != nil {
 				return nil, 0, false, err
 			}
 		}
@@ -213,16 +213,6 @@ func routingOf(r *http.Request) routing {
 // groupOutOfRange refuses a group outside [0, n), given as got.
 func groupOutOfRange(n int, got string) *Error {
 	return invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, got)
-}
-
-// groupOfID returns the group id names, refusing, as field, one that a
-// cluster of n groups does not have.
-func groupOfID(field string, id model.ID, n int) (int, error) {
-	g := id.Group()
-	if g >= n {
-		return 0, invalid("%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
-	}
-	return g, nil
 }
 
 // withGroup returns r carrying group g, of backend b, as the group that

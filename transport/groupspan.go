@@ -188,11 +188,7 @@ func (s *Server) holder(ctx context.Context, name string) (int, error) {
 	n := s.svc.Count()
 	found := make([]bool, n)
 	err := service.EachGroup(service.All(n), func(g int) error {
-		sb, err := schedulerOf(s.svc.Group(g))
-		if err != nil {
-			return err
-		}
-		_, err = sb.Schedule(ctx, name)
+		_, err := s.svc.Group(g).Schedule(ctx, name)
 		found[g] = err == nil
 		if errors.Is(err, model.ErrNotFound) {
 			return nil
@@ -280,11 +276,8 @@ func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
 	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
 		per := make([][]wheel.ScheduleInfo, n)
 		err := service.EachGroup(service.All(n), func(g int) error {
-			sb, err := schedulerOf(s.svc.Group(g))
-			if err != nil {
-				return err
-			}
-			per[g], err = sb.Schedules(r.Context(), after, k)
+			var err error
+			per[g], err = s.svc.Group(g).Schedules(r.Context(), after, k)
 			return err
 		})
 		if err != nil {

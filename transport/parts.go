@@ -25,13 +25,14 @@ import (
 )
 
 // parts is the service's Forwarder of the HTTP API: it sends a part of a
-// request spanning groups to its group's leader as the same route with
-// ?group=g, marked forwarded (ForwardedHeader), with the caller's
-// Authorization, and reads the leader's answer, an error body as the
-// *Error it stands for. The routes of one group are not split: a follower
-// passes them on whole (forward), so the HTTP API's router asks parts
-// only to enqueue and settle; another front end's router (Forwarder) asks
-// it everything.
+// request, decoded and validated here, to its group's leader as the same
+// route (with ?group=g on a cluster of many groups), marked forwarded
+// (ForwardedHeader), with the caller's Authorization, and reads the
+// leader's answer, an error body as the *Error it stands for, so that
+// the caller gets the leader's status, code, message and Retry-After.
+// The message routes of the HTTP API, and another front end's router
+// (Forwarder), ask it; the admin routes and the stream are passed on whole
+// (forward).
 type parts struct {
 	s      *Server
 	client *http.Client
