@@ -181,9 +181,9 @@ type routingKey struct{}
 // pick chose (g), or of every group when the route spans them; and the
 // Settled whose index its answer names: the one this node applied, of a
 // request another node forwarded, else the leader's, of a request of one
-// group this node forwarded. When
-// the group is known before the body is read, a group that can't be
-// reached refuses r then, as the leader the request would reach would.
+// group this node forwarded. When the group is known before the body is
+// read, a group that can't be reached refuses r then, as the leader the
+// request would reach would.
 func (s *Server) routed(r *http.Request, g int, span bool) (*http.Request, *service.Settled, error) {
 	ctx := withCaller(r)
 	var settled *service.Settled
