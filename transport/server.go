@@ -227,6 +227,7 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 			s.fail(w, err)
 			return
 		}
+		w.forwarded = !span && !s.svc.Leads(g)
 	case rt.access == leader && !span && s.forward(w, r):
 		return
 	}
