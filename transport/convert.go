@@ -3,7 +3,6 @@ package transport
 import (
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
-	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Conversions from the domain types to the wire types. Lists are never nil,
@@ -43,25 +42,6 @@ func viewsOf(vs []wheel.View) []api.MessageView {
 	out := make([]api.MessageView, len(vs))
 	for i, v := range vs {
 		out[i] = viewOf(v)
-	}
-	return out
-}
-
-func deliveriesOf(ds []model.Delivery) []api.Delivery {
-	out := make([]api.Delivery, len(ds))
-	for i, d := range ds {
-		out[i] = api.Delivery{
-			ID:             d.ID.String(),
-			Topic:          d.Topic,
-			Payload:        api.PayloadOf(d.Body),
-			Headers:        headersOf(d.Headers),
-			Key:            d.Key,
-			Priority:       d.Priority,
-			DeliverAtMs:    d.DeliverAtMs,
-			Attempt:        d.Attempt,
-			Receipt:        d.Receipt.String(),
-			LeaseExpiresMs: d.LeaseExpiresMs,
-		}
 	}
 	return out
 }

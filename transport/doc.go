@@ -1,8 +1,10 @@
 // Package transport owns the HTTP API of api/API.md: routing, authentication,
 // strict decoding of requests (their validation is package
 // transport/service's, which every API shares), the mapping of errors to
-// status codes, leader forwarding (a follower reverse-proxies writes and
-// reserves to the leader), the long-poll limit, the cluster view (the
+// status codes, leader forwarding (the message routes are decoded once
+// and served through the service's router, which forwards a part of a
+// group led elsewhere to its leader, parts.go; a follower reverse-proxies
+// a stream and the admin writes whole, forward.go), the long-poll limit, the cluster view (the
 // leader's, which it assembles by asking each member; cluster.go), and the
 // health, readiness and metrics endpoints (readiness is what the node
 // knows by itself: a leader, and that it has caught up; readyz.go). A node
@@ -66,8 +68,8 @@
 // client going away, the node shutting down or the stream ending
 // (leadership lost) ends the answer; closing the model.Consumer releases its
 // unsettled deliveries. More than [Limits].MaxStreams streams on one node
-// is 429. On a follower the stream is reverse-proxied like any leader
-// route; the proxy flushes each chunk, and ends when the follower sees
+// is 429. On a follower the stream is reverse-proxied to the leader;
+// the proxy flushes each chunk, and ends when the follower sees
 // another leader. Webhook configs (webhook.go) are validated here, host
 // included (--webhook-allow, [Config].WebhookAllow), and stored through
 // the backend.
@@ -78,14 +80,15 @@
 // N) is served one group per request (groups.go): the group of the path's
 // topic, the group the path's message id names, or the one ?group= names
 // (the wheel's views and backups: default 0; out of range: 400 naming
-// group). That group's backend answers, its leader is the one forwarded
-// to, and the forwarded request keeps its path and query, so the leader
-// picks the same group. Requests that span the groups (groupspan.go) are
-// decoded and validated once and split by the service's router: a batch
-// by topic, receipts by id, node additions and removals to every group;
-// each part goes to its group's backend when this node leads the group,
-// else to the group's leader as the same route with ?group=g (parts.go),
-// and an error names the part's group. Reads (topics,
+// group). A message route is served by the service's router (routed, in
+// groups.go): in the group the path or ?group= names, or, for a batch and
+// receipts, split by topic and by id, each part on its group's backend
+// when this node leads the group, else at the group's leader as the same
+// route with ?group=g (parts.go); an error of a split request names the
+// part's group. Node additions and removals go to every group
+// (groupspan.go). Any other route is answered by the group's backend, or
+// passed on whole to its leader, keeping its path and query so that the
+// leader picks the same group. Reads (topics,
 // schedules, the cluster view's groups) merge each group's local answer,
 // and /readyz is ready when every group is. A batch that spans groups is
 // atomic per group only. A backend of one group is served exactly as

@@ -21,8 +21,9 @@ import (
 // the server's own work: reading, decoding, validating and answering.
 type instantBackend struct{ transport.Backend }
 
-func (instantBackend) LeaderHTTP() (string, bool, bool) { return "", true, true }
-func (instantBackend) Removed() error                   { return nil }
+func (instantBackend) LeaderHTTP() (string, bool, bool)   { return "", true, true }
+func (instantBackend) Removed() error                     { return nil }
+func (instantBackend) Leader() (model.Member, bool, bool) { return model.Member{}, true, true }
 
 func (instantBackend) Enqueue(_ context.Context, msgs []command.NewMessage) ([]wheel.Enqueued, error) {
 	out := make([]wheel.Enqueued, len(msgs))
@@ -79,4 +80,31 @@ func BenchmarkEnqueueProto(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchEnqueue(b, body, "Content-Type", api.ContentTypeProto, "Accept", api.ContentTypeProto)
+}
+
+// Reserve hands out max deliveries of 100-byte bodies at once.
+func (instantBackend) Reserve(_ context.Context, topic string, max int, _, _ time.Duration) ([]model.Delivery, error) {
+	out := make([]model.Delivery, max)
+	for i := range out {
+		r := model.Receipt{ID: model.ID{Index: 7, Seq: uint32(i + 1)}, Nonce: 0x1234_5678_9abc_def0 + uint64(i)}
+		m := model.Message{ID: r.ID, Topic: topic, Body: []byte(strings.Repeat("x", 100)), DeliverAtMs: startMs,
+			Attempts: 1, Receipt: r.Nonce, LeaseExpiresMs: startMs + 30_000}
+		out[i] = model.Delivery{Message: m, Attempt: 1, Receipt: r}
+	}
+	return out, nil
+}
+
+// BenchmarkReserveJSON is the bench's reserve call: 100 deliveries of
+// 100-byte bodies, answered in JSON.
+func BenchmarkReserveJSON(b *testing.B) {
+	h := transport.NewServer(transport.Config{}, instantBackend{}).Handler()
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/topics/bench/reserve", strings.NewReader(`{"max":100}`))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
 }

@@ -2,12 +2,17 @@ package transport
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
+	"maps"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // fastEnqueue decodes the common shape of an enqueue request without a
@@ -315,6 +320,87 @@ func appendResults(b []byte, es []wheel.Enqueued) []byte {
 		b = append(b, `,"duplicate":`...)
 		b = strconv.AppendBool(b, r.Duplicate)
 		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
+}
+
+// appendDelivery appends d as encoding/json writes its api.Delivery (no
+// HTML escapes), and a newline: a reserve answer and a stream line are
+// most of what a consumer costs the server, and the reflection of
+// encoding/json, a string per id, receipt and body, and a sorted copy of
+// the headers cost more than the bytes. Invariant: the bytes equal
+// marshalJSON(deliveriesOf([]model.Delivery{d})[0]) (TestAppendDelivery).
+func appendDelivery(b []byte, d model.Delivery) []byte {
+	id := d.ID.Bytes()
+	b = append(b, `{"id":"`...)
+	b = hex.AppendEncode(b, id[:])
+	b = append(b, `","topic":`...)
+	b = appendString(b, d.Topic)
+	if utf8.Valid(d.Body) {
+		b = append(b, `,"body":`...)
+		b = appendString(b, d.Body)
+	} else {
+		b = append(b, `,"body_base64":"`...)
+		b = base64.StdEncoding.AppendEncode(b, d.Body)
+		b = append(b, '"')
+	}
+	b = append(b, `,"headers":{`...)
+	for i, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, d.Headers[k])
+	}
+	b = append(b, `},"key":`...)
+	b = appendString(b, d.Key)
+	b = append(b, `,"priority":`...)
+	b = strconv.AppendInt(b, d.Priority, 10)
+	b = append(b, `,"deliver_at_ms":`...)
+	b = strconv.AppendInt(b, d.DeliverAtMs, 10)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(d.Attempt), 10)
+	b = append(b, `,"receipt":"`...)
+	rid := d.Receipt.ID.Bytes()
+	b = hex.AppendEncode(b, rid[:])
+	b = append(b, '.')
+	b = appendHex16(b, d.Receipt.Nonce)
+	b = append(b, `","lease_expires_ms":`...)
+	b = strconv.AppendInt(b, d.LeaseExpiresMs, 10)
+	return append(b, "}\n"...)
+}
+
+// appendHex16 appends v as 16 lower-case hex digits.
+func appendHex16(b []byte, v uint64) []byte {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], v)
+	return hex.AppendEncode(b, n[:])
+}
+
+// appendString appends s as a JSON string, as marshalJSON writes it:
+// printable ASCII as it is, anything else through marshalJSON itself.
+func appendString[S string | []byte](b []byte, s S) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			q, _ := marshalJSON(string(s)) // a string always encodes
+			return append(b, q[:len(q)-1]...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendReserved appends the JSON answer of a reserve that handed out ds.
+func appendReserved(b []byte, ds []model.Delivery) []byte {
+	b = append(b, `{"messages":[`...)
+	for i, d := range ds {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendDelivery(b, d)
+		b = b[:len(b)-1] // its newline
 	}
 	return append(b, "]}\n"...)
 }

@@ -20,10 +20,12 @@ import (
 const AppliedIndexHeader = "X-Delaywheel-Applied-Index"
 
 // forward answers r by reverse-proxying it, untouched (method, path, query,
-// body, Authorization), to the leader when this node is not the leader. It
-// reports whether it answered. Validation then happens on the leader. The
-// leader is that of the group that answers r; the path and query are kept,
-// so the leader picks the same group.
+// body, Authorization), to the leader when this node is not the leader: a
+// stream, which stays open, and the admin writes (webhooks, members,
+// schedules); the message routes go through the service's router instead
+// (routed). It reports whether it answered. Validation then happens on the
+// leader. The leader is that of the group that answers r; the path and
+// query are kept, so the leader picks the same group.
 func (s *Server) forward(w *recorder, r *http.Request) bool {
 	b := s.be(r)
 	addr, isLeader, known := b.LeaderHTTP()
@@ -91,18 +93,10 @@ func readAfterLeaderIndex(b Backend, resp *http.Response) error {
 	if resp.StatusCode >= 300 {
 		return nil
 	}
-	if index, err := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64); err == nil {
-		ReadAfter(b, index)
-	}
-	return nil
-}
-
-// ReadAfter makes b's reads wait until it has applied index, the one the
-// leader named in its answer to a write b forwarded, when index is set.
-func ReadAfter(b Backend, index uint64) {
-	if index > 0 {
+	if index, err := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64); err == nil && index > 0 {
 		b.ReadAfter(index)
 	}
+	return nil
 }
 
 // settleForwarded sets AppliedIndexHeader on the leader's answer to a

@@ -54,8 +54,9 @@ const (
 	scopeTopic
 	// scopeID: the group the path's message {id} names.
 	scopeID
-	// scopeSpan: every group, through the route's span handler, unless
-	// ?group= names one.
+	// scopeSpan: every group, through the route's span handler (none:
+	// the route's own, on the router of every group), unless ?group=
+	// names one.
 	scopeSpan
 )
 
@@ -69,13 +70,14 @@ type groupRoute struct {
 // a pattern not listed is scopeNone.
 func (s *Server) groupScopes() map[string]groupRoute {
 	topic, id, query := groupRoute{scope: scopeTopic}, groupRoute{scope: scopeID}, groupRoute{scope: scopeQuery}
+	span := groupRoute{scope: scopeSpan}
 	return map[string]groupRoute{
 		"GET /v1/wheel":                        query,
 		"GET /v1/wheel/slots/{slot}":           query,
 		"GET /v1/wheel/overflow":               query,
 		"GET /v1/backup":                       query,
 		"GET /readyz":                          {scopeSpan, s.readyzSpan},
-		"POST /v1/messages":                    {scopeSpan, s.enqueueSpan},
+		"POST /v1/messages":                    span,
 		"GET /v1/messages/{id}":                id,
 		"DELETE /v1/messages/{id}":             id,
 		"POST /v1/messages/{id}/reschedule":    id,
@@ -86,10 +88,10 @@ func (s *Server) groupScopes() map[string]groupRoute {
 		"PUT /v1/topics/{topic}/webhook":       topic,
 		"GET /v1/topics/{topic}/webhook":       topic,
 		"DELETE /v1/topics/{topic}/webhook":    topic,
-		"POST /v1/ack":                         {scopeSpan, s.ackSpan},
-		"POST /v1/nack":                        {scopeSpan, s.nackSpan},
-		"POST /v1/touch":                       {scopeSpan, s.touchSpan},
-		"POST /v1/bury":                        {scopeSpan, s.burySpan},
+		"POST /v1/ack":                         span,
+		"POST /v1/nack":                        span,
+		"POST /v1/touch":                       span,
+		"POST /v1/bury":                        span,
 		"GET /v1/topics":                       {scopeSpan, s.topicsSpan},
 		"GET /v1/topics/{topic}/dead":          topic,
 		"POST /v1/topics/{topic}/dead/redrive": topic,
@@ -155,7 +157,7 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	case scopeID:
 		// A malformed id is the handler's to refuse (400 naming id).
 		if id, err := model.ParseID(r.PathValue("id")); err == nil {
-			if g, err = groupOfID("id", id, n); err != nil {
+			if g, err = s.svc.GroupOfID("id", id); err != nil {
 				return nil, 0, false, err
 			}
 		}
@@ -165,19 +167,52 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 	return s.svc.Group(g), g, false, nil
 }
 
+// routing is how a routed request is served, in its context.
+type routing struct {
+	rt   *service.Router
+	span bool // rt spans the groups: the route found no group of its own
+}
+
+// routingKey is the context key of a request's routing.
+type routingKey struct{}
+
+// routed prepares r for a route the service's router serves: its context
+// carries its caller and the router that serves it, the one of the group
+// pick chose (g), or of every group when the route spans them; and the
+// Settled whose index its answer names: the one this node applied, of a
+// request another node forwarded, else the leader's, of a request of one
+// group this node forwarded. When the group is known before the body is
+// read, a group that can't be reached refuses r then, as the leader the
+// request would reach would.
+func (s *Server) routed(r *http.Request, g int, span bool) (*http.Request, *service.Settled, error) {
+	ctx := withCaller(r)
+	var settled *service.Settled
+	switch {
+	case r.Header.Get(ForwardedHeader) != "":
+		ctx, settled = service.WithSettled(ctx)
+	case !span:
+		// The answer names the index the leader named, as the leader's.
+		ctx, settled = service.WithLeaderIndex(ctx)
+	}
+	rt := s.svc
+	if !span {
+		rt = s.svc.In(g)
+		if err := rt.Reachable(ctx, g); err != nil {
+			return nil, nil, err
+		}
+	}
+	return r.WithContext(context.WithValue(ctx, routingKey{}, routing{rt, span})), settled, nil
+}
+
+// routingOf is r's routing (routed).
+func routingOf(r *http.Request) routing {
+	rt, _ := r.Context().Value(routingKey{}).(routing)
+	return rt
+}
+
 // groupOutOfRange refuses a group outside [0, n), given as got.
 func groupOutOfRange(n int, got string) *Error {
 	return invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, got)
-}
-
-// groupOfID returns the group id names, refusing, as field, one that a
-// cluster of n groups does not have.
-func groupOfID(field string, id model.ID, n int) (int, error) {
-	g := id.Group()
-	if g >= n {
-		return 0, invalid("%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
-	}
-	return g, nil
 }
 
 // withGroup returns r carrying group g, of backend b, as the group that

@@ -52,50 +52,6 @@ func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend)
 	return v, nil
 }
 
-// enqueueSpan enqueues a batch over many groups: each group's messages,
-// their due times made absolute here, as one enqueue of that group; the
-// results come back in the batch's order.
-func (s *Server) enqueueSpan(r *http.Request) (any, error) {
-	msgs, err := s.decodeEnqueueBody(r)
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.svc.Enqueue(withCaller(r), msgs)
-	if err != nil {
-		return nil, err
-	}
-	return enqueued(r, res), nil
-}
-
-// settleSpan settles the receipts of an ack, nack or touch in the groups
-// their ids name, and sums the counts of their answers.
-func (s *Server) settleSpan(r *http.Request, op service.Op) (any, error) {
-	rs, delayMs, err := s.receiptsOf(r, op)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.svc.CheckReceipts("receipts", rs); err != nil {
-		return nil, err
-	}
-	if op == service.OpNack {
-		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
-			// Refused as each group's part is: naming the first group.
-			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
-			return nil, groupError(groups[0], toError(err))
-		}
-	}
-	c, err := s.svc.Settle(withCaller(r), "receipts", op, rs, delayMs)
-	return settlementOf(op).answer(c), err
-}
-
-func (s *Server) ackSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpAck) }
-
-func (s *Server) nackSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpNack) }
-
-func (s *Server) touchSpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpTouch) }
-
-func (s *Server) burySpan(r *http.Request) (any, error) { return s.settleSpan(r, service.OpBury) }
-
 // topicsSpan merges every group's topics (a topic lives in one group).
 func (s *Server) topicsSpan(r *http.Request) (any, error) {
 	ts, err := s.svc.Topics(r.Context())
@@ -232,11 +188,7 @@ func (s *Server) holder(ctx context.Context, name string) (int, error) {
 	n := s.svc.Count()
 	found := make([]bool, n)
 	err := service.EachGroup(service.All(n), func(g int) error {
-		sb, err := schedulerOf(s.svc.Group(g))
-		if err != nil {
-			return err
-		}
-		_, err = sb.Schedule(ctx, name)
+		_, err := s.svc.Group(g).Schedule(ctx, name)
 		found[g] = err == nil
 		if errors.Is(err, model.ErrNotFound) {
 			return nil
@@ -324,11 +276,8 @@ func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
 	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
 		per := make([][]wheel.ScheduleInfo, n)
 		err := service.EachGroup(service.All(n), func(g int) error {
-			sb, err := schedulerOf(s.svc.Group(g))
-			if err != nil {
-				return err
-			}
-			per[g], err = sb.Schedules(r.Context(), after, k)
+			var err error
+			per[g], err = s.svc.Group(g).Schedules(r.Context(), after, k)
 			return err
 		})
 		if err != nil {

@@ -26,7 +26,7 @@ func (s *Server) enqueue(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.be(r).Enqueue(r.Context(), msgs)
+	res, err := routingOf(r).rt.Enqueue(r.Context(), msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,7 @@ func (s *Server) cancel(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.be(r).Cancel(r.Context(), command.Cancel{ID: id}))
+	return cancelled(routingOf(r).rt.Cancel(r.Context(), command.Cancel{ID: id}))
 }
 
 func (s *Server) cancelKey(r *http.Request) (any, error) {
@@ -81,7 +81,7 @@ func (s *Server) cancelKey(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cancelled(s.be(r).Cancel(r.Context(), command.Cancel{Topic: topic, Key: key}))
+	return cancelled(routingOf(r).rt.Cancel(r.Context(), command.Cancel{Topic: topic, Key: key}))
 }
 
 func cancelled(id model.ID, err error) (any, error) {
@@ -101,7 +101,7 @@ func (s *Server) reschedule(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	got, err := s.be(r).Reschedule(r.Context(), id, at)
+	got, err := routingOf(r).rt.Reschedule(r.Context(), id, at)
 	return api.Rescheduled{ID: id.String(), DeliverAtMs: got}, err
 }
 
@@ -115,7 +115,10 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if waitMs > 0 {
+	rt := routingOf(r).rt
+	// A long-poll takes a slot where it waits: on the leader a follower
+	// forwards it to.
+	if waitMs > 0 && rt.Leads(rt.GroupOfTopic(topic)) {
 		release, err := s.cfg.Slots.AcquireWaiter()
 		if err != nil {
 			return nil, err
@@ -125,13 +128,18 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := s.be(r).Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
+	ds, err := rt.Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
 	// A long-poll the shutdown cut short (the backend may answer it empty
 	// or with the context's error) sends its client to another node.
 	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && r.Context().Err() == nil {
 		return nil, unavailable("this node is shutting down; retry on another node")
 	}
-	return api.ReserveResponse{Messages: deliveriesOf(ds)}, err
+	if err != nil {
+		return nil, err
+	}
+	return stream(func(w http.ResponseWriter) error {
+		return writeBody(w, http.StatusOK, "application/json", appendReserved(make([]byte, 0, 256*len(ds)+16), ds))
+	}), nil
 }
 
 func (s *Server) ack(r *http.Request) (any, error) { return s.settle(r, service.OpAck) }
@@ -164,19 +172,28 @@ func settlementOf(op service.Op) settlement {
 	return settlement{"/v1/ack", func(c command.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
 }
 
-// settle settles the receipts of r's ack, nack or touch on the backend
-// that answers r.
+// settle settles the receipts of r's ack, nack, touch or bury in the
+// groups their ids name, and sums the counts of their answers.
 func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 	rs, delayMs, err := s.receiptsOf(r, op)
 	if err != nil {
 		return nil, err
 	}
+	rt := routingOf(r)
+	if err := rt.rt.CheckReceipts("receipts", rs); err != nil {
+		return nil, err
+	}
 	if op == service.OpNack {
 		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
-			return nil, err
+			if !rt.span {
+				return nil, err
+			}
+			// Refused as each group's part is: naming the first group.
+			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
+			return nil, groupError(groups[0], toError(err))
 		}
 	}
-	c, err := service.SettleOn(r.Context(), s.be(r), op, rs, delayMs)
+	c, err := rt.rt.Settle(r.Context(), "receipts", op, rs, delayMs)
 	return settlementOf(op).answer(c), err
 }
 
@@ -232,7 +249,7 @@ func (s *Server) redrive(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.be(r).Redrive(r.Context(), topic, ids)
+	n, err := routingOf(r).rt.Redrive(r.Context(), topic, ids)
 	return api.RedriveResponse{Redriven: n}, err
 }
 

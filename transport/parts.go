@@ -14,7 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/command"
@@ -22,13 +25,14 @@ import (
 )
 
 // parts is the service's Forwarder of the HTTP API: it sends a part of a
-// request spanning groups to its group's leader as the same route with
-// ?group=g, marked forwarded (ForwardedHeader), with the caller's
-// Authorization, and reads the leader's answer, an error body as the
-// *Error it stands for. The routes of one group are not split: a follower
-// passes them on whole (forward), so the HTTP API's router asks parts
-// only to enqueue and settle; another front end's router (Forwarder) asks
-// it everything.
+// request, decoded and validated here, to its group's leader as the same
+// route (with ?group=g on a cluster of many groups), marked forwarded
+// (ForwardedHeader), with the caller's Authorization, and reads the
+// leader's answer, an error body as the *Error it stands for, so that
+// the caller gets the leader's status, code, message and Retry-After.
+// The message routes of the HTTP API, and another front end's router
+// (Forwarder), ask it; the admin routes and the stream are passed on whole
+// (forward).
 type parts struct {
 	s      *Server
 	client *http.Client
@@ -83,7 +87,12 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		return 0, service.ErrNoForward
 	}
 	var rd io.Reader = http.NoBody
-	if body != nil {
+	ctype := "application/json"
+	switch b := body.(type) {
+	case nil:
+	case wire:
+		rd, ctype = bytes.NewReader(b.data), b.ctype
+	default:
 		data, err := json.Marshal(body)
 		if err != nil {
 			return 0, fmt.Errorf("transport: encoding a request to group %d: %w", g, err)
@@ -96,7 +105,11 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 	if err != nil {
 		return 0, fmt.Errorf("transport: a request to group %d: %w", g, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ctype)
+	raw, isRaw := out.(*wire)
+	if isRaw {
+		req.Header.Set("Accept", raw.ctype)
+	}
 	req.Header.Set(ForwardedHeader, "1")
 	if auth := cmp.Or(callerOf(ctx).auth, p.auth); auth != "" {
 		req.Header.Set("Authorization", auth)
@@ -125,7 +138,9 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		return 0, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry}
 	}
 	index, _ := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64)
-	if out != nil {
+	if isRaw {
+		raw.data = data
+	} else if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
 			return 0, fmt.Errorf("transport: decoding group %d's answer: %w", g, err)
 		}
@@ -133,17 +148,30 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 	return index, nil
 }
 
-// Enqueue sends an enqueue, its due times absolute.
+// wire is a body as it goes over the wire: its bytes and media type. As
+// do's out, it asks for an answer of that media type, and takes its bytes.
+type wire struct {
+	data  []byte
+	ctype string
+}
+
+// Enqueue sends an enqueue, its due times absolute, and reads its answer,
+// in protobuf: of the forms of an enqueue, the one cheapest to write and
+// to read at both ends.
 func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
-	req := api.EnqueueRequest{Messages: make([]api.Message, len(msgs))}
-	for i, m := range msgs {
-		req.Messages[i] = messageOf(m)
-	}
 	g := model.GroupOf(msgs[0].Topic, p.s.svc.Count())
-	var out api.EnqueueResponse
-	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/messages", req, &out)
+	body, err := proto.Marshal(protoOf(msgs))
+	if err != nil {
+		return nil, 0, fmt.Errorf("transport: encoding a request to group %d: %w", g, err)
+	}
+	answer := wire{ctype: api.ContentTypeProto}
+	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/messages", wire{body, api.ContentTypeProto}, &answer)
 	if err != nil {
 		return nil, 0, err
+	}
+	out, err := api.UnmarshalEnqueueResponse(answer.data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("transport: group %d's answer: %w", g, err)
 	}
 	if len(out.Results) != len(msgs) {
 		return nil, 0, fmt.Errorf("transport: group %d answered %d results for %d messages", g, len(out.Results), len(msgs))
@@ -159,19 +187,24 @@ func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []command.NewM
 	return res, index, nil
 }
 
-// messageOf is the JSON form of a validated message, due at its absolute
-// time.
-func messageOf(m command.NewMessage) api.Message {
-	at, ttr, attempts := m.DeliverAtMs, m.TTRMs, m.MaxAttempts
-	out := api.Message{Topic: m.Topic, Payload: api.PayloadOf(m.Body), DeliverAtMs: &at, Key: m.Key,
-		Priority: m.Priority, Headers: m.Headers}
-	if ttr > 0 {
-		out.TTRMs = &ttr
+// protoOf is the protobuf form of validated messages, each due at its
+// absolute time.
+func protoOf(msgs []command.NewMessage) *pb.EnqueueRequest {
+	req := &pb.EnqueueRequest{Messages: make([]*pb.Message, len(msgs))}
+	ms := make([]pb.Message, len(msgs)) // one allocation for the batch
+	for i, m := range msgs {
+		p := &ms[i]
+		p.Topic, p.Body, p.DeliverAtMs, p.Key = m.Topic, m.Body, &msgs[i].DeliverAtMs, m.Key
+		p.Priority, p.Headers = m.Priority, m.Headers
+		if m.TTRMs > 0 {
+			p.TtrMs = &msgs[i].TTRMs
+		}
+		if m.MaxAttempts > 0 {
+			p.MaxAttempts = &msgs[i].MaxAttempts
+		}
+		req.Messages[i] = p
 	}
-	if attempts > 0 {
-		out.MaxAttempts = &attempts
-	}
-	return out
+	return req
 }
 
 // Settle sends an ack, nack, touch or bury.

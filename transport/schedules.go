@@ -18,14 +18,8 @@ const (
 	maxScheduleLimit     = 1000
 )
 
-// schedulerOf returns b, which keeps the schedules of its group.
-func schedulerOf(b Backend) (Backend, error) { return b, nil }
-
 func (s *Server) putSchedule(r *http.Request) (any, error) {
-	sb, err := schedulerOf(s.be(r))
-	if err != nil {
-		return nil, err
-	}
+	sb := s.be(r)
 	var req api.ScheduleRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
@@ -66,19 +60,13 @@ func invalidFrom(err error) error {
 }
 
 func (s *Server) getSchedule(r *http.Request) (any, error) {
-	sb, err := schedulerOf(s.be(r))
-	if err != nil {
-		return nil, err
-	}
+	sb := s.be(r)
 	info, err := sb.Schedule(r.Context(), r.PathValue("name"))
 	return scheduleOf(info), err
 }
 
 func (s *Server) deleteSchedule(r *http.Request) (any, error) {
-	sb, err := schedulerOf(s.be(r))
-	if err != nil {
-		return nil, err
-	}
+	sb := s.be(r)
 	name := r.PathValue("name")
 	return api.ScheduleDeleted{Name: name, Deleted: true}, sb.DeleteSchedule(r.Context(), name)
 }
@@ -92,10 +80,7 @@ const scheduleScan = 10_000
 // order after ?after=, with next set when more may follow; with ?topic=,
 // only that topic's (see pageSchedules).
 func (s *Server) listSchedules(r *http.Request) (any, error) {
-	sb, err := schedulerOf(s.be(r))
-	if err != nil {
-		return nil, err
-	}
+	sb := s.be(r)
 	return s.schedulesPage(r, func(after string, n int) ([]wheel.ScheduleInfo, error) {
 		return sb.Schedules(r.Context(), after, n)
 	})

@@ -33,8 +33,8 @@ type Server struct {
 	cfg      Config
 	b        Backend
 	scopes   map[string]groupRoute // by route pattern
-	svc      *service.Router       // routes the requests that span groups
-	parts    parts                 // forwards their parts
+	svc      *service.Router       // serves the message routes, each part in its group
+	parts    parts                 // forwards the parts of groups led elsewhere
 	log      *slog.Logger
 	handler  http.Handler
 	patterns []string // every pattern newMux registered, in order
@@ -52,7 +52,8 @@ type access int
 const (
 	open   access = iota // no auth, answered here: health and readiness
 	local                // /v1 read, answered from this node's state
-	leader               // /v1 write or reserve, forwarded to the leader
+	leader               // /v1 write, passed whole to the leader
+	routed               // /v1 message write or reserve: decoded here, served through the service's router
 )
 
 // handlerFunc answers a request with a value to encode as JSON (status 200)
@@ -127,24 +128,24 @@ func (s *Server) routeList() []route {
 		{"GET /healthz", open, s.healthz},
 		{"GET /readyz", open, s.readyz},
 		{"GET /v1/openapi.json", open, s.openAPI},
-		{"POST /v1/messages", leader, s.enqueue},
+		{"POST /v1/messages", routed, s.enqueue},
 		{"GET /v1/messages/{id}", local, s.get},
-		{"DELETE /v1/messages/{id}", leader, s.cancel},
-		{"POST /v1/messages/{id}/reschedule", leader, s.reschedule},
-		{"DELETE /v1/topics/{topic}/keys/{key}", leader, s.cancelKey},
+		{"DELETE /v1/messages/{id}", routed, s.cancel},
+		{"POST /v1/messages/{id}/reschedule", routed, s.reschedule},
+		{"DELETE /v1/topics/{topic}/keys/{key}", routed, s.cancelKey},
 		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
-		{"POST /v1/topics/{topic}/reserve", leader, s.reserve},
+		{"POST /v1/topics/{topic}/reserve", routed, s.reserve},
 		{"GET /v1/topics/{topic}/stream", leader, s.streamTopic},
 		{"PUT /v1/topics/{topic}/webhook", leader, s.putWebhook},
 		{"GET /v1/topics/{topic}/webhook", local, s.getWebhook},
 		{"DELETE /v1/topics/{topic}/webhook", leader, s.deleteWebhook},
-		{"POST /v1/ack", leader, s.ack},
-		{"POST /v1/nack", leader, s.nack},
-		{"POST /v1/touch", leader, s.touch},
-		{"POST /v1/bury", leader, s.bury},
+		{"POST /v1/ack", routed, s.ack},
+		{"POST /v1/nack", routed, s.nack},
+		{"POST /v1/touch", routed, s.touch},
+		{"POST /v1/bury", routed, s.bury},
 		{"GET /v1/topics", local, s.topics},
 		{"GET /v1/topics/{topic}/dead", local, s.dead},
-		{"POST /v1/topics/{topic}/dead/redrive", leader, s.redrive},
+		{"POST /v1/topics/{topic}/dead/redrive", routed, s.redrive},
 		{"GET /v1/wheel", local, s.wheel},
 		{"GET /v1/wheel/slots/{slot}", local, s.slot},
 		{"GET /v1/wheel/overflow", local, s.overflow},
@@ -219,13 +220,21 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 		s.fail(w, unavailable("%v", err))
 		return
 	}
-	if rt.access == leader && !span && s.forward(w, r) {
+	var settled *service.Settled
+	switch {
+	case rt.access == routed:
+		if r, settled, err = s.routed(r, g, span); err != nil {
+			s.fail(w, err)
+			return
+		}
+		w.forwarded = !span && !s.svc.Leads(g)
+	case rt.access == leader && !span && s.forward(w, r):
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes)
 	h := rt.h
-	if span {
-		h = s.scopes[rt.pattern].span
+	if sp := s.scopes[rt.pattern].span; span && sp != nil {
+		h = sp
 	}
 	v, err := h(r)
 	if err != nil {
@@ -234,7 +243,10 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 	}
 	// A write a follower forwarded (a stream is a GET, and long-lived)
 	// tells the follower which index to apply before it answers.
-	if rt.access == leader && !span && r.Method != http.MethodGet && r.Header.Get(ForwardedHeader) != "" {
+	switch {
+	case settled != nil && settled.Index > 0:
+		w.Header().Set(AppliedIndexHeader, strconv.FormatUint(settled.Index, 10))
+	case rt.access == leader && !span && r.Method != http.MethodGet && r.Header.Get(ForwardedHeader) != "":
 		s.settleForwarded(w, r)
 	}
 	if st, ok := v.(stream); ok {

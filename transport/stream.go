@@ -94,12 +94,8 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, st mode
 			return fmt.Errorf("stream: %w", err)
 		}
 		buf = buf[:0]
-		for _, d := range deliveriesOf(ds) {
-			b, err := marshalJSON(d)
-			if err != nil {
-				return fmt.Errorf("encode delivery: %w", err)
-			}
-			buf = append(buf, b...)
+		for _, d := range ds {
+			buf = appendDelivery(buf, d)
 		}
 		if err := write(buf); err != nil {
 			return err

@@ -24,15 +24,9 @@ const (
 	maxWebhookSecretLen       = 1024
 )
 
-func (s *Server) webhooker(r *http.Request) (Backend, error) { return s.be(r), nil }
-
 func (s *Server) putWebhook(r *http.Request) (any, error) {
 	var req api.WebhookRequest
 	topic, err := s.topicAndBody(r, &req)
-	if err != nil {
-		return nil, err
-	}
-	wh, err := s.webhooker(r)
 	if err != nil {
 		return nil, err
 	}
@@ -40,34 +34,24 @@ func (s *Server) putWebhook(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return webhookView(w), wh.SetWebhook(r.Context(), w)
-}
-
-// topicWebhooker checks the {topic} of the path and returns the backend's webhooks.
-func (s *Server) topicWebhooker(r *http.Request) (string, Backend, error) {
-	topic, err := s.pathTopic(r)
-	if err != nil {
-		return "", nil, err
-	}
-	wh, err := s.webhooker(r)
-	return topic, wh, err
+	return webhookView(w), s.be(r).SetWebhook(r.Context(), w)
 }
 
 func (s *Server) getWebhook(r *http.Request) (any, error) {
-	topic, wh, err := s.topicWebhooker(r)
+	topic, err := s.pathTopic(r)
 	if err != nil {
 		return nil, err
 	}
-	w, err := wh.Webhook(r.Context(), topic)
+	w, err := s.be(r).Webhook(r.Context(), topic)
 	return webhookView(w), err
 }
 
 func (s *Server) deleteWebhook(r *http.Request) (any, error) {
-	topic, wh, err := s.topicWebhooker(r)
+	topic, err := s.pathTopic(r)
 	if err != nil {
 		return nil, err
 	}
-	return api.WebhookDeleted{Topic: topic, Deleted: true}, wh.DeleteWebhook(r.Context(), topic)
+	return api.WebhookDeleted{Topic: topic, Deleted: true}, s.be(r).DeleteWebhook(r.Context(), topic)
 }
 
 func webhookView(w command.Webhook) api.Webhook {

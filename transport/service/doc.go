@@ -1,5 +1,5 @@
-// Package service is the serving core every front end (the gRPC API
-// today; the HTTP API and other protocols plug in the same way) calls
+// Package service is the serving core every front end (the HTTP, gRPC
+// and beanstalkd APIs) calls
 // once it has decoded and validated a request: one [Backend] per Raft
 // group, with no optional capabilities, and a [Router] that finds the
 // group of each part of a request (the group of a message's topic, the

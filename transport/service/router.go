@@ -49,6 +49,7 @@ type Router struct {
 	groups []Backend
 	fwd    Forwarder // nil: a part of a group led elsewhere is NotLeaderError
 	named  bool      // every part's error is a GroupError, even of a request of one group
+	pin    int       // > 0: every part is of group pin-1 (In)
 }
 
 // NewRouter routes over groups (group g is groups[g]; at least one),
@@ -67,6 +68,16 @@ func (r *Router) NamingGroups() *Router {
 	return &c
 }
 
+// In returns a router like r that serves every part of a request in
+// group g, whatever group its topics or ids name: the group a request
+// names itself (as a part another node forwarded does), g in [0, Count()).
+// Its errors name no group.
+func (r *Router) In(g int) *Router {
+	c := *r
+	c.pin, c.named = g+1, false
+	return &c
+}
+
 // Count is the number of groups.
 func (r *Router) Count() int { return len(r.groups) }
 
@@ -74,12 +85,20 @@ func (r *Router) Count() int { return len(r.groups) }
 func (r *Router) Group(g int) Backend { return r.groups[g] }
 
 // GroupOfTopic is the group of topic.
-func (r *Router) GroupOfTopic(topic string) int { return model.GroupOf(topic, len(r.groups)) }
+func (r *Router) GroupOfTopic(topic string) int {
+	if r.pin > 0 {
+		return r.pin - 1
+	}
+	return model.GroupOf(topic, len(r.groups))
+}
 
 // GroupOfID returns the group id names, refusing, as field, one this
 // cluster does not have.
 func (r *Router) GroupOfID(field string, id model.ID) (int, error) {
 	g, n := id.Group(), len(r.groups)
+	if r.pin > 0 {
+		return r.pin - 1, nil
+	}
 	if g >= n {
 		return 0, refuse(model.ErrInvalid, "%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
 	}
@@ -114,15 +133,26 @@ func (r *Router) Leads(g int) bool {
 // settleKey is the context key of a *Settled.
 type settleKey struct{}
 
-// Settled is where the router puts the index a call another node
-// forwarded is answered with (WithSettled).
-type Settled struct{ Index uint64 }
+// Settled is where the router puts the index a call is answered with
+// (WithSettled, WithLeaderIndex).
+type Settled struct {
+	Index uint64
+	wait  bool // WithSettled's
+}
 
 // WithSettled marks ctx as a call another node forwarded here: a part this
 // node serves as leader waits, up to settleTimeout, until this node has
 // applied what it answered, and puts its applied index in the Settled
 // returned, for the answer to carry (0: none).
 func WithSettled(ctx context.Context) (context.Context, *Settled) {
+	s := &Settled{wait: true}
+	return context.WithValue(ctx, settleKey{}, s), s
+}
+
+// WithLeaderIndex returns ctx with a Settled the router puts the index in
+// that a part it forwarded was answered with (the last one's; 0: none),
+// for a front end whose answer names it as the leader's did.
+func WithLeaderIndex(ctx context.Context) (context.Context, *Settled) {
 	s := &Settled{}
 	return context.WithValue(ctx, settleKey{}, s), s
 }
@@ -169,7 +199,7 @@ func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T
 	m, isLeader, known := b.Leader()
 	if isLeader {
 		v, err := local(b)
-		if s, ok := ctx.Value(settleKey{}).(*Settled); ok && err == nil {
+		if s, ok := ctx.Value(settleKey{}).(*Settled); ok && s.wait && err == nil {
 			if index, serr := SettledIndex(ctx, b); serr == nil {
 				s.Index = index
 			}
@@ -188,6 +218,9 @@ func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T
 	}
 	if index > 0 {
 		b.ReadAfter(index) // the caller reads its own write here
+		if s, ok := ctx.Value(settleKey{}).(*Settled); ok {
+			s.Index = index
+		}
 	}
 	return v, nil
 }
@@ -245,7 +278,7 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Rec
 	if err := r.CheckReceipts(field, rs); err != nil {
 		return command.Counted{}, err
 	}
-	groups, parts := Split(len(rs), func(i int) int { return rs[i].ID.Group() })
+	groups, parts := Split(len(rs), func(i int) int { return r.groupOfReceipt(rs[i]) })
 	in := func(g int, part []model.Receipt) (command.Counted, error) {
 		return Call(ctx, r, g, func(b Backend) (command.Counted, error) { return SettleOn(ctx, b, op, part, nackDelayMs) },
 			func(f Forwarder, to model.Member) (command.Counted, uint64, error) {
@@ -253,7 +286,7 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Rec
 			})
 	}
 	if len(groups) <= 1 && !r.named {
-		return in(first(rs).ID.Group(), rs)
+		return in(r.groupOfReceipt(first(rs)), rs)
 	}
 	var mu sync.Mutex
 	var sum command.Counted
@@ -275,10 +308,21 @@ func (r *Router) Settle(ctx context.Context, field string, op Op, rs []model.Rec
 	return sum, err
 }
 
+// groupOfReceipt is the group that settles rc.
+func (r *Router) groupOfReceipt(rc model.Receipt) int {
+	if r.pin > 0 {
+		return r.pin - 1
+	}
+	return rc.ID.Group()
+}
+
 // CheckReceipts refuses a receipt of a group this cluster does not have,
-// naming field[i].
+// naming field[i] (a router In a group takes any).
 func (r *Router) CheckReceipts(field string, rs []model.Receipt) error {
 	n := len(r.groups)
+	if r.pin > 0 {
+		return nil
+	}
 	for i, rc := range rs {
 		if g := rc.ID.Group(); g >= n {
 			return refuse(model.ErrInvalid, "%s[%d]: receipt names group %d; this cluster has groups 0 to %d", field, i, g, n-1)
