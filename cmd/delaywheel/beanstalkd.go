@@ -113,12 +113,16 @@ func (b *beanstalkdBackend) known(id model.ID) error {
 	return nil
 }
 
-func (b *beanstalkdBackend) Put(ctx context.Context, m command.NewMessage) (model.ID, error) {
-	res, err := b.r.Enqueue(ctx, []command.NewMessage{m})
+func (b *beanstalkdBackend) Put(ctx context.Context, ms []command.NewMessage) ([]model.ID, error) {
+	res, err := b.r.Enqueue(ctx, ms)
 	if err != nil {
-		return model.ID{}, routed(err)
+		return nil, routed(err)
 	}
-	return res[0].ID, nil
+	ids := make([]model.ID, len(res))
+	for i, e := range res {
+		ids[i] = e.ID
+	}
+	return ids, nil
 }
 
 func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {

@@ -22,9 +22,9 @@ var ErrNotSent = errors.New("not sent to a leader")
 // when the call surely changed nothing, and must route by itself: a
 // topic's calls and an id's calls go to the leader of their group.
 type Backend interface {
-	// Put enqueues one message and returns its id once the message is
-	// committed.
-	Put(ctx context.Context, m command.NewMessage) (model.ID, error)
+	// Put enqueues messages, all or none, and returns their ids, in
+	// order, once they are committed.
+	Put(ctx context.Context, ms []command.NewMessage) ([]model.ID, error)
 	// Reserve hands out the next due message of topic, waiting up to wait
 	// for one; ok is false when none came.
 	Reserve(ctx context.Context, topic string, wait time.Duration) (d model.Delivery, ok bool, err error)

@@ -27,6 +27,8 @@ type fakeBackend struct {
 	unsent  int   // how many puts fail with ErrNotSent before one is taken
 	bare    bool  // deliveries without their lease's length, as over HTTP
 	puts    []command.NewMessage
+	batches []int                  // the number of messages of each Put
+	refuse  func(body []byte) bool // a Put of such a body is refused as invalid
 }
 
 func newFake() *fakeBackend {
@@ -62,23 +64,33 @@ func (f *fakeBackend) state(v *wheel.View) wheel.State {
 	return v.At(f.now.UnixMilli()).State
 }
 
-func (f *fakeBackend) Put(_ context.Context, m command.NewMessage) (model.ID, error) {
+func (f *fakeBackend) Put(_ context.Context, ms []command.NewMessage) ([]model.ID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return model.ID{}, f.err
+		return nil, f.err
 	}
 	if f.unsent > 0 {
 		f.unsent--
-		return model.ID{}, fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+		return nil, fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+	}
+	for i, m := range ms {
+		if f.refuse != nil && f.refuse(m.Body) {
+			return nil, fmt.Errorf("%w: messages[%d]: refused", model.ErrInvalid, i)
+		}
 	}
 	f.index++
-	id := model.ID{Index: f.index, Seq: uint32(f.group(m.Topic)) << 24}
-	f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
-		DeliverAtMs: m.DeliverAtMs, TTRMs: m.TTRMs, MaxAttempts: m.MaxAttempts, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateDelayed}
-	f.puts = append(f.puts, m)
+	ids := make([]model.ID, len(ms))
+	for i, m := range ms {
+		id := model.ID{Index: f.index, Seq: uint32(f.group(m.Topic))<<24 | uint32(i)}
+		f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
+			DeliverAtMs: m.DeliverAtMs, TTRMs: m.TTRMs, MaxAttempts: m.MaxAttempts, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateDelayed}
+		ids[i] = id
+	}
+	f.puts = append(f.puts, ms...)
+	f.batches = append(f.batches, len(ms))
 	f.notify()
-	return id, nil
+	return ids, nil
 }
 
 // add stores a message with the given id, as another front end would.
