@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -200,6 +202,42 @@ func (b *beanstalkdBackend) Dead(ctx context.Context, topic string, limit int) (
 
 func (b *beanstalkdBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {
 	return b.gs.Node(b.r.GroupOfTopic(topic)).Store().Ready(topic, limit, nil)
+}
+
+// Delayed scans the wheel's non-empty slots, due second by due second, for
+// the first one that holds a delayed message of topic: the wheel keeps
+// delayed messages by due second, not by topic. Messages due beyond the
+// wheel's horizon (two hours) are not seen.
+func (b *beanstalkdBackend) Delayed(ctx context.Context, topic string) (wheel.View, bool, error) {
+	st := b.gs.Node(b.r.GroupOfTopic(topic)).Store()
+	info, err := st.Wheel()
+	if err != nil {
+		return wheel.View{}, false, err
+	}
+	for _, sl := range info.NonEmpty {
+		if err := ctx.Err(); err != nil {
+			return wheel.View{}, false, err
+		}
+		si, err := st.Slot(sl.Slot, true)
+		if err != nil {
+			return wheel.View{}, false, err
+		}
+		recs := slices.DeleteFunc(si.Records, func(r wheel.SlotRecord) bool { return !r.Live || r.Topic != topic })
+		slices.SortFunc(recs, func(a, c wheel.SlotRecord) int { return cmp.Compare(a.DueMs, c.DueMs) })
+		for _, r := range recs {
+			v, err := st.Get(r.ID)
+			if errors.Is(err, model.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return wheel.View{}, false, err
+			}
+			if v.At(time.Now().UnixMilli()).State == wheel.StateDelayed {
+				return v, true, nil
+			}
+		}
+	}
+	return wheel.View{}, false, nil
 }
 
 func (b *beanstalkdBackend) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {

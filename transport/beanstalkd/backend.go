@@ -50,6 +50,9 @@ type Backend interface {
 	Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error)
 	// Ready lists up to limit ready messages of topic, next first.
 	Ready(ctx context.Context, topic string, limit int) ([]wheel.View, error)
+	// Delayed returns the delayed message of topic that is due first;
+	// ok is false when there is none.
+	Delayed(ctx context.Context, topic string) (v wheel.View, ok bool, err error)
 	// Topics returns the per-state counts of every topic.
 	Topics(ctx context.Context) ([]wheel.TopicCounts, error)
 }

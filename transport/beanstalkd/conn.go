@@ -210,8 +210,7 @@ func (c *conn) do(cmd Command) error {
 	case OpPeekReady, OpPeekBuried:
 		c.peekState(cmd.Op)
 	case OpPeekDelayed:
-		c.s.log.Debug("beanstalkd: peek-delayed is answered NOT_FOUND: delayed messages are listed by due second, not by tube")
-		c.reply("NOT_FOUND")
+		c.peekDelayed()
 	case OpKick:
 		c.kick(cmd.Bound)
 	case OpKickJob:

@@ -263,6 +263,15 @@ func (f *fakeBackend) Dead(_ context.Context, topic string, limit int) ([]wheel.
 	return f.list(topic, wheel.StateDead, limit), nil
 }
 
+func (f *fakeBackend) Delayed(_ context.Context, topic string) (wheel.View, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v := f.next(topic, wheel.StateDelayed); v != nil {
+		return *v, true, nil
+	}
+	return wheel.View{}, false, nil
+}
+
 func (f *fakeBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {
 	return f.list(topic, wheel.StateReady, limit), nil
 }

@@ -338,6 +338,29 @@ func (c *conn) peekState(op Op) {
 	c.reply("NOT_FOUND")
 }
 
+// peekDelayed answers peek-delayed: FOUND with the used tube's delayed job
+// that is due first.
+func (c *conn) peekDelayed() {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	v, ok, err := c.s.be.Delayed(ctx, c.use)
+	switch {
+	case err != nil:
+		c.fail("peek-delayed", err)
+		return
+	case !ok:
+		c.reply("NOT_FOUND")
+		return
+	}
+	job, ok := JobID(v.ID)
+	if !ok {
+		c.s.log.Info("beanstalkd: peek-delayed answered NOT_FOUND: the message's id does not pack into a job id", "id", v.ID.String())
+		c.reply("NOT_FOUND")
+		return
+	}
+	c.job("FOUND", job, v.Body)
+}
+
 // maxKick is the most jobs one kick moves.
 const maxKick = 1000
 

@@ -208,11 +208,15 @@ func TestDelayReleaseBuryKick(t *testing.T) {
 	id := c.put(1024, 5, 10, "later")
 	c.do("reserve-with-timeout 0", "TIMED_OUT")
 	c.do("peek-ready", "NOT_FOUND")
+	if _, body := c.data("peek-delayed", "FOUND "+id); body != "later" {
+		t.Fatalf("peek-delayed: %q", body)
+	}
 	_, st := c.data("stats-tube default", "OK")
 	if y := yaml(st); y["current-jobs-delayed"] != "1" || y["current-jobs-ready"] != "0" || y["name"] != "default" {
 		t.Fatalf("stats-tube: %q", st)
 	}
 	f.advance(5 * time.Second)
+	c.do("peek-delayed", "NOT_FOUND")
 	c.data("peek-ready", "FOUND "+id)
 	c.data("reserve-with-timeout 1", "RESERVED "+id)
 	c.do("touch "+id, "TOUCHED")
