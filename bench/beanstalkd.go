@@ -164,7 +164,7 @@ func delaySeconds(dueMs, nowMs int64) int {
 // so a connection takes at most one job per write: like a beanstalkd
 // deployment's many workers, a consumer spreads its reserves over several
 // connections, so that neither server is limited by the harness's client.
-const bsConnsPerConsumer = 16
+const bsConnsPerConsumer = 64
 
 func (t *bsTarget) NewConsumer(ctx context.Context) (consumer, error) {
 	p := &bsPool{out: make(chan bsResult, bsConnsPerConsumer)}

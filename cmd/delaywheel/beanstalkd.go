@@ -127,12 +127,9 @@ func (b *beanstalkdBackend) Put(ctx context.Context, ms []command.NewMessage) ([
 	return ids, nil
 }
 
-func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
-	ds, err := b.r.Reserve(ctx, topic, 1, wait, 0)
-	if err != nil || len(ds) == 0 {
-		return model.Delivery{}, false, routed(err)
-	}
-	return ds[0], true, nil
+func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error) {
+	ds, err := b.r.Reserve(ctx, topic, max, wait, 0)
+	return ds, routed(err)
 }
 
 // settle acks, nacks, touches or buries r through the router.

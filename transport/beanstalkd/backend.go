@@ -25,9 +25,9 @@ type Backend interface {
 	// Put enqueues messages, all or none, and returns their ids, in
 	// order, once they are committed.
 	Put(ctx context.Context, ms []command.NewMessage) ([]model.ID, error)
-	// Reserve hands out the next due message of topic, waiting up to wait
-	// for one; ok is false when none came.
-	Reserve(ctx context.Context, topic string, wait time.Duration) (d model.Delivery, ok bool, err error)
+	// Reserve hands out up to max due messages of topic, next first,
+	// waiting up to wait for the first.
+	Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error)
 	// Ack finishes a reserved message; done is false when the receipt no
 	// longer holds it.
 	Ack(ctx context.Context, r model.Receipt) (done bool, err error)

@@ -16,19 +16,21 @@ import (
 // fakeBackend is an in-memory Backend with the node's semantics, on a
 // clock the test moves.
 type fakeBackend struct {
-	mu      sync.Mutex
-	now     time.Time
-	index   uint64
-	nonce   uint64
-	msgs    map[model.ID]*wheel.View
-	changed chan struct{} // closed and replaced at every change
-	group   func(topic string) int
-	err     error // when set, every call fails with it
-	unsent  int   // how many puts fail with ErrNotSent before one is taken
-	bare    bool  // deliveries without their lease's length, as over HTTP
-	puts    []command.NewMessage
-	batches []int                  // the number of messages of each Put
-	refuse  func(body []byte) bool // a Put of such a body is refused as invalid
+	mu       sync.Mutex
+	now      time.Time
+	index    uint64
+	nonce    uint64
+	msgs     map[model.ID]*wheel.View
+	changed  chan struct{} // closed and replaced at every change
+	group    func(topic string) int
+	err      error // when set, every call fails with it
+	unsent   int   // how many puts fail with ErrNotSent before one is taken
+	bare     bool  // deliveries without their lease's length, as over HTTP
+	puts     []command.NewMessage
+	batches  []int                  // the number of messages of each Put
+	asked    []int                  // the max of each Reserve
+	reserves []int                  // the number of messages each Reserve handed out
+	refuse   func(body []byte) bool // a Put of such a body is refused as invalid
 }
 
 func newFake() *fakeBackend {
@@ -119,16 +121,20 @@ func (f *fakeBackend) next(topic string, st wheel.State) *wheel.View {
 	return due[0]
 }
 
-func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
+func (f *fakeBackend) Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error) {
+	f.mu.Lock()
+	f.asked = append(f.asked, max)
+	f.mu.Unlock()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		f.mu.Lock()
 		if f.err != nil {
 			f.mu.Unlock()
-			return model.Delivery{}, false, f.err
+			return nil, f.err
 		}
-		if v := f.next(topic, wheel.StateReady); v != nil {
+		var ds []model.Delivery
+		for v := f.next(topic, wheel.StateReady); v != nil && len(ds) < max; v = f.next(topic, wheel.StateReady) {
 			f.nonce++
 			v.State, v.Receipt = wheel.StateReserved, f.nonce
 			v.Attempts++
@@ -138,20 +144,20 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Durat
 			if f.bare {
 				d.LeaseMs, d.TTRMs = 0, 0
 			}
-			f.mu.Unlock()
-			return d, true, nil
+			ds = append(ds, d)
 		}
+		f.reserves = append(f.reserves, len(ds))
 		ch := f.changed
 		f.mu.Unlock()
-		if wait <= 0 {
-			return model.Delivery{}, false, nil
+		if len(ds) > 0 || wait <= 0 {
+			return ds, nil
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
-			return model.Delivery{}, false, nil
+			return nil, nil
 		case <-ctx.Done():
-			return model.Delivery{}, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
