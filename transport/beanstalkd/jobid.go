@@ -11,9 +11,9 @@ import (
 // cluster that commits 100,000 entries a second for twenty years; 8 bits
 // hold every group (model.MaxGroups); 10 bits hold the position of a
 // message in its log entry, and a run of pipelined beanstalkd puts is an
-// entry of at most 1,024 messages (put.go). Only an HTTP or gRPC batch of over 1,024 messages
-// makes ids that do not pack: such messages are answered the closest way
-// (see Server) and logged.
+// entry of at most 1,024 messages (put.go). Only an HTTP or gRPC batch of
+// over 1,024 messages makes ids that do not pack: such messages are
+// answered the closest way (see Server) and logged.
 const (
 	positionBits = 10
 	groupBits    = 8
