@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -17,6 +18,7 @@ type bsTarget struct {
 	addr  string
 	tube  string
 	proc  *proc
+	pids  []int // a running server's processes, whose CPU time is read
 	dir   string
 	wait  time.Duration
 	conns chan *bsConn // idle producer connections
@@ -62,7 +64,7 @@ func spawnBeanstalkd(ctx context.Context, cfg *Config, dir string) (*bsTarget, e
 // connectBeanstalkd drives the running server at cfg.BeanstalkdAddr.
 func connectBeanstalkd(ctx context.Context, cfg *Config) (*bsTarget, error) {
 	t := &bsTarget{addr: cfg.BeanstalkdAddr, tube: "bench-" + cfg.runID, wait: cfg.Wait,
-		conns: make(chan *bsConn, cfg.Producers+4), ttr: 60}
+		conns: make(chan *bsConn, cfg.Producers+4), ttr: 60, pids: cfg.ServerPIDs}
 	c, err := dialBeanstalk(ctx, t.addr)
 	if err != nil {
 		return nil, fmt.Errorf("--beanstalkd-target-addr: %w", err)
@@ -156,12 +158,91 @@ func delaySeconds(dueMs, nowMs int64) int {
 	return int((d + 999) / 1000)
 }
 
+// bsConnsPerConsumer is how many connections one consumer reserves
+// through. Invariant: a beanstalkd connection holds one reserve at a time
+// and each job's delete waits for a durable write before the next reserve,
+// so a connection takes at most one job per write: like a beanstalkd
+// deployment's many workers, a consumer spreads its reserves over several
+// connections, so that neither server is limited by the harness's client.
+const bsConnsPerConsumer = 64
+
 func (t *bsTarget) NewConsumer(ctx context.Context) (consumer, error) {
-	c, err := t.dial(ctx, func(c *bsConn) error { return c.WatchOnly(ctx, t.tube) })
-	if err != nil {
-		return nil, err
+	p := &bsPool{out: make(chan bsResult, bsConnsPerConsumer)}
+	for range bsConnsPerConsumer {
+		c, err := t.dial(ctx, func(c *bsConn) error { return c.WatchOnly(ctx, t.tube) })
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.workers = append(p.workers, &bsConsumer{c: c, secs: max(1, int(t.wait.Round(time.Second)/time.Second))})
 	}
-	return &bsConsumer{c: c, secs: max(1, int(t.wait.Round(time.Second)/time.Second))}, nil
+	p.start()
+	return p, nil
+}
+
+// bsPool is a consumer over several connections, each reserving on its own
+// goroutine.
+type bsPool struct {
+	workers []*bsConsumer
+	out     chan bsResult
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// bsResult is what one connection's reserve returned.
+type bsResult struct {
+	b   batch
+	err error
+}
+
+// start runs every connection's reserves until Close.
+func (p *bsPool) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	for _, w := range p.workers {
+		p.wg.Go(func() {
+			for ctx.Err() == nil {
+				b, err := w.Next(ctx)
+				if len(b.Seqs) == 0 && err == nil {
+					continue
+				}
+				select {
+				case p.out <- bsResult{b, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil && len(b.Seqs) == 0 {
+					select { // the connection failed: do not spin
+					case <-ctx.Done():
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+}
+
+// Next returns the jobs one connection received.
+func (p *bsPool) Next(ctx context.Context) (batch, error) {
+	select {
+	case r := <-p.out:
+		return r.b, r.err
+	case <-ctx.Done():
+		return batch{}, ctx.Err()
+	}
+}
+
+// Close stops the reserves and closes every connection.
+func (p *bsPool) Close() error {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	var errs []error
+	for _, w := range p.workers {
+		errs = append(errs, w.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func (t *bsTarget) Pending(ctx context.Context) (int64, error) {

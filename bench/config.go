@@ -246,8 +246,8 @@ func (cfg Config) validate() error {
 	if len(cfg.Addrs) > 0 && cfg.Spawn != 0 {
 		errs = append(errs, errors.New("--addr and --spawn exclude each other: bench a running cluster, or spawn one"))
 	}
-	if len(cfg.ServerPIDs) > 0 && len(cfg.Addrs) == 0 {
-		errs = append(errs, errors.New("--server-pid: only with --addr (the servers the harness spawns are measured anyway)"))
+	if len(cfg.ServerPIDs) > 0 && len(cfg.Addrs) == 0 && cfg.BeanstalkdAddr == "" {
+		errs = append(errs, errors.New("--server-pid: only with --addr or --beanstalkd-target-addr (the servers the harness spawns are measured anyway)"))
 	}
 	for _, pid := range cfg.ServerPIDs {
 		if pid < 1 {

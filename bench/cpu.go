@@ -90,8 +90,16 @@ func (t *redisTarget) serverCPU() (all, leader time.Duration, err error) {
 	return d, d, err
 }
 
-// serverCPU reads the CPU time of a spawned beanstalkd: one process.
+// serverCPU reads the CPU time of a spawned beanstalkd (one process), or
+// of the running server's pids (Config.ServerPIDs).
 func (t *bsTarget) serverCPU() (all, leader time.Duration, err error) {
+	if t.proc == nil {
+		if len(t.pids) == 0 {
+			return 0, 0, errNotSpawned
+		}
+		d, err := procsCPU(t.pids)
+		return d, -1, err
+	}
 	d, err := t.proc.CPU()
 	return d, d, err
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -113,20 +115,21 @@ func (b *beanstalkdBackend) known(id model.ID) error {
 	return nil
 }
 
-func (b *beanstalkdBackend) Put(ctx context.Context, m command.NewMessage) (model.ID, error) {
-	res, err := b.r.Enqueue(ctx, []command.NewMessage{m})
+func (b *beanstalkdBackend) Put(ctx context.Context, ms []command.NewMessage) ([]model.ID, error) {
+	res, err := b.r.Enqueue(ctx, ms)
 	if err != nil {
-		return model.ID{}, routed(err)
+		return nil, routed(err)
 	}
-	return res[0].ID, nil
+	ids := make([]model.ID, len(res))
+	for i, e := range res {
+		ids[i] = e.ID
+	}
+	return ids, nil
 }
 
-func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
-	ds, err := b.r.Reserve(ctx, topic, 1, wait, 0)
-	if err != nil || len(ds) == 0 {
-		return model.Delivery{}, false, routed(err)
-	}
-	return ds[0], true, nil
+func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error) {
+	ds, err := b.r.Reserve(ctx, topic, max, wait, 0)
+	return ds, routed(err)
 }
 
 // settle acks, nacks, touches or buries r through the router.
@@ -196,6 +199,42 @@ func (b *beanstalkdBackend) Dead(ctx context.Context, topic string, limit int) (
 
 func (b *beanstalkdBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {
 	return b.gs.Node(b.r.GroupOfTopic(topic)).Store().Ready(topic, limit, nil)
+}
+
+// Delayed scans the wheel's non-empty slots, due second by due second, for
+// the first one that holds a delayed message of topic: the wheel keeps
+// delayed messages by due second, not by topic. Messages due beyond the
+// wheel's horizon (two hours) are not seen.
+func (b *beanstalkdBackend) Delayed(ctx context.Context, topic string) (wheel.View, bool, error) {
+	st := b.gs.Node(b.r.GroupOfTopic(topic)).Store()
+	info, err := st.Wheel()
+	if err != nil {
+		return wheel.View{}, false, err
+	}
+	for _, sl := range info.NonEmpty {
+		if err := ctx.Err(); err != nil {
+			return wheel.View{}, false, err
+		}
+		si, err := st.Slot(sl.Slot, true)
+		if err != nil {
+			return wheel.View{}, false, err
+		}
+		recs := slices.DeleteFunc(si.Records, func(r wheel.SlotRecord) bool { return !r.Live || r.Topic != topic })
+		slices.SortFunc(recs, func(a, c wheel.SlotRecord) int { return cmp.Compare(a.DueMs, c.DueMs) })
+		for _, r := range recs {
+			v, err := st.Get(r.ID)
+			if errors.Is(err, model.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return wheel.View{}, false, err
+			}
+			if v.At(time.Now().UnixMilli()).State == wheel.StateDelayed {
+				return v, true, nil
+			}
+		}
+	}
+	return wheel.View{}, false, nil
 }
 
 func (b *beanstalkdBackend) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {

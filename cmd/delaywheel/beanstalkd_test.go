@@ -55,6 +55,20 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	if err != nil || v.Topic != "emails" || v.DeliverAtMs < put.UnixMilli()+1000 {
 		t.Fatalf("job %d over HTTP: %+v, %v", id, v, err)
 	}
+	later := beanstalk.NewTube(c, "later")
+	lid, err := later.Put([]byte("in an hour"), 10, time.Hour, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, body, err := later.PeekDelayed(); err != nil || got != lid || string(body) != "in an hour" {
+		t.Fatalf("peek-delayed: %d %q %v; want %d", got, body, err, lid)
+	}
+	if err := c.Delete(lid); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := later.PeekDelayed(); !errors.Is(err, beanstalk.ErrNotFound) {
+		t.Fatalf("peek-delayed after delete: %v", err)
+	}
 	got, body, err := ts.Reserve(10 * time.Second)
 	if err != nil || got != id || string(body) != "hello" {
 		t.Fatalf("reserve: %d %q %v; want %d", got, body, err, id)
@@ -111,7 +125,7 @@ func TestBeanstalkdGoClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := c.Stats()
-	if err != nil || st["max-job-size"] != strconv.Itoa(transport.DefaultLimits().MaxBodyBytes) || st["cmd-put"] != "1" {
+	if err != nil || st["max-job-size"] != strconv.Itoa(transport.DefaultLimits().MaxBodyBytes) || st["cmd-put"] != "2" {
 		t.Fatalf("stats: %v %v", st, err)
 	}
 	if _, _, err := ts.Reserve(0); !errors.Is(err, beanstalk.ErrTimeout) {

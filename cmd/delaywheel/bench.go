@@ -58,7 +58,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "targets", Value: cli.NewStringSlice(bench.AllTargets()...), Usage: "targets to run, comma-separated: " + strings.Join(bench.AllTargets(), ",")},
 		&cli.IntFlag{Name: "spawn", Usage: "spawn a delaywheel cluster of `N` nodes (1 or 3); default 1 without --addr (3 for failover)"},
 		&cli.StringSliceFlag{Name: "addr", Usage: "HTTP addresses of a running delaywheel cluster, comma-separated"},
-		&cli.IntSliceFlag{Name: "server-pid", Usage: "with --addr: pids of the cluster's server processes on this machine, comma-separated; their CPU time is read from /proc and reported per message (spawned servers are always measured)"},
+		&cli.IntSliceFlag{Name: "server-pid", Usage: "with --addr or --beanstalkd-target-addr: pids of the cluster's server processes on this machine, comma-separated; their CPU time is read from /proc and reported per message (spawned servers are always measured)"},
 		&cli.StringFlag{Name: "proto", Value: bench.ProtoHTTP, Usage: "the API delaywheel is enqueued and streamed through: http (protobuf over HTTP, the NDJSON stream), json (the same with JSON enqueues) or grpc (a spawned cluster's gRPC Enqueue and Subscribe)"},
 		&cli.StringFlag{Name: "binary", Usage: "delaywheel binary to spawn (default: this executable)"},
 		&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token of the delaywheel API (spawned nodes require it too)"},

@@ -22,12 +22,12 @@ var ErrNotSent = errors.New("not sent to a leader")
 // when the call surely changed nothing, and must route by itself: a
 // topic's calls and an id's calls go to the leader of their group.
 type Backend interface {
-	// Put enqueues one message and returns its id once the message is
-	// committed.
-	Put(ctx context.Context, m command.NewMessage) (model.ID, error)
-	// Reserve hands out the next due message of topic, waiting up to wait
-	// for one; ok is false when none came.
-	Reserve(ctx context.Context, topic string, wait time.Duration) (d model.Delivery, ok bool, err error)
+	// Put enqueues messages, all or none, and returns their ids, in
+	// order, once they are committed.
+	Put(ctx context.Context, ms []command.NewMessage) ([]model.ID, error)
+	// Reserve hands out up to max due messages of topic, next first,
+	// waiting up to wait for the first.
+	Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error)
 	// Ack finishes a reserved message; done is false when the receipt no
 	// longer holds it.
 	Ack(ctx context.Context, r model.Receipt) (done bool, err error)
@@ -50,6 +50,9 @@ type Backend interface {
 	Dead(ctx context.Context, topic string, limit int) ([]wheel.View, error)
 	// Ready lists up to limit ready messages of topic, next first.
 	Ready(ctx context.Context, topic string, limit int) ([]wheel.View, error)
+	// Delayed returns the delayed message of topic that is due first;
+	// ok is false when there is none.
+	Delayed(ctx context.Context, topic string) (v wheel.View, ok bool, err error)
 	// Topics returns the per-state counts of every topic.
 	Topics(ctx context.Context) ([]wheel.TopicCounts, error)
 }

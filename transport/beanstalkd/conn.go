@@ -5,14 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"math"
 	"net"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -43,6 +40,9 @@ type conn struct {
 	use     string
 	watched []string
 	held    map[uint64]heldJob // jobs this connection reserved
+
+	puts     []pendingPut // pipelined puts not yet answered (put.go)
+	putBytes int          // the size of their bodies
 }
 
 // heldJob is a job a connection holds reserved.
@@ -91,6 +91,15 @@ func (c *conn) close() {
 // server drains.
 func (c *conn) serve() {
 	defer c.close()
+	defer func() {
+		// Puts the client sent before it left are made, as beanstalkd
+		// makes each command it received.
+		if len(c.puts) > 0 {
+			c.flushPuts()
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+			c.w.Flush()
+		}
+	}()
 	for {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
 		if c.ctx.Err() != nil {
@@ -103,12 +112,16 @@ func (c *conn) serve() {
 		line, err := c.readLine()
 		if err != nil {
 			if errors.Is(err, errLineTooLong) {
+				c.flushPuts()
 				c.reply("BAD_FORMAT")
 				c.w.Flush()
 			}
 			return
 		}
 		cmd, err := ParseCommand(line)
+		if err != nil || cmd.Op != OpPut {
+			c.flushPuts() // the answers keep the commands' order
+		}
 		switch {
 		case err != nil:
 			c.reply(err.Error())
@@ -197,8 +210,7 @@ func (c *conn) do(cmd Command) error {
 	case OpPeekReady, OpPeekBuried:
 		c.peekState(cmd.Op)
 	case OpPeekDelayed:
-		c.s.log.Debug("beanstalkd: peek-delayed is answered NOT_FOUND: delayed messages are listed by due second, not by tube")
-		c.reply("NOT_FOUND")
+		c.peekDelayed()
 	case OpKick:
 		c.kick(cmd.Bound)
 	case OpKickJob:
@@ -223,86 +235,26 @@ func (c *conn) do(cmd Command) error {
 
 // fail answers a backend error with the closest reply, and logs it when
 // the protocol cannot say what it was.
-func (c *conn) fail(op string, err error) {
+func (c *conn) fail(op string, err error) { c.reply(c.failure(op, err)) }
+
+// failure returns the closest reply to a backend error, and logs the error
+// when the protocol cannot say what it was.
+func (c *conn) failure(op string, err error) string {
 	switch {
 	case errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrConflict):
-		c.reply("NOT_FOUND")
+		return "NOT_FOUND"
 	case errors.Is(err, model.ErrTooLarge):
-		c.reply("JOB_TOO_BIG")
+		return "JOB_TOO_BIG"
 	case errors.Is(err, model.ErrOverloaded):
 		c.s.log.Warn("beanstalkd: answered OUT_OF_MEMORY", "cmd", op, "err", err)
-		c.reply("OUT_OF_MEMORY")
+		return "OUT_OF_MEMORY"
 	case errors.Is(err, model.ErrInvalid):
 		c.s.log.Info("beanstalkd: answered BAD_FORMAT", "cmd", op, "err", err)
-		c.reply("BAD_FORMAT")
+		return "BAD_FORMAT"
 	default:
 		c.s.log.Warn("beanstalkd: answered INTERNAL_ERROR", "cmd", op, "err", err)
-		c.reply("INTERNAL_ERROR")
+		return "INTERNAL_ERROR"
 	}
-}
-
-// put reads a job's body and enqueues it: INSERTED once committed.
-func (c *conn) put(cmd Command) error {
-	if cmd.Bytes > c.s.cfg.MaxJobSize {
-		if _, err := io.CopyN(io.Discard, c.r, int64(cmd.Bytes)+2); err != nil {
-			return err
-		}
-		c.reply("JOB_TOO_BIG")
-		return nil
-	}
-	body := make([]byte, cmd.Bytes+2)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return err
-	}
-	if !bytes.HasSuffix(body, []byte("\r\n")) {
-		c.reply("EXPECTED_CRLF")
-		return nil
-	}
-	body = body[:cmd.Bytes]
-	if c.s.draining.Load() {
-		c.reply("DRAINING")
-		return nil
-	}
-	delay := time.Duration(cmd.Delay) * time.Second
-	if delay > c.s.cfg.MaxDelay {
-		c.s.log.Info("beanstalkd: put answered BAD_FORMAT: delay over the limit", "delay", delay, "max", c.s.cfg.MaxDelay)
-		c.reply("BAD_FORMAT")
-		return nil
-	}
-	// beanstalkd makes a ttr of 0 one second.
-	ttr := min(max(time.Duration(max(cmd.TTR, 1))*time.Second, c.s.cfg.MinTTR), c.s.cfg.MaxTTR)
-	if len(body) == 0 {
-		body = nil
-	}
-	// Due at the first millisecond not before now + delay: never early.
-	due := c.s.cfg.Now().Add(delay + time.Millisecond - 1).UnixMilli()
-	m := command.NewMessage{Topic: c.use, Body: body, Priority: PriorityOf(cmd.Pri),
-		DeliverAtMs: due, TTRMs: ttr.Milliseconds(), MaxAttempts: c.s.cfg.MaxAttempts}
-	ctx, cancel := c.callCtx()
-	defer cancel()
-	id, err := retrying(c, ctx, func() (model.ID, error) { return c.s.be.Put(ctx, m) })
-	if err != nil {
-		c.fail("put", err)
-		return nil
-	}
-	job, ok := JobID(id)
-	if !ok {
-		c.s.log.Error("beanstalkd: put: the message's id does not pack into a job id", "id", id.String())
-		c.reply("INTERNAL_ERROR")
-		return nil
-	}
-	c.reply("INSERTED", strconv.FormatUint(job, 10))
-	return nil
-}
-
-// PriorityOf maps a beanstalkd pri (0 most urgent, 1024 the clients'
-// default) to a delaywheel priority (higher first, 0 the default).
-func PriorityOf(pri uint32) int64 { return 1024 - int64(pri) }
-
-// PriOf maps a delaywheel priority back to a beanstalkd pri, clamped to
-// the protocol's range.
-func PriOf(priority int64) uint32 {
-	return uint32(min(max(1024-priority, 0), math.MaxUint32))
 }
 
 func (c *conn) setUse(t string) {

@@ -4,7 +4,9 @@
 //
 // It owns the command parser (command.go), the mapping of message ids to
 // beanstalkd's 64-bit job ids (jobid.go), the per-connection loop and its
-// replies (server.go, conn.go) and the YAML stats (stats.go). It reaches
+// replies (server.go, conn.go, reserve.go), the batching of pipelined puts
+// (put.go) and of the reserves waiting on a tube (coalesce.go), and the
+// YAML stats (stats.go). It reaches
 // the node through the small Backend interface defined here, with plain
 // wheel types: a tube is a topic, pri a priority, ttr the lease, delete an
 // ack (reserved) or a cancel (delayed, ready, buried), release a nack, bury

@@ -16,17 +16,21 @@ import (
 // fakeBackend is an in-memory Backend with the node's semantics, on a
 // clock the test moves.
 type fakeBackend struct {
-	mu      sync.Mutex
-	now     time.Time
-	index   uint64
-	nonce   uint64
-	msgs    map[model.ID]*wheel.View
-	changed chan struct{} // closed and replaced at every change
-	group   func(topic string) int
-	err     error // when set, every call fails with it
-	unsent  int   // how many puts fail with ErrNotSent before one is taken
-	bare    bool  // deliveries without their lease's length, as over HTTP
-	puts    []command.NewMessage
+	mu       sync.Mutex
+	now      time.Time
+	index    uint64
+	nonce    uint64
+	msgs     map[model.ID]*wheel.View
+	changed  chan struct{} // closed and replaced at every change
+	group    func(topic string) int
+	err      error // when set, every call fails with it
+	unsent   int   // how many puts fail with ErrNotSent before one is taken
+	bare     bool  // deliveries without their lease's length, as over HTTP
+	puts     []command.NewMessage
+	batches  []int                  // the number of messages of each Put
+	asked    []int                  // the max of each Reserve
+	reserves []int                  // the number of messages each Reserve handed out
+	refuse   func(body []byte) bool // a Put of such a body is refused as invalid
 }
 
 func newFake() *fakeBackend {
@@ -62,23 +66,33 @@ func (f *fakeBackend) state(v *wheel.View) wheel.State {
 	return v.At(f.now.UnixMilli()).State
 }
 
-func (f *fakeBackend) Put(_ context.Context, m command.NewMessage) (model.ID, error) {
+func (f *fakeBackend) Put(_ context.Context, ms []command.NewMessage) ([]model.ID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return model.ID{}, f.err
+		return nil, f.err
 	}
 	if f.unsent > 0 {
 		f.unsent--
-		return model.ID{}, fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+		return nil, fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+	}
+	for i, m := range ms {
+		if f.refuse != nil && f.refuse(m.Body) {
+			return nil, fmt.Errorf("%w: messages[%d]: refused", model.ErrInvalid, i)
+		}
 	}
 	f.index++
-	id := model.ID{Index: f.index, Seq: uint32(f.group(m.Topic)) << 24}
-	f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
-		DeliverAtMs: m.DeliverAtMs, TTRMs: m.TTRMs, MaxAttempts: m.MaxAttempts, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateDelayed}
-	f.puts = append(f.puts, m)
+	ids := make([]model.ID, len(ms))
+	for i, m := range ms {
+		id := model.ID{Index: f.index, Seq: uint32(f.group(m.Topic))<<24 | uint32(i)}
+		f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: m.Topic, Body: m.Body, Priority: m.Priority,
+			DeliverAtMs: m.DeliverAtMs, TTRMs: m.TTRMs, MaxAttempts: m.MaxAttempts, EnqueuedMs: f.now.UnixMilli()}, State: wheel.StateDelayed}
+		ids[i] = id
+	}
+	f.puts = append(f.puts, ms...)
+	f.batches = append(f.batches, len(ms))
 	f.notify()
-	return id, nil
+	return ids, nil
 }
 
 // add stores a message with the given id, as another front end would.
@@ -107,16 +121,20 @@ func (f *fakeBackend) next(topic string, st wheel.State) *wheel.View {
 	return due[0]
 }
 
-func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Duration) (model.Delivery, bool, error) {
+func (f *fakeBackend) Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error) {
+	f.mu.Lock()
+	f.asked = append(f.asked, max)
+	f.mu.Unlock()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		f.mu.Lock()
 		if f.err != nil {
 			f.mu.Unlock()
-			return model.Delivery{}, false, f.err
+			return nil, f.err
 		}
-		if v := f.next(topic, wheel.StateReady); v != nil {
+		var ds []model.Delivery
+		for v := f.next(topic, wheel.StateReady); v != nil && len(ds) < max; v = f.next(topic, wheel.StateReady) {
 			f.nonce++
 			v.State, v.Receipt = wheel.StateReserved, f.nonce
 			v.Attempts++
@@ -126,20 +144,20 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, wait time.Durat
 			if f.bare {
 				d.LeaseMs, d.TTRMs = 0, 0
 			}
-			f.mu.Unlock()
-			return d, true, nil
+			ds = append(ds, d)
 		}
+		f.reserves = append(f.reserves, len(ds))
 		ch := f.changed
 		f.mu.Unlock()
-		if wait <= 0 {
-			return model.Delivery{}, false, nil
+		if len(ds) > 0 || wait <= 0 {
+			return ds, nil
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
-			return model.Delivery{}, false, nil
+			return nil, nil
 		case <-ctx.Done():
-			return model.Delivery{}, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -249,6 +267,15 @@ func (f *fakeBackend) list(topic string, st wheel.State, limit int) []wheel.View
 
 func (f *fakeBackend) Dead(_ context.Context, topic string, limit int) ([]wheel.View, error) {
 	return f.list(topic, wheel.StateDead, limit), nil
+}
+
+func (f *fakeBackend) Delayed(_ context.Context, topic string) (wheel.View, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v := f.next(topic, wheel.StateDelayed); v != nil {
+		return *v, true, nil
+	}
+	return wheel.View{}, false, nil
 }
 
 func (f *fakeBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {

@@ -10,10 +10,10 @@ import (
 // the job id maps back without a lookup. 46 bits of Raft index outlast a
 // cluster that commits 100,000 entries a second for twenty years; 8 bits
 // hold every group (model.MaxGroups); 10 bits hold the position of a
-// message in its log entry, and a beanstalkd put is an entry of one
-// message (position 0). Only an HTTP or gRPC batch of over 1,024 messages
-// makes ids that do not pack: such messages are answered the closest way
-// (see Server) and logged.
+// message in its log entry, and a run of pipelined beanstalkd puts is an
+// entry of at most 1,024 messages (put.go). Only an HTTP or gRPC batch of
+// over 1,024 messages makes ids that do not pack: such messages are
+// answered the closest way (see Server) and logged.
 const (
 	positionBits = 10
 	groupBits    = 8

@@ -55,7 +55,7 @@ func (c *conn) reserve(cmd Command) {
 		}
 		if c.ctx.Err() != nil {
 			if ok {
-				c.giveBack(d)
+				c.s.giveBack(d)
 			}
 			c.reply("DRAINING")
 			return
@@ -143,10 +143,10 @@ func (c *conn) reservable(now time.Time) (tubes []string, pauseEnd time.Time) {
 func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, bool, error) {
 	wait = max(wait, 0)
 	if len(tubes) == 1 {
-		return c.s.be.Reserve(c.ctx, tubes[0], wait)
+		return c.s.reserveOne(c.ctx, tubes[0], wait)
 	}
 	for _, t := range tubes {
-		if d, ok, err := c.s.be.Reserve(c.ctx, t, 0); ok || err != nil {
+		if d, ok, err := c.s.reserveOne(c.ctx, t, 0); ok || err != nil {
 			return d, ok, err
 		}
 	}
@@ -163,7 +163,7 @@ func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, b
 	results := make(chan result, len(tubes))
 	for _, t := range tubes {
 		go func() {
-			d, ok, err := c.s.be.Reserve(ctx, t, wait)
+			d, ok, err := c.s.reserveOne(ctx, t, wait)
 			results <- result{d, ok, err}
 		}()
 	}
@@ -172,7 +172,7 @@ func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, b
 		r := <-results
 		switch {
 		case r.ok && got.ok:
-			c.giveBack(r.d)
+			c.s.giveBack(r.d)
 		case r.ok:
 			got = r
 			got.err = nil
@@ -185,12 +185,12 @@ func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, b
 	return got.d, got.ok, got.err
 }
 
-// giveBack returns a job this connection will not hand out to ready.
-func (c *conn) giveBack(d model.Delivery) {
-	ctx, cancel := c.callCtx()
+// giveBack returns a job reserved that no client will get to ready.
+func (s *Server) giveBack(d model.Delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommandTimeout)
 	defer cancel()
-	if _, err := c.s.be.Nack(ctx, d.Receipt, 0); err != nil {
-		c.s.log.Warn("beanstalkd: a job reserved twice could not go back", "id", d.ID.String(), "err", err)
+	if _, err := s.be.Nack(ctx, d.Receipt, 0); err != nil {
+		s.log.Warn("beanstalkd: a job reserved and not handed out could not go back", "id", d.ID.String(), "err", err)
 	}
 }
 
@@ -336,6 +336,29 @@ func (c *conn) peekState(op Op) {
 		}
 	}
 	c.reply("NOT_FOUND")
+}
+
+// peekDelayed answers peek-delayed: FOUND with the used tube's delayed job
+// that is due first.
+func (c *conn) peekDelayed() {
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	v, ok, err := c.s.be.Delayed(ctx, c.use)
+	switch {
+	case err != nil:
+		c.fail("peek-delayed", err)
+		return
+	case !ok:
+		c.reply("NOT_FOUND")
+		return
+	}
+	job, ok := JobID(v.ID)
+	if !ok {
+		c.s.log.Info("beanstalkd: peek-delayed answered NOT_FOUND: the message's id does not pack into a job id", "id", v.ID.String())
+		c.reply("NOT_FOUND")
+		return
+	}
+	c.job("FOUND", job, v.Body)
 }
 
 // maxKick is the most jobs one kick moves.

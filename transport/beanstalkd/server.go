@@ -101,6 +101,7 @@ type Server struct {
 	mu    sync.Mutex
 	live  map[*conn]struct{}
 	tubes map[string]*tubeState
+	waits map[string]*tubeReserves // coalesce.go
 }
 
 // tubeState is what this node knows of a tube beyond its topic's counts.
@@ -115,7 +116,7 @@ type tubeState struct {
 func NewServer(cfg Config, be Backend) *Server {
 	cfg = cfg.withDefaults()
 	return &Server{cfg: cfg, be: be, log: cfg.Logger, start: cfg.Now(), slots: make(chan struct{}, cfg.MaxConns),
-		live: map[*conn]struct{}{}, tubes: map[string]*tubeState{}}
+		live: map[*conn]struct{}{}, tubes: map[string]*tubeState{}, waits: map[string]*tubeReserves{}}
 }
 
 // Serve accepts connections on ln until ctx ends. Then it drains: puts

@@ -20,13 +20,20 @@ import (
 // start serves a server of f on a free port until the test ends.
 func start(t *testing.T, f *fakeBackend, cfg Config) (addr string, stop func()) {
 	t.Helper()
+	_, addr, stop = startServer(t, f, cfg)
+	return addr, stop
+}
+
+// startServer is start, which also returns the server.
+func startServer(t *testing.T, f *fakeBackend, cfg Config) (s *Server, addr string, stop func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Now = f.Now
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	s := NewServer(cfg, f)
+	s = NewServer(cfg, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
@@ -41,7 +48,7 @@ func start(t *testing.T, f *fakeBackend, cfg Config) (addr string, stop func()) 
 			stop()
 		}
 	})
-	return ln.Addr().String(), stop
+	return s, ln.Addr().String(), stop
 }
 
 // client speaks the protocol line by line.
@@ -208,11 +215,15 @@ func TestDelayReleaseBuryKick(t *testing.T) {
 	id := c.put(1024, 5, 10, "later")
 	c.do("reserve-with-timeout 0", "TIMED_OUT")
 	c.do("peek-ready", "NOT_FOUND")
+	if _, body := c.data("peek-delayed", "FOUND "+id); body != "later" {
+		t.Fatalf("peek-delayed: %q", body)
+	}
 	_, st := c.data("stats-tube default", "OK")
 	if y := yaml(st); y["current-jobs-delayed"] != "1" || y["current-jobs-ready"] != "0" || y["name"] != "default" {
 		t.Fatalf("stats-tube: %q", st)
 	}
 	f.advance(5 * time.Second)
+	c.do("peek-delayed", "NOT_FOUND")
 	c.data("peek-ready", "FOUND "+id)
 	c.data("reserve-with-timeout 1", "RESERVED "+id)
 	c.do("touch "+id, "TOUCHED")
