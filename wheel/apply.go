@@ -88,11 +88,11 @@ func (t *tx) apply(c command.Command) command.Result {
 	case command.SetNode:
 		n := c.Node
 		t.set(nodeKey(n.ID), encodeNode(n))
-		t.newNodes[n.ID] = &n
+		setIn(&t.newNodes, n.ID, &n)
 		return command.Result{}
 	case command.RemoveNode:
 		t.del(nodeKey(c.ID))
-		t.newNodes[c.ID] = nil
+		setIn(&t.newNodes, c.ID, nil)
 		return command.Result{}
 	case command.SetWebhook:
 		return t.setWebhook(c.Webhook)

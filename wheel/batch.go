@@ -49,9 +49,11 @@ type tx struct {
 	// an open scans from the start).
 	promoted int64
 
-	pend     map[int64]*pendSeg
-	expired  []int64
-	counts   map[uint32]counts // deltas
+	pend    map[int64]*pendSeg
+	expired []int64
+	counts  map[uint32]counts // deltas
+	// newTopic, newNodes, newWebhooks and scheds are nil until the batch
+	// writes one (setIn): most batches write none.
 	newTopic map[string]uint32
 	newNodes map[string]*model.Member // nil value: removed
 	// newWebhooks are the webhooks the batch set (nil: deleted).
@@ -61,14 +63,14 @@ type tx struct {
 	// changes what the batch writes.
 	events  []Event
 	follows int64
-	// placed and lastRead keep what the batch read from the index and the
-	// slot files, for its own later reads (placement.go, readRecord).
-	placed   map[uint64][]placed
-	lastRead lastRead
-	stats    map[uint32]*TopicStats // transition counts of this batch
-	scratch  []byte                 // reused encoding buffer; whatever takes it copies it
-	keyBuf   []byte                 // reused by setMeta
-	metaBuf  []byte                 // reused by setMeta
+	// placed and lastMsg keep what the batch read from the index and the
+	// slot files, for its own later reads (placement.go, readMessage).
+	placed  map[uint64][]placed
+	lastMsg lastMsg
+	stats   map[uint32]*TopicStats // transition counts of this batch
+	scratch []byte                 // reused encoding buffer; whatever takes it copies it
+	keyBuf  []byte                 // reused by setMeta
+	metaBuf []byte                 // reused by setMeta
 	// metas are the metas the batch wrote, as a read would decode them,
 	// and nil where it deleted one or marked it gone (metacache.go).
 	metas map[model.ID]*meta
@@ -98,13 +100,21 @@ func (s *Store) newTx() *tx {
 	t := &tx{
 		s: s, b: s.db.NewIndexedBatch(), applied: s.applied, cursor: s.cursor, nextTop: s.nextTopic, promoted: s.promoted,
 		schedules: s.schedules, dueLow: math.MaxInt64,
-		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, newTopic: map[string]uint32{}, metas: map[model.ID]*meta{}, scheds: map[string]*ScheduleInfo{},
-		newNodes: map[string]*model.Member{}, newWebhooks: map[string]*command.Webhook{}, sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
+		pend: map[int64]*pendSeg{}, counts: map[uint32]counts{}, metas: map[model.ID]*meta{},
+		sync: s.opts.SyncEveryBatch, stats: map[uint32]*TopicStats{}, follows: -1,
 	}
 	if s.observer != nil {
 		t.follows = s.observer.followsThrough()
 	}
 	return t
+}
+
+// setIn sets m[k] to v, making the map first if it is nil.
+func setIn[K comparable, V any](m *map[K]V, k K, v V) {
+	if *m == nil {
+		*m = map[K]V{}
+	}
+	(*m)[k] = v
 }
 
 func (t *tx) fail(err error) {
@@ -285,7 +295,7 @@ func (t *tx) topicID(name string, create bool) (uint32, bool) {
 	}
 	t.nextTop++
 	id := t.nextTop
-	t.newTopic[name] = id
+	setIn(&t.newTopic, name, id)
 	t.set(topicKey(name), binary.BigEndian.AppendUint32(nil, id))
 	return id, true
 }
@@ -324,28 +334,42 @@ func (t *tx) appendSeg(second int64, typ segment.RecordType, payload []byte) int
 
 // readRecord reads the record at off of a slot file, including records
 // appended earlier in this batch.
-// The last committed record read is kept: reading a message's meta from
-// its placement reads its record, which is then read again for the message
-// itself. Committed records never change.
 func (t *tx) readRecord(second, off int64) (segment.Record, error) {
 	if p := t.pend[second]; p != nil && off >= p.base {
 		r, _, err := segment.DecodeRecord(p.buf[off-p.base:])
 		return r, err
 	}
-	if l := &t.lastRead; l.ok && l.second == second && l.off == off {
-		return l.rec, nil
-	}
-	r, err := t.s.segs.ReadRecord(second, off)
-	if err == nil {
-		t.lastRead = lastRead{second: second, off: off, rec: r, ok: true}
-	}
-	return r, err
+	return t.s.segs.ReadRecord(second, off)
 }
 
-// lastRead is the last committed slot-file record a batch read.
-type lastRead struct {
+// readMessage reads and decodes the message record at off of a slot file.
+// The last one decoded is kept: a lease or a touch reads a message's meta
+// from its placement, which decodes its record, and then the message
+// itself. A record at an offset never changes (slot files are append-only
+// and a batch's pending records are appended at their offsets), and the
+// message is returned by value, its body and headers shared but never
+// written, so the copy reads the same as a fresh decode.
+func (t *tx) readMessage(second, off int64) (segment.RecordType, model.Message, error) {
+	if l := &t.lastMsg; l.ok && l.second == second && l.off == off {
+		return l.typ, l.msg, nil
+	}
+	r, err := t.readRecord(second, off)
+	if err != nil {
+		return 0, model.Message{}, err
+	}
+	m, err := DecodeMessage(r.Payload)
+	if err != nil {
+		return 0, model.Message{}, err
+	}
+	t.lastMsg = lastMsg{second: second, off: off, typ: r.Type, msg: m, ok: true}
+	return r.Type, m, nil
+}
+
+// lastMsg is the last slot-file message a batch decoded.
+type lastMsg struct {
 	second, off int64
-	rec         segment.Record
+	typ         segment.RecordType
+	msg         model.Message
 	ok          bool
 }
 
@@ -392,10 +416,20 @@ func (t *tx) commit() error {
 		newCounts[tid] = c
 		t.set(countsKey(tid), c.encode())
 	}
+	// A scalar other than the applied index is written only when the
+	// batch changes it: an absent key reads as 0, where each starts, so the
+	// index holds every scalar's current value with a write per change, not
+	// per batch.
 	t.set(keyApplied, putU64(t.applied))
-	t.set(keyCursor, putU64(uint64(t.cursor)))
-	t.set(keyNextTopic, putU64(uint64(t.nextTop)))
-	t.set(keyOverflow, putU64(uint64(s.overflow+t.overDel)))
+	if t.cursor != s.cursor {
+		t.set(keyCursor, putU64(uint64(t.cursor)))
+	}
+	if t.nextTop != s.nextTopic {
+		t.set(keyNextTopic, putU64(uint64(t.nextTop)))
+	}
+	if t.overDel != 0 {
+		t.set(keyOverflow, putU64(uint64(s.overflow+t.overDel)))
+	}
 	if t.schedules != s.schedules {
 		t.set(keySchedules, putU64(uint64(t.schedules)))
 	}

@@ -55,7 +55,7 @@ const (
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placement.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 7
+const indexFormat = 8
 
 var (
 	keyApplied   = []byte("sapplied")

@@ -53,8 +53,14 @@ func (t *tx) put(m *model.Message, tid uint32, from State, typ segment.RecordTyp
 		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)
 		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
 		t.overflowAdd(m.DeliverAtMs, 1)
-		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key})
+		if t.implicit && from == 0 && typ == segment.TypeMessage {
+			// One index write per message: its placement stands for its
+			// meta, as for a slot file's (placement.go).
+			t.place(m.ID, m.DeliverAtMs, overflowOff)
+		} else {
+			mt := overflowMeta(m, tid, typ)
+			t.setMeta(m.ID, &mt)
+		}
 	}
 	t.move(tid, from, state)
 }
@@ -75,6 +81,14 @@ func recordState(typ segment.RecordType) State {
 func slotMeta(m *model.Message, tid uint32, typ segment.RecordType, second, off int64) meta {
 	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
 		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key}
+}
+
+// overflowMeta is the meta of message m whose pending record, of type typ,
+// is in the overflow. put writes it, and a placement implies it from the
+// record, so the two agree.
+func overflowMeta(m *model.Message, tid uint32, typ segment.RecordType) meta {
+	return meta{State: recordState(typ), Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+		Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key}
 }
 
 func (t *tx) move(tid uint32, from, to State) {
@@ -172,12 +186,12 @@ func (t *tx) full(id model.ID, mt meta) (model.Message, bool) {
 	var p []byte
 	switch mt.Loc {
 	case locSegment:
-		r, err := t.readRecord(mt.Second, mt.Offset)
+		_, m, err := t.readMessage(mt.Second, mt.Offset)
 		if err != nil {
 			t.fail(fmt.Errorf("read message %s: %w", id, err))
 			return model.Message{}, false
 		}
-		p = r.Payload
+		return m, true
 	case locOverflow:
 		if p = t.get(overflowKey(mt.DueMs, id)); len(p) > 0 {
 			p = p[1:]
@@ -210,7 +224,15 @@ func (t *tx) full(id model.ID, mt meta) (model.Message, bool) {
 //
 // A message without a meta of its own ('m') has the meta its placement
 // implies: delayed, in that slot at that offset, with its due time and
-// priority read from the record. Every change of a message's state or
+// priority read from the record. A message enqueued without a key beyond
+// the horizon is placed the same way, with its due millisecond for the
+// slot second and overflowOff for the offset: the meta implied is delayed,
+// in the overflow under that due time (overflowMeta), and the entry's last
+// slot second counts the second it is due. Invariant: such a message is
+// promoted, which writes it a meta, before the cursor passes its second
+// (Expire and the Promote that follows it share an entry, and Promote
+// reaches a horizon past the cursor), so its placement is kept as long as
+// it implies anything. Every change of a message's state or
 // place writes it a meta, which takes precedence from then on. One that
 // ends it (ack, cancel) deletes its meta, or, if its entry has placements,
 // which would otherwise bring it back, replaces the meta with a gone mark
@@ -223,8 +245,7 @@ func (t *tx) full(id model.ID, mt meta) (model.Message, bool) {
 // the ready queue, or with its own meta) or is gone, so Expire deletes the
 // placements and the gone marks.
 //
-// Messages with a key, and messages beyond the horizon, get a meta at
-// enqueue.
+// Messages with a key get a meta at enqueue.
 const (
 	pPlaced   = 'e'
 	pPlacedBy = 'f'
@@ -241,9 +262,17 @@ func isGoneMark(v []byte) bool { return len(v) == 1 && v[0] == goneMark }
 // index's readers take an empty value for an absent key.
 const present = 1
 
+// placedOverflow is the value of the placedBy key of an entry that placed
+// messages in the overflow (present: in slot files alone).
+const placedOverflow = 2
+
 func placedKey(index uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{pPlaced}, index)
 }
+
+// overflowOff is the offset of a placement in the overflow: no record of a
+// slot file starts before its header, so it names no slot record.
+const overflowOff = 0
 
 func placedByKey(second int64, index uint64) []byte {
 	k := binary.BigEndian.AppendUint64([]byte{pPlacedBy}, uint64(second))
@@ -259,10 +288,14 @@ type placing struct {
 	lastSec int64
 	maxSec  int64 // -1: none yet
 	written int64 // maxSec of the placedBy key written, -1: none
+	slots   int   // placements in slot files (the others are in the overflow)
+	// wroteOver says the placedBy key written is placedOverflow.
+	wroteOver bool
 }
 
 // place records that message id of the entry being applied was put, new,
-// into the slot file of second at off.
+// into the slot file of second at off, or, with off overflowOff, into the
+// overflow due at the millisecond second.
 func (t *tx) place(id model.ID, second, off int64) {
 	p := &t.placing
 	if p.index != id.Index || p.n == 0 {
@@ -273,7 +306,12 @@ func (t *tx) place(id model.ID, second, off int64) {
 	p.buf = binary.AppendUvarint(p.buf, uint64(off))
 	p.n++
 	p.lastSeq, p.lastSec = id.Seq, second
-	p.maxSec = max(p.maxSec, second)
+	if off == overflowOff {
+		p.maxSec = max(p.maxSec, SecondOf(second))
+	} else {
+		p.maxSec = max(p.maxSec, second)
+		p.slots++
+	}
 }
 
 // flushPlacing writes the placements collected for the entry being applied.
@@ -285,16 +323,27 @@ func (t *tx) flushPlacing() {
 	}
 	t.set(placedKey(p.index), p.buf)
 	delete(t.placed, p.index)
-	if t.newPlaced == nil {
-		t.newPlaced = map[uint64][]byte{}
+	// An entry that placed messages in the overflow alone is not kept
+	// decoded (placedCache): its messages are not read before they are
+	// promoted, hours later, and would only evict the entries whose leases
+	// are about to come. The cache never held it (it is being applied), so
+	// reads of it go to the index.
+	if p.slots > 0 {
+		if t.newPlaced == nil {
+			t.newPlaced = map[uint64][]byte{}
+		}
+		t.newPlaced[p.index] = append(t.newPlaced[p.index][:0], p.buf...)
 	}
-	t.newPlaced[p.index] = append(t.newPlaced[p.index][:0], p.buf...)
-	if p.written != p.maxSec {
+	if p.written != p.maxSec || (p.slots < p.n) != p.wroteOver {
 		if p.written >= 0 {
 			t.del(placedByKey(p.written, p.index))
 		}
-		t.set(placedByKey(p.maxSec, p.index), []byte{present})
-		p.written = p.maxSec
+		mark := byte(present)
+		if p.slots < p.n {
+			mark = placedOverflow
+		}
+		t.set(placedByKey(p.maxSec, p.index), []byte{mark})
+		p.written, p.wroteOver = p.maxSec, p.slots < p.n
 	}
 }
 
@@ -351,7 +400,7 @@ type metaSource interface {
 	// placement returns where id's entry placed it, if it did and the
 	// placements are still kept.
 	placement(id model.ID) (second, off int64, ok bool, err error)
-	readRecord(second, off int64) (segment.Record, error)
+	readMessage(second, off int64) (segment.RecordType, model.Message, error)
 	topicOf(name string) (uint32, bool)
 }
 
@@ -456,23 +505,43 @@ func implicitMeta(src metaSource, id model.ID) (meta, bool, error) {
 	if err != nil || !ok {
 		return meta{}, false, err
 	}
-	r, err := src.readRecord(sec, off)
+	if off == overflowOff {
+		return overflowImplicitMeta(src, id, sec)
+	}
+	typ, m, err := src.readMessage(sec, off)
 	if err != nil {
 		return meta{}, false, fmt.Errorf("read message %s placed at slot %d offset %d: %w", id, sec, off, err)
 	}
-	m, err := DecodeMessage(r.Payload)
-	if err != nil {
-		return meta{}, false, fmt.Errorf("message %s placed at slot %d offset %d: %w", id, sec, off, err)
-	}
-	if m.ID != id || r.Type != segment.TypeMessage {
+	if m.ID != id || typ != segment.TypeMessage {
 		return meta{}, false, fmt.Errorf("message %s: %w: its placement names slot %d offset %d, which holds %s (type %d)",
-			id, ErrInconsistent, sec, off, m.ID, r.Type)
+			id, ErrInconsistent, sec, off, m.ID, typ)
 	}
 	tid, ok := src.topicOf(m.Topic)
 	if !ok {
 		return meta{}, false, fmt.Errorf("message %s: %w: unknown topic %q", id, ErrInconsistent, m.Topic)
 	}
-	return slotMeta(&m, tid, r.Type, sec, off), true, nil
+	return slotMeta(&m, tid, typ, sec, off), true, nil
+}
+
+// overflowImplicitMeta returns the meta of a message placed in the overflow
+// due at dueMs, read from its overflow record.
+func overflowImplicitMeta(src metaSource, id model.ID, dueMs int64) (meta, bool, error) {
+	v, err := src.getKey(overflowKey(dueMs, id))
+	if err != nil {
+		return meta{}, false, err
+	}
+	if len(v) < 1 || segment.RecordType(v[0]) != segment.TypeMessage {
+		return meta{}, false, fmt.Errorf("message %s: %w: placed in the overflow at %d, which holds no message for it", id, ErrInconsistent, dueMs)
+	}
+	m, err := DecodeMessage(v[1:])
+	if err != nil {
+		return meta{}, false, fmt.Errorf("message %s placed in the overflow: %w", id, err)
+	}
+	tid, ok := src.topicOf(m.Topic)
+	if m.ID != id || !ok {
+		return meta{}, false, fmt.Errorf("message %s: %w: its overflow record names %s of topic %q", id, ErrInconsistent, m.ID, m.Topic)
+	}
+	return overflowMeta(&m, tid, segment.TypeMessage), true, nil
 }
 
 // txSource reads through the batch.
@@ -487,8 +556,8 @@ func (s txSource) placement(id model.ID) (second, off int64, ok bool, err error)
 	return s.t.placement(id)
 }
 
-func (s txSource) readRecord(second, off int64) (segment.Record, error) {
-	return s.t.readRecord(second, off)
+func (s txSource) readMessage(second, off int64) (segment.RecordType, model.Message, error) {
+	return s.t.readMessage(second, off)
 }
 
 func (s txSource) topicOf(name string) (uint32, bool) { return s.t.topicID(name, false) }
@@ -506,8 +575,13 @@ func (s storeSource) placement(id model.ID) (second, off int64, ok bool, err err
 	return placementIn(v, id)
 }
 
-func (s storeSource) readRecord(second, off int64) (segment.Record, error) {
-	return s.s.segs.ReadRecord(second, off)
+func (s storeSource) readMessage(second, off int64) (segment.RecordType, model.Message, error) {
+	r, err := s.s.segs.ReadRecord(second, off)
+	if err != nil {
+		return 0, model.Message{}, err
+	}
+	m, err := DecodeMessage(r.Payload)
+	return r.Type, m, err
 }
 
 func (s storeSource) topicOf(name string) (uint32, bool) {
@@ -517,28 +591,68 @@ func (s storeSource) topicOf(name string) (uint32, bool) {
 
 // dropPlacements deletes the placements of every entry whose last slot
 // second lies before before, and their gone marks: Expire has moved every
-// message they placed that is still live. It runs before the cursor moves,
-// and scans from the cursor: the keys before it were dropped by earlier
-// Expires (an entry places messages at or after the cursor only), and their
-// tombstones stay in the index until a compaction drops them, so a scan
-// from the start would step over every one, once a second.
+// message they placed in slot files that is still live. A message placed
+// in the overflow that no Promote has moved yet (an Expire without the
+// Promote that goes with it) gets the meta its placement implied, so that
+// dropping the placement changes nothing it implies. It runs before the
+// cursor moves, and scans from the cursor: the keys before it were dropped
+// by earlier Expires (an entry places messages at or after the cursor
+// only), and their tombstones stay in the index until a compaction drops
+// them, so a scan from the start would step over every one, once a second.
 func (t *tx) dropPlacements(before int64) {
-	keys, _ := t.scanKeys(placedByKey(t.cursor, 0), placedByKey(before, 0), 0)
-	for _, k := range keys {
+	keys, vals := t.scanKeys(placedByKey(t.cursor, 0), placedByKey(before, 0), 0)
+	for i, k := range keys {
 		index := binary.BigEndian.Uint64(k[9:])
+		lo := binary.BigEndian.AppendUint64([]byte{pMeta}, index)
+		metas, mvals := t.scanKeys(lo, prefixEnd(lo), 0)
+		if len(vals[i]) == 1 && vals[i][0] == placedOverflow {
+			t.keepOverflowMetas(index, metas)
+		}
 		t.del(placedKey(index))
 		delete(t.placed, index)
 		if t.dropPlaced == nil {
 			t.dropPlaced = map[uint64]bool{}
 		}
 		t.dropPlaced[index] = true
-		lo := binary.BigEndian.AppendUint64([]byte{pMeta}, index)
-		metas, vals := t.scanKeys(lo, prefixEnd(lo), 0)
-		for i, k := range metas {
-			if isGoneMark(vals[i]) {
-				t.del(k)
+		for j, mk := range metas {
+			if isGoneMark(mvals[j]) {
+				t.del(mk)
 			}
 		}
 		t.del(k)
+	}
+}
+
+// keepOverflowMetas writes its meta to every message entry index placed
+// in the overflow that has no meta key of its own (metas: the entry's meta
+// keys, gone marks included).
+func (t *tx) keepOverflowMetas(index uint64, metas [][]byte) {
+	has := make(map[uint32]bool, len(metas))
+	for _, k := range metas {
+		if id, err := model.IDFromBytes(k[1:]); err == nil {
+			has[id.Seq] = true
+		}
+	}
+	v := t.get(placedKey(index))
+	var kept []model.ID
+	var dues []int64
+	if err := eachPlacement(v, func(seq uint32, at, off int64) bool {
+		if off == overflowOff && !has[seq] {
+			kept, dues = append(kept, model.ID{Index: index, Seq: seq}), append(dues, at)
+		}
+		return true
+	}); err != nil {
+		t.fail(fmt.Errorf("placements of entry %d: %w: %w", index, ErrInconsistent, err))
+		return
+	}
+	for i, id := range kept {
+		mt, ok, err := overflowImplicitMeta(txSource{t}, id, dues[i])
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		if ok {
+			t.setMeta(id, &mt)
+		}
 	}
 }
