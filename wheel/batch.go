@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 
@@ -18,7 +17,11 @@ import (
 
 // A batch (tx) is one Apply: an indexed Pebble batch, whose reads see its
 // own writes, and the records it appends to slot files, which are written
-// before the index when it commits.
+// before the index when it commits (commit.go). This file holds its
+// primitives (index reads and writes, slot-file appends and reads, counts
+// and topics), which call nothing above them: the metas (metaread.go),
+// the placements (placed.go), where a message lives (placement.go) and the
+// command handlers call down into them.
 
 // pendSeg collects the records a batch appends to one slot file; they are
 // written with one write when the batch commits, before the index.
@@ -64,7 +67,7 @@ type tx struct {
 	events  []Event
 	follows int64
 	// placed and lastMsg keep what the batch read from the index and the
-	// slot files, for its own later reads (placement.go, readMessage).
+	// slot files, for its own later reads (placed.go, readMessage).
 	placed  map[uint64][]placed
 	lastMsg lastMsg
 	stats   map[uint32]*TopicStats // transition counts of this batch
@@ -82,7 +85,7 @@ type tx struct {
 	newPlaced  map[uint64][]byte
 	dropPlaced map[uint64]bool
 	// implicit is set while a Schedule puts a new message without a key:
-	// its placement (placement.go) stands for its meta.
+	// its placement (placed.go) stands for its meta.
 	implicit bool
 	placing  placing
 	// readyLow is the lowest ready key the batch wrote, per topic
@@ -121,23 +124,6 @@ func (t *tx) fail(err error) {
 	if t.err == nil {
 		t.err = err
 	}
-}
-
-func (t *tx) get(key []byte) []byte {
-	if t.err != nil {
-		return nil
-	}
-	v, closer, err := t.b.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.fail(fmt.Errorf("index get: %w", err))
-		return nil
-	}
-	out := append([]byte(nil), v...)
-	closer.Close()
-	return out
 }
 
 // keysHeld reports, for each of keys (all distinct), whether the index
@@ -199,71 +185,6 @@ func (t *tx) scanKeys(lo, hi []byte, limit int) (keys, vals [][]byte) {
 		t.fail(fmt.Errorf("index scan: %w", err))
 	}
 	return keys, vals
-}
-
-// setMeta writes a message's meta. The batch copies key and value, so both
-// are encoded into buffers the transaction reuses.
-func (t *tx) setMeta(id model.ID, m *meta) {
-	t.keyBuf = appendMetaKey(t.keyBuf[:0], id)
-	t.metaBuf = m.appendTo(t.metaBuf[:0])
-	t.set(t.keyBuf, t.metaBuf)
-	// What the index now holds, decoded as a read would decode it.
-	stored, err := decodeMeta(t.metaBuf)
-	if err != nil {
-		t.fail(fmt.Errorf("index meta of message %s: %w", id, err))
-		return
-	}
-	t.metas[id] = &stored
-}
-
-// delMeta deletes the meta mt of a message, or marks it gone if its entry's
-// placements would otherwise imply one. A message with a key never has a
-// placement (it gets a meta at enqueue), so its entry's are not read.
-func (t *tx) delMeta(id model.ID, mt meta) {
-	t.metas[id] = nil
-	if mt.Keyed {
-		t.del(metaKey(id))
-		return
-	}
-	_, _, placed, err := t.placement(id)
-	if err != nil {
-		t.fail(err)
-	}
-	if placed {
-		t.set(metaKey(id), []byte{goneMark})
-		return
-	}
-	t.del(metaKey(id))
-}
-
-// meta reads a message's meta from the batch's view of the index: its
-// own, or the one its entry's placement implies.
-func (t *tx) meta(id model.ID) (meta, bool) {
-	// A meta the batch wrote, or else one a committed batch wrote and the
-	// cache kept. A meta deleted here, or never written, is looked up: it
-	// may be implied by its entry's placements or marked gone.
-	if m, wrote := t.metas[id]; wrote {
-		if m != nil {
-			return *m, true
-		}
-	} else if m, ok := t.s.metas.get(id); ok {
-		return m, true
-	} else if e := t.cachedPlaced(id.Index); e != nil && !e.hasMeta(id.Seq) {
-		// The entry's placements are cached and the message has no meta key
-		// (the invariant at placedCache): its placement implies its meta.
-		m, ok, err := implicitMeta(txSource{t}, id)
-		if err != nil {
-			t.fail(err)
-			return meta{}, false
-		}
-		return m, ok
-	}
-	m, ok, err := lookupMeta(txSource{t}, id)
-	if err != nil {
-		t.fail(err)
-		return meta{}, false
-	}
-	return m, ok
 }
 
 // stat returns the batch's transition counters of a topic.
@@ -380,136 +301,6 @@ func (t *tx) event(e Event) {
 	}
 }
 
-// commit writes the slot files, then the index batch, then deletes expired
-// files, and finally publishes the new state in memory.
-func (t *tx) commit() error {
-	if t.err != nil {
-		return t.err
-	}
-	s := t.s
-	for _, sec := range slices.Sorted(maps.Keys(t.pend)) {
-		p := t.pend[sec]
-		if len(p.buf) == 0 {
-			continue
-		}
-		off, end, err := s.segs.AppendEncoded(sec, p.buf)
-		if err != nil {
-			return err
-		}
-		if off != p.base || end != p.stats.Length {
-			return fmt.Errorf("segment %s: %w: appended at %d..%d, index expected %d..%d",
-				s.segs.Path(sec), ErrInconsistent, off, end, p.base, p.stats.Length)
-		}
-		t.set(segLenKey(sec), p.stats.encode())
-		// The bytes are in the file now, and nothing refers to the buffer:
-		// records read from it during the batch were decoded into copies.
-		s.segBufs.give(p.buf)
-		p.buf = nil
-	}
-	newCounts := map[uint32]counts{}
-	for tid, d := range t.counts {
-		c := s.counts[tid]
-		c.Delayed += d.Delayed
-		c.Ready += d.Ready
-		c.Reserved += d.Reserved
-		c.Dead += d.Dead
-		newCounts[tid] = c
-		t.set(countsKey(tid), c.encode())
-	}
-	// A scalar other than the applied index is written only when the
-	// batch changes it: an absent key reads as 0, where each starts, so the
-	// index holds every scalar's current value with a write per change, not
-	// per batch.
-	t.set(keyApplied, putU64(t.applied))
-	if t.cursor != s.cursor {
-		t.set(keyCursor, putU64(uint64(t.cursor)))
-	}
-	if t.nextTop != s.nextTopic {
-		t.set(keyNextTopic, putU64(uint64(t.nextTop)))
-	}
-	if t.overDel != 0 {
-		t.set(keyOverflow, putU64(uint64(s.overflow+t.overDel)))
-	}
-	if t.schedules != s.schedules {
-		t.set(keySchedules, putU64(uint64(t.schedules)))
-	}
-	t.commitOverflowHours()
-	if t.err != nil {
-		return t.err
-	}
-	wo := pebble.NoSync
-	if t.sync {
-		if err := s.segs.Sync(); err != nil {
-			return err
-		}
-		wo = pebble.Sync
-	}
-	if err := t.b.Commit(wo); err != nil {
-		return fmt.Errorf("commit index: %w", err)
-	}
-	s.metas.commit(t.metas)
-	if len(t.newPlaced) > 0 || len(t.dropPlaced) > 0 || len(s.placed.entries) > 0 {
-		added := make(map[uint64][]placed, len(t.newPlaced))
-		for index, v := range t.newPlaced {
-			// Encoded by flushPlacing, so this does not fail; an entry
-			// that did would merely not be cached.
-			if ps, err := decodePlacements(v); err == nil {
-				added[index] = ps
-			}
-		}
-		s.placed.commit(added, t.dropPlaced, t.metas)
-	}
-	s.scheds.commit(t.scheds)
-	s.readyFloors.lower(t.readyLow)
-	s.dueFloor = min(s.dueFloor, t.dueLow)
-	if p := s.flushErr.Load(); p != nil {
-		return *p
-	}
-	s.applied, s.cursor, s.nextTopic, s.promoted = t.applied, t.cursor, t.nextTop, t.promoted
-	s.schedules = t.schedules
-	// An expired file may go only once its Expire is durable: at once when
-	// this batch was synced, else after the next flush (forced now and then
-	// so that files do not linger).
-	s.expiredFiles = append(s.expiredFiles, t.expired...)
-	if t.sync {
-		if err := s.removeExpiredLocked(); err != nil {
-			return err
-		}
-	} else if len(s.expiredFiles) > 0 && s.expiresSinceFlush >= flushEveryExpires {
-		if err := s.syncLocked(); err != nil {
-			return err
-		}
-	}
-	s.overflow += t.overDel
-	for name, id := range t.newTopic {
-		s.topics[name] = id
-		s.topicNames[id] = name
-	}
-	for tid, c := range newCounts {
-		s.counts[tid] = c
-	}
-	for tid, d := range t.stats {
-		s.stats[tid] = s.stats[tid].add(*d)
-	}
-	for id, n := range t.newNodes {
-		if n == nil {
-			delete(s.nodes, id)
-		} else {
-			s.nodes[id] = *n
-		}
-	}
-	s.commitWebhooks(t.newWebhooks)
-	// Published before the observer hears of the batch: the dispatcher it
-	// wakes reads the ready queues without mu, by the published topics, at
-	// once, and a topic the batch created must not look unknown (its
-	// queue empty) then, or that wake-up is spent on nothing.
-	s.publishLocked(len(t.newTopic) > 0)
-	if s.observer != nil && len(t.events) > 0 {
-		s.observer.applied(t.events)
-	}
-	return nil
-}
-
 func (s *Store) get(key []byte) ([]byte, error) {
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -521,56 +312,4 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	out := append([]byte(nil), v...)
 	closer.Close()
 	return out, nil
-}
-
-// scan iterates the committed keys with prefix p.
-func (s *Store) scan(p []byte, fn func(k, v []byte) error) error {
-	return s.scanRange(p, prefixEnd(p), fn)
-}
-
-// scanRange iterates the committed keys in [lo, hi): iterRange to the end.
-func (s *Store) scanRange(lo, hi []byte, fn func(k, v []byte) error) error {
-	return s.iterRange(lo, hi, func(k, v []byte) (bool, error) { return true, fn(k, v) })
-}
-
-// segLens returns the recorded length and live count of every slot file.
-func (s *Store) segLens() (map[int64]segLen, error) {
-	out := map[int64]segLen{}
-	err := s.scan([]byte{pSegLen}, func(k, v []byte) error {
-		out[int64(u64(k[1:]))] = decodeSegLen(v)
-		return nil
-	})
-	return out, err
-}
-
-// bufPool keeps a few emptied buffers of slot-file records for the next
-// batches, which would otherwise grow a fresh buffer, doubling it, for
-// every slot second they append to. It keeps small buffers only, and few,
-// so that a burst of large batches leaves no memory behind. s.mu guards it.
-type bufPool struct {
-	bufs [][]byte
-}
-
-const (
-	bufPoolMax    = 8
-	bufPoolMaxCap = 256 << 10
-)
-
-// take returns an empty buffer, nil when none is kept.
-func (p *bufPool) take() []byte {
-	n := len(p.bufs)
-	if n == 0 {
-		return nil
-	}
-	b := p.bufs[n-1]
-	p.bufs = p.bufs[:n-1]
-	return b
-}
-
-// give keeps b for reuse if it is small and the pool has room.
-func (p *bufPool) give(b []byte) {
-	if cap(b) == 0 || cap(b) > bufPoolMaxCap || len(p.bufs) >= bufPoolMax {
-		return
-	}
-	p.bufs = append(p.bufs, b[:0])
 }
