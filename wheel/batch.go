@@ -70,6 +70,7 @@ type tx struct {
 	// slot files, for its own later reads (placed.go, readMessage).
 	placed  map[uint64][]placed
 	lastMsg lastMsg
+	intern  map[string]string      // topic names readMessage decoded
 	stats   map[uint32]*TopicStats // transition counts of this batch
 	scratch []byte                 // reused encoding buffer; whatever takes it copies it
 	keyBuf  []byte                 // reused by setMeta
@@ -278,7 +279,14 @@ func (t *tx) readMessage(second, off int64) (segment.RecordType, model.Message, 
 	if err != nil {
 		return 0, model.Message{}, err
 	}
-	m, err := DecodeMessage(r.Payload)
+	// The body aliases the record, a copy the batch owns or its pending
+	// appends, and topics are interned: what keeps a message past the batch
+	// copies its body (put's event), as for a Schedule's bodies, which alias
+	// the log entry.
+	if t.intern == nil {
+		t.intern = map[string]string{}
+	}
+	m, err := decodeMessage(r.Payload, t.intern)
 	if err != nil {
 		return 0, model.Message{}, err
 	}
