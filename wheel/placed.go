@@ -17,7 +17,8 @@ import (
 // messages in one key for the whole entry:
 //
 //	'e' index                → for each such message: seq, slot second, offset
-//	'f' maxSecond index      → a marker byte: the entry's last slot second
+//	'f' maxSecond index      → a marker byte (present, or placedOverflow when
+//	                           some are in the overflow): the entry's last slot second
 //
 // A message without a meta of its own ('m') has the meta its placement
 // implies: delayed, in that slot at that offset, with its due time and
@@ -25,11 +26,12 @@ import (
 // the horizon is placed the same way, with its due millisecond for the
 // slot second and overflowOff for the offset: the meta implied is delayed,
 // in the overflow under that due time (overflowMeta), and the entry's last
-// slot second counts the second it is due. Invariant: such a message is
-// promoted, which writes it a meta, before the cursor passes its second
-// (Expire and the Promote that follows it share an entry, and Promote
-// reaches a horizon past the cursor), so its placement is kept as long as
-// it implies anything. Every change of a message's state or
+// slot second counts the second it is due. Promote, which the leader
+// proposes in the entry of each Expire, gives it a meta of its own hours
+// before the cursor passes that second; one that no Promote has moved
+// when Expire drops its entry's placements is given the meta they implied
+// then (keepOverflowMetas). Invariant: dropping placements changes no
+// message's meta. Every change of a message's state or
 // place writes it a meta, which takes precedence from then on. One that
 // ends it (ack, cancel) deletes its meta, or, if its entry has placements,
 // which would otherwise bring it back, replaces the meta with a gone mark
