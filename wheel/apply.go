@@ -54,6 +54,11 @@ func (s *Store) Apply(entries []Entry) ([][]command.Result, error) {
 		t.b.Close()
 		return nil, t.err
 	}
+	// Committed: the memtable holds copies of its writes (or, for a batch
+	// too large for it, the batch's data, which Commit detached), so the
+	// batch goes back to Pebble's pool, and the next Apply reuses its
+	// buffers instead of growing new ones.
+	t.b.Close()
 	return out, nil
 }
 
