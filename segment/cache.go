@@ -77,6 +77,7 @@ type Cache struct {
 	wbBytes int64
 	wbFiles map[int64]bool
 	kick    func(vfs.File)
+	images  images
 }
 
 // NewCache returns a cache appending to segment files in dir, creating dir.
@@ -233,6 +234,9 @@ func (c *Cache) takeEvictErr() error {
 func (c *Cache) ReadRecord(second, off int64) (Record, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r, ok := c.images.record(second, off); ok {
+		return r, nil
+	}
 	h, ok := c.open.Get(second)
 	if !ok {
 		path := c.Path(second)
@@ -245,6 +249,12 @@ func (c *Cache) ReadRecord(second, off int64) (Record, error) {
 		}
 	}
 	// Under c.mu: an eviction cannot close the handle mid-read.
+	if c.images.counted(second, h.size) {
+		c.images.load(second, h.f, h.size)
+		if r, ok := c.images.record(second, off); ok {
+			return r, nil
+		}
+	}
 	return readRecordAt(h.f, h.name, off)
 }
 
@@ -395,6 +405,7 @@ func (c *Cache) Truncate(second, size int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.open.Remove(second)
+	c.images.drop(second)
 	if err := truncateFile(c.fs, c.Path(second), size); err != nil {
 		return err
 	}
@@ -407,6 +418,7 @@ func (c *Cache) Remove(second int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.open.Remove(second)
+	c.images.drop(second)
 	delete(c.dirty, second)
 	if err := c.fs.Remove(c.Path(second)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 		return fmt.Errorf("remove segment: %w", err)
@@ -449,5 +461,6 @@ func (c *Cache) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.open.Purge()
+	c.images = images{}
 	return c.takeEvictErr()
 }

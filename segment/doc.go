@@ -64,6 +64,11 @@
 // since the previous sync: it reopens them to fsync, in parallel, or uses
 // one syncfs(2) when many files are dirty.
 //
+// A file read record by record often enough that reading it whole would
+// have cost no more is read whole once, and its records are served from
+// memory (image.go): the leases of a second's messages read each of them
+// on every replica. A few images of bounded size are kept.
+//
 // Under Raft the wheel uses [SyncManual]: the Raft log is the durable
 // record of every append, and the store syncs the slot files before each
 // flush of its index, so the index never records a length the files do not

@@ -54,6 +54,11 @@ func (s *Store) Apply(entries []Entry) ([][]command.Result, error) {
 		t.b.Close()
 		return nil, t.err
 	}
+	// Committed: the memtable holds copies of its writes (or, for a batch
+	// too large for it, the batch's data, which Commit detached), so the
+	// batch goes back to Pebble's pool, and the next Apply reuses its
+	// buffers instead of growing new ones.
+	t.b.Close()
 	return out, nil
 }
 
@@ -88,11 +93,11 @@ func (t *tx) apply(c command.Command) command.Result {
 	case command.SetNode:
 		n := c.Node
 		t.set(nodeKey(n.ID), encodeNode(n))
-		t.newNodes[n.ID] = &n
+		setIn(&t.newNodes, n.ID, &n)
 		return command.Result{}
 	case command.RemoveNode:
 		t.del(nodeKey(c.ID))
-		t.newNodes[c.ID] = nil
+		setIn(&t.newNodes, c.ID, nil)
 		return command.Result{}
 	case command.SetWebhook:
 		return t.setWebhook(c.Webhook)

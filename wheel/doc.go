@@ -47,9 +47,9 @@
 // Pebble holds the rest (keys.go): each message's meta (state and place),
 // the overflow and its counts by the hour its messages are due
 // (overflowhours.go), the ready queues, the dead letters, keys, counts,
-// topics, nodes and the scalars. A message enqueued without a key straight into a
-// slot file has no meta of its own until it changes: its entry's
-// placements stand for it (placement.go). A queue's head is read from a
+// topics, nodes and the scalars. A message enqueued without a key, into a
+// slot file or the overflow, has no meta of its own until it changes: its
+// entry's placements stand for it (placed.go). A queue's head is read from a
 // floor kept in memory, not from the start of its range, which holds what
 // consumers deleted from it since the last compaction (readyfloor.go); the
 // leader's look for due schedules likewise starts at a floor, past the
@@ -71,11 +71,12 @@
 // inside commands), on the batching of entries, or on anything a node holds
 // in memory besides. Every node therefore reaches the same state at the
 // same applied index, which Dump writes in a form replicas can compare.
-// One Apply is one batch (batch.go): records are buffered per slot file and
-// written before the index batch commits, and entries at or below the
+// One Apply is one batch (batch.go, committed by commit.go): records are
+// buffered per slot file and written before the index batch commits, and entries at or below the
 // applied index are skipped, so a crash at any instant followed by a replay
 // of the log converges to the same state. Command handlers are in
-// apply.go, where a message goes in placement.go. The metas that committed
+// apply.go, where a message goes in placement.go, its meta in metaread.go;
+// each calls down that list into batch.go's primitives. The metas that committed
 // batches wrote are kept decoded in a bounded cache (metacache.go), so the
 // lease that follows an enqueue and the ack that follows a lease read no
 // index: it holds exactly what the index holds for those messages, so it

@@ -171,3 +171,71 @@ func (t *tx) promote(before int64) int {
 	}
 	return len(keys)
 }
+
+// dropPlacements deletes the placements of every entry whose last slot
+// second lies before before, and their gone marks: Expire has moved every
+// message they placed in slot files that is still live. A message placed
+// in the overflow that no Promote has moved yet (an Expire without the
+// Promote that goes with it) gets the meta its placement implied, so that
+// dropping the placement changes nothing it implies. It runs before the
+// cursor moves, and scans from the cursor: the keys before it were dropped
+// by earlier Expires (an entry places messages at or after the cursor
+// only), and their tombstones stay in the index until a compaction drops
+// them, so a scan from the start would step over every one, once a second.
+func (t *tx) dropPlacements(before int64) {
+	keys, vals := t.scanKeys(placedByKey(t.cursor, 0), placedByKey(before, 0), 0)
+	for i, k := range keys {
+		index := binary.BigEndian.Uint64(k[9:])
+		lo := binary.BigEndian.AppendUint64([]byte{pMeta}, index)
+		metas, mvals := t.scanKeys(lo, prefixEnd(lo), 0)
+		if len(vals[i]) == 1 && vals[i][0] == placedOverflow {
+			t.keepOverflowMetas(index, metas)
+		}
+		t.del(placedKey(index))
+		delete(t.placed, index)
+		if t.dropPlaced == nil {
+			t.dropPlaced = map[uint64]bool{}
+		}
+		t.dropPlaced[index] = true
+		for j, mk := range metas {
+			if isGoneMark(mvals[j]) {
+				t.del(mk)
+			}
+		}
+		t.del(k)
+	}
+}
+
+// keepOverflowMetas writes its meta to every message entry index placed
+// in the overflow that has no meta key of its own (metas: the entry's meta
+// keys, gone marks included).
+func (t *tx) keepOverflowMetas(index uint64, metas [][]byte) {
+	has := make(map[uint32]bool, len(metas))
+	for _, k := range metas {
+		if id, err := model.IDFromBytes(k[1:]); err == nil {
+			has[id.Seq] = true
+		}
+	}
+	v := t.get(placedKey(index))
+	var kept []model.ID
+	var dues []int64
+	if err := eachPlacement(v, func(seq uint32, at, off int64) bool {
+		if off == overflowOff && !has[seq] {
+			kept, dues = append(kept, model.ID{Index: index, Seq: seq}), append(dues, at)
+		}
+		return true
+	}); err != nil {
+		t.fail(fmt.Errorf("placements of entry %d: %w: %w", index, ErrInconsistent, err))
+		return
+	}
+	for i, id := range kept {
+		mt, ok, err := overflowImplicitMeta(txSource{t}, id, dues[i])
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		if ok {
+			t.setMeta(id, &mt)
+		}
+	}
+}

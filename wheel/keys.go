@@ -12,11 +12,11 @@ import (
 // Pebble key space. Every key starts with one prefix byte:
 //
 //	'd' topicID id                     → message: a topic's dead letters
-//	'e' index                          → where an entry put its new messages (placement.go)
+//	'e' index                          → where an entry put its new messages (placed.go)
 //	'f' maxSecond index                → marker: an entry's placements, by their last slot
 //	'h' topic                          → the topic's webhook (webhook.go)
 //	'k' topicID key                    → id: the pending message holding a key
-//	'm' id                             → meta (state and location of a message), or a gone mark (placement.go)
+//	'm' id                             → meta (state and location of a message), or a gone mark (placed.go)
 //	'n' node id                        → node metadata
 //	'o' due_ms id                      → type byte + message: overflow beyond the horizon
 //	'q' name                           → a recurring schedule's calendar (schedule.go)
@@ -53,9 +53,9 @@ const (
 )
 
 // indexFormat is the version of the index's layout (these keys, the meta
-// encoding, the placements of placement.go), recorded under keyFormat
+// encoding, the placements of placed.go), recorded under keyFormat
 // when the index is created. A store opens an index of this format only.
-const indexFormat = 7
+const indexFormat = 8
 
 var (
 	keyApplied   = []byte("sapplied")

@@ -2,11 +2,7 @@ package wheel
 
 import (
 	"bytes"
-	"cmp"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel/model"
@@ -53,8 +49,14 @@ func (t *tx) put(m *model.Message, tid uint32, from State, typ segment.RecordTyp
 		t.scratch = EncodeMessage(append(t.scratch[:0], byte(typ)), m)
 		t.set(overflowKey(m.DeliverAtMs, m.ID), t.scratch)
 		t.overflowAdd(m.DeliverAtMs, 1)
-		t.setMeta(m.ID, &meta{State: state, Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
-			Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key})
+		if t.implicit && from == 0 && typ == segment.TypeMessage {
+			// One index write per message: its placement stands for its
+			// meta, as for a slot file's (placed.go).
+			t.place(m.ID, m.DeliverAtMs, overflowOff)
+		} else {
+			mt := overflowMeta(m, tid, typ)
+			t.setMeta(m.ID, &mt)
+		}
 	}
 	t.move(tid, from, state)
 }
@@ -75,6 +77,14 @@ func recordState(typ segment.RecordType) State {
 func slotMeta(m *model.Message, tid uint32, typ segment.RecordType, second, off int64) meta {
 	return meta{State: recordState(typ), Loc: locSegment, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
 		Second: second, Offset: off, Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key}
+}
+
+// overflowMeta is the meta of message m whose pending record, of type typ,
+// is in the overflow. put writes it, and a placement implies it from the
+// record, so the two agree.
+func overflowMeta(m *model.Message, tid uint32, typ segment.RecordType) meta {
+	return meta{State: recordState(typ), Loc: locOverflow, TopicID: tid, DueMs: m.DeliverAtMs, Priority: m.Priority,
+		Receipt: m.Receipt, LeaseExpMs: m.LeaseExpiresMs, Keyed: m.Key != "", Key: m.Key}
 }
 
 func (t *tx) move(tid uint32, from, to State) {
@@ -172,12 +182,12 @@ func (t *tx) full(id model.ID, mt meta) (model.Message, bool) {
 	var p []byte
 	switch mt.Loc {
 	case locSegment:
-		r, err := t.readRecord(mt.Second, mt.Offset)
+		_, m, err := t.readMessage(mt.Second, mt.Offset)
 		if err != nil {
 			t.fail(fmt.Errorf("read message %s: %w", id, err))
 			return model.Message{}, false
 		}
-		p = r.Payload
+		return m, true
 	case locOverflow:
 		if p = t.get(overflowKey(mt.DueMs, id)); len(p) > 0 {
 			p = p[1:]
@@ -197,348 +207,4 @@ func (t *tx) full(id model.ID, mt meta) (model.Message, bool) {
 		return model.Message{}, false
 	}
 	return m, true
-}
-
-// Placements. Most messages are enqueued into a slot file and stay there
-// until they are handed out or their slot expires. A meta for each would
-// cost the index a key per message, flushed and then rewritten by every
-// compaction that carries it, so an enqueue records where it put such
-// messages in one key for the whole entry:
-//
-//	'e' index                → for each such message: seq, slot second, offset
-//	'f' maxSecond index      → a marker byte: the entry's last slot second
-//
-// A message without a meta of its own ('m') has the meta its placement
-// implies: delayed, in that slot at that offset, with its due time and
-// priority read from the record. Every change of a message's state or
-// place writes it a meta, which takes precedence from then on. One that
-// ends it (ack, cancel) deletes its meta, or, if its entry has placements,
-// which would otherwise bring it back, replaces the meta with a gone mark
-// (goneMark). The mark sits under the message's meta key, not a key of its
-// own, so that looking a message up reads one key before the placements:
-// handing out a placed message, which has no meta, would otherwise read
-// two keys that are not there, and a key that is not there is the dearest
-// read of the index (every level is asked). When the cursor passes an
-// entry's last slot second, every message placed by it has moved on (to
-// the ready queue, or with its own meta) or is gone, so Expire deletes the
-// placements and the gone marks.
-//
-// Messages with a key, and messages beyond the horizon, get a meta at
-// enqueue.
-const (
-	pPlaced   = 'e'
-	pPlacedBy = 'f'
-)
-
-// goneMark is the value of the meta key of a message its entry's placements
-// still list but that has ended. A meta's encoding starts with metaTag, so
-// the two never meet.
-const goneMark = 0
-
-func isGoneMark(v []byte) bool { return len(v) == 1 && v[0] == goneMark }
-
-// present is the value of keys whose presence is what they say: the
-// index's readers take an empty value for an absent key.
-const present = 1
-
-func placedKey(index uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{pPlaced}, index)
-}
-
-func placedByKey(second int64, index uint64) []byte {
-	k := binary.BigEndian.AppendUint64([]byte{pPlacedBy}, uint64(second))
-	return binary.BigEndian.AppendUint64(k, index)
-}
-
-// placing collects the placements of the entry being applied.
-type placing struct {
-	index   uint64
-	buf     []byte // encoded placements
-	n       int
-	lastSeq uint32
-	lastSec int64
-	maxSec  int64 // -1: none yet
-	written int64 // maxSec of the placedBy key written, -1: none
-}
-
-// place records that message id of the entry being applied was put, new,
-// into the slot file of second at off.
-func (t *tx) place(id model.ID, second, off int64) {
-	p := &t.placing
-	if p.index != id.Index || p.n == 0 {
-		*p = placing{index: id.Index, buf: p.buf[:0], maxSec: -1, written: -1}
-	}
-	p.buf = binary.AppendUvarint(p.buf, uint64(id.Seq-p.lastSeq))
-	p.buf = binary.AppendVarint(p.buf, second-p.lastSec)
-	p.buf = binary.AppendUvarint(p.buf, uint64(off))
-	p.n++
-	p.lastSeq, p.lastSec = id.Seq, second
-	p.maxSec = max(p.maxSec, second)
-}
-
-// flushPlacing writes the placements collected for the entry being applied.
-// It runs after each command, so that the next one reads them.
-func (t *tx) flushPlacing() {
-	p := &t.placing
-	if p.n == 0 || p.index != t.index {
-		return
-	}
-	t.set(placedKey(p.index), p.buf)
-	delete(t.placed, p.index)
-	if t.newPlaced == nil {
-		t.newPlaced = map[uint64][]byte{}
-	}
-	t.newPlaced[p.index] = append(t.newPlaced[p.index][:0], p.buf...)
-	if p.written != p.maxSec {
-		if p.written >= 0 {
-			t.del(placedByKey(p.written, p.index))
-		}
-		t.set(placedByKey(p.maxSec, p.index), []byte{present})
-		p.written = p.maxSec
-	}
-}
-
-// findPlacement returns the slot second and offset where the entry's
-// placements v put message seq.
-func findPlacement(v []byte, seq uint32) (second, off int64, ok bool, err error) {
-	err = eachPlacement(v, func(s uint32, sec, o int64) bool {
-		if s >= seq {
-			second, off, ok = sec, o, s == seq
-			return false
-		}
-		return true
-	})
-	if err != nil || !ok {
-		return 0, 0, false, err
-	}
-	return second, off, true, nil
-}
-
-// eachPlacement calls fn with each of the entry's placements v, in seq
-// order, until fn returns false.
-func eachPlacement(v []byte, fn func(seq uint32, second, off int64) bool) error {
-	var seq uint32
-	var second int64
-	for len(v) > 0 {
-		ds, n1 := binary.Uvarint(v)
-		if n1 <= 0 {
-			return errBadPlacement
-		}
-		dsec, n2 := binary.Varint(v[n1:])
-		if n2 <= 0 {
-			return errBadPlacement
-		}
-		o, n3 := binary.Uvarint(v[n1+n2:])
-		if n3 <= 0 {
-			return errBadPlacement
-		}
-		v = v[n1+n2+n3:]
-		seq += uint32(ds)
-		second += dsec
-		if !fn(seq, second, int64(o)) {
-			return nil
-		}
-	}
-	return nil
-}
-
-var errBadPlacement = errors.New("undecodable placement")
-
-// metaSource is what lookupMeta reads: the index (a batch's view or the
-// committed one) and the slot files.
-type metaSource interface {
-	getKey(key []byte) ([]byte, error)
-	// placement returns where id's entry placed it, if it did and the
-	// placements are still kept.
-	placement(id model.ID) (second, off int64, ok bool, err error)
-	readRecord(second, off int64) (segment.Record, error)
-	topicOf(name string) (uint32, bool)
-}
-
-// lookupMeta returns a message's meta: its own, or the one its entry's
-// placements imply.
-func lookupMeta(src metaSource, id model.ID) (meta, bool, error) {
-	v, err := src.getKey(metaKey(id))
-	if err != nil {
-		return meta{}, false, err
-	}
-	switch {
-	case v == nil:
-		return implicitMeta(src, id)
-	case isGoneMark(v):
-		return meta{}, false, nil
-	}
-	m, err := decodeMeta(v)
-	if err != nil {
-		return meta{}, false, fmt.Errorf("index meta of message %s: %w", id, err)
-	}
-	return m, true, nil
-}
-
-// placementIn returns where the entry's placements v (nil: none) put id.
-func placementIn(v []byte, id model.ID) (second, off int64, ok bool, err error) {
-	second, off, ok, err = findPlacement(v, id.Seq)
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
-	}
-	return second, off, ok, nil
-}
-
-// placed is one decoded placement.
-type placed struct {
-	seq         uint32
-	second, off int64
-}
-
-// decodePlacements decodes an entry's placements, which are in increasing
-// seq order.
-func decodePlacements(v []byte) ([]placed, error) {
-	var out []placed
-	var err error
-	if perr := eachPlacement(v, func(seq uint32, second, off int64) bool {
-		if n := len(out); n > 0 && seq <= out[n-1].seq {
-			err = errBadPlacement
-			return false
-		}
-		out = append(out, placed{seq, second, off})
-		return true
-	}); perr != nil {
-		return nil, perr
-	}
-	return out, err
-}
-
-// placement returns where id's entry placed it. The batch decodes an
-// entry's placements once, so that the lookups of the messages one entry
-// enqueued (the leases and acks of a slot's messages, handed out together)
-// cost a search each, not a decode. An entry's placements are written
-// while it is applied and only deleted after; the batch forgets the ones
-// it writes or deletes.
-func (t *tx) placement(id model.ID) (second, off int64, ok bool, err error) {
-	ps, cached := t.placed[id.Index]
-	if !cached {
-		if e := t.cachedPlaced(id.Index); e != nil {
-			second, off, ok = e.find(id.Seq)
-			return second, off, ok, nil
-		}
-		v := t.get(placedKey(id.Index))
-		if t.err != nil {
-			return 0, 0, false, t.err
-		}
-		if ps, err = decodePlacements(v); err != nil {
-			return 0, 0, false, fmt.Errorf("placements of entry %d: %w: %w", id.Index, ErrInconsistent, err)
-		}
-		if t.placed == nil {
-			t.placed = map[uint64][]placed{}
-		}
-		t.placed[id.Index] = ps
-	}
-	i, found := slices.BinarySearchFunc(ps, id.Seq, func(p placed, seq uint32) int { return cmp.Compare(p.seq, seq) })
-	if !found {
-		return 0, 0, false, nil
-	}
-	return ps[i].second, ps[i].off, true, nil
-}
-
-// cachedPlaced returns the committed placements of entry index the store
-// keeps (placedCache), unless this batch wrote or deleted them.
-func (t *tx) cachedPlaced(index uint64) *placedEntry {
-	if t.newPlaced[index] != nil || t.dropPlaced[index] {
-		return nil
-	}
-	return t.s.placed.get(index)
-}
-
-// implicitMeta returns the meta a message without one of its own has by its
-// entry's placements.
-func implicitMeta(src metaSource, id model.ID) (meta, bool, error) {
-	sec, off, ok, err := src.placement(id)
-	if err != nil || !ok {
-		return meta{}, false, err
-	}
-	r, err := src.readRecord(sec, off)
-	if err != nil {
-		return meta{}, false, fmt.Errorf("read message %s placed at slot %d offset %d: %w", id, sec, off, err)
-	}
-	m, err := DecodeMessage(r.Payload)
-	if err != nil {
-		return meta{}, false, fmt.Errorf("message %s placed at slot %d offset %d: %w", id, sec, off, err)
-	}
-	if m.ID != id || r.Type != segment.TypeMessage {
-		return meta{}, false, fmt.Errorf("message %s: %w: its placement names slot %d offset %d, which holds %s (type %d)",
-			id, ErrInconsistent, sec, off, m.ID, r.Type)
-	}
-	tid, ok := src.topicOf(m.Topic)
-	if !ok {
-		return meta{}, false, fmt.Errorf("message %s: %w: unknown topic %q", id, ErrInconsistent, m.Topic)
-	}
-	return slotMeta(&m, tid, r.Type, sec, off), true, nil
-}
-
-// txSource reads through the batch.
-type txSource struct{ t *tx }
-
-func (s txSource) getKey(key []byte) ([]byte, error) {
-	v := s.t.get(key)
-	return v, s.t.err
-}
-
-func (s txSource) placement(id model.ID) (second, off int64, ok bool, err error) {
-	return s.t.placement(id)
-}
-
-func (s txSource) readRecord(second, off int64) (segment.Record, error) {
-	return s.t.readRecord(second, off)
-}
-
-func (s txSource) topicOf(name string) (uint32, bool) { return s.t.topicID(name, false) }
-
-// storeSource reads committed state; s.mu is held.
-type storeSource struct{ s *Store }
-
-func (s storeSource) getKey(key []byte) ([]byte, error) { return s.s.get(key) }
-
-func (s storeSource) placement(id model.ID) (second, off int64, ok bool, err error) {
-	v, err := s.s.get(placedKey(id.Index))
-	if err != nil || v == nil {
-		return 0, 0, false, err
-	}
-	return placementIn(v, id)
-}
-
-func (s storeSource) readRecord(second, off int64) (segment.Record, error) {
-	return s.s.segs.ReadRecord(second, off)
-}
-
-func (s storeSource) topicOf(name string) (uint32, bool) {
-	id, ok := s.s.topics[name]
-	return id, ok
-}
-
-// dropPlacements deletes the placements of every entry whose last slot
-// second lies before before, and their gone marks: Expire has moved every
-// message they placed that is still live. It runs before the cursor moves,
-// and scans from the cursor: the keys before it were dropped by earlier
-// Expires (an entry places messages at or after the cursor only), and their
-// tombstones stay in the index until a compaction drops them, so a scan
-// from the start would step over every one, once a second.
-func (t *tx) dropPlacements(before int64) {
-	keys, _ := t.scanKeys(placedByKey(t.cursor, 0), placedByKey(before, 0), 0)
-	for _, k := range keys {
-		index := binary.BigEndian.Uint64(k[9:])
-		t.del(placedKey(index))
-		delete(t.placed, index)
-		if t.dropPlaced == nil {
-			t.dropPlaced = map[uint64]bool{}
-		}
-		t.dropPlaced[index] = true
-		lo := binary.BigEndian.AppendUint64([]byte{pMeta}, index)
-		metas, vals := t.scanKeys(lo, prefixEnd(lo), 0)
-		for i, k := range metas {
-			if isGoneMark(vals[i]) {
-				t.del(k)
-			}
-		}
-		t.del(k)
-	}
 }

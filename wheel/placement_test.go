@@ -37,6 +37,20 @@ func (k *storeKit) goneMarks() [][]byte {
 	return out
 }
 
+// wantPlacementsGone fails unless the index holds no placements and no
+// gone marks: what an expiry past every entry's last slot second leaves.
+func (k *storeKit) wantPlacementsGone() {
+	k.t.Helper()
+	for _, p := range []byte{pPlaced, pPlacedBy} {
+		if got := k.keysWith(p); len(got) != 0 {
+			k.t.Fatalf("prefix %q holds %x after the entry's last slot expired", p, got)
+		}
+	}
+	if got := k.goneMarks(); len(got) != 0 {
+		k.t.Fatalf("gone marks %x after the entry's last slot expired", got)
+	}
+}
+
 // TestPlacementsStandForMetas follows messages enqueued without a key into
 // slot files: they get no meta, only their entry's placements; acking or
 // cancelling one marks it gone; the placements and marks go once the
@@ -48,9 +62,11 @@ func TestPlacementsStandForMetas(t *testing.T) {
 		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 1500},
 		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2500, Priority: 3},
 		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2600, Key: "k"},     // keyed: a meta
-		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000},         // beyond the horizon: a meta
 		command.NewMessage{Topic: "b", DeliverAtMs: t0 + 4500, Priority: -1}, // last slot of the entry
 	)
+	// Beyond the horizon, keyed: a meta (TestOverflowPlacements follows one
+	// without a key).
+	enq = append(enq[:3], append(k.schedule(t0, command.NewMessage{Topic: "b", DeliverAtMs: t0 + 3*3600_000, Key: "o"}), enq[3])...)
 	idx := enq[0].ID.Index
 	if got := len(k.keysWith(pMeta)); got != 2 {
 		t.Fatalf("%d metas, want 2 (the keyed message and the one beyond the horizon)", got)
@@ -89,14 +105,7 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	// It expires: what was still placed moves to the ready queue, and
 	// the placements and marks go.
 	k.apply(command.Expire{Before: t0s + 5})
-	for _, p := range []byte{pPlaced, pPlacedBy} {
-		if got := k.keysWith(p); len(got) != 0 {
-			t.Fatalf("prefix %q holds %x after the entry's last slot expired", p, got)
-		}
-	}
-	if got := k.goneMarks(); len(got) != 0 {
-		t.Fatalf("gone marks %x after the entry's last slot expired", got)
-	}
+	k.wantPlacementsGone()
 	if got := len(k.keysWith(pMeta)); got != 3 {
 		t.Fatalf("%d metas after the expiry, want 3 (the keyed message's, the one beyond the horizon, the ready one)", got)
 	}
@@ -108,6 +117,65 @@ func TestPlacementsStandForMetas(t *testing.T) {
 	k.wantState(enq[4].ID, StateReady, t0+4500, 0)
 	k.wantState(enq[3].ID, StateDelayed, t0+3*3600_000, 0)
 	k.wantGone(enq[0].ID)
+}
+
+// TestOverflowPlacements follows messages enqueued without a key beyond
+// the horizon: their entry's placements stand for their metas, which
+// every read implies from the overflow; a cancel marks one gone; Promote
+// gives the others a meta of their own, and so does an Expire that passes
+// one no Promote moved; the placements go once the cursor passes the
+// entry's last due second.
+func TestOverflowPlacements(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	due := []int64{t0 + 3*3600_000, t0 + 3*3600_000 + 700, t0 + 5*3600_000}
+	enq := k.schedule(t0,
+		command.NewMessage{Topic: "a", DeliverAtMs: due[0]},
+		command.NewMessage{Topic: "a", DeliverAtMs: due[1], Priority: 2},
+		command.NewMessage{Topic: "a", DeliverAtMs: due[2]},
+	)
+	idx := enq[0].ID.Index
+	if got := len(k.keysWith(pMeta)); got != 0 {
+		t.Fatalf("%d metas, want none", got)
+	}
+	last := SecondOf(due[2])
+	if got := k.keysWith(pPlacedBy); len(got) != 1 || !bytes.Equal(got[0], placedByKey(last, idx)) {
+		t.Fatalf("placements by last second %x, want second %d", got, last)
+	}
+	for i, id := range enq {
+		k.wantState(id.ID, StateDelayed, due[i], 0)
+	}
+	if v := k.get(enq[1].ID); v.Priority != 2 || v.Topic != "a" {
+		t.Fatalf("placed message reads %+v", v)
+	}
+	k.wantCounts(TopicCounts{Topic: "a", Delayed: 3})
+	if w := k.wheel(); w.OverflowMessages != 3 {
+		t.Fatalf("overflow holds %d, want 3", w.OverflowMessages)
+	}
+
+	k.one(command.Cancel{ID: enq[1].ID})
+	k.wantGone(enq[1].ID)
+	if got := k.goneMarks(); len(got) != 1 || !bytes.Equal(got[0], metaKey(enq[1].ID)) {
+		t.Fatalf("gone marks %x", got)
+	}
+	// Promoted into the wheel: a meta of its own.
+	k.apply(command.Expire{Before: SecondOf(due[0]) - Slots + 10}, command.Promote{Before: SecondOf(due[0]) + 10})
+	k.wantState(enq[0].ID, StateDelayed, due[0], 0)
+	if got := len(k.keysWith(pMeta)); got != 2 {
+		t.Fatalf("%d metas after the promotion, want 2 (the promoted one, the gone mark)", got)
+	}
+	// Expired past the last one without its Promote: it keeps the meta
+	// its placement implied, and the placements and marks go.
+	k.apply(command.Expire{Before: last + 1})
+	k.wantPlacementsGone()
+	k.wantState(enq[0].ID, StateReady, due[0], 0)
+	k.wantState(enq[2].ID, StateDelayed, due[2], 0)
+	k.wantGone(enq[1].ID)
+	k.apply(command.Promote{Before: last + Slots})
+	k.wantState(enq[2].ID, StateReady, due[2], 0)
+	k.reopen()
+	k.wantState(enq[2].ID, StateReady, due[2], 0)
+	k.wantGone(enq[1].ID)
+	k.wantCounts(TopicCounts{Topic: "a", Ready: 2})
 }
 
 // TestPlacementsAcrossCommands applies one entry with two Schedule

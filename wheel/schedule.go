@@ -205,7 +205,7 @@ func (t *tx) putSchedule(info *ScheduleInfo, set bool) {
 	}
 	t.set(calendarKey(info.Name), encodeCalendar(info))
 	stored := *info
-	t.scheds[info.Name] = &stored
+	setIn(&t.scheds, info.Name, &stored)
 	if info.NextMs != 0 {
 		t.set(scheduleDueKey(info.NextMs, info.Name), nil)
 		t.dueLow = min(t.dueLow, info.NextMs)
@@ -241,7 +241,7 @@ func (t *tx) deleteSchedule(c command.DeleteSchedule) command.Result {
 	}
 	t.del(scheduleKey(info.Name))
 	t.del(calendarKey(info.Name))
-	t.scheds[info.Name] = nil
+	setIn(&t.scheds, info.Name, nil)
 	t.schedules--
 	return command.Result{}
 }

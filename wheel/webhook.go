@@ -29,7 +29,7 @@ func decodeWebhook(b []byte) (command.Webhook, error) {
 // setWebhook applies SetWebhook.
 func (t *tx) setWebhook(w command.Webhook) command.Result {
 	t.set(webhookKey(w.Topic), encodeWebhook(w))
-	t.newWebhooks[w.Topic] = &w
+	setIn(&t.newWebhooks, w.Topic, &w)
 	return command.Result{}
 }
 
@@ -45,7 +45,7 @@ func (t *tx) deleteWebhook(topic string) command.Result {
 		return command.Result{Err: fmt.Errorf("%w: topic %s has no webhook", model.ErrNotFound, topic)}
 	}
 	t.del(webhookKey(topic))
-	t.newWebhooks[topic] = nil
+	setIn(&t.newWebhooks, topic, nil)
 	return command.Result{}
 }
 
