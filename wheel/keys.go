@@ -54,8 +54,23 @@ const (
 
 // indexFormat is the version of the index's layout (these keys, the meta
 // encoding, the placements of placed.go), recorded under keyFormat
-// when the index is created. A store opens an index of this format only.
+// when the index is created. A store opens an index of this format, or of
+// upgradableFormat, which a read-write open records as this one.
 const indexFormat = 8
+
+// upgradableFormat is the one earlier format a store reads as indexFormat,
+// unchanged. Format 8 adds to format 7 only that a message enqueued without
+// a key beyond the horizon may have no meta key: its entry's placement
+// (placed with overflowOff) implies its meta, and the entry's placedBy key
+// is marked placedOverflow. In format 7 every message in the overflow has a
+// meta key of its own and no placement, and every placedBy key is marked
+// present, so a format 7 index is a format 8 index in which no message
+// relies on an overflow placement: every read, Promote, Expire
+// (dropPlacements and keepOverflowMetas see no placedOverflow mark) and
+// ending of a message finds its meta key first, as format 8 does for a
+// message with a key. A later format that breaks this invariant must
+// migrate such an index or stop reading it.
+const upgradableFormat = 7
 
 var (
 	keyApplied   = []byte("sapplied")

@@ -12,8 +12,8 @@ import (
 
 // TestIndexFormat checks that a new index records the format this version
 // reads, and that a store refuses, read-write or read-only, an index that
-// records another format or none, with an error naming the format found
-// and the one expected.
+// records another format (than indexFormat or upgradableFormat) or none,
+// with an error naming the format found and the ones expected.
 func TestIndexFormat(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -21,7 +21,7 @@ func TestIndexFormat(t *testing.T) {
 		found string
 	}{
 		{"later", func(db *pebble.DB) error { return db.Set(keyFormat, putU64(indexFormat+1), pebble.NoSync) }, fmt.Sprintf("format %d", indexFormat+1)},
-		{"earlier", func(db *pebble.DB) error { return db.Set(keyFormat, putU64(indexFormat-1), pebble.NoSync) }, fmt.Sprintf("format %d", indexFormat-1)},
+		{"earlier", func(db *pebble.DB) error { return db.Set(keyFormat, putU64(upgradableFormat-1), pebble.NoSync) }, fmt.Sprintf("format %d", upgradableFormat-1)},
 		{"none", func(db *pebble.DB) error { return db.Delete(keyFormat, pebble.NoSync) }, "no format"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,7 +37,7 @@ func TestIndexFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			k.s = nil
-			want := fmt.Sprintf("format %d only", indexFormat)
+			want := fmt.Sprintf("formats %d and %d only", upgradableFormat, indexFormat)
 			for _, ro := range []bool{false, true} {
 				opts := k.opts
 				opts.ReadOnly = ro

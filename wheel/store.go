@@ -250,28 +250,40 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkFormat makes sure the index is in the one layout this code reads,
-// indexFormat, recorded under keyFormat. An empty index is new: a
-// read-write open records the format in it, durably (the index may run
-// without a WAL), before any apply. Any other index must carry the marker.
+// checkFormat makes sure the index is in a layout this code reads,
+// indexFormat or upgradableFormat, recorded under keyFormat. An empty
+// index is new, and an index in upgradableFormat is read as indexFormat: a
+// read-write open records indexFormat in either, durably (the index may
+// run without a WAL), before any apply; a read-only open writes nothing.
+// Any other index must carry indexFormat.
 func (s *Store) checkFormat() error {
 	v, err := s.get(keyFormat)
 	if err != nil {
 		return err
 	}
 	if v != nil {
-		if f := u64(v); f != indexFormat {
-			return fmt.Errorf("%w: the index is in format %d, this version reads format %d only", ErrFormat, f, indexFormat)
+		switch f := u64(v); f {
+		case indexFormat:
+			return nil
+		case upgradableFormat:
+			return s.recordFormat()
+		default:
+			return fmt.Errorf("%w: the index is in format %d, this version reads formats %d and %d only", ErrFormat, f, upgradableFormat, indexFormat)
 		}
-		return nil
 	}
 	empty := true
 	if err := s.scan(nil, func(k, v []byte) error { empty = false; return errStopScan }); err != nil && !errors.Is(err, errStopScan) {
 		return err
 	}
 	if !empty {
-		return fmt.Errorf("%w: the index records no format, this version reads format %d only", ErrFormat, indexFormat)
+		return fmt.Errorf("%w: the index records no format, this version reads formats %d and %d only", ErrFormat, upgradableFormat, indexFormat)
 	}
+	return s.recordFormat()
+}
+
+// recordFormat records indexFormat in the index, durably, unless the store
+// is read-only.
+func (s *Store) recordFormat() error {
 	if s.opts.ReadOnly {
 		return nil
 	}
