@@ -256,3 +256,43 @@ func TestFormat7Upgrade(t *testing.T) {
 		k.wantFormat7Msg(format7Dead)
 	}
 }
+
+// TestFormat7UpgradeChanges changes the overflow messages of a store
+// written in index format 7, whose metas that format wrote, after the
+// upgrade: cancels by id and by key, a reschedule, and an Expire hours
+// ahead without its Promote, then the Promote, which moves the overflow
+// messages now past the cursor to ready.
+func TestFormat7UpgradeChanges(t *testing.T) {
+	k := openGolden(t, copyGolden(t, format7Dir), false)
+	m0, m2, m8, m10, m12 := format7Pending[0], format7Pending[2], format7Pending[8], format7Pending[9], format7Pending[10]
+	k.one(command.Cancel{ID: m0.id()})
+	k.one(command.Cancel{Topic: "jobs", Key: "k24"})
+	k.one(command.Reschedule{ID: m12.id(), DeliverAtMs: t0 + 5*hourMs})
+	k.wantGone(m0.id())
+	k.wantGone(format7Pending[1].id())
+	k.wantState(m12.id(), StateDelayed, t0+5*hourMs, 0)
+	if w := k.wheel(); w.OverflowMessages != 4 {
+		t.Fatalf("%d messages in the overflow, want 4", w.OverflowMessages)
+	}
+
+	before := t0s + 6*3600
+	k.apply(command.Expire{Before: before})
+	for _, m := range []format7Msg{m2, m8, m10} {
+		k.wantFormat7Msg(m)
+	}
+	k.wantState(m12.id(), StateDelayed, t0+5*hourMs, 0)
+	k.apply(command.Promote{Before: before + HorizonSecs})
+	k.wantFormat7Msg(m2)
+	k.wantState(m8.id(), StateReady, m8.dueMs, 1)
+	k.wantState(m10.id(), StateReady, m10.dueMs, 1)
+	k.wantState(m12.id(), StateReady, t0+5*hourMs, 0)
+	k.wantCounts(TopicCounts{Topic: "jobs", Delayed: 1, Ready: 7, Dead: 1})
+	k.wantCounts(TopicCounts{Topic: "mail", Ready: 1})
+	if w := k.wheel(); w.OverflowMessages != 1 {
+		t.Fatalf("%d messages in the overflow, want 1", w.OverflowMessages)
+	}
+	// The key freed by the cancel is taken by a new message.
+	if enq := k.schedule(t0+6*hourMs, command.NewMessage{Topic: "jobs", Key: "k24", DeliverAtMs: t0 + 30*hourMs}); enq[0].Duplicate {
+		t.Fatalf("enqueue with key k24 after its cancel: %+v", enq[0])
+	}
+}
