@@ -70,17 +70,22 @@ func (w *cpuWindow) end(msgs int) *ServerCPU {
 	return c
 }
 
-// procsCPU adds up the CPU time of processes by pid, from /proc.
-func procsCPU(pids []int) (time.Duration, error) {
-	var all time.Duration
+// pidsCPU is serverCPU of a server the harness did not spawn: the CPU time
+// of the processes it was given by pid (Config.ServerPIDs), added up from
+// /proc. Which of them leads is not known (-1); with none given there is
+// nothing to read (errNotSpawned).
+func pidsCPU(pids []int) (all, leader time.Duration, err error) {
+	if len(pids) == 0 {
+		return 0, 0, errNotSpawned
+	}
 	for _, pid := range pids {
 		d, err := cpuOf(pid)
 		if err != nil {
-			return 0, err
+			return 0, -1, err
 		}
 		all += d
 	}
-	return all, nil
+	return all, -1, nil
 }
 
 // serverCPU reads the CPU time of a spawned Redis: one process, which is
@@ -94,11 +99,7 @@ func (t *redisTarget) serverCPU() (all, leader time.Duration, err error) {
 // of the running server's pids (Config.ServerPIDs).
 func (t *bsTarget) serverCPU() (all, leader time.Duration, err error) {
 	if t.proc == nil {
-		if len(t.pids) == 0 {
-			return 0, 0, errNotSpawned
-		}
-		d, err := procsCPU(t.pids)
-		return d, -1, err
+		return pidsCPU(t.pids)
 	}
 	d, err := t.proc.CPU()
 	return d, d, err

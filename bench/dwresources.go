@@ -63,11 +63,7 @@ func (t *dwTarget) scrapeMetric(ctx context.Context, name string) (float64, erro
 // pids it was given (the leader's is not known: -1).
 func (t *dwTarget) serverCPU() (all, leader time.Duration, err error) {
 	if t.cluster == nil {
-		if len(t.pids) == 0 {
-			return 0, 0, errNotSpawned
-		}
-		all, err := procsCPU(t.pids)
-		return all, -1, err
+		return pidsCPU(t.pids)
 	}
 	ld := t.leaderNode()
 	for _, nd := range t.cluster.nodes {

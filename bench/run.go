@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
 )
 
 // Report is the outcome of one run: one workload against every target.
@@ -202,7 +204,7 @@ func runTarget(ctx context.Context, cfg Config, dir, name string) (res Result) {
 func openTarget(ctx context.Context, cfg Config, dir, name string) (target, error) {
 	switch name {
 	case TargetDelaywheel:
-		token, err := readTokenFile(cfg.TokenFile)
+		token, err := api.ReadTokenFile("--token-file", cfg.TokenFile)
 		if err != nil {
 			return nil, err
 		}
@@ -230,22 +232,6 @@ func openTarget(ctx context.Context, cfg Config, dir, name string) (target, erro
 		return spawnBeanstalkd(ctx, &cfg, dir)
 	}
 	return nil, fmt.Errorf("unknown target %q", name)
-}
-
-// readTokenFile reads a bearer token ("" for no file).
-func readTokenFile(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("--token-file %s is empty", path)
-	}
-	return tok, nil
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages, "" when unknown.

@@ -89,15 +89,18 @@ func newMetrics(n *Node) *metrics {
 	}
 }
 
+// observed lists the collectors observed where things happen: Describe
+// and Collect pass both calls on to each.
+func (m *metrics) observed() []prometheus.Collector {
+	return []prometheus.Collector{m.apply, m.answered, m.lateness,
+		m.webhookAttempts, m.webhookLateness, m.streamed, m.sched}
+}
+
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.apply.Describe(ch)
-	m.answered.Describe(ch)
-	m.lateness.Describe(ch)
-	m.webhookAttempts.Describe(ch)
-	m.webhookLateness.Describe(ch)
-	m.streamed.Describe(ch)
-	m.sched.Describe(ch)
+	for _, c := range m.observed() {
+		c.Describe(ch)
+	}
 	for _, d := range []*prometheus.Desc{m.messages, m.pending, m.slots, m.handles, m.overflow, m.disk,
 		m.raftState, m.term, m.commit, m.applied, m.leader, m.inflight, m.streams, m.streamInflight} {
 		ch <- d
@@ -106,13 +109,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	m.apply.Collect(ch)
-	m.answered.Collect(ch)
-	m.lateness.Collect(ch)
-	m.webhookAttempts.Collect(ch)
-	m.webhookLateness.Collect(ch)
-	m.streamed.Collect(ch)
-	m.sched.Collect(ch)
+	for _, c := range m.observed() {
+		c.Collect(ch)
+	}
 	st := m.n.store()
 	c := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, t, v, labels...)

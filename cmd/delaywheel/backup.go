@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
 
@@ -44,7 +45,7 @@ func backupCommands() []*cli.Command {
 }
 
 func runBackup(c *cli.Context) error {
-	token, err := readToken(c.String("token-file"))
+	token, err := api.ReadTokenFile("--token-file", c.String("token-file"))
 	if err != nil {
 		return err
 	}

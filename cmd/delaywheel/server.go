@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -66,21 +65,6 @@ func parseInitialCluster(s string) ([]model.Member, error) {
 	return out, nil
 }
 
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--auth-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("--auth-token-file %s is empty", path)
-	}
-	return tok, nil
-}
-
 func baseURL(addr string) string {
 	if strings.Contains(addr, "://") {
 		return strings.TrimRight(addr, "/")
@@ -110,7 +94,7 @@ func runServer(c *cli.Context) error {
 			return fmt.Errorf("--initial-cluster does not list this node (--node-id %s)", id)
 		}
 	}
-	token, err := readToken(c.String("auth-token-file"))
+	token, err := api.ReadTokenFile("--auth-token-file", c.String("auth-token-file"))
 	if err != nil {
 		return err
 	}

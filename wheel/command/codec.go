@@ -62,21 +62,13 @@ func EncodeCommands(cmds []Command) []byte {
 				e.Varint(it.ExpiresMs)
 				e.Varint(it.RedeliverMs)
 			}
-		case Ack:
-			e.Varint(c.NowMs)
-			e.Receipts(c.Receipts)
+		case Ack, Touch, Bury, DeadLetter:
+			nowMs, rs := c.(settlement).settles()
+			e.Varint(nowMs)
+			e.Receipts(rs)
 		case Nack:
 			e.Varint(c.NowMs)
 			e.Varint(c.DelayMs)
-			e.Receipts(c.Receipts)
-		case Touch:
-			e.Varint(c.NowMs)
-			e.Receipts(c.Receipts)
-		case Bury:
-			e.Varint(c.NowMs)
-			e.Receipts(c.Receipts)
-		case DeadLetter:
-			e.Varint(c.NowMs)
 			e.Receipts(c.Receipts)
 		case Expire:
 			e.Varint(c.Before)

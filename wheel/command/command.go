@@ -128,6 +128,17 @@ type DeadLetter struct {
 	Receipts []model.Receipt
 }
 
+// settlement is a command encoded as its instant and receipts alone: Ack,
+// Touch, Bury and DeadLetter.
+type settlement interface {
+	settles() (nowMs int64, rs []model.Receipt)
+}
+
+func (c Ack) settles() (int64, []model.Receipt)        { return c.NowMs, c.Receipts }
+func (c Touch) settles() (int64, []model.Receipt)      { return c.NowMs, c.Receipts }
+func (c Bury) settles() (int64, []model.Receipt)       { return c.NowMs, c.Receipts }
+func (c DeadLetter) settles() (int64, []model.Receipt) { return c.NowMs, c.Receipts }
+
 // Expire fires every slot whose second is before Before: their remaining
 // messages move to ready (or dead), and the files are deleted. The cursor
 // moves to Before.

@@ -92,25 +92,32 @@ func (d *Decoder) Byte() byte {
 	return v
 }
 
+// consumed drops the n bytes a varint read took; n <= 0 (no varint) is
+// recorded as a failure to read what, and reported false.
+func (d *Decoder) consumed(n int, what string) bool {
+	if n <= 0 {
+		d.Fail(what)
+		return false
+	}
+	d.B = d.B[n:]
+	return true
+}
+
 // Uvarint reads an unsigned varint.
 func (d *Decoder) Uvarint() uint64 {
 	v, n := binary.Uvarint(d.B)
-	if n <= 0 {
-		d.Fail("uvarint")
+	if !d.consumed(n, "uvarint") {
 		return 0
 	}
-	d.B = d.B[n:]
 	return v
 }
 
 // Varint reads a zig-zag varint.
 func (d *Decoder) Varint() int64 {
 	v, n := binary.Varint(d.B)
-	if n <= 0 {
-		d.Fail("varint")
+	if !d.consumed(n, "varint") {
 		return 0
 	}
-	d.B = d.B[n:]
 	return v
 }
 
