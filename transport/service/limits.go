@@ -128,6 +128,17 @@ func HumanBytes(n int64) string {
 	}
 }
 
+// LimitBytes names a limit of n bytes, in bytes and, when a larger unit
+// says it in fewer digits, in that unit too: "10 bytes", "1048576 bytes
+// (1 MiB)".
+func LimitBytes(n int64) string {
+	raw, human := plural(n, "byte"), HumanBytes(n)
+	if human == raw {
+		return raw
+	}
+	return raw + " (" + human + ")"
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // plural renders "1 year", "2 years", or "5 ms" (units abbreviated stay as is).

@@ -155,7 +155,7 @@ func validatePayload(where string, p api.Payload, lim Limits) ([]byte, error) {
 // CheckBodySize checks a body against MaxBodyBytes; name is its field.
 func CheckBodySize(name string, body []byte, lim Limits) error {
 	if len(body) > lim.MaxBodyBytes {
-		return TooLarge("%s: %d bytes is over the limit of %d bytes (%s)", name, len(body), lim.MaxBodyBytes, HumanBytes(int64(lim.MaxBodyBytes)))
+		return TooLarge("%s: %d bytes is over the limit of %s", name, len(body), LimitBytes(int64(lim.MaxBodyBytes)))
 	}
 	return nil
 }
