@@ -5,7 +5,7 @@ import "strconv"
 // Limits bound what a request may ask for. A zero field takes its default.
 type Limits struct {
 	MaxBodyBytes       int   // per message body; default 1 MiB
-	MaxBatch           int   // messages per enqueue, receipts per ack/nack/touch, ids per redrive; default 10000
+	MaxBatch           int   // messages per enqueue, receipts per ack/nack/touch/bury, ids per redrive; default 10000
 	MaxRequestBytes    int64 // whole request body; default 32 MiB
 	MaxDelayMs         int64 // furthest delay or deliver_at ahead; default 10 years
 	MaxTopicLen        int   // default 200

@@ -253,7 +253,7 @@ func ValidateReserve(req api.ReserveRequest, lim Limits) (n int, waitMs, ttrMs i
 	return n, req.WaitMs, ttrMs, nil
 }
 
-// ParseReceipts checks and parses the receipts of an ack, nack or touch.
+// ParseReceipts checks and parses the receipts of an ack, nack, touch or bury.
 func ParseReceipts(list []string, lim Limits) ([]model.Receipt, error) {
 	return parseList("receipts", list, lim, false, model.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
 }
