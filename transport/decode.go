@@ -25,7 +25,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge("request body: over the limit of %d bytes (%s)", mbe.Limit, service.HumanBytes(mbe.Limit))
+			return nil, tooLarge("request body: over the limit of %s", service.LimitBytes(mbe.Limit))
 		}
 		return nil, invalid("request body: could not be read: %v", err)
 	}

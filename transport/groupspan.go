@@ -38,8 +38,10 @@ func groupError(g int, e *Error) *Error {
 
 // inGroup serves a part of group g of r's request: with local on the
 // group's backend when this node leads g, else as method path with body
-// (nil: none) at g's leader, whose answer it decodes. An error names the
-// group.
+// (nil: none) at g's leader, whose answer it decodes. An error is the
+// answer the request gets, naming no group: a schedule lives in one group
+// the caller never names, and a request over every group names the group
+// only where it needs to (partOf).
 func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend) (T, error), method, path string, body any) (T, error) {
 	v, err := service.Call(ctx, s.svc, g, local, func(_ service.Forwarder, to model.Member) (T, uint64, error) {
 		var v T
@@ -47,9 +49,21 @@ func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend)
 		return v, index, err
 	})
 	if err != nil {
-		return v, groupError(g, toError(err))
+		return v, toError(err)
 	}
 	return v, nil
+}
+
+// partOf is err, group g's answer to its part of a request served group
+// by group in order (membership), as the request's answer: it names the
+// group once an earlier group took its part, to say how far the request
+// got; group 0's refusal (an unknown node, a node already a member) is
+// the request's own.
+func partOf(g int, err error) error {
+	if g == 0 {
+		return err
+	}
+	return groupError(g, toError(err))
 }
 
 // topicsSpan merges every group's topics (a topic lives in one group).
@@ -58,9 +72,18 @@ func (s *Server) topicsSpan(r *http.Request) (any, error) {
 	return api.TopicsResponse{Topics: topicsOf(ts)}, err
 }
 
-// readyzSpan is ready when every group is, each as readyz defines it.
+// readyzSpan is ready when every group is, each as readyz defines it,
+// and names the group that is not. A node removed from the cluster
+// learns it group by group, and a group that has not told it yet hears
+// no leader any more: removed from any group, the node says it was
+// removed, as a node of one group does, naming no group.
 func (s *Server) readyzSpan(r *http.Request) (any, error) {
 	n := s.svc.Count()
+	for g := range n {
+		if err := s.svc.Group(g).Removed(); err != nil {
+			return nil, notReady(err)
+		}
+	}
 	st := make([]api.Status, n)
 	err := service.EachGroup(service.All(n), func(g int) (err error) {
 		if st[g], err = s.readyGroup(r, s.svc.Group(g), g); err != nil {
@@ -84,7 +107,7 @@ func (s *Server) addNodeSpan(r *http.Request) (any, error) {
 		_, err := inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
 			http.MethodPost, "/v1/cluster/nodes", n)
 		if err != nil {
-			return nil, err
+			return nil, partOf(g, err)
 		}
 	}
 	return n, nil
@@ -120,7 +143,7 @@ func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 				}
 				continue
 			default:
-				return nil, err
+				return nil, partOf(g, err)
 			}
 			break
 		}

@@ -204,7 +204,7 @@ func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []model.Receipt,
 	if op == service.OpNack {
 		err = decodeBody(r, &req, false)
 	} else {
-		var rr api.ReceiptsRequest // an ack's or touch's body is its receipts alone
+		var rr api.ReceiptsRequest // an ack's, touch's or bury's body is its receipts alone
 		err = decodeBody(r, &rr, false)
 		req.Receipts = rr.Receipts
 	}

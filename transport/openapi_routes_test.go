@@ -56,3 +56,62 @@ func documentedRoutes(patterns []string, paths map[string]map[string]json.RawMes
 	slices.Sort(missing)
 	return missing, covered
 }
+
+// TestOpenAPISharedBodiesNameTheirRoutes holds the words of the OpenAPI
+// document to its operations: a request body several operations take
+// names each of them, and a description that sends the reader to the
+// routes that settle a delivery (/v1/ack) names every one of them.
+func TestOpenAPISharedBodiesNameTheirRoutes(t *testing.T) {
+	type body struct {
+		Content map[string]struct {
+			Schema struct {
+				Ref string `json:"$ref"`
+			} `json:"schema"`
+		} `json:"content"`
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+			Description string `json:"description"`
+			RequestBody *body  `json:"requestBody"`
+		} `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Description string `json:"description"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatalf("the OpenAPI document is not JSON: %v", err)
+	}
+	takers := map[string][]string{} // schema name: the operations whose body it is
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if strings.Contains(op.Description, "/v1/ack") {
+				for _, settle := range []string{"/v1/ack", "/v1/nack", "/v1/touch", "/v1/bury"} {
+					if !strings.Contains(op.Description, settle) {
+						t.Errorf("%s %s names /v1/ack and not %s: %q", method, path, settle, op.Description)
+					}
+				}
+			}
+			if op.RequestBody == nil {
+				continue
+			}
+			for _, c := range op.RequestBody.Content {
+				if name, ok := strings.CutPrefix(c.Schema.Ref, "#/components/schemas/"); ok && !slices.Contains(takers[name], op.OperationID) {
+					takers[name] = append(takers[name], op.OperationID)
+				}
+			}
+		}
+	}
+	for name, ops := range takers {
+		if len(ops) < 2 {
+			continue
+		}
+		for _, op := range ops {
+			if d := doc.Components.Schemas[name].Description; !strings.Contains(d, op) {
+				t.Errorf("schema %s, the body of %v, does not name %s: %q", name, ops, op, d)
+			}
+		}
+	}
+}

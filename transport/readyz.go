@@ -23,7 +23,7 @@ type leaderCommitter interface{ LeaderCommit() uint64 }
 // readyGroup answers readyz for group g, of backend b.
 func (s *Server) readyGroup(_ *http.Request, b Backend, _ int) (api.Status, error) {
 	if err := b.Ready(); err != nil {
-		return api.Status{}, unavailable("not ready: %v", err)
+		return api.Status{}, notReady(err)
 	}
 	applied, commit := b.Indexes()
 	if lc, ok := b.(leaderCommitter); ok {
@@ -31,3 +31,6 @@ func (s *Server) readyGroup(_ *http.Request, b Backend, _ int) (api.Status, erro
 	}
 	return api.Status{Status: "ready", AppliedIndex: applied, LeaderCommitIndex: commit}, nil
 }
+
+// notReady is readyz's 503 saying why: err, what the node said.
+func notReady(err error) *Error { return unavailable("not ready: %v", err) }

@@ -111,6 +111,10 @@ func runServer(c *cli.Context) error {
 	if c.Uint64("ready-max-lag") == 0 {
 		return errors.New("--ready-max-lag 0: want at least 1 entry")
 	}
+	if err := errors.Join(checkByteLimit("max-body-bytes", int64(c.Int("max-body-bytes"))),
+		checkByteLimit("max-request-bytes", c.Int64("max-request-bytes"))); err != nil {
+		return err
+	}
 	tcfg := transport.Config{Logger: logger, AuthToken: token, WebhookAllow: c.StringSlice("webhook-allow")}
 	if err := transport.ParseWebhookAllow(tcfg.WebhookAllow); err != nil {
 		return err
@@ -295,5 +299,14 @@ func serveDebug(ctx context.Context, log *slog.Logger, addr string) error {
 		}
 	}()
 	log.Info("serving profiles", "addr", ln.Addr().String())
+	return nil
+}
+
+// checkByteLimit refuses a negative limit of flag, under which every body
+// would be over the limit (0 takes the default).
+func checkByteLimit(flag string, n int64) error {
+	if n < 0 {
+		return fmt.Errorf("--%s %d: want at least 1 byte (0: the default)", flag, n)
+	}
 	return nil
 }

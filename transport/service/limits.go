@@ -5,7 +5,7 @@ import "strconv"
 // Limits bound what a request may ask for. A zero field takes its default.
 type Limits struct {
 	MaxBodyBytes       int   // per message body; default 1 MiB
-	MaxBatch           int   // messages per enqueue, receipts per ack/nack/touch, ids per redrive; default 10000
+	MaxBatch           int   // messages per enqueue, receipts per ack/nack/touch/bury, ids per redrive; default 10000
 	MaxRequestBytes    int64 // whole request body; default 32 MiB
 	MaxDelayMs         int64 // furthest delay or deliver_at ahead; default 10 years
 	MaxTopicLen        int   // default 200
@@ -126,6 +126,17 @@ func HumanBytes(n int64) string {
 	default:
 		return plural(n, "byte")
 	}
+}
+
+// LimitBytes names a limit of n bytes, in bytes and, when a larger unit
+// says it in fewer digits, in that unit too: "10 bytes", "1048576 bytes
+// (1 MiB)".
+func LimitBytes(n int64) string {
+	raw, human := plural(n, "byte"), HumanBytes(n)
+	if human == raw {
+		return raw
+	}
+	return raw + " (" + human + ")"
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -155,7 +155,7 @@ func validatePayload(where string, p api.Payload, lim Limits) ([]byte, error) {
 // CheckBodySize checks a body against MaxBodyBytes; name is its field.
 func CheckBodySize(name string, body []byte, lim Limits) error {
 	if len(body) > lim.MaxBodyBytes {
-		return TooLarge("%s: %d bytes is over the limit of %d bytes (%s)", name, len(body), lim.MaxBodyBytes, HumanBytes(int64(lim.MaxBodyBytes)))
+		return TooLarge("%s: %d bytes is over the limit of %s", name, len(body), LimitBytes(int64(lim.MaxBodyBytes)))
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func ValidateReserve(req api.ReserveRequest, lim Limits) (n int, waitMs, ttrMs i
 	return n, req.WaitMs, ttrMs, nil
 }
 
-// ParseReceipts checks and parses the receipts of an ack, nack or touch.
+// ParseReceipts checks and parses the receipts of an ack, nack, touch or bury.
 func ParseReceipts(list []string, lim Limits) ([]model.Receipt, error) {
 	return parseList("receipts", list, lim, false, model.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
 }

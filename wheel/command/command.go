@@ -298,14 +298,14 @@ func (AdvanceSchedules) Kind() CommandKind { return KindAdvanceSchedules }
 
 // Result is what applying one command produced: a value (for Schedule,
 // []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease, []bool
-// saying which items took effect; for Ack/Nack/Touch, Counted; for Redrive,
+// saying which items took effect; for Ack/Nack/Touch/Bury/DeadLetter, Counted; for Redrive,
 // int; for Promote, int) or an error.
 type Result struct {
 	Value any
 	Err   error
 }
 
-// Counted is the result of Ack, Nack and Touch.
+// Counted is the result of Ack, Nack, Touch, Bury and DeadLetter.
 type Counted struct {
 	Done  int
 	Stale int
