@@ -5,20 +5,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/delaywheel/delaywheel/wheel"
 )
-
-// Clock is the time the commit window reads and waits on.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// systemClock is the wall clock.
-type systemClock struct{}
-
-func (systemClock) Now() time.Time                         { return time.Now() }
-func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // commitWindow spaces the log's writes: a write begins at least linger
 // after the previous one began. Invariant: each write costs one fsync
@@ -29,7 +18,7 @@ func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // to linger more latency on every entry written under load.
 type commitWindow struct {
 	linger time.Duration
-	clock  Clock
+	clock  wheel.Clock
 	closed chan struct{} // closed by close: waits end at once
 
 	mu        sync.Mutex
@@ -38,9 +27,9 @@ type commitWindow struct {
 }
 
 // newCommitWindow returns the window of linger (none when linger <= 0).
-func newCommitWindow(linger time.Duration, clock Clock) *commitWindow {
+func newCommitWindow(linger time.Duration, clock wheel.Clock) *commitWindow {
 	if clock == nil {
-		clock = systemClock{}
+		clock = wheel.SystemClock{}
 	}
 	return &commitWindow{linger: linger, clock: clock, closed: make(chan struct{})}
 }

@@ -16,6 +16,7 @@ import (
 	walsegment "github.com/hashicorp/raft-wal/segment"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // Segment sizes: DefaultSegmentBytes is raft-wal's default; MaxSegmentBytes
@@ -50,7 +51,7 @@ type Options struct {
 	// fsync (linger.go). Zero: every write starts at once.
 	CommitLinger time.Duration
 	// Clock is what CommitLinger is measured on (the wall clock when nil).
-	Clock Clock
+	Clock wheel.Clock
 
 	// spareEvent, when set, is told of each spare prepared or used
 	// (tests only).
