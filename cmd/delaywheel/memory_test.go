@@ -69,7 +69,7 @@ func wantRuntime(t *testing.T, when string, procs int, limit int64, percent int)
 }
 
 // TestServerMemoryFlags checks that the memory flags (and the Raft log's
-// segment size) reach the settings: a bad value of each, from the command
+// segment size and commit window) reach the settings: a bad value of each, from the command
 // line or the environment, stops the server before it opens anything.
 func TestServerMemoryFlags(t *testing.T) {
 	for _, c := range []struct {
@@ -82,6 +82,7 @@ func TestServerMemoryFlags(t *testing.T) {
 		{args: []string{"--raft-segment-bytes", "65536"}, flag: "--raft-segment-bytes"},
 		{env: "DELAYWHEEL_RAFT_SEGMENT_BYTES=2147483648", flag: "--raft-segment-bytes"},
 		{env: "DELAYWHEEL_GC_PERCENT=-3", flag: "--gc-percent"},
+		{env: "DELAYWHEEL_COMMIT_LINGER=-1ms", flag: "--commit-linger"},
 	} {
 		t.Run(strings.Join(append(c.args, c.env), " "), func(t *testing.T) {
 			if k, v, ok := strings.Cut(c.env, "="); ok {
