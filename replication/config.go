@@ -45,6 +45,11 @@ type Config struct {
 	// (raftlog.MinSegmentBytes to raftlog.MaxSegmentBytes). One spare
 	// segment is kept besides the log's own.
 	LogSegmentBytes int
+	// CommitLinger, when positive, is the least time between the starts of
+	// two of the Raft log's writes: proposals arriving meanwhile share one
+	// write and one fsync, for up to that much more latency on each. Zero
+	// (the default): every write starts at once.
+	CommitLinger time.Duration
 
 	// Wheel timing.
 	ExpireGrace time.Duration // how long after a second ends it expires

@@ -100,7 +100,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return fail(fmt.Errorf("snapshot store: %w", err))
 	}
-	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl})
+	logs, err := raftlog.Open(raftDir, raftlog.Options{SegmentBytes: cfg.LogSegmentBytes, Logger: n.log, RaftLogger: hl, CommitLinger: cfg.CommitLinger, Clock: cfg.Clock})
 	if errors.Is(err, raftlog.ErrInvalidSize) {
 		return fail(fmt.Errorf("%w: %w", model.ErrInvalid, err))
 	}

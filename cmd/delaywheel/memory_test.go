@@ -69,9 +69,9 @@ func wantRuntime(t *testing.T, when string, procs int, limit int64, percent int)
 }
 
 // TestServerMemoryFlags checks that the memory flags (and the Raft log's
-// segment size and the byte limits) reach the settings: a bad value of
-// each, from the command line or the environment, stops the server before
-// it opens anything.
+// segment size, the byte limits and the commit window) reach the settings:
+// a bad value of each, from the command line or the environment, stops the
+// server before it opens anything.
 func TestServerMemoryFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -85,6 +85,7 @@ func TestServerMemoryFlags(t *testing.T) {
 		{env: "DELAYWHEEL_GC_PERCENT=-3", flag: "--gc-percent"},
 		{args: []string{"--max-body-bytes", "-1"}, flag: "--max-body-bytes -1: want at least 1 byte"},
 		{args: []string{"--max-request-bytes", "-5"}, flag: "--max-request-bytes -5: want at least 1 byte"},
+		{env: "DELAYWHEEL_COMMIT_LINGER=-1ms", flag: "--commit-linger"},
 	} {
 		t.Run(strings.Join(append(c.args, c.env), " "), func(t *testing.T) {
 			if k, v, ok := strings.Cut(c.env, "="); ok {

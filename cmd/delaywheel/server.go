@@ -108,6 +108,9 @@ func runServer(c *cli.Context) error {
 	if b := c.Int("raft-segment-bytes"); b < raftlog.MinSegmentBytes || b > raftlog.MaxSegmentBytes {
 		return fmt.Errorf("--raft-segment-bytes %d: want %d (1 MiB) to %d (1 GiB)", b, raftlog.MinSegmentBytes, raftlog.MaxSegmentBytes)
 	}
+	if c.Duration("commit-linger") < 0 {
+		return fmt.Errorf("--commit-linger %v: want 0 or more", c.Duration("commit-linger"))
+	}
 	if c.Uint64("ready-max-lag") == 0 {
 		return errors.New("--ready-max-lag 0: want at least 1 entry")
 	}
@@ -195,6 +198,7 @@ func runServer(c *cli.Context) error {
 		MaxTopics:    c.Int("max-topics"), MaxPendingApply: c.Int("max-pending-applies"),
 		SnapshotThreshold: c.Uint64("snapshot-threshold"), TrailingLogs: c.Uint64("trailing-logs"),
 		LogSegmentBytes: c.Int("raft-segment-bytes"), ReadyMaxLag: c.Uint64("ready-max-lag"),
+		CommitLinger: c.Duration("commit-linger"),
 		Store: wheel.Options{CacheBytes: c.Int64("cache-bytes"), MemTableBytes: c.Uint64("memtable-bytes"),
 			CompressIndex: c.Bool("compress-index")},
 		RaftServerTLS: raftServerTLS, RaftClientTLS: raftClientTLS,

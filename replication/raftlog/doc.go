@@ -31,4 +31,12 @@
 // so the log's own fsyncs do not queue behind it; without a ready spare,
 // raft-wal's preallocation is the fallback. The cost is one more segment
 // of disk and a second write of every segment's bytes, ahead of time.
+//
+// # Commit window
+//
+// Off by default. With Options.CommitLinger, a write starts no sooner
+// than that long after the previous one started (linger.go): Raft hands
+// the log every proposal queued in the meantime, so more of them share
+// one write and one fsync, each paying up to the window in latency. A
+// write after a quiet spell longer than the window starts at once.
 package raftlog

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
+	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/go-hclog"
@@ -15,6 +16,7 @@ import (
 	walsegment "github.com/hashicorp/raft-wal/segment"
 
 	"github.com/delaywheel/delaywheel/segment"
+	"github.com/delaywheel/delaywheel/wheel"
 )
 
 // Segment sizes: DefaultSegmentBytes is raft-wal's default; MaxSegmentBytes
@@ -44,6 +46,12 @@ type Options struct {
 	Logger *slog.Logger
 	// RaftLogger is raft-wal's logger (none when nil).
 	RaftLogger hclog.Logger
+	// CommitLinger, when positive, is the least time between the starts of
+	// two writes: entries proposed meanwhile share the next write and its
+	// fsync (linger.go). Zero: every write starts at once.
+	CommitLinger time.Duration
+	// Clock is what CommitLinger is measured on (the wall clock when nil).
+	Clock wheel.Clock
 
 	// spareEvent, when set, is told of each spare prepared or used
 	// (tests only).
@@ -56,6 +64,7 @@ type Log struct {
 	*raftwal.WAL
 	stable *raftboltdb.BoltStore
 	spares *spareSegments
+	window *commitWindow
 }
 
 // Open opens (or creates) the log in dir.
@@ -92,7 +101,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		stable.Close()
 		return nil, fmt.Errorf("open %s: %w; %s", walDir, err, damagedRemedy)
 	}
-	return &Log{WAL: w, stable: stable, spares: spares}, nil
+	return &Log{WAL: w, stable: stable, spares: spares, window: newCommitWindow(opts.CommitLinger, opts.Clock)}, nil
 }
 
 // openStable opens the stable store at path. bolt maps the file and trusts
@@ -131,9 +140,10 @@ func (l *Log) GetLog(index uint64, e *raft.Log) error {
 	return l.WAL.GetLog(index, e)
 }
 
-// Close closes the segments, stops preparing a spare, and closes the
-// stable store.
+// Close ends a write's wait for the commit window, closes the segments,
+// stops preparing a spare, and closes the stable store.
 func (l *Log) Close() error {
+	l.window.close()
 	err := l.WAL.Close()
 	l.spares.Close()
 	return errors.Join(err, l.stable.Close())
