@@ -162,7 +162,11 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 			e.Error = api.ErrorDetail{Code: api.CodeInternal, Message: strings.TrimSpace(string(data))}
 		}
 		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		return 0, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry}
+		refused := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry}
+		if resp.StatusCode == http.StatusServiceUnavailable && (e.Error.Message == msgMovedOn || e.Error.Message == msgNoLeader) {
+			refused.Err = model.ErrNotLeader // to leads the group no more
+		}
+		return 0, refused
 	}
 	index, _ := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64)
 	if isRaw {
