@@ -47,27 +47,18 @@ func newParts(cfg Config, groups []Backend) parts {
 	return parts{groups: groups, scheme: cfg.LeaderScheme, client: &http.Client{Transport: cfg.LeaderTransport}}
 }
 
-// withToken returns p sending token where the call carries no caller's.
-func (p parts) withToken(token string) parts {
-	if token != "" {
-		p.auth = "Bearer " + token
-	}
-	return p
-}
-
-// Forwarder returns the HTTP API's Forwarder for another front end's
-// router (service.NewRouter): it passes a part to its group's leader over
-// the leader's HTTP API, as this server does, with the caller's
-// Authorization (WithCaller), else the server's own token.
-func (s *Server) Forwarder() service.Forwarder { return s.parts.withToken(s.cfg.AuthToken) }
-
-// NewForwarder returns the Forwarder of another front end of b, configured
-// as the HTTP API by cfg (its leader scheme, transport and token): the one
-// the HTTP API forwards with (Server.Forwarder), for a front end built
-// without the HTTP server at hand.
+// NewForwarder returns the Forwarder of a front end of b other than the
+// HTTP API, for its router (service.NewRouter): the one the HTTP API
+// forwards with, configured as the HTTP server by cfg (its leader scheme
+// and transport), which passes the caller's Authorization on (WithCaller),
+// else cfg's token.
 func NewForwarder(cfg Config, b Backend) service.Forwarder {
 	cfg = cfg.WithDefaults()
-	return newParts(cfg, GroupsOfBackend(b)).withToken(cfg.AuthToken)
+	p := newParts(cfg, GroupsOfBackend(b))
+	if cfg.AuthToken != "" {
+		p.auth = "Bearer " + cfg.AuthToken
+	}
+	return p
 }
 
 // callerKey is the context key of the caller of a request that spans
