@@ -3,7 +3,8 @@
 // transport/service's, which every API shares), the mapping of errors to
 // status codes, leader forwarding (the message routes are decoded once
 // and served through the service's router, which forwards a part of a
-// group led elsewhere to its leader, parts.go; a follower reverse-proxies
+// group led elsewhere to its leader's HTTP API, parts.go: the one
+// Forwarder of every front end, NewForwarder; a follower reverse-proxies
 // a stream and the admin writes whole, forward.go), the long-poll limit, the cluster view (the
 // leader's, which it assembles by asking each member; cluster.go), and the
 // health, readiness and metrics endpoints (readiness is what the node

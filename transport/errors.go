@@ -60,6 +60,14 @@ func overloaded(format string, args ...any) *Error {
 	return &Error{Status: http.StatusTooManyRequests, Code: api.CodeOverloaded, Message: fmt.Sprintf(format, args...), RetryAfter: 1}
 }
 
+// The answers of a node to a request of a group it does not lead, which
+// it does not forward (NotLeaderError); a Forwarder knows them in the
+// answer of a leader that leads no more (parts.do).
+const (
+	msgMovedOn  = "this request was forwarded to a node that is not the leader (leadership is changing); retry shortly"
+	msgNoLeader = "no leader is known yet (election in progress?); retry shortly"
+)
+
 // toError maps any error to the answer it gets. An *Error stays as it is;
 // a backend error is classified with errors.Is; anything else is a 500.
 func toError(err error) *Error {
@@ -70,9 +78,9 @@ func toError(err error) *Error {
 	var nl *service.NotLeaderError
 	if errors.As(err, &nl) {
 		if nl.Known && nl.Leader.HTTPAddr != "" {
-			return unavailable("this request was forwarded to a node that is not the leader (leadership is changing); retry shortly")
+			return unavailable(msgMovedOn)
 		}
-		return unavailable("no leader is known yet (election in progress?); retry shortly")
+		return unavailable(msgNoLeader)
 	}
 	var e *Error
 	if errors.As(err, &e) {

@@ -33,10 +33,10 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 	case isLeader:
 		return false
 	case !known || addr == "":
-		s.fail(w, unavailable("no leader is known yet (election in progress?); retry shortly"))
+		s.fail(w, unavailable(msgNoLeader))
 		return true
 	case r.Header.Get(ForwardedHeader) != "":
-		s.fail(w, unavailable("this request was forwarded to a node that is not the leader (leadership is changing); retry shortly"))
+		s.fail(w, unavailable(msgMovedOn))
 		return true
 	}
 	target := &url.URL{Scheme: s.cfg.LeaderScheme, Host: addr}

@@ -228,8 +228,11 @@ func withGroup(r *http.Request, b Backend, g int) *http.Request {
 // groupQuery is the query that names group g in a question to another
 // node ("" with one group, so that a node of one group asks as it always
 // did), with sep its first character.
-func (s *Server) groupQuery(sep string, g int) string {
-	if s.svc.Count() == 1 {
+func (s *Server) groupQuery(sep string, g int) string { return groupQuery(s.svc.Count(), sep, g) }
+
+// groupQuery is the query that names group g of n groups ("" with one).
+func groupQuery(n int, sep string, g int) string {
+	if n == 1 {
 		return ""
 	}
 	return sep + "group=" + strconv.Itoa(g)

@@ -24,29 +24,39 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// parts is the service's Forwarder of the HTTP API: it sends a part of a
-// request, decoded and validated here, to its group's leader as the same
-// route (with ?group=g on a cluster of many groups), marked forwarded
-// (ForwardedHeader), with the caller's Authorization, and reads the
-// leader's answer, an error body as the *Error it stands for, so that
-// the caller gets the leader's status, code, message and Retry-After.
-// The message routes of the HTTP API, and another front end's router
-// (Forwarder), ask it; the admin routes and the stream are passed on whole
-// (forward).
+// parts is the service's Forwarder, of every front end: it sends a part
+// of a request, decoded and validated here, to its group's leader as the
+// same route of the leader's HTTP API (with ?group=g on a cluster of many
+// groups), marked forwarded (ForwardedHeader), with the caller's
+// Authorization, and reads the leader's answer, an error body as the
+// *Error it stands for, so that the caller gets the leader's status,
+// code, message and Retry-After. Every node serves its HTTP API and its
+// member record holds its address, so a part reaches its leader this way
+// whatever else the leader serves. The message routes of the HTTP API,
+// and the routers of the other front ends (NewForwarder), ask it; the
+// admin routes and the stream are passed on whole (forward).
 type parts struct {
-	s      *Server
+	groups []Backend // the node's groups, group g at g
+	scheme string    // of the leaders' HTTP API
 	client *http.Client
 	auth   string // the Authorization of a call whose caller carries none
 }
 
-// Forwarder returns the HTTP API's Forwarder for another front end's
-// router (service.NewRouter): it passes a part to its group's leader over
-// the leader's HTTP API, as this server does, with the server's own token
-// where the call carries no caller's.
-func (s *Server) Forwarder() service.Forwarder {
-	p := s.parts
-	if s.cfg.AuthToken != "" {
-		p.auth = "Bearer " + s.cfg.AuthToken
+// newParts returns the parts of the groups, cfg's defaults set.
+func newParts(cfg Config, groups []Backend) parts {
+	return parts{groups: groups, scheme: cfg.LeaderScheme, client: &http.Client{Transport: cfg.LeaderTransport}}
+}
+
+// NewForwarder returns the Forwarder of a front end of b other than the
+// HTTP API, for its router (service.NewRouter): the one the HTTP API
+// forwards with, configured as the HTTP server by cfg (its leader scheme
+// and transport), which passes the caller's Authorization on (WithCaller),
+// else cfg's token.
+func NewForwarder(cfg Config, b Backend) service.Forwarder {
+	cfg = cfg.WithDefaults()
+	p := newParts(cfg, GroupsOfBackend(b))
+	if cfg.AuthToken != "" {
+		p.auth = "Bearer " + cfg.AuthToken
 	}
 	return p
 }
@@ -63,7 +73,15 @@ type caller struct {
 
 // withCaller returns r's context carrying r's caller.
 func withCaller(r *http.Request) context.Context {
-	return context.WithValue(r.Context(), callerKey{}, caller{auth: r.Header.Get("Authorization"), forwarded: r.Header.Get(ForwardedHeader) != ""})
+	return WithCaller(r.Context(), r.Header.Get("Authorization"), r.Header.Get(ForwardedHeader) != "")
+}
+
+// WithCaller returns ctx carrying the caller of a call of any front end,
+// which the Forwarder reads: its Authorization, passed on to the leader,
+// and whether another node forwarded the call, which is then passed on
+// no further.
+func WithCaller(ctx context.Context, auth string, forwarded bool) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller{auth: auth, forwarded: forwarded})
 }
 
 // callerOf is the caller ctx carries.
@@ -99,9 +117,9 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		}
 		rd = bytes.NewReader(data)
 	}
-	ctx, cancel := untilNewLeader(ctx, p.s.svc.Group(g), to.HTTPAddr)
+	ctx, cancel := untilNewLeader(ctx, p.groups[g], to.HTTPAddr)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, p.s.cfg.LeaderScheme+"://"+to.HTTPAddr+path+p.s.groupQuery("?", g), rd)
+	req, err := http.NewRequestWithContext(ctx, method, p.scheme+"://"+to.HTTPAddr+path+groupQuery(len(p.groups), "?", g), rd)
 	if err != nil {
 		return 0, fmt.Errorf("transport: a request to group %d: %w", g, err)
 	}
@@ -135,7 +153,11 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 			e.Error = api.ErrorDetail{Code: api.CodeInternal, Message: strings.TrimSpace(string(data))}
 		}
 		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		return 0, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry}
+		refused := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry}
+		if resp.StatusCode == http.StatusServiceUnavailable && (e.Error.Message == msgMovedOn || e.Error.Message == msgNoLeader) {
+			refused.Err = model.ErrNotLeader // to leads the group no more
+		}
+		return 0, refused
 	}
 	index, _ := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64)
 	if isRaw {
@@ -159,7 +181,7 @@ type wire struct {
 // in protobuf: of the forms of an enqueue, the one cheapest to write and
 // to read at both ends.
 func (p parts) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
-	g := model.GroupOf(msgs[0].Topic, p.s.svc.Count())
+	g := model.GroupOf(msgs[0].Topic, len(p.groups))
 	body, err := proto.Marshal(protoOf(msgs))
 	if err != nil {
 		return nil, 0, fmt.Errorf("transport: encoding a request to group %d: %w", g, err)
@@ -227,7 +249,7 @@ func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []
 func (p parts) Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error) {
 	g, path := c.ID.Group(), "/v1/messages/"+url.PathEscape(c.ID.String())
 	if c.Topic != "" {
-		g, path = model.GroupOf(c.Topic, p.s.svc.Count()), "/v1/topics/"+url.PathEscape(c.Topic)+"/keys/"+url.PathEscape(c.Key)
+		g, path = model.GroupOf(c.Topic, len(p.groups)), "/v1/topics/"+url.PathEscape(c.Topic)+"/keys/"+url.PathEscape(c.Key)
 	}
 	var out api.Cancelled
 	index, err := p.do(ctx, to, g, http.MethodDelete, path, nil, &out)
@@ -253,7 +275,7 @@ func (p parts) Reserve(ctx context.Context, to model.Member, topic string, max i
 		ms := ttr.Milliseconds()
 		req.TTRMs = &ms
 	}
-	g := model.GroupOf(topic, p.s.svc.Count())
+	g := model.GroupOf(topic, len(p.groups))
 	var out api.ReserveResponse
 	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/reserve", req, &out)
 	if err != nil {
@@ -290,6 +312,6 @@ func (p parts) Redrive(ctx context.Context, to model.Member, topic string, ids [
 		req.IDs = append(req.IDs, id.String())
 	}
 	var out api.RedriveResponse
-	index, err := p.do(ctx, to, model.GroupOf(topic, p.s.svc.Count()), http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/dead/redrive", req, &out)
+	index, err := p.do(ctx, to, model.GroupOf(topic, len(p.groups)), http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/dead/redrive", req, &out)
 	return out.Redriven, index, err
 }

@@ -81,8 +81,8 @@ func NewServer(cfg Config, b Backend) *Server {
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
 	s.scopes = s.groupScopes()
-	s.parts = parts{s: s, client: &http.Client{Transport: cfg.LeaderTransport}}
-	s.svc = service.NewRouter(GroupsOfBackend(b), s.parts).NamingGroups()
+	s.parts = newParts(cfg, GroupsOfBackend(b))
+	s.svc = service.NewRouter(s.parts.groups, s.parts).NamingGroups()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.handler = s.newMux()
 	return s

@@ -231,7 +231,7 @@ func runServer(c *cli.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
 	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
-	waitBeanstalkd := serveBeanstalkd(httpCtx, bln, logger, id, limits, newBeanstalkdBackend(gs, srv.Forwarder()))
+	waitBeanstalkd := serveBeanstalkd(httpCtx, bln, logger, id, limits, newBeanstalkdBackend(gs, transport.NewForwarder(tcfg, node)))
 	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv

@@ -27,16 +27,17 @@
 // subscribes again.
 //
 // Calls that change state, and Reserve, are answered by the leader. A
-// follower forwards them to the leader's gRPC API with the caller's
-// authorization and marks them (ForwardedKey), so that a node that is not
-// the leader any more answers instead of forwarding again. The follower
-// finds the leader's gRPC address in the leader's replicated member record
-// (next to its Raft and HTTP addresses) and keeps a connection to it. When
-// it cannot forward (no leader known, no gRPC address in the leader's
-// record, a call already forwarded, Config.Forward off) it answers UNAVAILABLE
-// with an ErrorInfo of reason NOT_LEADER whose metadata gives the leader's
-// HTTP address (leader_http_addr) when one is known; the Go client then
-// moves on to the next gRPC address it was given. Reads (Get, Topics,
+// follower's service router forwards them as the HTTP API's does, with the
+// one Forwarder of every front end (transport.NewForwarder): each part,
+// validated, to its leader's HTTP API, which every node serves and whose
+// address the leader's replicated member record holds, with the caller's
+// authorization and marked forwarded, so that a node that is not the
+// leader any more answers instead of forwarding again (a gRPC call marked
+// ForwardedKey is not forwarded either). When it cannot forward (no
+// leader known, a call already forwarded, Config.Forward off) it answers
+// UNAVAILABLE with an ErrorInfo of reason NOT_LEADER whose metadata gives
+// the leader's HTTP address (leader_http_addr) when one is known; the Go
+// client then moves on to the next gRPC address it was given. Reads (Get, Topics,
 // DeadLetters, Wheel, Slot, Cluster) are answered by any node from its own
 // state, as over HTTP.
 //
@@ -49,8 +50,7 @@
 // the group the id names (an id of a group the cluster does not have is
 // INVALID_ARGUMENT naming id and the range), Wheel and Slot in the group
 // their request names (default 0). "The leader" above is that group's: a
-// follower of the group forwards to the group's leader, whose gRPC
-// address that leader's member record holds. An Enqueue whose topics
+// follower of the group forwards to the group's leader. An Enqueue whose topics
 // are of many groups is validated whole, then split by group; likewise
 // Ack, Nack, Touch and Bury by the groups of their receipts; each part is
 // answered in its group (forwarded when this node does not lead it), and

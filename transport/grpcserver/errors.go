@@ -14,6 +14,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Domain is the domain of every ErrorInfo the server sends.
@@ -62,8 +63,8 @@ func notLeader(addr string, known bool) error {
 
 // asStatus is err as a status: a status (the leader's answer) as it is;
 // a group's answer to its part of a call split over many groups with its
-// message naming the group; a part this node could not forward
-// NOT_LEADER; any other error as the HTTP API answers it, mapped.
+// message naming the group; a part this node could not forward, or whose
+// leader led no more once it got it, NOT_LEADER; any other error as the HTTP API answers it, mapped.
 func asStatus(err error) error {
 	if err == nil {
 		return nil
@@ -77,6 +78,11 @@ func asStatus(err error) error {
 	var nl *service.NotLeaderError
 	if errors.As(err, &nl) {
 		return notLeader(nl.Leader.HTTPAddr, nl.Known)
+	}
+	if e := (*transport.Error)(nil); errors.As(err, &e) && errors.Is(e.Err, model.ErrNotLeader) {
+		// The leader a part was forwarded to leads no more: NOT_LEADER,
+		// as it answers a call it does not forward itself.
+		return statusOf(e, ReasonNotLeader, nil)
 	}
 	if _, isStatus := status.FromError(err); isStatus {
 		return err

@@ -6,23 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/delaywheel/delaywheel/transport"
-	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
-	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -31,9 +25,11 @@ import (
 // UNAVAILABLE instead of forwarding it again, so forwarding never loops.
 const ForwardedKey = "x-delaywheel-forwarded"
 
-// forwarder passes the leader's calls on from a follower, to the gRPC
-// address the leader's member record holds: it is the service's
-// Forwarder over gRPC. Its connections to leaders are kept, one per
+// forwarder passes a Subscribe stream on from a follower to the gRPC
+// address the leader's member record holds: a stream stays open both
+// ways, which the leader's gRPC API alone carries. A follower's other
+// calls reach the leader through the service's Forwarder, the HTTP API's
+// (transport.NewForwarder). Its connections to leaders are kept, one per
 // address, until close.
 type forwarder struct {
 	creds credentials.TransportCredentials
@@ -50,21 +46,16 @@ func newForwarder(clientTLS *tls.Config) *forwarder {
 	return f
 }
 
-// appliedIndexKey is the header metadata of the leader's answer to a
-// forwarded call: the index the follower's reads then wait for.
+// appliedIndexKey is the header metadata of the leader's answer to a call
+// another node forwarded over gRPC: the index that node's reads then wait
+// for.
 var appliedIndexKey = strings.ToLower(transport.AppliedIndexHeader)
-
-// Reaches reports whether a call of ctx can be forwarded to the leader at
-// to: it was not forwarded here, and to records its gRPC address.
-func (f *forwarder) Reaches(ctx context.Context, to model.Member) bool {
-	return !forwarded(ctx) && to.GRPCAddr != ""
-}
 
 // client returns the client of the leader at to and the outgoing context
 // of a call forwarded there, marked, with the caller's authorization; it
 // returns service.ErrNoForward when the call cannot be forwarded.
 func (f *forwarder) client(ctx context.Context, to model.Member) (pb.DelaywheelClient, context.Context, error) {
-	if !f.Reaches(ctx, to) {
+	if forwarded(ctx) || to.GRPCAddr == "" {
 		return nil, nil, service.ErrNoForward
 	}
 	conn, err := f.conn(to.GRPCAddr)
@@ -76,144 +67,6 @@ func (f *forwarder) client(ctx context.Context, to model.Member) (pb.DelaywheelC
 		out.Set("authorization", auth)
 	}
 	return pb.NewDelaywheelClient(conn), metadata.NewOutgoingContext(ctx, out), nil
-}
-
-// forwardCall makes one call at the leader at to and returns its answer,
-// or its status error untouched, and the applied index its header gives.
-func forwardCall[Req, Resp any](ctx context.Context, f *forwarder, to model.Member, req Req,
-	do func(c pb.DelaywheelClient, ctx context.Context, req Req, opts ...grpc.CallOption) (Resp, error)) (Resp, uint64, error) {
-	var zero Resp
-	c, octx, err := f.client(ctx, to)
-	if err != nil {
-		return zero, 0, err
-	}
-	var header metadata.MD
-	resp, err := do(c, octx, req, grpc.Header(&header))
-	if err != nil {
-		return zero, 0, err
-	}
-	var index uint64
-	if v := header.Get(appliedIndexKey); len(v) > 0 {
-		index, _ = strconv.ParseUint(v[0], 10, 64)
-	}
-	return resp, index, nil
-}
-
-// Enqueue forwards an enqueue, its due times absolute.
-func (f *forwarder) Enqueue(ctx context.Context, to model.Member, msgs []command.NewMessage) ([]wheel.Enqueued, uint64, error) {
-	req := &pb.EnqueueRequest{Messages: api.Each(msgs, messageOf)}
-	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Enqueue)
-	if err != nil {
-		return nil, 0, err
-	}
-	out := make([]wheel.Enqueued, len(resp.GetResults()))
-	for i, r := range resp.GetResults() {
-		id, err := model.ParseID(r.GetId())
-		if err != nil {
-			return nil, 0, fmt.Errorf("grpcserver: the leader's result %d: %w", i, err)
-		}
-		out[i] = wheel.Enqueued{ID: id, DeliverAtMs: r.GetDeliverAtMs(), Duplicate: r.GetDuplicate()}
-	}
-	return out, index, nil
-}
-
-// messageOf is the protobuf form of a validated message, due at its
-// absolute time.
-func messageOf(m command.NewMessage) *pb.Message {
-	at := m.DeliverAtMs
-	out := &pb.Message{Topic: m.Topic, Body: m.Body, DeliverAtMs: &at, Key: m.Key, Priority: m.Priority, Headers: m.Headers}
-	if m.TTRMs > 0 {
-		ttr := m.TTRMs
-		out.TtrMs = &ttr
-	}
-	if m.MaxAttempts > 0 {
-		attempts := m.MaxAttempts
-		out.MaxAttempts = &attempts
-	}
-	return out
-}
-
-// Cancel forwards a cancel by id or by topic and key.
-func (f *forwarder) Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error) {
-	req := &pb.CancelRequest{Topic: c.Topic, Key: c.Key}
-	if c.Topic == "" {
-		req.Id = c.ID.String()
-	}
-	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Cancel)
-	if err != nil {
-		return model.ID{}, 0, err
-	}
-	id, err := model.ParseID(resp.GetId())
-	return id, index, err
-}
-
-// Reschedule forwards a reschedule to an absolute time.
-func (f *forwarder) Reschedule(ctx context.Context, to model.Member, id model.ID, deliverAtMs int64) (int64, uint64, error) {
-	resp, index, err := forwardCall(ctx, f, to, &pb.RescheduleRequest{Id: id.String(), DeliverAtMs: &deliverAtMs}, pb.DelaywheelClient.Reschedule)
-	return resp.GetDeliverAtMs(), index, err
-}
-
-// Reserve forwards a reserve.
-func (f *forwarder) Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error) {
-	req := &pb.ReserveRequest{Topic: topic, Max: proto.Int32(int32(max)), WaitMs: wait.Milliseconds()}
-	if ttr > 0 {
-		req.TtrMs = proto.Int64(ttr.Milliseconds())
-	}
-	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Reserve)
-	if err != nil {
-		return nil, 0, err
-	}
-	out := make([]model.Delivery, len(resp.GetMessages()))
-	for i, d := range resp.GetMessages() {
-		if out[i], err = deliveryFrom(d); err != nil {
-			return nil, 0, fmt.Errorf("grpcserver: the leader's delivery %d: %w", i, err)
-		}
-	}
-	return out, index, nil
-}
-
-// deliveryFrom is the delivery d, as the leader sent it.
-func deliveryFrom(d *pb.Delivery) (model.Delivery, error) {
-	id, err := model.ParseID(d.GetId())
-	if err != nil {
-		return model.Delivery{}, err
-	}
-	rc, err := model.ParseReceipt(d.GetReceipt())
-	if err != nil {
-		return model.Delivery{}, err
-	}
-	m := model.Message{ID: id, Topic: d.GetTopic(), Body: d.GetBody(), Headers: d.GetHeaders(), Key: d.GetKey(),
-		Priority: d.GetPriority(), DeliverAtMs: d.GetDeliverAtMs(), LeaseExpiresMs: d.GetLeaseExpiresMs()}
-	return model.Delivery{Message: m, Attempt: d.GetAttempt(), Receipt: rc}, nil
-}
-
-// Settle forwards an ack, nack, touch or bury.
-func (f *forwarder) Settle(ctx context.Context, to model.Member, op service.Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error) {
-	list := api.Each(rs, model.Receipt.String)
-	var resp *pb.SettleResponse
-	var index uint64
-	var err error
-	switch op {
-	case service.OpNack:
-		resp, index, err = forwardCall(ctx, f, to, &pb.NackRequest{Receipts: list, DelayMs: nackDelayMs}, pb.DelaywheelClient.Nack)
-	case service.OpTouch:
-		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Touch)
-	case service.OpBury:
-		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Bury)
-	default:
-		resp, index, err = forwardCall(ctx, f, to, &pb.ReceiptsRequest{Receipts: list}, pb.DelaywheelClient.Ack)
-	}
-	return command.Counted{Done: int(resp.GetDone()), Stale: int(resp.GetStale())}, index, err
-}
-
-// Redrive forwards a redrive (all of the topic's dead when ids is empty).
-func (f *forwarder) Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error) {
-	req := &pb.RedriveRequest{Topic: topic, All: len(ids) == 0}
-	for _, id := range ids {
-		req.Ids = append(req.Ids, id.String())
-	}
-	resp, index, err := forwardCall(ctx, f, to, req, pb.DelaywheelClient.Redrive)
-	return int(resp.GetRedriven()), index, err
 }
 
 // subscribe passes a Subscribe stream, whose first request (read) is

@@ -41,12 +41,15 @@ type Config struct {
 	// Cluster answers the Cluster call with the view the HTTP API gives;
 	// nil: the backend's own view. auth is the caller's authorization.
 	Cluster func(ctx context.Context, auth string) (api.Cluster, error)
-	// Forward makes a follower forward the leader's calls to the gRPC
-	// address the leader's member record holds; off, or when the record
-	// holds none, a follower answers them UNAVAILABLE (NOT_LEADER).
+	// Forward makes a follower forward the leader's calls to the leader's
+	// HTTP API, as the HTTP API does (transport.NewForwarder, configured
+	// by HTTP), and pass a Subscribe stream on to the gRPC address the
+	// leader's member record holds; off, a follower answers them
+	// UNAVAILABLE (NOT_LEADER), and so it answers a Subscribe when the
+	// record holds no gRPC address.
 	Forward bool
-	// LeaderTLS is the client TLS configuration of forwarded calls; nil:
-	// plaintext.
+	// LeaderTLS is the client TLS configuration of passed-on Subscribe
+	// streams; nil: plaintext.
 	LeaderTLS *tls.Config
 	// ReadyInterval is how often the health service asks the backend
 	// whether it is ready. Default 1 s.
@@ -64,7 +67,7 @@ type Server struct {
 	tokenSum [sha256.Size]byte
 	gs       *grpc.Server
 	health   *health.Server
-	fwd      *forwarder // nil: no forwarding
+	fwd      *forwarder // passes Subscribe on; nil: no forwarding
 	codec    *strictCodec
 	metrics  *transport.CallMetrics // nil: none
 	every    time.Duration
@@ -93,7 +96,7 @@ func New(cfg Config, b transport.Backend) *Server {
 		if cfg.TLS != nil && cfg.LeaderTLS == nil {
 			s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
 		}
-		fwd = s.fwd
+		fwd = transport.NewForwarder(hc, b)
 	}
 	s.svc = service.NewRouter(transport.GroupsOfBackend(b), fwd)
 	if s.every <= 0 {
@@ -237,6 +240,9 @@ func (s *Server) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if refused != nil {
 		return nil, refused
 	}
+	// The Forwarder passes the caller's authorization on, and a call
+	// another node forwarded no further.
+	ctx = transport.WithCaller(ctx, authorization(ctx), forwarded(ctx))
 	if leaderOnly[info.FullMethod] {
 		// A call only the leader answers is refused by a node that cannot
 		// serve it before it is validated, where the leader validates it.
