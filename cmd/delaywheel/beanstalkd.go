@@ -197,8 +197,23 @@ func (b *beanstalkdBackend) Dead(ctx context.Context, topic string, limit int) (
 	return n.Dead(ctx, topic, limit)
 }
 
-func (b *beanstalkdBackend) Ready(_ context.Context, topic string, limit int) ([]wheel.View, error) {
-	return b.gs.Node(b.r.GroupOfTopic(topic)).Store().Ready(topic, limit, nil)
+func (b *beanstalkdBackend) Ready(ctx context.Context, topic string, limit int) ([]wheel.View, error) {
+	st, err := b.settledStore(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return st.Ready(topic, limit, nil)
+}
+
+// settledStore returns the store of topic's group once this node has
+// applied every write it answered: a put is answered at its commit, and the
+// connection's next peek must see it.
+func (b *beanstalkdBackend) settledStore(ctx context.Context, topic string) (*wheel.Store, error) {
+	n := b.gs.Node(b.r.GroupOfTopic(topic))
+	if _, err := n.Settled(ctx); err != nil {
+		return nil, err
+	}
+	return n.Store(), nil
 }
 
 // Delayed scans the wheel's non-empty slots, due second by due second, for
@@ -206,7 +221,10 @@ func (b *beanstalkdBackend) Ready(_ context.Context, topic string, limit int) ([
 // delayed messages by due second, not by topic. Messages due beyond the
 // wheel's horizon (two hours) are not seen.
 func (b *beanstalkdBackend) Delayed(ctx context.Context, topic string) (wheel.View, bool, error) {
-	st := b.gs.Node(b.r.GroupOfTopic(topic)).Store()
+	st, err := b.settledStore(ctx, topic)
+	if err != nil {
+		return wheel.View{}, false, err
+	}
 	info, err := st.Wheel()
 	if err != nil {
 		return wheel.View{}, false, err
