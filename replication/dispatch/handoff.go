@@ -34,6 +34,12 @@ func (d *Dispatcher) backoff(attempt int32) int64 {
 // handoff leases msgs and returns their deliveries: at once when the Lease
 // is in the log order and the leader holds its lease, else once it commits.
 func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time.Duration) ([]model.Delivery, error) {
+	return d.lease(ctx, msgs, ttr, firstHandoffs(msgs))
+}
+
+// lease leases msgs and returns their deliveries, at once when early is
+// allowed and the leader holds its lease, else once the Lease commits.
+func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.Duration, early bool) ([]model.Delivery, error) {
 	if len(msgs) == 0 {
 		return []model.Delivery{}, nil
 	}
@@ -63,7 +69,7 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time
 	// The Lease is in the log order now: an ack the consumer sends for what
 	// it is answered is ordered after it.
 	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1), applied: make(chan struct{})}
-	early := firstHandoffs(msgs) && d.n.LeaseHeld()
+	early = early && d.n.LeaseHeld()
 	if early {
 		// Answered before its apply: reads on this node wait for it
 		// (WaitAnswered), so a consumer reads its own lease.
@@ -101,7 +107,8 @@ func (d *Dispatcher) deliveries(msgs []model.Message, items []command.LeaseItem,
 		if !ok[i] {
 			continue
 		}
-		if d.cfg.Lateness != nil {
+		// A message taken by id before its due time (ReserveID) was not late.
+		if d.cfg.Lateness != nil && at >= m.DeliverAtMs {
 			d.cfg.Lateness(float64(at-m.DeliverAtMs) / 1000)
 		}
 		m.Attempts++

@@ -1,0 +1,25 @@
+package beanstalkd
+
+import (
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// reserveJob answers reserve-job: RESERVED with the job, leased for its
+// time-to-run whatever its due time, when it is ready or delayed (or was
+// reserved and its time-to-run is over); NOT_FOUND when it is reserved,
+// buried, unknown or out of attempts. A buried job is NOT_FOUND, unlike
+// beanstalkd's: kick-job makes it ready first.
+func (c *conn) reserveJob(job uint64) {
+	if _, ok := c.held[job]; ok {
+		c.reply("NOT_FOUND") // reserved by this connection
+		return
+	}
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	d, err := retrying(c, ctx, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, MessageID(job)) })
+	if err != nil {
+		c.fail("reserve-job", err)
+		return
+	}
+	c.hold(d)
+}
