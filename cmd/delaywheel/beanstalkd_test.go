@@ -131,6 +131,27 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	if _, _, err := ts.Reserve(0); !errors.Is(err, beanstalk.ErrTimeout) {
 		t.Fatalf("reserve of an empty tube: %v", err)
 	}
+
+	// reserve-job: a job due in an hour reserved by its id now, deleted,
+	// then not found; and an id no job has.
+	rid, err := later.Put([]byte("by id"), 10, time.Hour, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := c.ReserveJob(rid); err != nil || string(body) != "by id" {
+		t.Fatalf("reserve-job: %q %v", body, err)
+	}
+	if v, _ := cl.Get(ctx, messageID(rid)); v.State != api.StateReserved || v.Attempts != 1 {
+		t.Fatalf("a job reserved by id is %s at attempt %d over HTTP", v.State, v.Attempts)
+	}
+	if err := c.Delete(rid); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []uint64{rid, rid + 1} {
+		if _, err := c.ReserveJob(job); !errors.Is(err, beanstalk.ErrNotFound) {
+			t.Fatalf("reserve-job %d: %v; want not found", job, err)
+		}
+	}
 }
 
 // Through every node of a three-node cluster of two groups, followers
