@@ -132,19 +132,12 @@ func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, max int, 
 	return ds, routed(err)
 }
 
-// ReserveID leases a job by its id in the group the id names. The HTTP
-// API has no call to forward it by, so only the group's leader serves it:
-// elsewhere, with a leader known, it fails at once (an election in
-// progress is waited out, as for any call).
+// ReserveID leases a job by its id in the group the id names.
 func (b *beanstalkdBackend) ReserveID(ctx context.Context, id model.ID) (model.Delivery, error) {
 	if err := b.known(id); err != nil {
 		return model.Delivery{}, err
 	}
 	d, err := b.r.ReserveID(ctx, id, 0)
-	if nl := (*service.NotLeaderError)(nil); errors.As(err, &nl) && nl.Known {
-		return model.Delivery{}, fmt.Errorf("%w: reserve-job is served by the leader of group %d only (%s): %w",
-			model.ErrUnavailable, id.Group(), nl.Leader.HTTPAddr, err)
-	}
 	return d, routed(err)
 }
 

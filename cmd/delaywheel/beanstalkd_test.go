@@ -155,8 +155,9 @@ func TestBeanstalkdGoClient(t *testing.T) {
 }
 
 // Through every node of a three-node cluster of two groups, followers
-// among them: a job put through one node is reserved, released, touched,
-// buried and deleted through another, and kicked through a third.
+// among them: a job put through one node is reserved by id and released
+// through a third, reserved, released, touched, buried and deleted
+// through another, and kicked through the third.
 func TestBeanstalkdThroughFollowers(t *testing.T) {
 	const n = 3
 	var raft, httpAddrs, bsAddrs, members []string
@@ -184,6 +185,12 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 			id, err := beanstalk.NewTube(a, tubeName).Put([]byte(tubeName), 1024, 0, 30*time.Second)
 			if err != nil {
 				t.Fatalf("put %s through n%d: %v", tubeName, i+1, err)
+			}
+			if body, err := c.ReserveJob(id); err != nil || string(body) != tubeName {
+				t.Fatalf("reserve-job through n%d: %q %v", (i+2)%n+1, body, err)
+			}
+			if err := c.Release(id, 1024, 0); err != nil {
+				t.Fatalf("release of a job reserved by id through n%d: %v", (i+2)%n+1, err)
 			}
 			ts := beanstalk.NewTubeSet(b, "default", tubeName)
 			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
