@@ -19,7 +19,9 @@ func TestReserveIDLeasesReadyAndDelayed(t *testing.T) {
 	now := clk.Now().UnixMilli()
 	ready := enqueueAt(t, n, clk, "t", now)
 	later := enqueueAt(t, n, clk, "t", now+5_000)
-	for _, id := range []model.ID{ready, later} {
+	soon := enqueueAt(t, n, clk, "t", now+400) // within the preload: in the heap
+	waitFor(t, "the heap to load the next second", func() bool { return d.loader.Len() > 0 })
+	for _, id := range []model.ID{ready, later, soon} {
 		dl, err := d.ReserveID(t.Context(), id, 7*time.Second, nil)
 		if err != nil {
 			t.Fatalf("ReserveID %s: %v", id, err)
@@ -33,13 +35,13 @@ func TestReserveIDLeasesReadyAndDelayed(t *testing.T) {
 	}
 	clk.Advance(6 * time.Second)
 	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
-		t.Fatalf("a reserve handed out %+v; both are reserved by id", ds)
+		t.Fatalf("a reserve handed out %+v; all are reserved by id", ds)
 	}
 	res, err := n.Propose(t.Context(), command.Ack{NowMs: clk.Now().UnixMilli(), Receipts: []model.Receipt{{ID: ready}}})
 	if err != nil || res[0].Value.(command.Counted).Done != 0 {
 		t.Fatalf("ack without the receipt: %+v %v", res, err)
 	}
-	for _, id := range []model.ID{ready, later, {Index: 999, Seq: 1}} {
+	for _, id := range []model.ID{ready, later, soon, {Index: 999, Seq: 1}} {
 		if _, err := d.ReserveID(t.Context(), id, 0, nil); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("ReserveID of reserved or unknown %s: %v, want not found", id, err)
 		}
