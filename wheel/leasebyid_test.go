@@ -15,8 +15,9 @@ import (
 // message leaves its ready queue, a delayed one its slot, one beyond the
 // horizon its overflow placement; each becomes reserved at attempt 1 and
 // is settled by its receipt, and none comes due where it was. A reserved,
-// acked, dead or unknown message is refused. A replay of the log and a
-// reopen read the same.
+// acked, dead or unknown message is refused; a dead one is taken by
+// LeaseBuried, which redrives it first. A replay of the log and a reopen
+// read the same.
 func TestLeaseByID(t *testing.T) {
 	k := newStoreKit(t, Options{})
 	now := t0 + 100
@@ -59,6 +60,24 @@ func TestLeaseByID(t *testing.T) {
 	if c := k.counts("a"); c.Ready != 0 || c.Delayed != 0 || c.Reserved != 3 || c.Dead != 1 {
 		t.Fatalf("counts %+v", c)
 	}
+	// A dead (buried) message is redriven and leased in one apply, its
+	// attempts counted afresh; of another topic, or not dead, it is refused.
+	leaseBuried := func(topic string, id model.ID) bool {
+		t.Helper()
+		ok := k.one(command.LeaseBuried{NowMs: now, Topic: topic, Item: command.LeaseItem{ID: id, Nonce: 6, ExpiresMs: now + 30_000, RedeliverMs: now + 31_000}}).([]bool)
+		return ok[0]
+	}
+	if leaseBuried("b", dead) || leaseBuried("a", ready) || leaseBuried("a", model.ID{Index: 999}) {
+		t.Fatal("LeaseBuried of another topic's message, a reserved one or an unknown one taken")
+	}
+	k.wantState(dead, StateDead, now+31_000, 1)
+	if !leaseBuried("a", dead) {
+		t.Fatal("LeaseBuried of a dead message refused")
+	}
+	k.wantState(dead, StateReserved, now+31_000, 1)
+	if c := k.counts("a"); c.Reserved != 4 || c.Dead != 0 {
+		t.Fatalf("counts after LeaseBuried %+v", c)
+	}
 	// Nothing comes due where it was: the slot's and the overflow's
 	// seconds pass and the ready queue stays empty.
 	k.apply(command.Expire{Before: t0s + 7}, command.Promote{Before: t0s + 7 + Slots})
@@ -66,11 +85,12 @@ func TestLeaseByID(t *testing.T) {
 		t.Fatalf("ready queue %+v %v; want empty", vs, err)
 	}
 	k.wantState(slot, StateReserved, now+31_000, 1)
-	if c := k.one(command.Ack{NowMs: now, Receipts: []model.Receipt{{ID: slot, Nonce: 2}, {ID: over, Nonce: 3}}}).(command.Counted); c.Done != 2 {
+	if c := k.one(command.Ack{NowMs: now, Receipts: []model.Receipt{{ID: slot, Nonce: 2}, {ID: over, Nonce: 3}, {ID: dead, Nonce: 6}}}).(command.Counted); c.Done != 3 {
 		t.Fatalf("ack %+v", c)
 	}
 	k.wantGone(slot)
 	k.wantGone(over)
+	k.wantGone(dead)
 	if got := k.keysWith(pOverflow); len(got) != 0 {
 		t.Fatalf("overflow placements %x after the overflow message was leased", got)
 	}
