@@ -239,8 +239,9 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	return d.Reserve(ctx, topic, max, wait, ttr)
 }
 
-// ReserveID leases one ready or delayed message by its id for ttr (zero:
-// its own), as beanstalkd's reserve-job does; see dispatch.ReserveID.
+// ReserveID leases one ready, delayed or dead message by its id for ttr
+// (zero: its own), as beanstalkd's reserve-job does; see
+// dispatch.ReserveID.
 func (n *Node) ReserveID(ctx context.Context, id model.ID, ttr time.Duration) (model.Delivery, error) {
 	d := n.dispatcher()
 	if d == nil {

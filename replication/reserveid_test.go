@@ -11,8 +11,8 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// The leader leases a message due in an hour by its id; every node then
-// reads it reserved, and its receipt acks it. A follower refuses the
+// The leader leases a message due in an hour by its id, and again once it
+// is dead; every node then reads it reserved, and its receipt acks it. A follower refuses the
 // call, as it does every write; a topic with a webhook is not found.
 func TestReserveIDOnTheLeader(t *testing.T) {
 	c := repltest.NewCluster(t, 3, nil)
@@ -26,10 +26,18 @@ func TestReserveIDOnTheLeader(t *testing.T) {
 	if err != nil || d.Message.ID != id || d.Attempt != 1 || string(d.Body) != "later" {
 		t.Fatalf("ReserveID: %+v %v", d, err)
 	}
+	// Dead: redriven and leased by one entry, which every node applies.
+	if dl, err := leader.DeadLetter(t.Context(), []model.Receipt{d.Receipt}); err != nil || dl.Done != 1 {
+		t.Fatalf("dead letter: %+v %v", dl, err)
+	}
+	d, err = leader.ReserveID(t.Context(), id, 0)
+	if err != nil || d.Message.ID != id || d.Attempt != 1 {
+		t.Fatalf("ReserveID of a dead message: %+v %v", d, err)
+	}
 	applied, _ := leader.Indexes()
 	for _, n := range c.Nodes {
 		n.Node.ReadAfter(applied)
-		if v, err := n.Node.Get(t.Context(), id); err != nil || v.State != wheel.StateReserved {
+		if v, err := n.Node.Get(t.Context(), id); err != nil || v.State != wheel.StateReserved || v.Receipt != d.Receipt.Nonce {
 			t.Fatalf("node %s reads %s %v, want reserved", n.Cfg.ID, v.State, err)
 		}
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// reserveID leases one ready or delayed message by its id, whatever its
-// due time (POST /v1/messages/{id}/reserve), and answers it as a reserve
-// of one.
+// reserveID leases one ready, delayed or dead message by its id, whatever
+// its due time (POST /v1/messages/{id}/reserve), and answers it as a
+// reserve of one.
 func (s *Server) reserveID(r *http.Request) (any, error) {
 	id, err := pathID(r)
 	if err != nil {

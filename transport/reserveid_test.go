@@ -8,9 +8,9 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 )
 
-// POST /v1/messages/{id}/reserve leases a ready or a delayed message now,
-// for its own ttr or the body's; the delivery is settled by its receipt; a
-// reserved, acked or unknown message is 404, a ttr_ms over the limit 400.
+// POST /v1/messages/{id}/reserve leases a ready, a delayed or a dead
+// message now, for its own ttr or the body's; the delivery is settled by
+// its receipt; a reserved, acked or unknown message is 404, a ttr_ms over the limit 400.
 func TestReserveByID(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
@@ -49,6 +49,13 @@ func TestReserveByID(t *testing.T) {
 	if ds, err := e.c.Reserve(ctx, "t", api.ReserveRequest{Max: api.Ptr(10)}); err != nil || len(ds) != 0 {
 		t.Fatalf("reserve of the topic: %+v %v; want nothing", ds, err)
 	}
+	// Dead: redriven and leased at once, its attempts counted afresh.
+	buried, err := e.c.Bury(ctx, []string{d.Receipt})
+	check(t, "bury", err)
+	equal(t, "buried", buried.Buried, 1)
+	d = reserve(res[0].ID, "", http.StatusOK)
+	equal(t, "dead one", d.ID, res[0].ID)
+	equal(t, "attempt afresh", d.Attempt, int32(1))
 	reserve("000000000000000000000001", "", http.StatusNotFound)
 	reserve(res[0].ID, `{"ttr_ms":86400001}`, http.StatusBadRequest) // over 24 h
 }

@@ -132,8 +132,9 @@ func TestBeanstalkdGoClient(t *testing.T) {
 		t.Fatalf("reserve of an empty tube: %v", err)
 	}
 
-	// reserve-job: a job due in an hour reserved by its id now, deleted,
-	// then not found; and an id no job has.
+	// reserve-job: a job due in an hour reserved by its id now, buried
+	// and reserved by id again, deleted, then not found; and an id no job
+	// has.
 	rid, err := later.Put([]byte("by id"), 10, time.Hour, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +144,12 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	}
 	if v, _ := cl.Get(ctx, messageID(rid)); v.State != api.StateReserved || v.Attempts != 1 {
 		t.Fatalf("a job reserved by id is %s at attempt %d over HTTP", v.State, v.Attempts)
+	}
+	if err := c.Bury(rid, 10); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := c.ReserveJob(rid); err != nil || string(body) != "by id" {
+		t.Fatalf("reserve-job of a buried job: %q %v", body, err)
 	}
 	if err := c.Delete(rid); err != nil {
 		t.Fatal(err)

@@ -61,8 +61,9 @@
 //
 // ReserveID (beanstalkd's reserve-job, POST /v1/messages/{id}/reserve)
 // leases one message by its id, whatever its due time, with the same
-// Lease entry a hand-off makes: it is the one way a message leaves before
-// it is due, because its client named it. It marks the message in flight
+// Lease entry a hand-off makes (a dead message's LeaseBuried redrives it
+// in the same apply): it is the one way a message leaves before it is
+// due, because its client named it. It marks the message in flight
 // as a hand-off does, so that neither takes it from the other, and it is
 // answered only once its Lease commits.
 //

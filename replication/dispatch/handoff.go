@@ -34,12 +34,19 @@ func (d *Dispatcher) backoff(attempt int32) int64 {
 // handoff leases msgs and returns their deliveries: at once when the Lease
 // is in the log order and the leader holds its lease, else once it commits.
 func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time.Duration) ([]model.Delivery, error) {
-	return d.lease(ctx, msgs, ttr, firstHandoffs(msgs))
+	return d.lease(ctx, msgs, ttr, firstHandoffs(msgs), leaseOf)
 }
 
-// lease leases msgs and returns their deliveries, at once when early is
-// allowed and the leader holds its lease, else once the Lease commits.
-func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.Duration, early bool) ([]model.Delivery, error) {
+// leaseOf is the Lease entry of a hand-off's items.
+func leaseOf(nowMs int64, items []command.LeaseItem) command.Command {
+	return command.Lease{NowMs: nowMs, Items: items}
+}
+
+// lease leases msgs by the entry entry builds (whose result is a Lease's)
+// and returns their deliveries, at once when early is allowed and the
+// leader holds its lease, else once the entry commits.
+func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.Duration, early bool,
+	entry func(nowMs int64, items []command.LeaseItem) command.Command) ([]model.Delivery, error) {
 	if len(msgs) == 0 {
 		return []model.Delivery{}, nil
 	}
@@ -61,7 +68,7 @@ func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.D
 		}
 		items[i] = command.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
 	}
-	wait, err := d.n.Submit(d.ctx, command.Lease{NowMs: now, Items: items})
+	wait, err := d.n.Submit(d.ctx, entry(now, items))
 	if err != nil {
 		d.release(msgs, nil)
 		return nil, err

@@ -93,3 +93,29 @@ func TestReserveIDAnsweredAtCommitAndNotTwice(t *testing.T) {
 	}
 	waitFor(t, "the hand-offs to end", func() bool { return !d.InFlight(a) && !d.InFlight(b) })
 }
+
+// ReserveID of a dead (buried) message redrives and leases it in one
+// entry: reserved at attempt 1, its attempts counted afresh.
+func TestReserveIDOfADeadMessage(t *testing.T) {
+	d, n, clk := startFake(t)
+	id := enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 {
+		t.Fatalf("reserve %+v", ds)
+	}
+	waitFor(t, "the hand-off to end", func() bool { return !d.InFlight(id) })
+	res, err := n.Propose(t.Context(), command.DeadLetter{NowMs: clk.Now().UnixMilli(), Receipts: []model.Receipt{ds[0].Receipt}})
+	if err != nil || res[0].Value.(command.Counted).Done != 1 {
+		t.Fatalf("dead letter: %+v %v", res, err)
+	}
+	dl, err := d.ReserveID(t.Context(), id, 0, nil)
+	if err != nil || dl.Message.ID != id || dl.Attempt != 1 {
+		t.Fatalf("ReserveID of a dead message: %+v %v; want attempt 1", dl, err)
+	}
+	if v, _ := n.st.Get(id); v.State != wheel.StateReserved || v.Attempts != 1 || v.Receipt != dl.Receipt.Nonce {
+		t.Fatalf("message is %s at attempt %d, want reserved at 1 under the new receipt", v.State, v.Attempts)
+	}
+	if c := n.st.Topics(); len(c) != 1 || c[0].Dead != 0 || c[0].Reserved != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+}

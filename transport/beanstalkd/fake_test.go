@@ -167,7 +167,8 @@ func (f *fakeBackend) lease(v *wheel.View) model.Delivery {
 	return d
 }
 
-// ReserveID leases a ready or delayed message, as the node does.
+// ReserveID leases a ready, delayed or dead message, as the node does (a
+// dead one's attempts counted afresh).
 func (f *fakeBackend) ReserveID(_ context.Context, id model.ID) (model.Delivery, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -175,8 +176,11 @@ func (f *fakeBackend) ReserveID(_ context.Context, id model.ID) (model.Delivery,
 		return model.Delivery{}, f.err
 	}
 	v, ok := f.msgs[id]
-	if !ok || (f.state(v) != wheel.StateReady && f.state(v) != wheel.StateDelayed) {
+	if !ok || f.state(v) == wheel.StateReserved {
 		return model.Delivery{}, model.ErrNotFound
+	}
+	if v.State == wheel.StateDead {
+		v.Attempts = 0
 	}
 	d := f.lease(v)
 	f.notify()

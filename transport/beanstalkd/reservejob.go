@@ -5,10 +5,9 @@ import (
 )
 
 // reserveJob answers reserve-job: RESERVED with the job, leased for its
-// time-to-run whatever its due time, when it is ready or delayed (or was
-// reserved and its time-to-run is over); NOT_FOUND when it is reserved,
-// buried, unknown or out of attempts. A buried job is NOT_FOUND, unlike
-// beanstalkd's: kick-job makes it ready first.
+// time-to-run whatever its due time, when it is ready, delayed or buried
+// (or was reserved and its time-to-run is over); NOT_FOUND when it is
+// reserved, unknown or out of attempts.
 func (c *conn) reserveJob(job uint64) {
 	if _, ok := c.held[job]; ok {
 		c.reply("NOT_FOUND") // reserved by this connection

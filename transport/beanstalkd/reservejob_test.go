@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// reserve-job reserves a ready or a delayed job by its id, which delete,
-// release, touch and bury then settle as any reserved job; a job reserved
-// already, by this connection or another, a buried one and an unknown id
-// are NOT_FOUND.
+// reserve-job reserves a ready, a delayed or a buried job by its id, which
+// delete, release, touch and bury then settle as any reserved job; a job
+// reserved already, by this connection or another, and an unknown id are
+// NOT_FOUND.
 func TestReserveJob(t *testing.T) {
 	f := newFake()
 	addr, _ := start(t, f, Config{})
@@ -35,9 +35,11 @@ func TestReserveJob(t *testing.T) {
 	other.do("release "+later+" 1024 0", "RELEASED")
 	other.data("reserve-job "+later, "RESERVED "+later)
 	other.do("bury "+later+" 1024", "BURIED")
-	other.do("reserve-job "+later, "NOT_FOUND") // buried: kick-job first
-	other.do("kick-job "+later, "KICKED")
-	other.data("reserve-job "+later, "RESERVED "+later)
+	other.data("reserve-job "+later, "RESERVED "+later) // buried
+	_, st = other.data("stats-job "+later, "OK")
+	if y := yaml(st); y["state"] != "reserved" || y["reserves"] != "1" {
+		t.Fatalf("stats-job of a buried job reserved by id: %q", st)
+	}
 	f.advance(11 * time.Second) // its time-to-run is over: ready again
 	c.data("reserve-job "+later, "RESERVED "+later)
 	c.do("delete "+later, "DELETED")

@@ -14,8 +14,8 @@ type IDReserver interface {
 	ReserveID(ctx context.Context, to model.Member, id model.ID, ttr time.Duration) (model.Delivery, uint64, error)
 }
 
-// ReserveID leases one ready or delayed message by its id for ttr (0: its
-// own time-to-run), in the group the id names (Backend.ReserveID).
+// ReserveID leases one ready, delayed or dead message by its id for ttr
+// (0: its own time-to-run), in the group the id names (Backend.ReserveID).
 func (r *Router) ReserveID(ctx context.Context, id model.ID, ttr time.Duration) (model.Delivery, error) {
 	g, err := r.GroupOfID("id", id)
 	if err != nil {
