@@ -239,6 +239,22 @@ func (n *Node) Reserve(ctx context.Context, topic string, max int, wait, ttr tim
 	return d.Reserve(ctx, topic, max, wait, ttr)
 }
 
+// ReserveID leases one ready, delayed or dead message by its id for ttr
+// (zero: its own), as beanstalkd's reserve-job does; see
+// dispatch.ReserveID.
+func (n *Node) ReserveID(ctx context.Context, id model.ID, ttr time.Duration) (model.Delivery, error) {
+	d := n.dispatcher()
+	if d == nil {
+		return model.Delivery{}, model.ErrNotLeader
+	}
+	// It reads the message's state: what this node has answered must be
+	// in it.
+	if err := n.caughtUp(ctx); err != nil {
+		return model.Delivery{}, err
+	}
+	return d.ReserveID(ctx, id, ttr, n.hasWebhook)
+}
+
 func (n *Node) counted(ctx context.Context, cmd command.Command) (command.Counted, error) {
 	v, err := n.result(ctx, cmd)
 	if err != nil {

@@ -81,6 +81,7 @@ func (s *Server) groupScopes() map[string]groupRoute {
 		"GET /v1/messages/{id}":                id,
 		"DELETE /v1/messages/{id}":             id,
 		"POST /v1/messages/{id}/reschedule":    id,
+		"POST /v1/messages/{id}/reserve":       id,
 		"DELETE /v1/topics/{topic}/keys/{key}": topic,
 		"GET /v1/topics/{topic}/keys/{key}":    topic,
 		"POST /v1/topics/{topic}/reserve":      topic,

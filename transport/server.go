@@ -132,6 +132,7 @@ func (s *Server) routeList() []route {
 		{"GET /v1/messages/{id}", local, s.get},
 		{"DELETE /v1/messages/{id}", routed, s.cancel},
 		{"POST /v1/messages/{id}/reschedule", routed, s.reschedule},
+		{"POST /v1/messages/{id}/reserve", routed, s.reserveID},
 		{"DELETE /v1/topics/{topic}/keys/{key}", routed, s.cancelKey},
 		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
 		{"POST /v1/topics/{topic}/reserve", routed, s.reserve},

@@ -72,6 +72,8 @@ func (t *tx) apply(c command.Command) command.Result {
 		return t.reschedule(c)
 	case command.Lease:
 		return t.lease(c)
+	case command.LeaseBuried:
+		return t.leaseBuried(c)
 	case command.Ack:
 		return t.ack(c)
 	case command.Nack:

@@ -38,6 +38,7 @@ var codecCommandTypes = []command.Command{
 	command.DeleteSchedule{},
 	command.AdvanceSchedules{},
 	command.DeadLetter{},
+	command.LeaseBuried{},
 }
 
 // codecFill sets every field reachable from v to a distinct non-zero value:
@@ -115,7 +116,7 @@ func TestCodecEveryKindCovered(t *testing.T) {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}
 	}
-	for k := command.KindSetSchedule; k <= command.KindDeadLetter; k++ {
+	for k := command.KindSetSchedule; k <= command.KindLeaseBuried; k++ {
 		if _, ok := seen[k]; !ok {
 			t.Errorf("kind %d has no command in codecCommandTypes", k)
 		}

@@ -42,6 +42,20 @@ func (t *tx) lease(c command.Lease) command.Result {
 	return command.Result{Value: ok}
 }
 
+// leaseBuried redrives one dead message and leases it: a Redrive of it,
+// then a Lease of its item, in one apply, so that no other hand-off comes
+// between.
+func (t *tx) leaseBuried(c command.LeaseBuried) command.Result {
+	mt, ok := t.meta(c.Item.ID)
+	if !ok || mt.State != StateDead {
+		return command.Result{Value: []bool{false}}
+	}
+	if n, _ := t.redrive(command.Redrive{NowMs: c.NowMs, Topic: c.Topic, IDs: []model.ID{c.Item.ID}}).Value.(int); n != 1 {
+		return command.Result{Value: []bool{false}}
+	}
+	return t.lease(command.Lease{NowMs: c.NowMs, Items: []command.LeaseItem{c.Item}})
+}
+
 // held returns the meta and message of a receipt that is still valid at
 // now. Unless full, the record is not read and the message is its id
 // alone: all that ending it needs (finish).

@@ -132,6 +132,15 @@ func (b *beanstalkdBackend) Reserve(ctx context.Context, topic string, max int, 
 	return ds, routed(err)
 }
 
+// ReserveID leases a job by its id in the group the id names.
+func (b *beanstalkdBackend) ReserveID(ctx context.Context, id model.ID) (model.Delivery, error) {
+	if err := b.known(id); err != nil {
+		return model.Delivery{}, err
+	}
+	d, err := b.r.ReserveID(ctx, id, 0)
+	return d, routed(err)
+}
+
 // settle acks, nacks, touches or buries r through the router.
 func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r model.Receipt, delayMs int64) (bool, error) {
 	if err := b.known(r.ID); err != nil {

@@ -131,11 +131,40 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	if _, _, err := ts.Reserve(0); !errors.Is(err, beanstalk.ErrTimeout) {
 		t.Fatalf("reserve of an empty tube: %v", err)
 	}
+
+	// reserve-job: a job due in an hour reserved by its id now, buried
+	// and reserved by id again, deleted, then not found; and an id no job
+	// has.
+	rid, err := later.Put([]byte("by id"), 10, time.Hour, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := c.ReserveJob(rid); err != nil || string(body) != "by id" {
+		t.Fatalf("reserve-job: %q %v", body, err)
+	}
+	if v, _ := cl.Get(ctx, messageID(rid)); v.State != api.StateReserved || v.Attempts != 1 {
+		t.Fatalf("a job reserved by id is %s at attempt %d over HTTP", v.State, v.Attempts)
+	}
+	if err := c.Bury(rid, 10); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := c.ReserveJob(rid); err != nil || string(body) != "by id" {
+		t.Fatalf("reserve-job of a buried job: %q %v", body, err)
+	}
+	if err := c.Delete(rid); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []uint64{rid, rid + 1} {
+		if _, err := c.ReserveJob(job); !errors.Is(err, beanstalk.ErrNotFound) {
+			t.Fatalf("reserve-job %d: %v; want not found", job, err)
+		}
+	}
 }
 
 // Through every node of a three-node cluster of two groups, followers
-// among them: a job put through one node is reserved, released, touched,
-// buried and deleted through another, and kicked through a third.
+// among them: a job put through one node is reserved by id and released
+// through a third, reserved, released, touched, buried and deleted
+// through another, and kicked through the third.
 func TestBeanstalkdThroughFollowers(t *testing.T) {
 	const n = 3
 	var raft, httpAddrs, bsAddrs, members []string
@@ -163,6 +192,12 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 			id, err := beanstalk.NewTube(a, tubeName).Put([]byte(tubeName), 1024, 0, 30*time.Second)
 			if err != nil {
 				t.Fatalf("put %s through n%d: %v", tubeName, i+1, err)
+			}
+			if body, err := c.ReserveJob(id); err != nil || string(body) != tubeName {
+				t.Fatalf("reserve-job through n%d: %q %v", (i+2)%n+1, body, err)
+			}
+			if err := c.Release(id, 1024, 0); err != nil {
+				t.Fatalf("release of a job reserved by id through n%d: %v", (i+2)%n+1, err)
 			}
 			ts := beanstalk.NewTubeSet(b, "default", tubeName)
 			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {

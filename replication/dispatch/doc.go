@@ -57,6 +57,16 @@
 // ErrNotLeader when the dispatcher stops; its leases then end on their
 // own and the next leader redelivers.
 //
+// # Reserve by id
+//
+// ReserveID (beanstalkd's reserve-job, POST /v1/messages/{id}/reserve)
+// leases one message by its id, whatever its due time, with the same
+// Lease entry a hand-off makes (a dead message's LeaseBuried redrives it
+// in the same apply): it is the one way a message leaves before it is
+// due, because its client named it. It marks the message in flight
+// as a hand-off does, so that neither takes it from the other, and it is
+// answered only once its Lease commits.
+//
 // # Lateness
 //
 // The path from a due millisecond to the answer is kept short, because

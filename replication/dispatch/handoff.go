@@ -34,6 +34,19 @@ func (d *Dispatcher) backoff(attempt int32) int64 {
 // handoff leases msgs and returns their deliveries: at once when the Lease
 // is in the log order and the leader holds its lease, else once it commits.
 func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time.Duration) ([]model.Delivery, error) {
+	return d.lease(ctx, msgs, ttr, firstHandoffs(msgs), leaseOf)
+}
+
+// leaseOf is the Lease entry of a hand-off's items.
+func leaseOf(nowMs int64, items []command.LeaseItem) command.Command {
+	return command.Lease{NowMs: nowMs, Items: items}
+}
+
+// lease leases msgs by the entry entry builds (whose result is a Lease's)
+// and returns their deliveries, at once when early is allowed and the
+// leader holds its lease, else once the entry commits.
+func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.Duration, early bool,
+	entry func(nowMs int64, items []command.LeaseItem) command.Command) ([]model.Delivery, error) {
 	if len(msgs) == 0 {
 		return []model.Delivery{}, nil
 	}
@@ -55,7 +68,7 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time
 		}
 		items[i] = command.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
 	}
-	wait, err := d.n.Submit(d.ctx, command.Lease{NowMs: now, Items: items})
+	wait, err := d.n.Submit(d.ctx, entry(now, items))
 	if err != nil {
 		d.release(msgs, nil)
 		return nil, err
@@ -63,7 +76,7 @@ func (d *Dispatcher) handoff(ctx context.Context, msgs []model.Message, ttr time
 	// The Lease is in the log order now: an ack the consumer sends for what
 	// it is answered is ordered after it.
 	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1), applied: make(chan struct{})}
-	early := firstHandoffs(msgs) && d.n.LeaseHeld()
+	early = early && d.n.LeaseHeld()
 	if early {
 		// Answered before its apply: reads on this node wait for it
 		// (WaitAnswered), so a consumer reads its own lease.
@@ -101,7 +114,8 @@ func (d *Dispatcher) deliveries(msgs []model.Message, items []command.LeaseItem,
 		if !ok[i] {
 			continue
 		}
-		if d.cfg.Lateness != nil {
+		// A message taken by id before its due time (ReserveID) was not late.
+		if d.cfg.Lateness != nil && at >= m.DeliverAtMs {
 			d.cfg.Lateness(float64(at-m.DeliverAtMs) / 1000)
 		}
 		m.Attempts++

@@ -28,6 +28,10 @@ type Backend interface {
 	// Reserve hands out up to max due messages of topic, next first,
 	// waiting up to wait for the first.
 	Reserve(ctx context.Context, topic string, max int, wait time.Duration) ([]model.Delivery, error)
+	// ReserveID leases one ready, delayed or dead message by its id for
+	// its own time-to-run, whatever its due time (a dead one is redriven
+	// first); model.ErrNotFound when it is reserved or unknown.
+	ReserveID(ctx context.Context, id model.ID) (model.Delivery, error)
 	// Ack finishes a reserved message; done is false when the receipt no
 	// longer holds it.
 	Ack(ctx context.Context, r model.Receipt) (done bool, err error)

@@ -199,8 +199,7 @@ func (c *conn) do(cmd Command) error {
 	case OpReserve, OpReserveWithTimeout:
 		c.reserve(cmd)
 	case OpReserveJob:
-		c.s.log.Info("beanstalkd: reserve-job is answered NOT_FOUND: a node hands out messages by due time only", "job", cmd.ID)
-		c.reply("NOT_FOUND")
+		c.reserveJob(cmd.ID)
 	case OpDelete:
 		c.deleteJob(cmd.ID)
 	case OpRelease, OpBury, OpTouch:

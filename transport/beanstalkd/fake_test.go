@@ -135,16 +135,7 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, max int, wait t
 		}
 		var ds []model.Delivery
 		for v := f.next(topic, wheel.StateReady); v != nil && len(ds) < max; v = f.next(topic, wheel.StateReady) {
-			f.nonce++
-			v.State, v.Receipt = wheel.StateReserved, f.nonce
-			v.Attempts++
-			v.LeaseMs = v.TTRMs
-			v.LeaseExpiresMs = f.now.UnixMilli() + v.TTRMs
-			d := model.Delivery{Message: v.Message, Attempt: v.Attempts, Receipt: model.Receipt{ID: v.ID, Nonce: f.nonce}}
-			if f.bare {
-				d.LeaseMs, d.TTRMs = 0, 0
-			}
-			ds = append(ds, d)
+			ds = append(ds, f.lease(v))
 		}
 		f.reserves = append(f.reserves, len(ds))
 		ch := f.changed
@@ -160,6 +151,40 @@ func (f *fakeBackend) Reserve(ctx context.Context, topic string, max int, wait t
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// lease reserves v for its time-to-run. Callers hold f.mu.
+func (f *fakeBackend) lease(v *wheel.View) model.Delivery {
+	f.nonce++
+	v.State, v.Receipt = wheel.StateReserved, f.nonce
+	v.Attempts++
+	v.LeaseMs = v.TTRMs
+	v.LeaseExpiresMs = f.now.UnixMilli() + v.TTRMs
+	d := model.Delivery{Message: v.Message, Attempt: v.Attempts, Receipt: model.Receipt{ID: v.ID, Nonce: f.nonce}}
+	if f.bare {
+		d.LeaseMs, d.TTRMs = 0, 0
+	}
+	return d
+}
+
+// ReserveID leases a ready, delayed or dead message, as the node does (a
+// dead one's attempts counted afresh).
+func (f *fakeBackend) ReserveID(_ context.Context, id model.ID) (model.Delivery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return model.Delivery{}, f.err
+	}
+	v, ok := f.msgs[id]
+	if !ok || f.state(v) == wheel.StateReserved {
+		return model.Delivery{}, model.ErrNotFound
+	}
+	if v.State == wheel.StateDead {
+		v.Attempts = 0
+	}
+	d := f.lease(v)
+	f.notify()
+	return d, nil
 }
 
 // held runs fn on the message r holds.

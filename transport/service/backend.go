@@ -58,6 +58,11 @@ type Backend interface {
 	// Reserve hands out up to max due messages of topic, waiting up to wait
 	// for the first one. A ttr of 0 means each message's own time-to-run.
 	Reserve(ctx context.Context, topic string, max int, wait time.Duration, ttr time.Duration) ([]model.Delivery, error)
+	// ReserveID leases one ready, delayed or dead message by its id for
+	// ttr (0: its own time-to-run), whatever its due time (a dead one is
+	// redriven first); model.ErrNotFound when it is reserved, out of
+	// attempts, being handed out, or unknown.
+	ReserveID(ctx context.Context, id model.ID, ttr time.Duration) (model.Delivery, error)
 	// Stream opens a streaming consumer of topic on the leader: a
 	// long-lived reserve that hands out each due message the moment it is
 	// due, holding at most opt.MaxInflight unsettled deliveries. Closing

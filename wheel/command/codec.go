@@ -57,11 +57,12 @@ func EncodeCommands(cmds []Command) []byte {
 			e.Varint(c.NowMs)
 			e.Uvarint(uint64(len(c.Items)))
 			for _, it := range c.Items {
-				e.ID(it.ID)
-				e.U64(it.Nonce)
-				e.Varint(it.ExpiresMs)
-				e.Varint(it.RedeliverMs)
+				e.leaseItem(it)
 			}
+		case LeaseBuried:
+			e.Varint(c.NowMs)
+			e.Str(c.Topic)
+			e.leaseItem(c.Item)
 		case Ack, Touch, Bury, DeadLetter:
 			nowMs, rs := c.(settlement).settles()
 			e.Varint(nowMs)
@@ -143,9 +144,11 @@ func DecodeCommands(b []byte) ([]Command, error) {
 			m := d.Count(model.IDLen + 8 + 2)
 			c.Items = make([]LeaseItem, m)
 			for j := 0; j < m && d.Err == nil; j++ {
-				c.Items[j] = LeaseItem{ID: d.ID(), Nonce: d.U64(), ExpiresMs: d.Varint(), RedeliverMs: d.Varint()}
+				c.Items[j] = d.leaseItem()
 			}
 			cmds = append(cmds, c)
+		case KindLeaseBuried:
+			cmds = append(cmds, LeaseBuried{NowMs: d.Varint(), Topic: d.Str(), Item: d.leaseItem()})
 		case KindAck:
 			cmds = append(cmds, Ack{NowMs: d.Varint(), Receipts: d.Receipts()})
 		case KindNack:
@@ -196,4 +199,17 @@ func DecodeCommands(b []byte) ([]Command, error) {
 		return nil, d.Err
 	}
 	return cmds, nil
+}
+
+// leaseItem encodes one item of a Lease or LeaseBuried.
+func (e *Encoder) leaseItem(it LeaseItem) {
+	e.ID(it.ID)
+	e.U64(it.Nonce)
+	e.Varint(it.ExpiresMs)
+	e.Varint(it.RedeliverMs)
+}
+
+// leaseItem decodes what Encoder.leaseItem wrote.
+func (d *Decoder) leaseItem() LeaseItem {
+	return LeaseItem{ID: d.ID(), Nonce: d.U64(), ExpiresMs: d.Varint(), RedeliverMs: d.Varint()}
 }

@@ -35,6 +35,9 @@ const (
 	KindSetNodeGRPC CommandKind = 20
 	// KindDeadLetter moves a reserved message to its topic's dead letters.
 	KindDeadLetter CommandKind = 21
+	// KindLeaseBuried redrives one dead message and leases it, in one
+	// apply. A binary older than it cannot decode it.
+	KindLeaseBuried CommandKind = 22
 )
 
 // Command is one change to the store. Commands are pure data: applying one
@@ -160,6 +163,16 @@ type Redrive struct {
 	IDs   []model.ID
 }
 
+// LeaseBuried moves one dead message of Topic back to ready, as a Redrive
+// of it does (attempts reset), and leases it, as a Lease of Item does, in
+// one apply: beanstalkd's reserve-job of a buried job. Its result is a
+// Lease's, of the one item.
+type LeaseBuried struct {
+	NowMs int64
+	Topic string
+	Item  LeaseItem
+}
+
 // SetNode records a node's metadata.
 type SetNode struct{ Node model.Member }
 
@@ -186,6 +199,9 @@ func (c SetNode) Kind() CommandKind {
 func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
 func (Bury) Kind() CommandKind       { return KindBury }
 func (DeadLetter) Kind() CommandKind { return KindDeadLetter }
+
+// Kind implements Command.
+func (LeaseBuried) Kind() CommandKind { return KindLeaseBuried }
 
 // Webhook is a topic's push endpoint: while a topic has one, the leader
 // POSTs its due messages to URL instead of handing them to consumers.
@@ -297,8 +313,8 @@ func (DeleteSchedule) Kind() CommandKind   { return KindDeleteSchedule }
 func (AdvanceSchedules) Kind() CommandKind { return KindAdvanceSchedules }
 
 // Result is what applying one command produced: a value (for Schedule,
-// []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease, []bool
-// saying which items took effect; for Ack/Nack/Touch/Bury/DeadLetter, Counted; for Redrive,
+// []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease and
+// LeaseBuried, []bool saying which items took effect; for Ack/Nack/Touch/Bury/DeadLetter, Counted; for Redrive,
 // int; for Promote, int) or an error.
 type Result struct {
 	Value any
