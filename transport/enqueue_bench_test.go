@@ -108,3 +108,32 @@ func BenchmarkReserveJSON(b *testing.B) {
 		}
 	}
 }
+
+// Ack settles every receipt at once.
+func (instantBackend) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
+	return command.Counted{Done: len(rs)}, nil
+}
+
+// BenchmarkAckJSON is the bench's ack call: the 100 receipts of a
+// reserve, end to end through the server's handler.
+func BenchmarkAckJSON(b *testing.B) {
+	req := api.ReceiptsRequest{Receipts: make([]string, 100)}
+	for i := range req.Receipts {
+		req.Receipts[i] = model.Receipt{ID: model.ID{Index: 7, Seq: uint32(i + 1)}, Nonce: 0x1234_5678_9abc_def0 + uint64(i)}.String()
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := transport.NewServer(transport.Config{}, instantBackend{}).Handler()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/ack", strings.NewReader(string(body)))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
