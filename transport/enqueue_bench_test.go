@@ -1,9 +1,11 @@
 package transport_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -134,6 +136,43 @@ func BenchmarkAckJSON(b *testing.B) {
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusOK {
 			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// Stream hands out batches of ten deliveries as fast as they are read.
+func (b instantBackend) Stream(ctx context.Context, topic string, _ model.ConsumerOptions) (model.Consumer, error) {
+	ds, err := b.Reserve(ctx, topic, 10, 0, 0)
+	return instantConsumer(ds), err
+}
+
+// instantConsumer answers every Next with the same deliveries.
+type instantConsumer []model.Delivery
+
+func (c instantConsumer) Next(ctx context.Context) ([]model.Delivery, error) { return c, ctx.Err() }
+func (instantConsumer) Close()                                               {}
+
+// BenchmarkStreamJSON reads a stream over a real connection: an op is a
+// batch of ten deliveries of 100-byte bodies, written as NDJSON.
+func BenchmarkStreamJSON(b *testing.B) {
+	quiet := transport.Config{Logger: slog.New(slog.DiscardHandler)} // the stream cut at the end warns
+	srv := httptest.NewServer(transport.NewServer(quiet, instantBackend{}).Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/v1/topics/bench/stream")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	if _, err := br.ReadSlice('\n'); err != nil { // the stream's first line
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 10 {
+			if _, err := br.ReadSlice('\n'); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

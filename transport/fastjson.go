@@ -346,13 +346,15 @@ func appendDelivery(b []byte, d model.Delivery) []byte {
 		b = append(b, '"')
 	}
 	b = append(b, `,"headers":{`...)
-	for i, k := range slices.Sorted(maps.Keys(d.Headers)) {
-		if i > 0 {
-			b = append(b, ',')
+	if len(d.Headers) > 0 { // most messages have none, and sorting none allocates still
+		for i, k := range slices.Sorted(maps.Keys(d.Headers)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, d.Headers[k])
 		}
-		b = appendString(b, k)
-		b = append(b, ':')
-		b = appendString(b, d.Headers[k])
 	}
 	b = append(b, `},"key":`...)
 	b = appendString(b, d.Key)
