@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -12,7 +13,9 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/service"
 	"github.com/delaywheel/delaywheel/wheel"
+	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -98,4 +101,56 @@ func TestAPIPath(t *testing.T) {
 			t.Errorf("apiPath(%q) = %s, want %s", ptr, got, want)
 		}
 	}
+}
+
+// TestAppendCounted: the settle answers written by hand are the bytes
+// writeJSON writes.
+func TestAppendCounted(t *testing.T) {
+	for _, c := range []command.Counted{{}, {Done: 100}, {Done: 3, Stale: 1 << 40}} {
+		for _, op := range []service.Op{service.OpAck, service.OpNack, service.OpTouch, service.OpBury} {
+			want := map[service.Op]any{
+				service.OpAck:   api.AckResponse{Acked: c.Done, Stale: c.Stale},
+				service.OpNack:  api.NackResponse{Nacked: c.Done, Stale: c.Stale},
+				service.OpTouch: api.TouchResponse{Touched: c.Done, Stale: c.Stale},
+				service.OpBury:  api.BuryResponse{Buried: c.Done, Stale: c.Stale},
+			}[op]
+			w := httptest.NewRecorder()
+			writeJSON(w, http.StatusOK, want)
+			if got := string(appendCounted(nil, settlementOf(op).doneKey, c)); got != w.Body.String() {
+				t.Errorf("appendCounted %q\n   writeJSON %q", got, w.Body.String())
+			}
+		}
+	}
+}
+
+// FuzzDecodeReceipts holds fastReceipts to the strict decoding: what it
+// accepts, decodeStrict accepts too, as the same list.
+func FuzzDecodeReceipts(f *testing.F) {
+	for _, seed := range []string{
+		`{"receipts":["0000000000000007000000010000.1234567890abcdef"]}`,
+		` { "receipts" : [ "a" , "b" ] } `,
+		`{"receipts":[]}`,
+		`{"receipts":null}`,
+		`{"receipts":["a"],"receipts":["b"]}`,
+		`{"Receipts":["a"]}`,
+		`{"receipts":["a\"b"]}`,
+		`{"receipts":["a"]} {}`,
+		"{\"receipts\":[\"\xff\"]}",
+		`{"receipts":["a",]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ok := fastReceipts(data)
+		if !ok {
+			return
+		}
+		var strict api.ReceiptsRequest
+		if err := decodeStrict(data, &strict); err != nil {
+			t.Fatalf("the fast decoder accepted %q, the strict decoding refuses it: %v", data, err)
+		}
+		if !reflect.DeepEqual(fast, strict.Receipts) {
+			t.Fatalf("decoders differ on %q:\n fast %q\n json %q", data, fast, strict.Receipts)
+		}
+	})
 }

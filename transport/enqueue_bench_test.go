@@ -1,9 +1,11 @@
 package transport_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -105,6 +107,72 @@ func BenchmarkReserveJSON(b *testing.B) {
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusOK {
 			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// Ack settles every receipt at once.
+func (instantBackend) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
+	return command.Counted{Done: len(rs)}, nil
+}
+
+// BenchmarkAckJSON is the bench's ack call: the 100 receipts of a
+// reserve, end to end through the server's handler.
+func BenchmarkAckJSON(b *testing.B) {
+	req := api.ReceiptsRequest{Receipts: make([]string, 100)}
+	for i := range req.Receipts {
+		req.Receipts[i] = model.Receipt{ID: model.ID{Index: 7, Seq: uint32(i + 1)}, Nonce: 0x1234_5678_9abc_def0 + uint64(i)}.String()
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := transport.NewServer(transport.Config{}, instantBackend{}).Handler()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/ack", strings.NewReader(string(body)))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// Stream hands out batches of ten deliveries as fast as they are read.
+func (b instantBackend) Stream(ctx context.Context, topic string, _ model.ConsumerOptions) (model.Consumer, error) {
+	ds, err := b.Reserve(ctx, topic, 10, 0, 0)
+	return instantConsumer(ds), err
+}
+
+// instantConsumer answers every Next with the same deliveries.
+type instantConsumer []model.Delivery
+
+func (c instantConsumer) Next(ctx context.Context) ([]model.Delivery, error) { return c, ctx.Err() }
+func (instantConsumer) Close()                                               {}
+
+// BenchmarkStreamJSON reads a stream over a real connection: an op is a
+// batch of ten deliveries of 100-byte bodies, written as NDJSON.
+func BenchmarkStreamJSON(b *testing.B) {
+	quiet := transport.Config{Logger: slog.New(slog.DiscardHandler)} // the stream cut at the end warns
+	srv := httptest.NewServer(transport.NewServer(quiet, instantBackend{}).Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/v1/topics/bench/stream")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	if _, err := br.ReadSlice('\n'); err != nil { // the stream's first line
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 10 {
+			if _, err := br.ReadSlice('\n'); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

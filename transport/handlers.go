@@ -152,24 +152,21 @@ func (s *Server) bury(r *http.Request) (any, error) { return s.settle(r, service
 
 // settlement is how an ack, nack, touch or bury is routed and answered.
 type settlement struct {
-	path string // the route's path
-	// answer is the answer that gives c; its count of settled receipts
-	// is the JSON field doneKey.
-	answer  func(c command.Counted) any
-	doneKey string
+	path    string // the route's path
+	doneKey string // the JSON field of the answer that counts the settled receipts
 }
 
 // settlementOf is the settlement of op.
 func settlementOf(op service.Op) settlement {
 	switch op {
 	case service.OpNack:
-		return settlement{"/v1/nack", func(c command.Counted) any { return api.NackResponse{Nacked: c.Done, Stale: c.Stale} }, "nacked"}
+		return settlement{"/v1/nack", "nacked"}
 	case service.OpTouch:
-		return settlement{"/v1/touch", func(c command.Counted) any { return api.TouchResponse{Touched: c.Done, Stale: c.Stale} }, "touched"}
+		return settlement{"/v1/touch", "touched"}
 	case service.OpBury:
-		return settlement{"/v1/bury", func(c command.Counted) any { return api.BuryResponse{Buried: c.Done, Stale: c.Stale} }, "buried"}
+		return settlement{"/v1/bury", "buried"}
 	}
-	return settlement{"/v1/ack", func(c command.Counted) any { return api.AckResponse{Acked: c.Done, Stale: c.Stale} }, "acked"}
+	return settlement{"/v1/ack", "acked"}
 }
 
 // settle settles the receipts of r's ack, nack, touch or bury in the
@@ -194,7 +191,13 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 		}
 	}
 	c, err := rt.rt.Settle(r.Context(), "receipts", op, rs, delayMs)
-	return settlementOf(op).answer(c), err
+	if err != nil {
+		return nil, err
+	}
+	key := settlementOf(op).doneKey
+	return stream(func(w http.ResponseWriter) error {
+		return writeBody(w, http.StatusOK, "application/json", appendCounted(make([]byte, 0, 48), key, c))
+	}), nil
 }
 
 // receiptsOf decodes the request of op from r's body and parses the
@@ -204,15 +207,28 @@ func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []model.Receipt,
 	if op == service.OpNack {
 		err = decodeBody(r, &req, false)
 	} else {
-		var rr api.ReceiptsRequest // an ack's, touch's or bury's body is its receipts alone
-		err = decodeBody(r, &rr, false)
-		req.Receipts = rr.Receipts
+		req.Receipts, err = decodeReceipts(r) // an ack's, touch's or bury's body is its receipts alone
 	}
 	if err != nil {
 		return nil, 0, err
 	}
 	rs, err = service.ParseReceipts(req.Receipts, s.cfg.Limits)
 	return rs, req.DelayMs, err
+}
+
+// decodeReceipts decodes an api.ReceiptsRequest body: its common shape
+// through fastReceipts, anything else strictly.
+func decodeReceipts(r *http.Request) ([]string, error) {
+	data, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	if list, ok := fastReceipts(data); ok {
+		return list, nil
+	}
+	var rr api.ReceiptsRequest
+	err = decodeStrict(data, &rr)
+	return rr.Receipts, err
 }
 
 func (s *Server) topics(r *http.Request) (any, error) {

@@ -351,14 +351,20 @@ func (s *Server) observe(pattern string, r *http.Request, rec *recorder, took ti
 		status = http.StatusOK
 	}
 	s.metrics.Observe(pattern, strconv.Itoa(status), took)
+	clientGone := r.Context().Err() != nil
+	probe := pattern == "GET /readyz" || pattern == "GET /healthz"
+	warn := status >= 500 && !clientGone && !probe
+	// The attributes cost more than the rest of a small request's line:
+	// built only for a line the logger writes.
+	if !warn && !s.log.Enabled(r.Context(), slog.LevelDebug) {
+		return
+	}
 	attrs := []any{"method", r.Method, "route", pattern, "path", r.URL.Path, "status", status,
 		"took_ms", took.Milliseconds(), "forwarded", rec.forwarded}
-	clientGone := r.Context().Err() != nil
 	if rec.err != nil {
 		attrs = append(attrs, "err", rec.err)
 	}
-	probe := pattern == "GET /readyz" || pattern == "GET /healthz"
-	if status >= 500 && !clientGone && !probe {
+	if warn {
 		s.log.Warn("request failed", attrs...)
 		return
 	}

@@ -88,11 +88,11 @@ func ParseID(s string) (ID, error) {
 	if len(s) != 2*IDLen {
 		return ID{}, fmt.Errorf("%w: id %q must be %d hex digits", ErrInvalid, s, 2*IDLen)
 	}
-	b, err := hex.DecodeString(s)
-	if err != nil {
+	var b [IDLen]byte // decoded in place: an ack parses a hundred of these
+	if _, err := hex.Decode(b[:], []byte(s)); err != nil {
 		return ID{}, fmt.Errorf("%w: id %q is not hex", ErrInvalid, s)
 	}
-	id, _ := IDFromBytes(b)
+	id, _ := IDFromBytes(b[:])
 	if id.IsZero() {
 		return ID{}, fmt.Errorf("%w: id %q is zero", ErrInvalid, s)
 	}
@@ -118,9 +118,9 @@ func ParseReceipt(s string) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, fmt.Errorf("%w: receipt %q is malformed", ErrInvalid, s)
 	}
-	b, err := hex.DecodeString(ns)
-	if err != nil {
+	var b [8]byte
+	if _, err := hex.Decode(b[:], []byte(ns)); err != nil {
 		return Receipt{}, fmt.Errorf("%w: receipt %q is malformed", ErrInvalid, s)
 	}
-	return Receipt{ID: id, Nonce: binary.BigEndian.Uint64(b)}, nil
+	return Receipt{ID: id, Nonce: binary.BigEndian.Uint64(b[:])}, nil
 }
