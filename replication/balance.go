@@ -46,9 +46,9 @@ func defaultBalanceTiming() BalanceTiming {
 // withDefaults fills the fields left zero.
 func (b BalanceTiming) withDefaults() BalanceTiming {
 	d := defaultBalanceTiming()
-	orDefault(&b.Every, d.Every)
-	orDefault(&b.Settle, d.Settle)
-	orDefault(&b.Retry, d.Retry)
+	b.Every = cmp.Or(b.Every, d.Every)
+	b.Settle = cmp.Or(b.Settle, d.Settle)
+	b.Retry = cmp.Or(b.Retry, d.Retry)
 	return b
 }
 

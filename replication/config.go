@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"crypto/tls"
 	"log/slog"
 	"time"
@@ -131,33 +132,25 @@ func DefaultConfig() Config {
 // setDefaults fills the fields left zero from DefaultConfig.
 func (c *Config) setDefaults() {
 	d := DefaultConfig()
-	orDefault(&c.HeartbeatTimeout, d.HeartbeatTimeout)
-	orDefault(&c.ElectionTimeout, d.ElectionTimeout)
-	orDefault(&c.SnapshotThreshold, d.SnapshotThreshold)
-	orDefault(&c.SnapshotInterval, d.SnapshotInterval)
-	orDefault(&c.TrailingLogs, d.TrailingLogs)
-	orDefault(&c.ApplyTimeout, d.ApplyTimeout)
-	orDefault(&c.LogSegmentBytes, d.LogSegmentBytes)
-	orDefault(&c.ExpireGrace, d.ExpireGrace)
-	orDefault(&c.Preload, d.Preload)
-	orDefault(&c.RedeliveryBackoff, d.RedeliveryBackoff)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, d.HeartbeatTimeout)
+	c.ElectionTimeout = cmp.Or(c.ElectionTimeout, d.ElectionTimeout)
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
+	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, d.SnapshotInterval)
+	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
+	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
+	c.LogSegmentBytes = cmp.Or(c.LogSegmentBytes, d.LogSegmentBytes)
+	c.ExpireGrace = cmp.Or(c.ExpireGrace, d.ExpireGrace)
+	c.Preload = cmp.Or(c.Preload, d.Preload)
+	c.RedeliveryBackoff = cmp.Or(c.RedeliveryBackoff, d.RedeliveryBackoff)
 	c.RedeliveryBackoff = max(c.RedeliveryBackoff, 0)
-	orDefault(&c.MaxTopics, d.MaxTopics)
-	orDefault(&c.MaxPendingApply, d.MaxPendingApply)
-	orDefault(&c.MaxLeaseBatch, d.MaxLeaseBatch)
-	orDefault(&c.ReadyMaxLag, d.ReadyMaxLag)
+	c.MaxTopics = cmp.Or(c.MaxTopics, d.MaxTopics)
+	c.MaxPendingApply = cmp.Or(c.MaxPendingApply, d.MaxPendingApply)
+	c.MaxLeaseBatch = cmp.Or(c.MaxLeaseBatch, d.MaxLeaseBatch)
+	c.ReadyMaxLag = cmp.Or(c.ReadyMaxLag, d.ReadyMaxLag)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
 		c.Clock = wheel.SystemClock{}
-	}
-}
-
-// orDefault sets *v to d when *v is zero.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
 	}
 }

@@ -1,6 +1,9 @@
 package service
 
-import "strconv"
+import (
+	"cmp"
+	"strconv"
+)
 
 // Limits bound what a request may ask for. A zero field takes its default.
 type Limits struct {
@@ -68,35 +71,29 @@ func DefaultLimits() Limits {
 // WithDefaults fills every zero field of l from DefaultLimits.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits()
-	orInt(&l.MaxBodyBytes, d.MaxBodyBytes)
-	orInt(&l.MaxBatch, d.MaxBatch)
-	orInt(&l.MaxRequestBytes, d.MaxRequestBytes)
-	orInt(&l.MaxDelayMs, d.MaxDelayMs)
-	orInt(&l.MaxTopicLen, d.MaxTopicLen)
-	orInt(&l.MaxKeyLen, d.MaxKeyLen)
-	orInt(&l.MaxHeaders, d.MaxHeaders)
-	orInt(&l.MaxHeaderKeyLen, d.MaxHeaderKeyLen)
-	orInt(&l.MaxHeaderValueLen, d.MaxHeaderValueLen)
-	orInt(&l.MinTTRMs, d.MinTTRMs)
-	orInt(&l.MaxTTRMs, d.MaxTTRMs)
-	orInt(&l.DefaultTTRMs, d.DefaultTTRMs)
-	orInt(&l.MaxAttempts, d.MaxAttempts)
-	orInt(&l.DefaultMaxAttempts, d.DefaultMaxAttempts)
-	orInt(&l.MaxReserve, d.MaxReserve)
-	orInt(&l.MaxWaitMs, d.MaxWaitMs)
-	orInt(&l.MaxWaiters, d.MaxWaiters)
-	orInt(&l.DefaultDeadLimit, d.DefaultDeadLimit)
-	orInt(&l.MaxDeadLimit, d.MaxDeadLimit)
-	orInt(&l.DefaultInflight, d.DefaultInflight)
-	orInt(&l.MaxInflight, d.MaxInflight)
-	orInt(&l.MaxStreams, d.MaxStreams)
+	l.MaxBodyBytes = cmp.Or(l.MaxBodyBytes, d.MaxBodyBytes)
+	l.MaxBatch = cmp.Or(l.MaxBatch, d.MaxBatch)
+	l.MaxRequestBytes = cmp.Or(l.MaxRequestBytes, d.MaxRequestBytes)
+	l.MaxDelayMs = cmp.Or(l.MaxDelayMs, d.MaxDelayMs)
+	l.MaxTopicLen = cmp.Or(l.MaxTopicLen, d.MaxTopicLen)
+	l.MaxKeyLen = cmp.Or(l.MaxKeyLen, d.MaxKeyLen)
+	l.MaxHeaders = cmp.Or(l.MaxHeaders, d.MaxHeaders)
+	l.MaxHeaderKeyLen = cmp.Or(l.MaxHeaderKeyLen, d.MaxHeaderKeyLen)
+	l.MaxHeaderValueLen = cmp.Or(l.MaxHeaderValueLen, d.MaxHeaderValueLen)
+	l.MinTTRMs = cmp.Or(l.MinTTRMs, d.MinTTRMs)
+	l.MaxTTRMs = cmp.Or(l.MaxTTRMs, d.MaxTTRMs)
+	l.DefaultTTRMs = cmp.Or(l.DefaultTTRMs, d.DefaultTTRMs)
+	l.MaxAttempts = cmp.Or(l.MaxAttempts, d.MaxAttempts)
+	l.DefaultMaxAttempts = cmp.Or(l.DefaultMaxAttempts, d.DefaultMaxAttempts)
+	l.MaxReserve = cmp.Or(l.MaxReserve, d.MaxReserve)
+	l.MaxWaitMs = cmp.Or(l.MaxWaitMs, d.MaxWaitMs)
+	l.MaxWaiters = cmp.Or(l.MaxWaiters, d.MaxWaiters)
+	l.DefaultDeadLimit = cmp.Or(l.DefaultDeadLimit, d.DefaultDeadLimit)
+	l.MaxDeadLimit = cmp.Or(l.MaxDeadLimit, d.MaxDeadLimit)
+	l.DefaultInflight = cmp.Or(l.DefaultInflight, d.DefaultInflight)
+	l.MaxInflight = cmp.Or(l.MaxInflight, d.MaxInflight)
+	l.MaxStreams = cmp.Or(l.MaxStreams, d.MaxStreams)
 	return l
-}
-
-func orInt[T int | int32 | int64](p *T, def T) {
-	if *p == 0 {
-		*p = def
-	}
 }
 
 // HumanMs renders a duration in milliseconds in the largest whole unit:
