@@ -86,6 +86,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Patience is how long the test kits wait for a cluster to reach a state
+// (a leader elected, a node caught up, an entry applied): long enough for a
+// machine busy with other tests, where a step that takes milliseconds alone
+// can take seconds, and a wait on a condition costs nothing once it holds.
+const Patience = time.Minute
+
 // WaitFor polls cond until it holds or timeout passes.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

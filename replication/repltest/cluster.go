@@ -95,7 +95,7 @@ func startCluster(t testing.TB, configure func(*replication.Config), cfgs []repl
 	// A member whose HTTP address is not yet recorded cannot be asked
 	// anything (a removal's confirmation, the cluster view): the cluster
 	// is formed once every member's addresses are replicated.
-	nettest.WaitFor(t, 20*time.Second, "every member's addresses to be recorded", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every member's addresses to be recorded", func() bool {
 		for _, tn := range c.Nodes {
 			if !tn.Node.HasSelf() {
 				return false
@@ -183,7 +183,7 @@ func readyLeader(n *replication.Node) bool { return n.IsLeader() && n.Ready() ==
 func waitFirst[T any](t testing.TB, what string, nodes []T, ok func(T) bool) T {
 	t.Helper()
 	var found T
-	nettest.WaitFor(t, 20*time.Second, what, func() bool {
+	nettest.WaitFor(t, nettest.Patience, what, func() bool {
 		for _, n := range nodes {
 			if ok(n) {
 				found = n

@@ -71,7 +71,7 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*replication.Co
 	for g := range groups {
 		c.Leader(g)
 	}
-	nettest.WaitFor(t, 20*time.Second, "every member's addresses to be recorded in every group", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every member's addresses to be recorded in every group", func() bool {
 		for _, tn := range c.Nodes {
 			for g := range groups {
 				if !tn.Groups.Node(g).HasSelf() {

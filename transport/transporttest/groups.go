@@ -47,7 +47,7 @@ func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 	for i, tn := range c.tc.Nodes {
 		c.serve(c.Nodes[i], tn.Groups)
 	}
-	nettest.WaitFor(t, 20*time.Second, "every node to know each group's leader's address", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every node to know each group's leader's address", func() bool {
 		for g := range groups {
 			leader := c.Leader(g)
 			for _, kn := range c.Nodes {

@@ -79,7 +79,7 @@ func (n *Node) AdvanceUntil(t testing.TB, step time.Duration, what string, cond 
 // background (applying a lease, catching up) without time passing.
 func (n *Node) Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	nettest.WaitFor(t, 20*time.Second, what, cond)
+	nettest.WaitFor(t, nettest.Patience, what, cond)
 }
 
 // Cluster is a set of nodes that form one Raft cluster.
@@ -145,7 +145,7 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 		serve(t, kn, tn.Node, o)
 	}
 	leader := c.Leader()
-	nettest.WaitFor(t, 20*time.Second, "every node to know the leader's address", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every node to know the leader's address", func() bool {
 		for _, kn := range c.Nodes {
 			if addr, _, known := kn.Node.LeaderHTTP(); !known || addr != leader.Addr {
 				return false
@@ -291,7 +291,7 @@ func Receive(t testing.TB, sub Subscriber, n int) map[string]bool {
 			}
 			got[d.ID] = true
 			sub.Ack(d)
-		case <-time.After(20 * time.Second):
+		case <-time.After(nettest.Patience):
 			t.Fatalf("only %d of %d deliveries", len(got), n)
 		}
 	}
