@@ -32,7 +32,7 @@ func newTestMux(t *testing.T, groups int, srv, cli *tls.Config, headerTimeout ti
 	return m, logs
 }
 
-// accept returns the next connection group layer l accepts, within 5 s.
+// accept returns the next connection group layer l accepts, within 30 s.
 func accept(t *testing.T, l raft.StreamLayer) net.Conn {
 	t.Helper()
 	type res struct {
@@ -51,8 +51,8 @@ func accept(t *testing.T, l raft.StreamLayer) net.Conn {
 		}
 		t.Cleanup(func() { r.c.Close() })
 		return r.c
-	case <-time.After(5 * time.Second):
-		t.Fatal("no connection accepted within 5 s")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no connection accepted within 30 s")
 		return nil
 	}
 }
@@ -61,8 +61,8 @@ func accept(t *testing.T, l raft.StreamLayer) net.Conn {
 // connection: the header is consumed, and what follows arrives intact.
 func exchange(t *testing.T, dialed, accepted net.Conn, what string) {
 	t.Helper()
-	dialed.SetDeadline(time.Now().Add(5 * time.Second))
-	accepted.SetDeadline(time.Now().Add(5 * time.Second))
+	dialed.SetDeadline(time.Now().Add(30 * time.Second))
+	accepted.SetDeadline(time.Now().Add(30 * time.Second))
 	go dialed.Write([]byte(what))
 	got := make([]byte, len(what))
 	if _, err := io.ReadFull(accepted, got); err != nil || string(got) != what {
@@ -97,12 +97,12 @@ func TestMuxRoutesGroups(t *testing.T) {
 		t.Fatalf("group layer advertises %s, the mux %s", a.Layer(1).Addr(), a.Addr())
 	}
 	// Dial both groups first, then accept: each group gets its own.
-	d1, err := b.Layer(1).Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	d1, err := b.Layer(1).Dial(raft.ServerAddress(a.Addr().String()), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d1.Close()
-	d0, err := b.Layer(0).Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	d0, err := b.Layer(0).Dial(raft.ServerAddress(a.Addr().String()), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +117,13 @@ func TestMuxRoutesGroups(t *testing.T) {
 	if _, err := a.Layer(0).Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept on a closed group: %v", err)
 	}
-	d0, err = b.Layer(0).Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	d0, err = b.Layer(0).Dial(raft.ServerAddress(a.Addr().String()), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d0.Close()
 	wantDropped(t, d0, "a connection to a closed group")
-	d1, err = b.Layer(1).Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	d1, err = b.Layer(1).Dial(raft.ServerAddress(a.Addr().String()), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestMuxRoutesGroups(t *testing.T) {
 	if _, err := a.Layer(1).Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept after the mux closed: %v", err)
 	}
-	if c, err := net.DialTimeout("tcp", a.Addr().String(), time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", a.Addr().String(), 30*time.Second); err == nil {
 		c.Close()
 		t.Fatal("the listener still accepts after the mux closed")
 	}
@@ -181,7 +181,7 @@ func TestMuxTLS(t *testing.T) {
 	}
 	a, _ := newTestMux(t, 3, srv, cli, 0)
 	b, _ := newTestMux(t, 3, srv, cli, 0)
-	d, err := b.Layer(2).Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	d, err := b.Layer(2).Dial(raft.ServerAddress(a.Addr().String()), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestMuxTLS(t *testing.T) {
 	exchange(t, d, accept(t, a.Layer(2)), "over TLS")
 
 	// A plain connection to a TLS mux fails its handshake and is dropped.
-	plain, err := net.DialTimeout("tcp", a.Addr().String(), time.Second)
+	plain, err := net.DialTimeout("tcp", a.Addr().String(), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestMuxTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := newTestMux(t, 3, srv, cli2, 0)
-	if d, err := c.Layer(0).Dial(raft.ServerAddress(a.Addr().String()), time.Second); err == nil {
+	if d, err := c.Layer(0).Dial(raft.ServerAddress(a.Addr().String()), 30*time.Second); err == nil {
 		defer d.Close()
 		wantDropped(t, d, "a peer with a certificate of another CA")
 	}

@@ -66,7 +66,7 @@ func TestTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cctx, ccancel := context.WithTimeout(t.Context(), 5*time.Second)
+		cctx, ccancel := context.WithTimeout(t.Context(), 30*time.Second)
 		_, err = pb.NewDelaywheelClient(conn).Topics(cctx, &pb.TopicsRequest{})
 		ccancel()
 		conn.Close()
