@@ -373,14 +373,20 @@ func (e *chaosEnv) converged() {
 // heartbeat timeout, doubled for slack.
 const leadershipLeaseMs = 500
 
-// noStaleAnswers fails if node ("": any) answered a delivery, or (with
-// settles) an ack or nack that settled something, to a call sent in
-// [sentFrom, sentTo] and answered in [doneFrom, doneTo] (a delivery: also
-// handed out at doneFrom or later): while it cannot commit it must answer
-// neither. only, when not nil, restricts the check
-// to the messages whose ids it keeps (an ack or nack, to those with a
-// receipt of such a message).
-func (e *chaosEnv) noStaleAnswers(node string, settles bool, only func(id string) bool, sentFrom, sentTo, doneFrom, doneTo int64) {
+// noStaleAnswers fails if node ("": any) answered a delivery, or an ack
+// or nack that settled something, to a call sent in [sentFrom, sentTo] and
+// answered in [doneFrom, doneTo] (a delivery: also handed out at doneFrom
+// or later; a settle: also sent at settlesFrom or later, and settles are
+// not checked when settlesFrom is negative): while it cannot commit it
+// must answer neither. only, when not nil, restricts the check to the
+// messages whose ids it keeps (an ack or nack, to those with a receipt of
+// such a message).
+//
+// A settle is answered once its entry commits. One sent before a cut may
+// have committed before it and be answered late on a loaded machine, so
+// the partition tests check the settles sent once the cut was in place,
+// which cannot commit.
+func (e *chaosEnv) noStaleAnswers(node string, settlesFrom int64, only func(id string) bool, sentFrom, sentTo, doneFrom, doneTo int64) {
 	e.t.Helper()
 	ds, ss, calls := e.h.AnsweredVia(node, sentFrom, sentTo, doneFrom, doneTo)
 	// A delivery counts from when the node handed it out (its lease's
@@ -389,9 +395,10 @@ func (e *chaosEnv) noStaleAnswers(node string, settles bool, only func(id string
 	// a hand-off decided under a valid lease may reach a client late on a
 	// loaded machine. A stale hand-off is handed out late, and still caught.
 	ds = slices.DeleteFunc(ds, func(d Delivery) bool { return d.LeaseExpiresMs-e.w.TTR.Milliseconds() < doneFrom })
-	if !settles {
+	if settlesFrom < 0 {
 		ss = nil
 	}
+	ss = slices.DeleteFunc(ss, func(s Settle) bool { return s.SentMs < settlesFrom })
 	if only != nil {
 		ds = slices.DeleteFunc(ds, func(d Delivery) bool { return !only(d.ID) })
 		ss = slices.DeleteFunc(ss, func(s Settle) bool {
@@ -564,7 +571,7 @@ func TestChaosPauseLeader(t *testing.T) {
 		// history check finds its message delivered again.
 		probes.wait()
 		e.sleep(e.w.TTR) // let the held-up calls finish
-		e.noStaleAnswers("", false, probes.has, 0, at, resumedAt, NowMs())
+		e.noStaleAnswers("", -1, probes.has, 0, at, resumedAt, NowMs())
 		probes.drain()
 	})
 	e.finish()
@@ -671,6 +678,9 @@ func TestChaosPartitionLeader(t *testing.T) {
 		l := e.leader()
 		at := e.fault("partition: leader %s cut off", l.ID)
 		e.c.Isolate(l)
+		// The cut is in place once Isolate returns, which a loaded machine
+		// may hold up well past at: the leadership lease runs from here.
+		cut := NowMs()
 		nl, err := e.c.WaitLeader(e.within(60*time.Second), l)
 		if err != nil {
 			t.Fatal(err)
@@ -698,7 +708,7 @@ func TestChaosPartitionLeader(t *testing.T) {
 		// once its leadership lease (half a heartbeat timeout after the last
 		// quorum contact, before the cut) had run out. Before that, it may
 		// still hand out messages: no other leader can exist yet.
-		e.noStaleAnswers(l.ID, true, nil, at, healAt, at+leadershipLeaseMs, healAt)
+		e.noStaleAnswers(l.ID, cut, nil, at, healAt, cut+leadershipLeaseMs, healAt)
 		if _, err := e.c.WaitLeader(e.within(60 * time.Second)); err != nil {
 			t.Fatal(err)
 		}

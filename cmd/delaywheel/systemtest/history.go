@@ -220,6 +220,13 @@ func (h *History) ObserveGroupLeader(atMs int64, g int, leader string, term uint
 	return true
 }
 
+// LeaderChanges returns the leader changes recorded so far.
+func (h *History) LeaderChanges() []LeaderChange {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.leaders)
+}
+
 // Fault records a fault the test injected.
 func (h *History) Fault(atMs int64, format string, args ...any) {
 	h.mu.Lock()

@@ -286,11 +286,35 @@ func (w *Workload) settle(ctx context.Context, nack bool, receipts []string, lea
 
 // WatchLeaders polls each live node's own view of every Raft group
 // (/v1/cluster?local=true, which answers at once while a peer is down)
-// every 100 ms and records every new term into h until ctx ends.
+// every 100 ms and records every new term into h until ctx ends. Each node
+// is polled by a goroutine of its own: a node that answers slowly (paused,
+// or starved on a loaded machine) holds up no other node's poll, which
+// would record a new term it knows late, past the slack in which a leader
+// change explains a duplicate (leaderSlack).
 func WatchLeaders(ctx context.Context, c *Cluster, h *History) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	watched := map[*Server]bool{}
 	for ctx.Err() == nil {
-		for _, n := range c.Live() {
-			for g := range c.Groups() {
+		for _, n := range c.Servers() {
+			if !watched[n] {
+				watched[n] = true
+				wg.Go(func() { watchNode(ctx, n, c.Groups(), h) })
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// watchNode polls n's views of its groups for WatchLeaders while n is
+// live, until ctx ends.
+func watchNode(ctx context.Context, n *Server, groups int, h *History) {
+	for ctx.Err() == nil {
+		if n.Running() && !n.Paused() {
+			for g := range groups {
 				rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 				v, err := n.ClusterOf(rctx, g, true)
 				cancel()
