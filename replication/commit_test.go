@@ -92,7 +92,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 
 			// Every node's address is recorded first: a SetNode logged after
 			// the hold would keep the enqueue's batch queued behind it.
-			nettest.WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
+			nettest.WaitFor(t, nettest.Patience, "every node's address to be recorded", func() bool {
 				for _, tn := range c.Nodes {
 					if !tn.Node.HasSelf() {
 						return false
@@ -105,7 +105,7 @@ func TestEnqueueAnsweredAtCommit(t *testing.T) {
 			mark := n.Raft().LastIndex()
 			release := hold.after(mark)
 			defer release()
-			nettest.WaitFor(t, 10*time.Second, "the entries logged before the hold to apply", func() bool {
+			nettest.WaitFor(t, nettest.Patience, "the entries logged before the hold to apply", func() bool {
 				return n.Raft().AppliedIndex() >= mark
 			})
 			before := n.Store().AppliedIndex()

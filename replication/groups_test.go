@@ -109,7 +109,7 @@ func TestGroupsOneIsOpen(t *testing.T) {
 	}
 	defer gs.Close(context.Background())
 	n := gs.Node(0)
-	nettest.WaitFor(t, 10*time.Second, "the single node to lead", func() bool { return n.IsLeader() && n.Ready() == nil })
+	nettest.WaitFor(t, nettest.Patience, "the single node to lead", func() bool { return n.IsLeader() && n.Ready() == nil })
 	if gs.Count() != 1 || gs.ForTopic("anything") != n {
 		t.Fatal("one group routes elsewhere than its node")
 	}
@@ -171,7 +171,7 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 	// not have heard of the last election yet, so wait until all agree.
 	leaderTerm := func(g int) uint64 { return c.Nodes[g].Groups.Node(g).Raft().CurrentTerm() }
 	var before []uint64
-	nettest.WaitFor(t, 10*time.Second, "every node at each group leader's term", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every node at each group leader's term", func() bool {
 		before = before[:0]
 		for g := range c.Count {
 			before = append(before, leaderTerm(g))
@@ -184,7 +184,7 @@ func TestGroupsLeadershipSpread(t *testing.T) {
 		return slices.Equal(c.Leaders(), preferred)
 	})
 	c.Stop(2)
-	nettest.WaitFor(t, 20*time.Second, "group 2 to elect another leader", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "group 2 to elect another leader", func() bool {
 		l := c.Leaders()[2]
 		return l == "n1" || l == "n2"
 	})
@@ -219,7 +219,7 @@ func TestGroupsTLSAndOneGroupClosed(t *testing.T) {
 	for g := range 2 {
 		enqueue(t, c.Leader(g).Groups.Node(g), msg(topics[g], "x", time.Hour))
 	}
-	nettest.WaitFor(t, 10*time.Second, "every node to apply both groups' enqueues", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every node to apply both groups' enqueues", func() bool {
 		for _, tn := range c.Nodes {
 			for g := range 2 {
 				if !tn.Groups.Node(g).Store().HasTopic(topics[g]) {
@@ -244,7 +244,7 @@ func TestGroupsTLSAndOneGroupClosed(t *testing.T) {
 	c.Leader(0)
 	leader := c.Leader(1).Groups.Node(1)
 	res := enqueue(t, leader, msg(topics[1], "after", time.Hour))
-	nettest.WaitFor(t, 10*time.Second, "group 1 to replicate to the node whose group 0 closed", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "group 1 to replicate to the node whose group 0 closed", func() bool {
 		_, err := victim.Groups.Node(1).Store().Get(res[0].ID)
 		return err == nil
 	})

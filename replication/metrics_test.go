@@ -63,7 +63,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	enqueue(t, l.Node, msg("m", "x", 50*time.Millisecond), msg("m", "y", 3*time.Hour))
 	// An enqueue without keys is answered when it commits, before its
 	// apply counts it.
-	nettest.WaitFor(t, 5*time.Second, "the enqueue to apply", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the enqueue to apply", func() bool {
 		return metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "enqueued"}) >= 2
 	})
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "enqueued"}); v != 2 {
@@ -80,7 +80,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 		t.Fatalf("lateness samples = %v, want 1", v)
 	}
 	// The hand-off may be answered before its Lease applies.
-	nettest.WaitFor(t, 5*time.Second, "the lease to apply", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the lease to apply", func() bool {
 		return metricValue(t, reg, "delaywheel_pending_messages", map[string]string{"topic": "m", "state": "reserved"}) == 1
 	})
 	if v := metricValue(t, reg, "delaywheel_messages_total", map[string]string{"topic": "m", "event": "delivered"}); v != 1 {

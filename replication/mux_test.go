@@ -166,7 +166,7 @@ func TestMuxDropsBadHeaders(t *testing.T) {
 	wantDropped(t, bad, "bad magic")
 	wantDropped(t, unknown, "unknown group")
 	wantDropped(t, silent, "no header")
-	nettest.WaitFor(t, 5*time.Second, "a warning for each dropped connection", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "a warning for each dropped connection", func() bool {
 		s := logs.String()
 		return strings.Count(s, "dropped a connection") == 3 && strings.Contains(s, "names group 5") &&
 			strings.Contains(s, "not a Raft group's")

@@ -85,7 +85,7 @@ func TestThreeNodesFailover(t *testing.T) {
 	c := repltest.NewCluster(t, 3, nil)
 	leader := c.Leader()
 	f := c.Follower()
-	nettest.WaitFor(t, 10*time.Second, "the follower to know the leader's HTTP address", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the follower to know the leader's HTTP address", func() bool {
 		addr, isLeader, known := f.Node.LeaderHTTP()
 		return known && !isLeader && addr == leader.Cfg.HTTPAddr
 	})
@@ -223,7 +223,7 @@ func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
 	}
 	c.Start(0)
 	n = c.Nodes[0].Node
-	nettest.WaitFor(t, 20*time.Second, "the rebuilt node to lead", func() bool { return n.Ready() == nil })
+	nettest.WaitFor(t, nettest.Patience, "the rebuilt node to lead", func() bool { return n.Ready() == nil })
 	for i, id := range ids {
 		v, err := n.Get(ctx, id)
 		if err != nil || string(v.Body) != fmt.Sprintf("m%d", i) || v.State != wheel.StateDelayed {

@@ -31,7 +31,7 @@ func heldCluster(t *testing.T, maxLag uint64) (*repltest.Cluster, map[string]*ap
 		}
 		SetBeforeApply(cfg, holds[cfg.ID].wait)
 	})
-	nettest.WaitFor(t, 20*time.Second, "every node's address to be recorded", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "every node's address to be recorded", func() bool {
 		for _, tn := range c.Nodes {
 			if tn.Node != nil && !tn.Node.HasSelf() {
 				return false
@@ -65,18 +65,18 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 	const maxLag = 3
 	c, holds := heldCluster(t, maxLag)
 	leader, f := c.Leader().Node, c.Follower().Node
-	nettest.WaitFor(t, 20*time.Second, "the follower to be ready", func() bool { return f.Ready() == nil })
+	nettest.WaitFor(t, nettest.Patience, "the follower to be ready", func() bool { return f.Ready() == nil })
 
 	mark := f.Raft().LastIndex()
 	release := holds[f.Cfg().ID].after(mark)
 	defer release()
-	nettest.WaitFor(t, 20*time.Second, "the entries logged before the hold to apply", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the entries logged before the hold to apply", func() bool {
 		a, _ := f.Indexes()
 		return a >= mark
 	})
 	applied, _ := f.Indexes()
 	enqueueOne(t, leader)
-	nettest.WaitFor(t, 20*time.Second, "the follower to learn a commit index past what it applied", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the follower to learn a commit index past what it applied", func() bool {
 		return f.LeaderCommit() > applied
 	})
 	if err := f.Ready(); err != nil {
@@ -85,7 +85,7 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 	for range maxLag {
 		enqueueOne(t, leader)
 	}
-	nettest.WaitFor(t, 20*time.Second, "the follower to learn it trails by more than the bound", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the follower to learn it trails by more than the bound", func() bool {
 		return f.LeaderCommit() > applied+maxLag
 	})
 	if a, _ := f.Indexes(); a != applied {
@@ -93,7 +93,7 @@ func TestReadyToleratesLagUpToBound(t *testing.T) {
 	}
 	wantNotReady(t, f.Ready(), "entries behind the commit index")
 	release()
-	nettest.WaitFor(t, 20*time.Second, "the follower to be ready once caught up", func() bool { return f.Ready() == nil })
+	nettest.WaitFor(t, nettest.Patience, "the follower to be ready once caught up", func() bool { return f.Ready() == nil })
 }
 
 // A follower restarted behind a backlog is not ready until it has applied
@@ -112,7 +112,7 @@ func TestReadyAfterRestartWaitsForCatchUp(t *testing.T) {
 	defer release()
 	c.Start(i)
 	f := c.Nodes[i].Node
-	nettest.WaitFor(t, 20*time.Second, "the restarted follower to hear the leader's commit index", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the restarted follower to hear the leader's commit index", func() bool {
 		return f.FirstCommit() > 0 && f.NoLeader() == nil
 	})
 	applied, _ := f.Indexes()
@@ -121,7 +121,7 @@ func TestReadyAfterRestartWaitsForCatchUp(t *testing.T) {
 	}
 	wantNotReady(t, f.Ready(), "catching up: applied ")
 	release()
-	nettest.WaitFor(t, 20*time.Second, "the restarted follower to be ready once caught up", func() bool { return f.Ready() == nil })
+	nettest.WaitFor(t, nettest.Patience, "the restarted follower to be ready once caught up", func() bool { return f.Ready() == nil })
 
 	f.Stopping()
 	if err := f.Ready(); !errors.Is(err, ErrStopping) {

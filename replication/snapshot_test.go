@@ -42,7 +42,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		res := enqueue(t, leader.Node, m)
 		ids = append(ids, res[0].ID)
 	}
-	nettest.WaitFor(t, 20*time.Second, "leader snapshot past the stopped follower", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "leader snapshot past the stopped follower", func() bool {
 		return leader.Node.Raft().Stats()["last_snapshot_index"] != "0"
 	})
 	c.Start(lagging)

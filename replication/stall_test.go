@@ -76,7 +76,7 @@ func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 	// probe below prove anything: a vote answered before Raft took the
 	// install would raise the term past the install's, which Raft then
 	// refuses without opening a sink or reading the stream.
-	nettest.WaitFor(t, 20*time.Second, "the stalled install to open its snapshot sink", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the stalled install to open its snapshot sink", func() bool {
 		return n.guard.sinks.Load() == 1
 	})
 
@@ -87,7 +87,7 @@ func TestSnapshotStreamStallFreesRaft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { probe.Close() })
-	nettest.WaitFor(t, 20*time.Second, "the node to answer a vote request after the stalled install", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the node to answer a vote request after the stalled install", func() bool {
 		var resp raft.RequestVoteResponse
 		err := probe.RequestVote("n1", raft.ServerAddress(members[0].RaftAddr),
 			&raft.RequestVoteRequest{RPCHeader: header, Term: 200}, &resp)

@@ -21,7 +21,7 @@ func TestMutualTLSCluster(t *testing.T) {
 	leader := c.Leader()
 	f := c.Follower()
 	res := enqueue(t, leader.Node, msg("tls", "x", 100*time.Millisecond))
-	nettest.WaitFor(t, 10*time.Second, "the follower to apply the enqueue over TLS", func() bool {
+	nettest.WaitFor(t, nettest.Patience, "the follower to apply the enqueue over TLS", func() bool {
 		_, err := f.Node.Store().Get(res[0].ID)
 		return err == nil
 	})

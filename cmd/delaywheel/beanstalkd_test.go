@@ -219,7 +219,7 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 				t.Fatalf("bury through n%d: %v", (i+1)%n+1, err)
 			}
 			// A follower reads its own state: wait until c sees the job buried.
-			nettest.WaitFor(t, 10*time.Second, "the bury to reach n"+fmt.Sprint((i+2)%n+1), func() bool {
+			nettest.WaitFor(t, nettest.Patience, "the bury to reach n"+fmt.Sprint((i+2)%n+1), func() bool {
 				return c.KickJob(id) == nil
 			})
 			if got, _, err := ts.Reserve(10 * time.Second); err != nil || got != id {
@@ -230,7 +230,7 @@ func TestBeanstalkdThroughFollowers(t *testing.T) {
 			}
 			if _, err := c.Peek(id); !errors.Is(err, beanstalk.ErrNotFound) {
 				// A follower reads its own state: wait until it applied the delete.
-				nettest.WaitFor(t, 10*time.Second, "the delete to reach every node", func() bool {
+				nettest.WaitFor(t, nettest.Patience, "the delete to reach every node", func() bool {
 					_, err := c.Peek(id)
 					return errors.Is(err, beanstalk.ErrNotFound)
 				})

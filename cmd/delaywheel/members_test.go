@@ -35,7 +35,7 @@ func TestRemoveNode(t *testing.T) {
 	if slices.Contains(ids, "n3") || len(v.Groups) != groups {
 		t.Fatalf("members after the removal: %v, %d groups; want n3 gone and %d groups", ids, len(v.Groups), groups)
 	}
-	nettest.WaitFor(t, 10*time.Second, "the removed n3 to be unready", func() bool { return cls[2].Readyz(ctx) != nil })
+	nettest.WaitFor(t, nettest.Patience, "the removed n3 to be unready", func() bool { return cls[2].Readyz(ctx) != nil })
 
 	_, err = run(t, "remove-node", "--addr", "http://"+httpAddrs[0], "n3")
 	if err == nil || !strings.Contains(err.Error(), `node "n3" is not a member`) {
