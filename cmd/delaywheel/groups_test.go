@@ -190,7 +190,13 @@ func startServer(t *testing.T, httpAddr string, args ...string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	app := newApp()
-	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	logs := new(nettest.SyncBuffer)
+	app.Writer, app.ErrWriter = io.Discard, logs
+	t.Cleanup(func() { // after stop (cleanups run last first)
+		if t.Failed() {
+			t.Logf("server on %s logged:\n%s", httpAddr, logs.String())
+		}
+	})
 	args = append([]string{"delaywheel", "server", "--http-addr", httpAddr, "--grpc-addr", "off", "--log-level", "warn"}, args...)
 	go func() { done <- runCLI(ctx, app, args) }()
 	var once sync.Once
