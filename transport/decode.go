@@ -58,6 +58,11 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	if err != nil {
 		return err
 	}
+	return decodeData(data, v, allowEmpty)
+}
+
+// decodeData decodes a body read already as decodeBody does.
+func decodeData(data []byte, v any, allowEmpty bool) error {
 	if allowEmpty && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}

@@ -11,7 +11,7 @@ import (
 
 // Grouped is implemented by a backend that runs many Raft groups
 // (--groups N). The backend's own methods are group 0's. The server picks
-// one group's backend for each request (see routeScope); requests that
+// one group's backend for each request (see pick); requests that
 // span the groups (groupspan.go) are answered from every group. A backend
 // that does not implement it, or whose GroupCount is 1, is served exactly
 // as a backend of one group.
@@ -44,8 +44,8 @@ func (o GroupsOf[B]) Group(g int) Backend { return o.Groups.Node(g) }
 type scope int
 
 const (
-	// scopeNone: no group (/healthz, and any route not named in
-	// groupScopes); ?group= is ignored.
+	// scopeNone: no group (/healthz, /v1/openapi.json, the 404 and
+	// 405 answers); ?group= is ignored.
 	scopeNone scope = iota
 	// scopeQuery: the group ?group= names, default 0 (the wheel's views,
 	// backups).
@@ -64,46 +64,6 @@ const (
 type groupRoute struct {
 	scope scope
 	span  handlerFunc // with scopeSpan: the answer from every group
-}
-
-// groupScopes maps the route patterns of routeList() to their groupRoute;
-// a pattern not listed is scopeNone.
-func (s *Server) groupScopes() map[string]groupRoute {
-	topic, id, query := groupRoute{scope: scopeTopic}, groupRoute{scope: scopeID}, groupRoute{scope: scopeQuery}
-	span := groupRoute{scope: scopeSpan}
-	return map[string]groupRoute{
-		"GET /v1/wheel":                        query,
-		"GET /v1/wheel/slots/{slot}":           query,
-		"GET /v1/wheel/overflow":               query,
-		"GET /v1/backup":                       query,
-		"GET /readyz":                          {scopeSpan, s.readyzSpan},
-		"POST /v1/messages":                    span,
-		"GET /v1/messages/{id}":                id,
-		"DELETE /v1/messages/{id}":             id,
-		"POST /v1/messages/{id}/reschedule":    id,
-		"POST /v1/messages/{id}/reserve":       id,
-		"DELETE /v1/topics/{topic}/keys/{key}": topic,
-		"GET /v1/topics/{topic}/keys/{key}":    topic,
-		"POST /v1/topics/{topic}/reserve":      topic,
-		"GET /v1/topics/{topic}/stream":        topic,
-		"PUT /v1/topics/{topic}/webhook":       topic,
-		"GET /v1/topics/{topic}/webhook":       topic,
-		"DELETE /v1/topics/{topic}/webhook":    topic,
-		"POST /v1/ack":                         span,
-		"POST /v1/nack":                        span,
-		"POST /v1/touch":                       span,
-		"POST /v1/bury":                        span,
-		"GET /v1/topics":                       {scopeSpan, s.topicsSpan},
-		"GET /v1/topics/{topic}/dead":          topic,
-		"POST /v1/topics/{topic}/dead/redrive": topic,
-		"GET /v1/cluster":                      {scopeSpan, s.clusterSpan},
-		"POST /v1/cluster/nodes":               {scopeSpan, s.addNodeSpan},
-		"DELETE /v1/cluster/nodes/{id}":        {scopeSpan, s.removeNodeSpan},
-		"PUT /v1/schedules/{name}":             {scopeSpan, s.putScheduleSpan},
-		"GET /v1/schedules/{name}":             {scopeSpan, s.getScheduleSpan},
-		"DELETE /v1/schedules/{name}":          {scopeSpan, s.deleteScheduleSpan},
-		"GET /v1/schedules":                    {scopeSpan, s.listSchedulesSpan},
-	}
 }
 
 // picked is the group pick chose for a request, in its context.

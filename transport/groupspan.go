@@ -1,12 +1,10 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -20,7 +18,7 @@ import (
 )
 
 // This file answers, on a node of many groups, the requests that span
-// them (groupScopes' scopeSpan routes without ?group=). A write is split
+// them (the scopeSpan routes of routeList, without ?group=). A write is split
 // by group by the service's router (Server.svc): a part of a group this
 // node leads goes to that group's backend, a part of another group to
 // its leader as the same route with ?group=g (parts.go), whose answer the
@@ -102,11 +100,8 @@ func (s *Server) addNodeSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := withCaller(r)
 	for g := range s.svc.Count() {
-		_, err := inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
-			http.MethodPost, "/v1/cluster/nodes", n)
-		if err != nil {
+		if _, err := s.addNodeIn(r.Context(), g, n); err != nil {
 			return nil, partOf(g, err)
 		}
 	}
@@ -123,15 +118,11 @@ func (s *Server) addNodeSpan(r *http.Request) (any, error) {
 func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 	id := r.PathValue("id")
 	auth := r.Header.Get("Authorization")
-	ctx, cancel := context.WithTimeout(withCaller(r), removeRetryTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), removeRetryTimeout)
 	defer cancel()
 	for g := range s.svc.Count() {
-		remove := func(b Backend) (api.NodeRemoved, error) {
-			confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
-			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
-		}
 		for retried := false; ; retried = true {
-			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+id, nil)
+			_, err := s.removeNodeIn(r.Context(), g, id, auth)
 			var e *Error
 			switch {
 			case err == nil:
@@ -240,14 +231,7 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := withCaller(r)
-	out, err := inGroup(s, ctx, g, func(b Backend) (api.Schedule, error) {
-		req := withGroup(r, b, g)
-		req.Body = io.NopCloser(bytes.NewReader(data))
-		v, err := s.putSchedule(req)
-		sch, _ := v.(api.Schedule)
-		return sch, err
-	}, http.MethodPut, "/v1/schedules/"+name, json.RawMessage(data))
+	out, err := s.putScheduleIn(r.Context(), g, name, data)
 	if err != nil {
 		return nil, err
 	}
@@ -255,18 +239,11 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	// so that one group holds each name. Should this fail, the client's
 	// retry of the put (which replaces) removes it again.
 	if was >= 0 && was != g {
-		if _, err := s.deleteScheduleIn(ctx, was, name); err != nil {
+		if _, err := s.deleteScheduleIn(r.Context(), was, name); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// deleteScheduleIn deletes schedule name in group g.
-func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
-	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
-		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
-	}, http.MethodDelete, "/v1/schedules/"+name, nil)
 }
 
 // getScheduleSpan answers a schedule from the group that holds it.
@@ -287,8 +264,7 @@ func (s *Server) deleteScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.deleteScheduleIn(withCaller(r), max(g, 0), name)
-	return out, err
+	return s.deleteScheduleIn(r.Context(), max(g, 0), name)
 }
 
 // listSchedulesSpan pages the schedules of every group by name, as

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -295,7 +296,13 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n, s.be(r).AddNode(r.Context(), memberOf(n))
+	return s.addNodeIn(r.Context(), groupOf(r), n)
+}
+
+// addNodeIn adds node n to group g.
+func (s *Server) addNodeIn(ctx context.Context, g int, n api.Node) (api.Node, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
+		http.MethodPost, "/v1/cluster/nodes", n)
 }
 
 // memberOf is the member record of n.
@@ -313,10 +320,16 @@ func (s *Server) nodeBody(r *http.Request) (api.Node, error) {
 }
 
 func (s *Server) removeNode(r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	auth := r.Header.Get("Authorization")
-	confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, groupOf(r), id, index, auth) }
-	return api.NodeRemoved{ID: id, Removed: true}, s.be(r).RemoveNode(r.Context(), id, confirm)
+	return s.removeNodeIn(r.Context(), groupOf(r), r.PathValue("id"), r.Header.Get("Authorization"))
+}
+
+// removeNodeIn removes member id from group g; auth is the Authorization
+// it asks the member with whether it holds its demotion (memberHolds).
+func (s *Server) removeNodeIn(ctx context.Context, g int, id, auth string) (api.NodeRemoved, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.NodeRemoved, error) {
+		confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
+		return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(ctx, id, confirm)
+	}, http.MethodDelete, "/v1/cluster/nodes/"+url.PathEscape(id), nil)
 }
 
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),

@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -18,18 +20,30 @@ const (
 	maxScheduleLimit     = 1000
 )
 
+// putSchedule stores a schedule in the group of r (?group=, default 0).
 func (s *Server) putSchedule(r *http.Request) (any, error) {
-	sb := s.be(r)
-	var req api.ScheduleRequest
-	if err := decodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	spec, err := validateSchedule(r.PathValue("name"), req, s.cfg.Limits, s.nowMs())
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	info, err := sb.SetSchedule(r.Context(), spec)
-	return scheduleOf(info), err
+	return s.putScheduleIn(r.Context(), groupOf(r), r.PathValue("name"), data)
+}
+
+// putScheduleIn stores schedule name, as body data gives it, in group g:
+// the body goes on as it came to a leader elsewhere, which validates it.
+func (s *Server) putScheduleIn(ctx context.Context, g int, name string, data []byte) (api.Schedule, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.Schedule, error) {
+		var req api.ScheduleRequest
+		if err := decodeData(data, &req, false); err != nil {
+			return api.Schedule{}, err
+		}
+		spec, err := validateSchedule(name, req, s.cfg.Limits, s.nowMs())
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		info, err := b.SetSchedule(ctx, spec)
+		return scheduleOf(info), err
+	}, http.MethodPut, "/v1/schedules/"+url.PathEscape(name), jsonWire(data))
 }
 
 // validateSchedule checks a schedule as sent and returns its spec, with
@@ -66,9 +80,14 @@ func (s *Server) getSchedule(r *http.Request) (any, error) {
 }
 
 func (s *Server) deleteSchedule(r *http.Request) (any, error) {
-	sb := s.be(r)
-	name := r.PathValue("name")
-	return api.ScheduleDeleted{Name: name, Deleted: true}, sb.DeleteSchedule(r.Context(), name)
+	return s.deleteScheduleIn(r.Context(), groupOf(r), r.PathValue("name"))
+}
+
+// deleteScheduleIn deletes schedule name in group g.
+func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
+		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
+	}, http.MethodDelete, "/v1/schedules/"+url.PathEscape(name), nil)
 }
 
 // scheduleScan bounds the stored schedules one GET /v1/schedules?topic=
