@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
@@ -90,12 +89,9 @@ func cancelled(id model.ID, err error) (any, error) {
 }
 
 func (s *Server) reschedule(r *http.Request) (any, error) {
-	id, err := pathID(r)
-	if err != nil {
-		return nil, err
-	}
 	var req api.RescheduleRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	id, err := idAndBody(r, &req, false)
+	if err != nil {
 		return nil, err
 	}
 	at, err := service.ResolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
@@ -116,25 +112,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := routingOf(r).rt
-	// A long-poll takes a slot where it waits: on the leader a follower
-	// forwards it to.
-	if waitMs > 0 && rt.Leads(rt.GroupOfTopic(topic)) {
-		release, err := s.cfg.Slots.AcquireWaiter()
-		if err != nil {
-			return nil, err
-		}
-		defer release()
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := rt.Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
-	// A long-poll the shutdown cut short (the backend may answer it empty
-	// or with the context's error) sends its client to another node.
-	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && r.Context().Err() == nil {
-		return nil, unavailable("this node is shutting down; retry on another node")
-	}
+	ds, err := s.cfg.Slots.Reserve(r.Context(), s.drain, routingOf(r).rt, topic, n, waitMs, ttrMs)
 	if err != nil {
 		return nil, err
 	}
@@ -342,6 +320,16 @@ func pathID(r *http.Request) (model.ID, error) {
 func (s *Server) pathTopic(r *http.Request) (string, error) {
 	topic := r.PathValue("topic")
 	return topic, service.ValidateTopic("topic", topic, s.cfg.Limits)
+}
+
+// idAndBody parses the {id} of the path and decodes the body into v (see
+// decodeBody).
+func idAndBody(r *http.Request, v any, allowEmpty bool) (model.ID, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return model.ID{}, err
+	}
+	return id, decodeBody(r, v, allowEmpty)
 }
 
 // topicAndBody checks the {topic} of the path and decodes the optional

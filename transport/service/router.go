@@ -27,6 +27,7 @@ type Forwarder interface {
 	Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error)
 	Settle(ctx context.Context, to model.Member, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error)
 	Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error)
+	ReserveID(ctx context.Context, to model.Member, id model.ID, ttr time.Duration) (model.Delivery, uint64, error)
 	// Reaches reports whether a call of ctx can be forwarded to the
 	// leader at to.
 	Reaches(ctx context.Context, to model.Member) bool
@@ -377,6 +378,19 @@ func (r *Router) Reserve(ctx context.Context, topic string, max int, wait, ttr t
 	return Call(ctx, r, r.GroupOfTopic(topic), func(b Backend) ([]model.Delivery, error) { return b.Reserve(ctx, topic, max, wait, ttr) },
 		func(f Forwarder, to model.Member) ([]model.Delivery, uint64, error) {
 			return f.Reserve(ctx, to, topic, max, wait, ttr)
+		})
+}
+
+// ReserveID leases one ready, delayed or dead message by its id for ttr
+// (0: its own time-to-run), in the group the id names (Backend.ReserveID).
+func (r *Router) ReserveID(ctx context.Context, id model.ID, ttr time.Duration) (model.Delivery, error) {
+	g, err := r.GroupOfID("id", id)
+	if err != nil {
+		return model.Delivery{}, err
+	}
+	return Call(ctx, r, g, func(b Backend) (model.Delivery, error) { return b.ReserveID(ctx, id, ttr) },
+		func(f Forwarder, to model.Member) (model.Delivery, uint64, error) {
+			return f.ReserveID(ctx, to, id, ttr)
 		})
 }
 
