@@ -66,51 +66,61 @@ type groupRoute struct {
 	span  handlerFunc // with scopeSpan: the answer from every group
 }
 
-// picked is the group pick chose for a request, in its context.
-type picked struct {
-	b Backend
-	g int
+// routing is how a request is served, in its context: g is the group
+// pick chose for it; a routed route (routed) also carries the service's
+// router that serves it, the one of g, or of every group when the route
+// spans them. A request of group 0 of a route that is not routed carries
+// none, so that a backend of one group serves its requests as it always
+// did.
+type routing struct {
+	g    int
+	rt   *service.Router
+	span bool // rt spans the groups: the route found no group of its own
 }
 
-// pickedKey is the context key of a request's picked group.
-type pickedKey struct{}
+// routingKey is the context key of a request's routing.
+type routingKey struct{}
 
-// be returns the backend that answers r: the group pick chose for it.
-// Requests to group 0, and every request to a backend of one group, carry
-// none and are the server's backend.
-func (s *Server) be(r *http.Request) Backend {
-	if p, ok := r.Context().Value(pickedKey{}).(picked); ok {
-		return p.b
-	}
-	return s.b
+// routingOf is r's routing.
+func routingOf(r *http.Request) routing {
+	rt, _ := r.Context().Value(routingKey{}).(routing)
+	return rt
 }
 
 // groupOf returns the group that answers r.
-func groupOf(r *http.Request) int {
-	p, _ := r.Context().Value(pickedKey{}).(picked)
-	return p.g
+func groupOf(r *http.Request) int { return routingOf(r).g }
+
+// be returns the backend that answers r: the group pick chose for it.
+func (s *Server) be(r *http.Request) Backend { return s.svc.Group(groupOf(r)) }
+
+// withGroup returns r answered in group g.
+func withGroup(r *http.Request, g int) *http.Request {
+	if g == 0 {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), routingKey{}, routing{g: g}))
 }
 
 // pick chooses the group that answers r: the one ?group= names, else the
 // one the route's scope finds. span says the route answers from every
 // group instead (its span handler). With one group, only a ?group= other
 // than 0 changes the answer: it is refused.
-func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bool, err error) {
+func (s *Server) pick(r *http.Request, rt groupRoute) (g int, span bool, err error) {
 	n := s.svc.Count()
 	if rt.scope == scopeNone {
-		return s.b, 0, false, nil
+		return 0, false, nil
 	}
 	if r.URL.RawQuery != "" {
 		if q := r.URL.Query().Get("group"); q != "" {
 			g, err := strconv.Atoi(q)
 			if err != nil || g < 0 || g >= n {
-				return nil, 0, false, groupOutOfRange(n, service.QuoteShort(q))
+				return 0, false, groupOutOfRange(n, service.QuoteShort(q))
 			}
-			return s.svc.Group(g), g, false, nil
+			return g, false, nil
 		}
 	}
 	if n == 1 {
-		return s.b, 0, false, nil
+		return 0, false, nil
 	}
 	switch rt.scope {
 	case scopeTopic:
@@ -119,23 +129,14 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 		// A malformed id is the handler's to refuse (400 naming id).
 		if id, err := model.ParseID(r.PathValue("id")); err == nil {
 			if g, err = s.svc.GroupOfID("id", id); err != nil {
-				return nil, 0, false, err
+				return 0, false, err
 			}
 		}
 	case scopeSpan:
-		return s.b, 0, true, nil
+		return 0, true, nil
 	}
-	return s.svc.Group(g), g, false, nil
+	return g, false, nil
 }
-
-// routing is how a routed request is served, in its context.
-type routing struct {
-	rt   *service.Router
-	span bool // rt spans the groups: the route found no group of its own
-}
-
-// routingKey is the context key of a request's routing.
-type routingKey struct{}
 
 // routed prepares r for a route the service's router serves: its context
 // carries its caller and the router that serves it, the one of the group
@@ -162,28 +163,12 @@ func (s *Server) routed(r *http.Request, g int, span bool) (*http.Request, *serv
 			return nil, nil, err
 		}
 	}
-	return r.WithContext(context.WithValue(ctx, routingKey{}, routing{rt, span})), settled, nil
-}
-
-// routingOf is r's routing (routed).
-func routingOf(r *http.Request) routing {
-	rt, _ := r.Context().Value(routingKey{}).(routing)
-	return rt
+	return r.WithContext(context.WithValue(ctx, routingKey{}, routing{g, rt, span})), settled, nil
 }
 
 // groupOutOfRange refuses a group outside [0, n), given as got.
 func groupOutOfRange(n int, got string) *Error {
 	return invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, got)
-}
-
-// withGroup returns r carrying group g, of backend b, as the group that
-// answers it. Group 0 is carried by no value, so that a backend of one
-// group serves its requests as it always did.
-func withGroup(r *http.Request, b Backend, g int) *http.Request {
-	if g == 0 {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), pickedKey{}, picked{b, g}))
 }
 
 // groupQuery is the query that names group g in a question to another

@@ -253,7 +253,7 @@ func (s *Server) getScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.getSchedule(withGroup(r, s.svc.Group(max(g, 0)), max(g, 0)))
+	return s.getSchedule(withGroup(r, max(g, 0)))
 }
 
 // deleteScheduleSpan deletes a schedule in the group that holds it (none

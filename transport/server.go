@@ -31,7 +31,6 @@ const ForwardedHeader = "X-Delaywheel-Forwarded"
 // Server serves the HTTP API of api/API.md on top of a Backend.
 type Server struct {
 	cfg      Config
-	b        Backend
 	svc      *service.Router // serves the message routes, each part in its group
 	parts    parts           // forwards the parts of groups led elsewhere
 	log      *slog.Logger
@@ -75,7 +74,6 @@ func NewServer(cfg Config, b Backend) *Server {
 	cfg = cfg.WithDefaults()
 	s := &Server{
 		cfg:      cfg,
-		b:        b,
 		log:      cfg.Logger.With("component", "http"),
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
@@ -214,13 +212,13 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 			return
 		}
 	}
-	b, g, span, err := s.pick(r, rt.groups)
+	g, span, err := s.pick(r, rt.groups)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	r = withGroup(r, b, g)
-	if err := b.Removed(); err != nil && rt.access != open {
+	r = withGroup(r, g)
+	if err := s.svc.Group(g).Removed(); err != nil && rt.access != open {
 		s.fail(w, unavailable("%v", err))
 		return
 	}
