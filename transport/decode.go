@@ -140,7 +140,7 @@ func jsonError(err error) *Error {
 	case errors.As(err, &own):
 		return own // a decoder of this package's refused the value
 	case errors.As(err, &svc):
-		return toError(svc) // a check of the service's refused the value
+		return ToError(svc) // a check of the service's refused the value
 	case errors.Is(err, io.EOF):
 		return invalid("request body: is empty; expected a JSON object")
 	case errors.As(err, &syn):
@@ -284,7 +284,7 @@ func asError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return toError(err)
+	return ToError(err)
 }
 
 // decodeEnqueueProto decodes the protobuf form of an enqueue request
@@ -313,7 +313,7 @@ func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 		}
 	}
 	if err := service.CheckCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
-		return api.EnqueueRequest{}, toError(err)
+		return api.EnqueueRequest{}, ToError(err)
 	}
 	return req, nil
 }

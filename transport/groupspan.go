@@ -47,7 +47,7 @@ func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend)
 		return v, index, err
 	})
 	if err != nil {
-		return v, toError(err)
+		return v, ToError(err)
 	}
 	return v, nil
 }
@@ -61,7 +61,7 @@ func partOf(g int, err error) error {
 	if g == 0 {
 		return err
 	}
-	return groupError(g, toError(err))
+	return groupError(g, ToError(err))
 }
 
 // topicsSpan merges every group's topics (a topic lives in one group).
@@ -84,10 +84,8 @@ func (s *Server) readyzSpan(r *http.Request) (any, error) {
 	}
 	st := make([]api.Status, n)
 	err := service.EachGroup(service.All(n), func(g int) (err error) {
-		if st[g], err = s.readyGroup(r, s.svc.Group(g), g); err != nil {
-			e := toError(err)
-			e.Message = fmt.Sprintf("group %d: %s", g, e.Message)
-			return e
+		if st[g], err = readyGroup(s.svc.Group(g)); err != nil {
+			return groupError(g, ToError(err))
 		}
 		return nil
 	})

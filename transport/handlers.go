@@ -166,7 +166,7 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 			}
 			// Refused as each group's part is: naming the first group.
 			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
-			return nil, groupError(groups[0], toError(err))
+			return nil, groupError(groups[0], ToError(err))
 		}
 	}
 	c, err := rt.rt.Settle(r.Context(), "receipts", op, rs, delayMs)

@@ -293,7 +293,7 @@ func CheckBearer(header string, tokenSum [sha256.Size]byte) error {
 
 // fail answers err as an error body.
 func (s *Server) fail(w http.ResponseWriter, err error) {
-	e := toError(err)
+	e := ToError(err)
 	if rec, ok := w.(*recorder); ok {
 		rec.err = err
 	}
