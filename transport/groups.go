@@ -93,12 +93,25 @@ func groupOf(r *http.Request) int { return routingOf(r).g }
 // be returns the backend that answers r: the group pick chose for it.
 func (s *Server) be(r *http.Request) Backend { return s.svc.Group(groupOf(r)) }
 
-// withGroup returns r answered in group g.
-func withGroup(r *http.Request, g int) *http.Request {
-	if g == 0 {
+// routerOf returns the service's router that answers r: in the group pick
+// chose for it, or over every group when r's route spans them.
+func (s *Server) routerOf(r *http.Request) *service.Router {
+	switch rt := routingOf(r); {
+	case rt.rt != nil:
+		return rt.rt
+	case rt.span:
+		return s.svc
+	default:
+		return s.svc.In(rt.g)
+	}
+}
+
+// withGroup returns r answered in group g, or in every group (span).
+func withGroup(r *http.Request, g int, span bool) *http.Request {
+	if g == 0 && !span {
 		return r
 	}
-	return r.WithContext(context.WithValue(r.Context(), routingKey{}, routing{g: g}))
+	return r.WithContext(context.WithValue(r.Context(), routingKey{}, routing{g: g, span: span}))
 }
 
 // pick chooses the group that answers r: the one ?group= names, else the

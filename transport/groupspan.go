@@ -8,12 +8,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -62,12 +60,6 @@ func partOf(g int, err error) error {
 		return err
 	}
 	return groupError(g, ToError(err))
-}
-
-// topicsSpan merges every group's topics (a topic lives in one group).
-func (s *Server) topicsSpan(r *http.Request) (any, error) {
-	ts, err := s.svc.Topics(r.Context())
-	return api.TopicsResponse{Topics: topicsOf(ts)}, err
 }
 
 // readyzSpan is ready when every group is, each as readyz defines it,
@@ -251,7 +243,7 @@ func (s *Server) getScheduleSpan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.getSchedule(withGroup(r, max(g, 0)))
+	return s.getSchedule(withGroup(r, max(g, 0), false))
 }
 
 // deleteScheduleSpan deletes a schedule in the group that holds it (none
@@ -263,25 +255,4 @@ func (s *Server) deleteScheduleSpan(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return s.deleteScheduleIn(r.Context(), max(g, 0), name)
-}
-
-// listSchedulesSpan pages the schedules of every group by name, as
-// listSchedules pages one group's: each read takes the first n after a
-// name from every group and keeps the first n of their union.
-func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
-	n := s.svc.Count()
-	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
-		per := make([][]wheel.ScheduleInfo, n)
-		err := service.EachGroup(service.All(n), func(g int) error {
-			var err error
-			per[g], err = s.svc.Group(g).Schedules(r.Context(), after, k)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		infos := slices.Concat(per...)
-		slices.SortFunc(infos, func(a, b wheel.ScheduleInfo) int { return strings.Compare(a.Name, b.Name) })
-		return infos[:min(len(infos), k)], nil
-	})
 }

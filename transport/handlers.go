@@ -211,7 +211,7 @@ func decodeReceipts(r *http.Request) ([]string, error) {
 }
 
 func (s *Server) topics(r *http.Request) (any, error) {
-	ts, err := s.be(r).Topics(r.Context())
+	ts, err := s.routerOf(r).Topics(r.Context())
 	return api.TopicsResponse{Topics: topicsOf(ts)}, err
 }
 

@@ -96,18 +96,10 @@ func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.
 const scheduleScan = 10_000
 
 // listSchedules answers GET /v1/schedules: up to limit schedules in name
-// order after ?after=, with next set when more may follow; with ?topic=,
-// only that topic's (see pageSchedules).
+// order after ?after=, of every group (the one ?group= names), with next
+// set when more may follow; with ?topic=, only that topic's (see
+// pageSchedules).
 func (s *Server) listSchedules(r *http.Request) (any, error) {
-	sb := s.be(r)
-	return s.schedulesPage(r, func(after string, n int) ([]wheel.ScheduleInfo, error) {
-		return sb.Schedules(r.Context(), after, n)
-	})
-}
-
-// schedulesPage answers a GET /v1/schedules from read (up to n schedules
-// after a name, in name order): the page its limit, after and topic ask for.
-func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) ([]wheel.ScheduleInfo, error)) (any, error) {
 	limit, err := queryInt(r, "limit", defaultScheduleLimit, 1, maxScheduleLimit)
 	if err != nil {
 		return nil, err
@@ -118,6 +110,8 @@ func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) (
 			return nil, err
 		}
 	}
+	rt := s.routerOf(r)
+	read := func(after string, n int) ([]wheel.ScheduleInfo, error) { return rt.Schedules(r.Context(), after, n) }
 	return pageSchedules(read, q.Get("after"), q.Get("topic"), limit, scheduleScan)
 }
 

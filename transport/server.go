@@ -145,7 +145,7 @@ func (s *Server) routeList() []route {
 		{"POST /v1/nack", routed, s.nack, span(nil)},
 		{"POST /v1/touch", routed, s.touch, span(nil)},
 		{"POST /v1/bury", routed, s.bury, span(nil)},
-		{"GET /v1/topics", local, s.topics, span(s.topicsSpan)},
+		{"GET /v1/topics", local, s.topics, span(nil)},
 		{"GET /v1/topics/{topic}/dead", local, s.dead, topic},
 		{"POST /v1/topics/{topic}/dead/redrive", routed, s.redrive, topic},
 		{"GET /v1/wheel", local, s.wheel, query},
@@ -158,7 +158,7 @@ func (s *Server) routeList() []route {
 		{"PUT /v1/schedules/{name}", routed, s.putSchedule, span(s.putScheduleSpan)},
 		{"GET /v1/schedules/{name}", local, s.getSchedule, span(s.getScheduleSpan)},
 		{"DELETE /v1/schedules/{name}", routed, s.deleteSchedule, span(s.deleteScheduleSpan)},
-		{"GET /v1/schedules", local, s.listSchedules, span(s.listSchedulesSpan)},
+		{"GET /v1/schedules", local, s.listSchedules, span(nil)},
 	}
 }
 
@@ -217,7 +217,7 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 		s.fail(w, err)
 		return
 	}
-	r = withGroup(r, g)
+	r = withGroup(r, g, span)
 	if err := s.svc.Group(g).Removed(); err != nil && rt.access != open {
 		s.fail(w, unavailable("%v", err))
 		return

@@ -401,18 +401,37 @@ func (r *Router) Redrive(ctx context.Context, topic string, ids []model.ID) (int
 		func(f Forwarder, to model.Member) (int, uint64, error) { return f.Redrive(ctx, to, topic, ids) })
 }
 
-// Topics lists the topics of every group, by name (a topic lives in one
-// group), each group's as this node holds it.
+// Topics lists the topics of the router's groups (every group; a router
+// In a group, that group's), by name (a topic lives in one group), each
+// group's as this node holds it.
 func (r *Router) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
-	n := len(r.groups)
-	per := make([][]wheel.TopicCounts, n)
-	err := EachGroup(All(n), func(g int) (err error) {
-		per[g], err = r.groups[g].Topics(ctx)
+	return merged(r, func(b Backend) ([]wheel.TopicCounts, error) { return b.Topics(ctx) },
+		func(t wheel.TopicCounts) string { return t.Topic })
+}
+
+// Schedules lists the first limit schedules whose names sort after after
+// of the router's groups (as Topics), each group's as this node holds it.
+func (r *Router) Schedules(ctx context.Context, after string, limit int) ([]wheel.ScheduleInfo, error) {
+	infos, err := merged(r, func(b Backend) ([]wheel.ScheduleInfo, error) { return b.Schedules(ctx, after, limit) },
+		func(i wheel.ScheduleInfo) string { return i.Name })
+	return infos[:min(len(infos), limit)], err
+}
+
+// merged reads a list of each of the router's groups at once and merges
+// them, sorted by key; the error is the first group's that failed.
+func merged[T any](r *Router, read func(b Backend) ([]T, error), key func(T) string) ([]T, error) {
+	gs := All(len(r.groups))
+	if r.pin > 0 {
+		gs = []int{r.pin - 1}
+	}
+	per := make([][]T, len(r.groups))
+	err := EachGroup(gs, func(g int) (err error) {
+		per[g], err = read(r.groups[g])
 		return err
 	})
-	ts := slices.Concat(per...)
-	slices.SortFunc(ts, func(a, b wheel.TopicCounts) int { return strings.Compare(a.Topic, b.Topic) })
-	return ts, err
+	out := slices.Concat(per...)
+	slices.SortFunc(out, func(a, b T) int { return strings.Compare(key(a), key(b)) })
+	return out, err
 }
 
 // EachGroup runs do for the groups gs at once and returns the error of
