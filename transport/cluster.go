@@ -32,6 +32,10 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	}
 	view, err := s.clusterView(r.Context(), groupOf(r), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
 	view.GRPCAddr = s.cfg.GRPCAddr
+	if err == nil && !local && routingOf(r).span {
+		// On a node of many groups: group 0's view, with every group.
+		s.allGroups(r.Context(), r.Header.Get("Authorization"), &view)
+	}
 	return view, err
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -135,21 +134,6 @@ func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 // removeRetryTimeout bounds how long a removal over many groups waits for
 // the groups whose leader it removed to elect another.
 const removeRetryTimeout = 10 * time.Second
-
-// clusterSpan answers the cluster view: the members as group 0's leader
-// sees them, and every group's leader, term and the leader's indexes.
-func (s *Server) clusterSpan(r *http.Request) (any, error) {
-	if local, _ := strconv.ParseBool(r.URL.Query().Get("local")); local {
-		return s.cluster(r) // group 0's own view, as a member asks it
-	}
-	v, err := s.cluster(r)
-	if err != nil {
-		return nil, err
-	}
-	view := v.(api.Cluster)
-	s.allGroups(r.Context(), r.Header.Get("Authorization"), &view)
-	return view, nil
-}
 
 // allGroups sets view's groups to every group as this node sees it
 // (groupStatus); auth is the Authorization to send.

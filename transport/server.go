@@ -151,7 +151,7 @@ func (s *Server) routeList() []route {
 		{"GET /v1/wheel", local, s.wheel, query},
 		{"GET /v1/wheel/slots/{slot}", local, s.slot, query},
 		{"GET /v1/wheel/overflow", local, s.overflow, query},
-		{"GET /v1/cluster", local, s.cluster, span(s.clusterSpan)},
+		{"GET /v1/cluster", local, s.cluster, span(nil)},
 		{"GET /v1/backup", local, s.backup, query},
 		{"POST /v1/cluster/nodes", routed, s.addNode, span(s.addNodeSpan)},
 		{"DELETE /v1/cluster/nodes/{id}", routed, s.removeNode, span(s.removeNodeSpan)},
