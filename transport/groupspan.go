@@ -171,19 +171,23 @@ func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group 
 	return withGroups(own, me, g).Groups[0]
 }
 
-// holder returns the group whose local store holds schedule name, or -1.
-func (s *Server) holder(ctx context.Context, name string) (int, error) {
-	n := s.svc.Count()
-	found := make([]bool, n)
-	err := service.EachGroup(service.All(n), func(g int) error {
-		_, err := s.svc.Group(g).Schedule(ctx, name)
-		found[g] = err == nil
+// holder returns the group of rt's groups whose local store holds
+// schedule name (found), else rt's first group.
+func holder(ctx context.Context, rt *service.Router, name string) (g int, found bool, err error) {
+	gs := rt.Groups()
+	has := make([]bool, rt.Count())
+	err = service.EachGroup(gs, func(g int) error {
+		_, err := rt.Group(g).Schedule(ctx, name)
+		has[g] = err == nil
 		if errors.Is(err, model.ErrNotFound) {
 			return nil
 		}
 		return err
 	})
-	return slices.Index(found, true), err
+	if i := slices.Index(has, true); i >= 0 {
+		return i, true, err
+	}
+	return gs[0], false, err
 }
 
 // putScheduleSpan stores a schedule in the group of its topic. The body
@@ -201,7 +205,7 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	_ = json.Unmarshal(data, &head)
 	name := r.PathValue("name")
 	g := model.GroupOf(head.Topic, s.svc.Count())
-	was, err := s.holder(r.Context(), name)
+	was, found, err := holder(r.Context(), s.svc, name)
 	if err != nil {
 		return nil, err
 	}
@@ -212,31 +216,10 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	// A schedule moved to a topic of another group leaves its old group,
 	// so that one group holds each name. Should this fail, the client's
 	// retry of the put (which replaces) removes it again.
-	if was >= 0 && was != g {
+	if found && was != g {
 		if _, err := s.deleteScheduleIn(r.Context(), was, name); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// getScheduleSpan answers a schedule from the group that holds it.
-func (s *Server) getScheduleSpan(r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	g, err := s.holder(r.Context(), name)
-	if err != nil {
-		return nil, err
-	}
-	return s.getSchedule(withGroup(r, max(g, 0), false))
-}
-
-// deleteScheduleSpan deletes a schedule in the group that holds it (none
-// holds it: group 0 answers 404).
-func (s *Server) deleteScheduleSpan(r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	g, err := s.holder(r.Context(), name)
-	if err != nil {
-		return nil, err
-	}
-	return s.deleteScheduleIn(r.Context(), max(g, 0), name)
 }

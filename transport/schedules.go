@@ -73,14 +73,27 @@ func invalidFrom(err error) error {
 	return invalid("%s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 }
 
+// getSchedule answers a schedule from the group that holds it, of r's
+// groups (every group, or the one ?group= names).
 func (s *Server) getSchedule(r *http.Request) (any, error) {
-	sb := s.be(r)
-	info, err := sb.Schedule(r.Context(), r.PathValue("name"))
+	rt, name := s.routerOf(r), r.PathValue("name")
+	g, _, err := holder(r.Context(), rt, name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := rt.Group(g).Schedule(r.Context(), name)
 	return scheduleOf(info), err
 }
 
+// deleteSchedule deletes a schedule in the group that holds it, of r's
+// groups (none holds it: the first answers 404).
 func (s *Server) deleteSchedule(r *http.Request) (any, error) {
-	return s.deleteScheduleIn(r.Context(), groupOf(r), r.PathValue("name"))
+	name := r.PathValue("name")
+	g, _, err := holder(r.Context(), s.routerOf(r), name)
+	if err != nil {
+		return nil, err
+	}
+	return s.deleteScheduleIn(r.Context(), g, name)
 }
 
 // deleteScheduleIn deletes schedule name in group g.

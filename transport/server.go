@@ -156,8 +156,8 @@ func (s *Server) routeList() []route {
 		{"POST /v1/cluster/nodes", routed, s.addNode, span(s.addNodeSpan)},
 		{"DELETE /v1/cluster/nodes/{id}", routed, s.removeNode, span(s.removeNodeSpan)},
 		{"PUT /v1/schedules/{name}", routed, s.putSchedule, span(s.putScheduleSpan)},
-		{"GET /v1/schedules/{name}", local, s.getSchedule, span(s.getScheduleSpan)},
-		{"DELETE /v1/schedules/{name}", routed, s.deleteSchedule, span(s.deleteScheduleSpan)},
+		{"GET /v1/schedules/{name}", local, s.getSchedule, span(nil)},
+		{"DELETE /v1/schedules/{name}", routed, s.deleteSchedule, span(nil)},
 		{"GET /v1/schedules", local, s.listSchedules, span(nil)},
 	}
 }

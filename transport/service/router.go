@@ -82,6 +82,15 @@ func (r *Router) In(g int) *Router {
 // Count is the number of groups.
 func (r *Router) Count() int { return len(r.groups) }
 
+// Groups lists the groups the router serves: every group, or the one of
+// a router In a group.
+func (r *Router) Groups() []int {
+	if r.pin > 0 {
+		return []int{r.pin - 1}
+	}
+	return All(len(r.groups))
+}
+
 // Group returns group g's backend, g in [0, Count()).
 func (r *Router) Group(g int) Backend { return r.groups[g] }
 
@@ -420,12 +429,8 @@ func (r *Router) Schedules(ctx context.Context, after string, limit int) ([]whee
 // merged reads a list of each of the router's groups at once and merges
 // them, sorted by key; the error is the first group's that failed.
 func merged[T any](r *Router, read func(b Backend) ([]T, error), key func(T) string) ([]T, error) {
-	gs := All(len(r.groups))
-	if r.pin > 0 {
-		gs = []int{r.pin - 1}
-	}
 	per := make([][]T, len(r.groups))
-	err := EachGroup(gs, func(g int) (err error) {
+	err := EachGroup(r.Groups(), func(g int) (err error) {
 		per[g], err = read(r.groups[g])
 		return err
 	})
