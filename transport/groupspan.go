@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"time"
 
@@ -49,13 +50,13 @@ func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend)
 	return v, nil
 }
 
-// partOf is err, group g's answer to its part of a request served group
-// by group in order (membership), as the request's answer: it names the
-// group once an earlier group took its part, to say how far the request
-// got; group 0's refusal (an unknown node, a node already a member) is
-// the request's own.
-func partOf(g int, err error) error {
-	if g == 0 {
+// partOf is err, group g's answer to its part of r, a request served
+// group by group in order (membership), as r's answer: over every group,
+// it names the group once an earlier group took its part, to say how far
+// the request got; group 0's refusal (an unknown node, a node already a
+// member) is the request's own.
+func partOf(r *http.Request, g int, err error) error {
+	if g == 0 || !routingOf(r).span {
 		return err
 	}
 	return groupError(g, ToError(err))
@@ -83,38 +84,49 @@ func (s *Server) readyzSpan(r *http.Request) (any, error) {
 	return st[0], err
 }
 
-// addNodeSpan adds the node to every group, in order.
-func (s *Server) addNodeSpan(r *http.Request) (any, error) {
+// addNode adds the node to the groups of r (every group, in order, or
+// the one ?group= names).
+func (s *Server) addNode(r *http.Request) (any, error) {
 	n, err := s.nodeBody(r)
 	if err != nil {
 		return nil, err
 	}
-	for g := range s.svc.Count() {
-		if _, err := s.addNodeIn(r.Context(), g, n); err != nil {
-			return nil, partOf(g, err)
+	for _, g := range s.routerOf(r).Groups() {
+		_, err := inGroup(s, r.Context(), g, func(b Backend) (api.Node, error) { return n, b.AddNode(r.Context(), memberOf(n)) },
+			http.MethodPost, "/v1/cluster/nodes", n)
+		if err != nil {
+			return nil, partOf(r, g, err)
 		}
 	}
 	return n, nil
 }
 
-// removeNodeSpan removes the node from every group, in order.
+// removeNode removes the node from the groups of r (every group, in
+// order, or the one ?group= names).
 //
 // The node leads some groups, as every node does: removing itself, such a
 // leader steps down before it can answer, and its group answers 503 while
-// it elects another. The removal is then asked again until the group
-// answers, for at most removeRetryTimeout; a 404 (not a member) after a
-// 503 means the first ask removed it.
-func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	auth := r.Header.Get("Authorization")
+// it elects another. Over every group, the removal is then asked again
+// until the group answers, for at most removeRetryTimeout; a 404 (not a
+// member) after a 503 means the first ask removed it. The removal of one
+// group (a part another node sends) is answered as it is.
+func (s *Server) removeNode(r *http.Request) (any, error) {
+	id, auth := r.PathValue("id"), r.Header.Get("Authorization")
+	span := routingOf(r).span
 	ctx, cancel := context.WithTimeout(r.Context(), removeRetryTimeout)
 	defer cancel()
-	for g := range s.svc.Count() {
+	for _, g := range s.routerOf(r).Groups() {
+		remove := func(b Backend) (api.NodeRemoved, error) {
+			confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
+			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
+		}
 		for retried := false; ; retried = true {
-			_, err := s.removeNodeIn(r.Context(), g, id, auth)
+			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+url.PathEscape(id), nil)
 			var e *Error
 			switch {
 			case err == nil:
+			case !span:
+				return nil, err
 			case errors.As(err, &e) && e.Status == http.StatusNotFound && retried:
 			case errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && ctx.Err() == nil:
 				select {
@@ -123,7 +135,7 @@ func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 				}
 				continue
 			default:
-				return nil, partOf(g, err)
+				return nil, partOf(r, g, err)
 			}
 			break
 		}

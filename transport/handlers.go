@@ -1,9 +1,7 @@
 package transport
 
 import (
-	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -269,20 +267,6 @@ func (s *Server) slot(r *http.Request) (any, error) {
 	return SlotView(si, records), err
 }
 
-func (s *Server) addNode(r *http.Request) (any, error) {
-	n, err := s.nodeBody(r)
-	if err != nil {
-		return nil, err
-	}
-	return s.addNodeIn(r.Context(), groupOf(r), n)
-}
-
-// addNodeIn adds node n to group g.
-func (s *Server) addNodeIn(ctx context.Context, g int, n api.Node) (api.Node, error) {
-	return inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
-		http.MethodPost, "/v1/cluster/nodes", n)
-}
-
 // memberOf is the member record of n.
 func memberOf(n api.Node) model.Member {
 	return model.Member{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
@@ -295,19 +279,6 @@ func (s *Server) nodeBody(r *http.Request) (api.Node, error) {
 		return n, err
 	}
 	return n, service.ValidateNode(n, s.cfg.Limits)
-}
-
-func (s *Server) removeNode(r *http.Request) (any, error) {
-	return s.removeNodeIn(r.Context(), groupOf(r), r.PathValue("id"), r.Header.Get("Authorization"))
-}
-
-// removeNodeIn removes member id from group g; auth is the Authorization
-// it asks the member with whether it holds its demotion (memberHolds).
-func (s *Server) removeNodeIn(ctx context.Context, g int, id, auth string) (api.NodeRemoved, error) {
-	return inGroup(s, ctx, g, func(b Backend) (api.NodeRemoved, error) {
-		confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
-		return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(ctx, id, confirm)
-	}, http.MethodDelete, "/v1/cluster/nodes/"+url.PathEscape(id), nil)
 }
 
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
