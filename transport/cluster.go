@@ -2,9 +2,7 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,6 +32,10 @@ func (s *Server) cluster(r *http.Request) (any, error) {
 	}
 	view, err := s.clusterView(r.Context(), groupOf(r), local, r.Header.Get(ForwardedHeader) != "", r.Header.Get("Authorization"))
 	view.GRPCAddr = s.cfg.GRPCAddr
+	if err == nil && !local && routingOf(r).span {
+		// On a node of many groups: group 0's view, with every group.
+		s.allGroups(r.Context(), r.Header.Get("Authorization"), &view)
+	}
 	return view, err
 }
 
@@ -235,34 +237,8 @@ func (s *Server) memberAddr(ctx context.Context, g int, id string) (string, erro
 // itself, sending auth as the Authorization header, and decodes the JSON
 // answer into out.
 func (s *Server) ask(ctx context.Context, addr, path, auth string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.LeaderScheme+"://"+addr+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set(ForwardedHeader, "1")
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := s.cfg.LeaderTransport.RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("no answer: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("reading the answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e api.ErrorBody
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
-			return fmt.Errorf("answers %d: %s", resp.StatusCode, e.Error.Message)
-		}
-		return fmt.Errorf("answers %s", resp.Status)
-	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("decoding the answer: %w", err)
-	}
-	return nil
+	_, err := s.parts.send(ctx, addr, http.MethodGet, path, auth, nil, out)
+	return err
 }
 
 // ClusterView returns the cluster view GET /v1/cluster answers: on the

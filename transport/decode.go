@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
+	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
 // readBody reads the request body, which the server has already bounded with
@@ -58,6 +59,11 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	if err != nil {
 		return err
 	}
+	return decodeData(data, v, allowEmpty)
+}
+
+// decodeData decodes a body read already as decodeBody does.
+func decodeData(data []byte, v any, allowEmpty bool) error {
 	if allowEmpty && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
@@ -134,7 +140,7 @@ func jsonError(err error) *Error {
 	case errors.As(err, &own):
 		return own // a decoder of this package's refused the value
 	case errors.As(err, &svc):
-		return toError(svc) // a check of the service's refused the value
+		return ToError(svc) // a check of the service's refused the value
 	case errors.Is(err, io.EOF):
 		return invalid("request body: is empty; expected a JSON object")
 	case errors.As(err, &syn):
@@ -250,4 +256,64 @@ func acceptsMediaType(header, want string) bool {
 		return params["q"] == "" || err == nil && q > 0
 	}
 	return false
+}
+
+// The decoding of an enqueue's body; its validation is the service's
+// (service.ValidateEnqueue), whose refusals become the *Error they
+// stand for.
+
+// decodeEnqueue decodes and validates the body of POST /v1/messages. The
+// batch is validated whole: the first bad message rejects it.
+func decodeEnqueue(data []byte, lim Limits, nowMs int64) ([]command.NewMessage, error) {
+	req, err := parseEnqueue(data, lim)
+	if err != nil {
+		return nil, err
+	}
+	return validateEnqueue(req, lim, nowMs)
+}
+
+// validateEnqueue checks every message of req (service.ValidateEnqueue),
+// a refusal as the *Error it stands for.
+func validateEnqueue(req api.EnqueueRequest, lim Limits, nowMs int64) ([]command.NewMessage, error) {
+	msgs, err := service.ValidateEnqueue(req, lim, nowMs)
+	return msgs, asError(err)
+}
+
+// asError is err as the *Error it stands for; nil stays nil.
+func asError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return ToError(err)
+}
+
+// decodeEnqueueProto decodes the protobuf form of an enqueue request
+// (api.ContentTypeProto) and validates it exactly as the JSON form.
+func decodeEnqueueProto(data []byte, lim Limits, nowMs int64) ([]command.NewMessage, error) {
+	req, err := api.UnmarshalEnqueueRequestProto(data, lim.MaxBatch)
+	if errors.Is(err, api.ErrTooManyMessages) {
+		return nil, tooLarge("%v", err)
+	}
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	msgs, err := service.ValidateEnqueueProto(req, lim, nowMs)
+	return msgs, asError(err)
+}
+
+// parseEnqueue decodes an enqueue request strictly (see decodeStrict); an
+// error names the field and the message's index. A batch over lim.MaxBatch
+// is a 413 too_large.
+func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
+	req, ok := fastEnqueue(data, lim.MaxBatch)
+	if !ok {
+		req = api.EnqueueRequest{}
+		if err := decodeStrict(data, &req, messagesUpTo(lim.MaxBatch)); err != nil {
+			return api.EnqueueRequest{}, err
+		}
+	}
+	if err := service.CheckCount("messages", len(req.Messages), lim.MaxBatch, false); err != nil {
+		return api.EnqueueRequest{}, ToError(err)
+	}
+	return req, nil
 }

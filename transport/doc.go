@@ -1,11 +1,12 @@
 // Package transport owns the HTTP API of api/API.md: routing, authentication,
 // strict decoding of requests (their validation is package
 // transport/service's, which every API shares), the mapping of errors to
-// status codes, leader forwarding (the message routes are decoded once
-// and served through the service's router, which forwards a part of a
-// group led elsewhere to its leader's HTTP API, parts.go: the one
-// Forwarder of every front end, NewForwarder; a follower reverse-proxies
-// a stream and the admin writes whole, forward.go), the long-poll limit, the cluster view (the
+// status codes, leader forwarding (every write is decoded once and
+// served in its group, through the service's router or service.Call,
+// which forward a part of a group led elsewhere to its leader's HTTP API,
+// parts.go: the one Forwarder of every front end, NewForwarder; a
+// follower reverse-proxies only a stream, which stays open, forward.go),
+// the long-poll limit, the cluster view (the
 // leader's, which it assembles by asking each member; cluster.go), and the
 // health, readiness and metrics endpoints (readiness is what the node
 // knows by itself: a leader, and that it has caught up; readyz.go). A node
@@ -87,9 +88,10 @@
 // when this node leads the group, else at the group's leader as the same
 // route with ?group=g (parts.go); an error of a split request names the
 // part's group. Node additions and removals go to every group
-// (groupspan.go). Any other route is answered by the group's backend, or
-// passed on whole to its leader, keeping its path and query so that the
-// leader picks the same group. Reads (topics,
+// (groupspan.go), and a schedule to the group of its topic. Webhook,
+// member and schedule writes are served in their group as a part is
+// (inGroup); a stream is passed on whole to its group's leader, keeping
+// its path and query so that the leader picks the same group. Reads (topics,
 // schedules, the cluster view's groups) merge each group's local answer,
 // and /readyz is ready when every group is. A batch that spans groups is
 // atomic per group only. A backend of one group is served exactly as

@@ -68,12 +68,13 @@ const (
 	msgNoLeader = "no leader is known yet (election in progress?); retry shortly"
 )
 
-// toError maps any error to the answer it gets. An *Error stays as it is;
-// a backend error is classified with errors.Is; anything else is a 500.
-func toError(err error) *Error {
+// ToError maps any error to the answer the HTTP API gives it: an *Error
+// stays as it is, a backend error is classified with errors.Is, anything
+// else is a 500 that does not leak its text.
+func ToError(err error) *Error {
 	var ge *service.GroupError
 	if errors.As(err, &ge) {
-		return groupError(ge.Group, toError(ge.Err))
+		return groupError(ge.Group, ToError(ge.Err))
 	}
 	var nl *service.NotLeaderError
 	if errors.As(err, &nl) {
@@ -125,8 +126,3 @@ func classify(err error) (status int, code string, retryAfter int) {
 		return http.StatusInternalServerError, api.CodeInternal, 0
 	}
 }
-
-// ToError maps any error to the answer the HTTP API gives it: an *Error
-// stays as it is, a backend error is classified with errors.Is, anything
-// else is a 500 that does not leak its text.
-func ToError(err error) *Error { return toError(err) }

@@ -6,10 +6,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"time"
-
-	"github.com/delaywheel/delaywheel/transport/service"
 )
 
 // AppliedIndexHeader is set by the leader on its answer to a write a
@@ -19,13 +16,13 @@ import (
 // own write on the node it talks to.
 const AppliedIndexHeader = "X-Delaywheel-Applied-Index"
 
-// forward answers r by reverse-proxying it, untouched (method, path, query,
-// body, Authorization), to the leader when this node is not the leader: a
-// stream, which stays open, and the admin writes (webhooks, members,
-// schedules); the message routes go through the service's router instead
-// (routed). It reports whether it answered. Validation then happens on the
-// leader. The leader is that of the group that answers r; the path and
-// query are kept, so the leader picks the same group.
+// forward answers r, a stream, by reverse-proxying it, untouched (method,
+// path, query, Authorization), to the leader when this node is not the
+// leader: a stream stays open, which no Forwarder carries (every other
+// route is served in its group by the service's router, or inGroup). It
+// reports whether it answered. The leader is that of the group that
+// answers r; the path and query are kept, so the leader picks the same
+// group.
 func (s *Server) forward(w *recorder, r *http.Request) bool {
 	b := s.be(r)
 	addr, isLeader, known := b.LeaderHTTP()
@@ -54,7 +51,6 @@ func (s *Server) forward(w *recorder, r *http.Request) bool {
 			e.Err = err
 			s.fail(w, e)
 		},
-		ModifyResponse: func(resp *http.Response) error { return readAfterLeaderIndex(b, resp) },
 	}
 	ctx, cancel := untilNewLeader(r.Context(), b, addr)
 	defer cancel()
@@ -84,28 +80,4 @@ func untilNewLeader(ctx context.Context, b Backend, addr string) (context.Contex
 		}
 	}()
 	return ctx, cancel
-}
-
-// readAfterLeaderIndex makes this node's reads wait for the index the
-// leader put in a forwarded write's successful answer (AppliedIndexHeader),
-// so that the client reads its write here; the answer goes on at once.
-func readAfterLeaderIndex(b Backend, resp *http.Response) error {
-	if resp.StatusCode >= 300 {
-		return nil
-	}
-	if index, err := strconv.ParseUint(resp.Header.Get(AppliedIndexHeader), 10, 64); err == nil && index > 0 {
-		b.ReadAfter(index)
-	}
-	return nil
-}
-
-// settleForwarded sets AppliedIndexHeader on the leader's answer to a
-// write a follower forwarded, once this node has applied what it answered.
-func (s *Server) settleForwarded(w http.ResponseWriter, r *http.Request) {
-	index, err := service.SettledIndex(r.Context(), s.be(r))
-	if err != nil {
-		s.log.Debug("answering a forwarded write without an applied index", "err", err)
-		return
-	}
-	w.Header().Set(AppliedIndexHeader, strconv.FormatUint(index, 10))
 }

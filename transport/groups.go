@@ -11,7 +11,7 @@ import (
 
 // Grouped is implemented by a backend that runs many Raft groups
 // (--groups N). The backend's own methods are group 0's. The server picks
-// one group's backend for each request (see routeScope); requests that
+// one group's backend for each request (see pick); requests that
 // span the groups (groupspan.go) are answered from every group. A backend
 // that does not implement it, or whose GroupCount is 1, is served exactly
 // as a backend of one group.
@@ -44,8 +44,8 @@ func (o GroupsOf[B]) Group(g int) Backend { return o.Groups.Node(g) }
 type scope int
 
 const (
-	// scopeNone: no group (/healthz, and any route not named in
-	// groupScopes); ?group= is ignored.
+	// scopeNone: no group (/healthz, /v1/openapi.json, the 404 and
+	// 405 answers); ?group= is ignored.
 	scopeNone scope = iota
 	// scopeQuery: the group ?group= names, default 0 (the wheel's views,
 	// backups).
@@ -66,91 +66,74 @@ type groupRoute struct {
 	span  handlerFunc // with scopeSpan: the answer from every group
 }
 
-// groupScopes maps the route patterns of routeList() to their groupRoute;
-// a pattern not listed is scopeNone.
-func (s *Server) groupScopes() map[string]groupRoute {
-	topic, id, query := groupRoute{scope: scopeTopic}, groupRoute{scope: scopeID}, groupRoute{scope: scopeQuery}
-	span := groupRoute{scope: scopeSpan}
-	return map[string]groupRoute{
-		"GET /v1/wheel":                        query,
-		"GET /v1/wheel/slots/{slot}":           query,
-		"GET /v1/wheel/overflow":               query,
-		"GET /v1/backup":                       query,
-		"GET /readyz":                          {scopeSpan, s.readyzSpan},
-		"POST /v1/messages":                    span,
-		"GET /v1/messages/{id}":                id,
-		"DELETE /v1/messages/{id}":             id,
-		"POST /v1/messages/{id}/reschedule":    id,
-		"POST /v1/messages/{id}/reserve":       id,
-		"DELETE /v1/topics/{topic}/keys/{key}": topic,
-		"GET /v1/topics/{topic}/keys/{key}":    topic,
-		"POST /v1/topics/{topic}/reserve":      topic,
-		"GET /v1/topics/{topic}/stream":        topic,
-		"PUT /v1/topics/{topic}/webhook":       topic,
-		"GET /v1/topics/{topic}/webhook":       topic,
-		"DELETE /v1/topics/{topic}/webhook":    topic,
-		"POST /v1/ack":                         span,
-		"POST /v1/nack":                        span,
-		"POST /v1/touch":                       span,
-		"POST /v1/bury":                        span,
-		"GET /v1/topics":                       {scopeSpan, s.topicsSpan},
-		"GET /v1/topics/{topic}/dead":          topic,
-		"POST /v1/topics/{topic}/dead/redrive": topic,
-		"GET /v1/cluster":                      {scopeSpan, s.clusterSpan},
-		"POST /v1/cluster/nodes":               {scopeSpan, s.addNodeSpan},
-		"DELETE /v1/cluster/nodes/{id}":        {scopeSpan, s.removeNodeSpan},
-		"PUT /v1/schedules/{name}":             {scopeSpan, s.putScheduleSpan},
-		"GET /v1/schedules/{name}":             {scopeSpan, s.getScheduleSpan},
-		"DELETE /v1/schedules/{name}":          {scopeSpan, s.deleteScheduleSpan},
-		"GET /v1/schedules":                    {scopeSpan, s.listSchedulesSpan},
-	}
+// routing is how a request is served, in its context: g is the group
+// pick chose for it; a routed route (routed) also carries the service's
+// router that serves it, the one of g, or of every group when the route
+// spans them. A request of group 0 of a route that is not routed carries
+// none, so that a backend of one group serves its requests as it always
+// did.
+type routing struct {
+	g    int
+	rt   *service.Router
+	span bool // rt spans the groups: the route found no group of its own
 }
 
-// picked is the group pick chose for a request, in its context.
-type picked struct {
-	b Backend
-	g int
-}
+// routingKey is the context key of a request's routing.
+type routingKey struct{}
 
-// pickedKey is the context key of a request's picked group.
-type pickedKey struct{}
-
-// be returns the backend that answers r: the group pick chose for it.
-// Requests to group 0, and every request to a backend of one group, carry
-// none and are the server's backend.
-func (s *Server) be(r *http.Request) Backend {
-	if p, ok := r.Context().Value(pickedKey{}).(picked); ok {
-		return p.b
-	}
-	return s.b
+// routingOf is r's routing.
+func routingOf(r *http.Request) routing {
+	rt, _ := r.Context().Value(routingKey{}).(routing)
+	return rt
 }
 
 // groupOf returns the group that answers r.
-func groupOf(r *http.Request) int {
-	p, _ := r.Context().Value(pickedKey{}).(picked)
-	return p.g
+func groupOf(r *http.Request) int { return routingOf(r).g }
+
+// be returns the backend that answers r: the group pick chose for it.
+func (s *Server) be(r *http.Request) Backend { return s.svc.Group(groupOf(r)) }
+
+// routerOf returns the service's router that answers r: in the group pick
+// chose for it, or over every group when r's route spans them.
+func (s *Server) routerOf(r *http.Request) *service.Router {
+	switch rt := routingOf(r); {
+	case rt.rt != nil:
+		return rt.rt
+	case rt.span:
+		return s.svc
+	default:
+		return s.svc.In(rt.g)
+	}
+}
+
+// withGroup returns r answered in group g, or in every group (span).
+func withGroup(r *http.Request, g int, span bool) *http.Request {
+	if g == 0 && !span {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), routingKey{}, routing{g: g, span: span}))
 }
 
 // pick chooses the group that answers r: the one ?group= names, else the
 // one the route's scope finds. span says the route answers from every
 // group instead (its span handler). With one group, only a ?group= other
 // than 0 changes the answer: it is refused.
-func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bool, err error) {
+func (s *Server) pick(r *http.Request, rt groupRoute) (g int, span bool, err error) {
 	n := s.svc.Count()
 	if rt.scope == scopeNone {
-		return s.b, 0, false, nil
+		return 0, false, nil
 	}
 	if r.URL.RawQuery != "" {
 		if q := r.URL.Query().Get("group"); q != "" {
 			g, err := strconv.Atoi(q)
 			if err != nil || g < 0 || g >= n {
-				return nil, 0, false, groupOutOfRange(n, service.QuoteShort(q))
+				return 0, false, groupOutOfRange(n, service.QuoteShort(q))
 			}
-			return s.svc.Group(g), g, false, nil
+			return g, false, nil
 		}
 	}
 	if n == 1 {
-		return s.b, 0, false, nil
+		return 0, false, nil
 	}
 	switch rt.scope {
 	case scopeTopic:
@@ -159,23 +142,14 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (b Backend, g int, span bo
 		// A malformed id is the handler's to refuse (400 naming id).
 		if id, err := model.ParseID(r.PathValue("id")); err == nil {
 			if g, err = s.svc.GroupOfID("id", id); err != nil {
-				return nil, 0, false, err
+				return 0, false, err
 			}
 		}
 	case scopeSpan:
-		return s.b, 0, true, nil
+		return 0, true, nil
 	}
-	return s.svc.Group(g), g, false, nil
+	return g, false, nil
 }
-
-// routing is how a routed request is served, in its context.
-type routing struct {
-	rt   *service.Router
-	span bool // rt spans the groups: the route found no group of its own
-}
-
-// routingKey is the context key of a request's routing.
-type routingKey struct{}
 
 // routed prepares r for a route the service's router serves: its context
 // carries its caller and the router that serves it, the one of the group
@@ -202,28 +176,12 @@ func (s *Server) routed(r *http.Request, g int, span bool) (*http.Request, *serv
 			return nil, nil, err
 		}
 	}
-	return r.WithContext(context.WithValue(ctx, routingKey{}, routing{rt, span})), settled, nil
-}
-
-// routingOf is r's routing (routed).
-func routingOf(r *http.Request) routing {
-	rt, _ := r.Context().Value(routingKey{}).(routing)
-	return rt
+	return r.WithContext(context.WithValue(ctx, routingKey{}, routing{g, rt, span})), settled, nil
 }
 
 // groupOutOfRange refuses a group outside [0, n), given as got.
 func groupOutOfRange(n int, got string) *Error {
 	return invalid("group: must be between 0 and %d (this cluster has %d groups), got %s", n-1, n, got)
-}
-
-// withGroup returns r carrying group g, of backend b, as the group that
-// answers it. Group 0 is carried by no value, so that a backend of one
-// group serves its requests as it always did.
-func withGroup(r *http.Request, b Backend, g int) *http.Request {
-	if g == 0 {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), pickedKey{}, picked{b, g}))
 }
 
 // groupQuery is the query that names group g in a question to another

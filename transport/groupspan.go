@@ -1,26 +1,22 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"net/url"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
-	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // This file answers, on a node of many groups, the requests that span
-// them (groupScopes' scopeSpan routes without ?group=). A write is split
+// them (the scopeSpan routes of routeList, without ?group=). A write is split
 // by group by the service's router (Server.svc): a part of a group this
 // node leads goes to that group's backend, a part of another group to
 // its leader as the same route with ?group=g (parts.go), whose answer the
@@ -49,27 +45,21 @@ func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend)
 		return v, index, err
 	})
 	if err != nil {
-		return v, toError(err)
+		return v, ToError(err)
 	}
 	return v, nil
 }
 
-// partOf is err, group g's answer to its part of a request served group
-// by group in order (membership), as the request's answer: it names the
-// group once an earlier group took its part, to say how far the request
-// got; group 0's refusal (an unknown node, a node already a member) is
-// the request's own.
-func partOf(g int, err error) error {
-	if g == 0 {
+// partOf is err, group g's answer to its part of r, a request served
+// group by group in order (membership), as r's answer: over every group,
+// it names the group once an earlier group took its part, to say how far
+// the request got; group 0's refusal (an unknown node, a node already a
+// member) is the request's own.
+func partOf(r *http.Request, g int, err error) error {
+	if g == 0 || !routingOf(r).span {
 		return err
 	}
-	return groupError(g, toError(err))
-}
-
-// topicsSpan merges every group's topics (a topic lives in one group).
-func (s *Server) topicsSpan(r *http.Request) (any, error) {
-	ts, err := s.svc.Topics(r.Context())
-	return api.TopicsResponse{Topics: topicsOf(ts)}, err
+	return groupError(g, ToError(err))
 }
 
 // readyzSpan is ready when every group is, each as readyz defines it,
@@ -86,55 +76,57 @@ func (s *Server) readyzSpan(r *http.Request) (any, error) {
 	}
 	st := make([]api.Status, n)
 	err := service.EachGroup(service.All(n), func(g int) (err error) {
-		if st[g], err = s.readyGroup(r, s.svc.Group(g), g); err != nil {
-			e := toError(err)
-			e.Message = fmt.Sprintf("group %d: %s", g, e.Message)
-			return e
+		if st[g], err = readyGroup(s.svc.Group(g)); err != nil {
+			return groupError(g, ToError(err))
 		}
 		return nil
 	})
 	return st[0], err
 }
 
-// addNodeSpan adds the node to every group, in order.
-func (s *Server) addNodeSpan(r *http.Request) (any, error) {
+// addNode adds the node to the groups of r (every group, in order, or
+// the one ?group= names).
+func (s *Server) addNode(r *http.Request) (any, error) {
 	n, err := s.nodeBody(r)
 	if err != nil {
 		return nil, err
 	}
-	ctx := withCaller(r)
-	for g := range s.svc.Count() {
-		_, err := inGroup(s, ctx, g, func(b Backend) (api.Node, error) { return n, b.AddNode(ctx, memberOf(n)) },
+	for _, g := range s.routerOf(r).Groups() {
+		_, err := inGroup(s, r.Context(), g, func(b Backend) (api.Node, error) { return n, b.AddNode(r.Context(), memberOf(n)) },
 			http.MethodPost, "/v1/cluster/nodes", n)
 		if err != nil {
-			return nil, partOf(g, err)
+			return nil, partOf(r, g, err)
 		}
 	}
 	return n, nil
 }
 
-// removeNodeSpan removes the node from every group, in order.
+// removeNode removes the node from the groups of r (every group, in
+// order, or the one ?group= names).
 //
 // The node leads some groups, as every node does: removing itself, such a
 // leader steps down before it can answer, and its group answers 503 while
-// it elects another. The removal is then asked again until the group
-// answers, for at most removeRetryTimeout; a 404 (not a member) after a
-// 503 means the first ask removed it.
-func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	auth := r.Header.Get("Authorization")
-	ctx, cancel := context.WithTimeout(withCaller(r), removeRetryTimeout)
+// it elects another. Over every group, the removal is then asked again
+// until the group answers, for at most removeRetryTimeout; a 404 (not a
+// member) after a 503 means the first ask removed it. The removal of one
+// group (a part another node sends) is answered as it is.
+func (s *Server) removeNode(r *http.Request) (any, error) {
+	id, auth := r.PathValue("id"), r.Header.Get("Authorization")
+	span := routingOf(r).span
+	ctx, cancel := context.WithTimeout(r.Context(), removeRetryTimeout)
 	defer cancel()
-	for g := range s.svc.Count() {
+	for _, g := range s.routerOf(r).Groups() {
 		remove := func(b Backend) (api.NodeRemoved, error) {
 			confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, g, id, index, auth) }
 			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
 		}
 		for retried := false; ; retried = true {
-			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+id, nil)
+			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+url.PathEscape(id), nil)
 			var e *Error
 			switch {
 			case err == nil:
+			case !span:
+				return nil, err
 			case errors.As(err, &e) && e.Status == http.StatusNotFound && retried:
 			case errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && ctx.Err() == nil:
 				select {
@@ -143,7 +135,7 @@ func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 				}
 				continue
 			default:
-				return nil, partOf(g, err)
+				return nil, partOf(r, g, err)
 			}
 			break
 		}
@@ -154,21 +146,6 @@ func (s *Server) removeNodeSpan(r *http.Request) (any, error) {
 // removeRetryTimeout bounds how long a removal over many groups waits for
 // the groups whose leader it removed to elect another.
 const removeRetryTimeout = 10 * time.Second
-
-// clusterSpan answers the cluster view: the members as group 0's leader
-// sees them, and every group's leader, term and the leader's indexes.
-func (s *Server) clusterSpan(r *http.Request) (any, error) {
-	if local, _ := strconv.ParseBool(r.URL.Query().Get("local")); local {
-		return s.cluster(r) // group 0's own view, as a member asks it
-	}
-	v, err := s.cluster(r)
-	if err != nil {
-		return nil, err
-	}
-	view := v.(api.Cluster)
-	s.allGroups(r.Context(), r.Header.Get("Authorization"), &view)
-	return view, nil
-}
 
 // allGroups sets view's groups to every group as this node sees it
 // (groupStatus); auth is the Authorization to send.
@@ -206,19 +183,23 @@ func (s *Server) groupStatus(ctx context.Context, g int, auth string) api.Group 
 	return withGroups(own, me, g).Groups[0]
 }
 
-// holder returns the group whose local store holds schedule name, or -1.
-func (s *Server) holder(ctx context.Context, name string) (int, error) {
-	n := s.svc.Count()
-	found := make([]bool, n)
-	err := service.EachGroup(service.All(n), func(g int) error {
-		_, err := s.svc.Group(g).Schedule(ctx, name)
-		found[g] = err == nil
+// holder returns the group of rt's groups whose local store holds
+// schedule name (found), else rt's first group.
+func holder(ctx context.Context, rt *service.Router, name string) (g int, found bool, err error) {
+	gs := rt.Groups()
+	has := make([]bool, rt.Count())
+	err = service.EachGroup(gs, func(g int) error {
+		_, err := rt.Group(g).Schedule(ctx, name)
+		has[g] = err == nil
 		if errors.Is(err, model.ErrNotFound) {
 			return nil
 		}
 		return err
 	})
-	return slices.Index(found, true), err
+	if i := slices.Index(has, true); i >= 0 {
+		return i, true, err
+	}
+	return gs[0], false, err
 }
 
 // putScheduleSpan stores a schedule in the group of its topic. The body
@@ -236,78 +217,21 @@ func (s *Server) putScheduleSpan(r *http.Request) (any, error) {
 	_ = json.Unmarshal(data, &head)
 	name := r.PathValue("name")
 	g := model.GroupOf(head.Topic, s.svc.Count())
-	was, err := s.holder(r.Context(), name)
+	was, found, err := holder(r.Context(), s.svc, name)
 	if err != nil {
 		return nil, err
 	}
-	ctx := withCaller(r)
-	out, err := inGroup(s, ctx, g, func(b Backend) (api.Schedule, error) {
-		req := withGroup(r, b, g)
-		req.Body = io.NopCloser(bytes.NewReader(data))
-		v, err := s.putSchedule(req)
-		sch, _ := v.(api.Schedule)
-		return sch, err
-	}, http.MethodPut, "/v1/schedules/"+name, json.RawMessage(data))
+	out, err := s.putScheduleIn(r.Context(), g, name, data)
 	if err != nil {
 		return nil, err
 	}
 	// A schedule moved to a topic of another group leaves its old group,
 	// so that one group holds each name. Should this fail, the client's
 	// retry of the put (which replaces) removes it again.
-	if was >= 0 && was != g {
-		if _, err := s.deleteScheduleIn(ctx, was, name); err != nil {
+	if found && was != g {
+		if _, err := s.deleteScheduleIn(r.Context(), was, name); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// deleteScheduleIn deletes schedule name in group g.
-func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
-	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
-		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
-	}, http.MethodDelete, "/v1/schedules/"+name, nil)
-}
-
-// getScheduleSpan answers a schedule from the group that holds it.
-func (s *Server) getScheduleSpan(r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	g, err := s.holder(r.Context(), name)
-	if err != nil {
-		return nil, err
-	}
-	return s.getSchedule(withGroup(r, s.svc.Group(max(g, 0)), max(g, 0)))
-}
-
-// deleteScheduleSpan deletes a schedule in the group that holds it (none
-// holds it: group 0 answers 404).
-func (s *Server) deleteScheduleSpan(r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	g, err := s.holder(r.Context(), name)
-	if err != nil {
-		return nil, err
-	}
-	out, err := s.deleteScheduleIn(withCaller(r), max(g, 0), name)
-	return out, err
-}
-
-// listSchedulesSpan pages the schedules of every group by name, as
-// listSchedules pages one group's: each read takes the first n after a
-// name from every group and keeps the first n of their union.
-func (s *Server) listSchedulesSpan(r *http.Request) (any, error) {
-	n := s.svc.Count()
-	return s.schedulesPage(r, func(after string, k int) ([]wheel.ScheduleInfo, error) {
-		per := make([][]wheel.ScheduleInfo, n)
-		err := service.EachGroup(service.All(n), func(g int) error {
-			var err error
-			per[g], err = s.svc.Group(g).Schedules(r.Context(), after, k)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		infos := slices.Concat(per...)
-		slices.SortFunc(infos, func(a, b wheel.ScheduleInfo) int { return strings.Compare(a.Name, b.Name) })
-		return infos[:min(len(infos), k)], nil
-	})
 }

@@ -1,10 +1,8 @@
 package transport
 
 import (
-	"context"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/service"
@@ -89,12 +87,9 @@ func cancelled(id model.ID, err error) (any, error) {
 }
 
 func (s *Server) reschedule(r *http.Request) (any, error) {
-	id, err := pathID(r)
-	if err != nil {
-		return nil, err
-	}
 	var req api.RescheduleRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	id, err := idAndBody(r, &req, false)
+	if err != nil {
 		return nil, err
 	}
 	at, err := service.ResolveDue("", req.DelayMs, req.DeliverAtMs, true, s.cfg.Limits, s.nowMs())
@@ -115,25 +110,7 @@ func (s *Server) reserve(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := routingOf(r).rt
-	// A long-poll takes a slot where it waits: on the leader a follower
-	// forwards it to.
-	if waitMs > 0 && rt.Leads(rt.GroupOfTopic(topic)) {
-		release, err := s.cfg.Slots.AcquireWaiter()
-		if err != nil {
-			return nil, err
-		}
-		defer release()
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := rt.Reserve(ctx, topic, n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
-	// A long-poll the shutdown cut short (the backend may answer it empty
-	// or with the context's error) sends its client to another node.
-	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && r.Context().Err() == nil {
-		return nil, unavailable("this node is shutting down; retry on another node")
-	}
+	ds, err := s.cfg.Slots.Reserve(r.Context(), s.drain, routingOf(r).rt, topic, n, waitMs, ttrMs)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +164,7 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 			}
 			// Refused as each group's part is: naming the first group.
 			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
-			return nil, groupError(groups[0], toError(err))
+			return nil, groupError(groups[0], ToError(err))
 		}
 	}
 	c, err := rt.rt.Settle(r.Context(), "receipts", op, rs, delayMs)
@@ -232,7 +209,7 @@ func decodeReceipts(r *http.Request) ([]string, error) {
 }
 
 func (s *Server) topics(r *http.Request) (any, error) {
-	ts, err := s.be(r).Topics(r.Context())
+	ts, err := s.routerOf(r).Topics(r.Context())
 	return api.TopicsResponse{Topics: topicsOf(ts)}, err
 }
 
@@ -290,14 +267,6 @@ func (s *Server) slot(r *http.Request) (any, error) {
 	return SlotView(si, records), err
 }
 
-func (s *Server) addNode(r *http.Request) (any, error) {
-	n, err := s.nodeBody(r)
-	if err != nil {
-		return nil, err
-	}
-	return n, s.be(r).AddNode(r.Context(), memberOf(n))
-}
-
 // memberOf is the member record of n.
 func memberOf(n api.Node) model.Member {
 	return model.Member{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr}
@@ -312,13 +281,6 @@ func (s *Server) nodeBody(r *http.Request) (api.Node, error) {
 	return n, service.ValidateNode(n, s.cfg.Limits)
 }
 
-func (s *Server) removeNode(r *http.Request) (any, error) {
-	id := r.PathValue("id")
-	auth := r.Header.Get("Authorization")
-	confirm := func(ctx context.Context, index uint64) error { return s.memberHolds(ctx, groupOf(r), id, index, auth) }
-	return api.NodeRemoved{ID: id, Removed: true}, s.be(r).RemoveNode(r.Context(), id, confirm)
-}
-
 // pathID parses the {id} of the path. A malformed id is a bad argument (400),
 // distinct from a well-formed id that names no message (404).
 func pathID(r *http.Request) (model.ID, error) {
@@ -329,6 +291,16 @@ func pathID(r *http.Request) (model.ID, error) {
 func (s *Server) pathTopic(r *http.Request) (string, error) {
 	topic := r.PathValue("topic")
 	return topic, service.ValidateTopic("topic", topic, s.cfg.Limits)
+}
+
+// idAndBody parses the {id} of the path and decodes the body into v (see
+// decodeBody).
+func idAndBody(r *http.Request, v any, allowEmpty bool) (model.ID, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return model.ID{}, err
+	}
+	return id, decodeBody(r, v, allowEmpty)
 }
 
 // topicAndBody checks the {topic} of the path and decodes the optional

@@ -97,13 +97,25 @@ func (p parts) Reaches(ctx context.Context, to model.Member) bool {
 	return !callerOf(ctx).forwarded && to.HTTPAddr != ""
 }
 
-// do sends the part of group g, method path with body as JSON (nil:
-// none), to the leader at to, decodes its answer into out (nil: none)
-// and returns the index the leader had applied once it answered.
+// do sends the part of group g, method path with body (see send), to
+// the leader at to, decodes its answer into out (nil: none) and returns
+// the index the leader had applied once it answered.
 func (p parts) do(ctx context.Context, to model.Member, g int, method, path string, body, out any) (uint64, error) {
 	if !p.Reaches(ctx, to) {
 		return 0, service.ErrNoForward
 	}
+	ctx, cancel := untilNewLeader(ctx, p.groups[g], to.HTTPAddr)
+	defer cancel()
+	return p.send(ctx, to.HTTPAddr, method, path+groupQuery(len(p.groups), "?", g), cmp.Or(callerOf(ctx).auth, p.auth), body, out)
+}
+
+// send sends method path to the node at addr, marked forwarded (so that
+// it answers itself), with auth (if any) as its Authorization and body
+// (nil: none; a wire: as it is; else as JSON); decodes its answer into
+// out (nil: none; a *wire: as it is); and returns the index its answer
+// names (AppliedIndexHeader; 0: none). An answer other than 200 is the
+// *Error it stands for: its status, code, message and Retry-After.
+func (p parts) send(ctx context.Context, addr, method, path, auth string, body, out any) (uint64, error) {
 	var rd io.Reader = http.NoBody
 	ctype := "application/json"
 	switch b := body.(type) {
@@ -113,15 +125,13 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 	default:
 		data, err := json.Marshal(body)
 		if err != nil {
-			return 0, fmt.Errorf("transport: encoding a request to group %d: %w", g, err)
+			return 0, fmt.Errorf("transport: encoding a request to %s: %w", addr, err)
 		}
 		rd = bytes.NewReader(data)
 	}
-	ctx, cancel := untilNewLeader(ctx, p.groups[g], to.HTTPAddr)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, p.scheme+"://"+to.HTTPAddr+path+groupQuery(len(p.groups), "?", g), rd)
+	req, err := http.NewRequestWithContext(ctx, method, p.scheme+"://"+addr+path, rd)
 	if err != nil {
-		return 0, fmt.Errorf("transport: a request to group %d: %w", g, err)
+		return 0, fmt.Errorf("transport: a request to %s: %w", addr, err)
 	}
 	req.Header.Set("Content-Type", ctype)
 	raw, isRaw := out.(*wire)
@@ -129,7 +139,7 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		req.Header.Set("Accept", raw.ctype)
 	}
 	req.Header.Set(ForwardedHeader, "1")
-	if auth := cmp.Or(callerOf(ctx).auth, p.auth); auth != "" {
+	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
 	resp, err := p.client.Do(req)
@@ -138,14 +148,14 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		e := unavailable("forwarding to the leader at %s failed: %v; retry shortly", to.HTTPAddr, err)
+		e := unavailable("forwarding to the leader at %s failed: %v; retry shortly", addr, err)
 		e.Err = err
 		return 0, e
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, unavailable("the answer of the leader at %s was cut off; retry shortly", to.HTTPAddr)
+		return 0, unavailable("the answer of the leader at %s was cut off; retry shortly", addr)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e api.ErrorBody
@@ -155,7 +165,7 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		refused := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, RetryAfter: retry}
 		if resp.StatusCode == http.StatusServiceUnavailable && (e.Error.Message == msgMovedOn || e.Error.Message == msgNoLeader) {
-			refused.Err = model.ErrNotLeader // to leads the group no more
+			refused.Err = model.ErrNotLeader // addr leads the group no more
 		}
 		return 0, refused
 	}
@@ -164,7 +174,7 @@ func (p parts) do(ctx context.Context, to model.Member, g int, method, path stri
 		raw.data = data
 	} else if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return 0, fmt.Errorf("transport: decoding group %d's answer: %w", g, err)
+			return 0, fmt.Errorf("transport: decoding the answer of %s: %w", addr, err)
 		}
 	}
 	return index, nil
@@ -176,6 +186,9 @@ type wire struct {
 	data  []byte
 	ctype string
 }
+
+// jsonWire is a JSON body, sent as it came.
+func jsonWire(data []byte) wire { return wire{data, "application/json"} }
 
 // Enqueue sends an enqueue, its due times absolute, and reads its answer,
 // in protobuf: of the forms of an enqueue, the one cheapest to write and

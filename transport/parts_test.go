@@ -40,7 +40,7 @@ func TestForwardedToFormerLeader(t *testing.T) {
 	if !errors.Is(err, model.ErrNotLeader) {
 		t.Fatalf("forwarded to a former leader: %v; want it known as not leading", err)
 	}
-	if got := toError(err); got != e {
+	if got := ToError(err); got != e {
 		t.Fatalf("the HTTP API's answer %v; want the former leader's %v", got, e)
 	}
 }

@@ -13,15 +13,15 @@ import (
 // saying why otherwise. It asks no other node: a leader that cannot be
 // reached shows as no leader within an election timeout.
 func (s *Server) readyz(r *http.Request) (any, error) {
-	return s.readyGroup(r, s.be(r), groupOf(r))
+	return readyGroup(s.be(r))
 }
 
 // leaderCommitter is a backend that knows the leader's commit index as
 // its Raft traffic last told it.
 type leaderCommitter interface{ LeaderCommit() uint64 }
 
-// readyGroup answers readyz for group g, of backend b.
-func (s *Server) readyGroup(_ *http.Request, b Backend, _ int) (api.Status, error) {
+// readyGroup answers readyz for a group, of backend b.
+func readyGroup(b Backend) (api.Status, error) {
 	if err := b.Ready(); err != nil {
 		return api.Status{}, notReady(err)
 	}

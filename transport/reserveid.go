@@ -15,12 +15,9 @@ import (
 // its due time (POST /v1/messages/{id}/reserve), and answers it as a
 // reserve of one.
 func (s *Server) reserveID(r *http.Request) (any, error) {
-	id, err := pathID(r)
-	if err != nil {
-		return nil, err
-	}
 	var req api.ReserveByIDRequest
-	if err := decodeBody(r, &req, true); err != nil {
+	id, err := idAndBody(r, &req, true)
+	if err != nil {
 		return nil, err
 	}
 	_, _, ttrMs, err := service.ValidateReserve(api.ReserveRequest{TTRMs: req.TTRMs}, s.cfg.Limits)
@@ -36,8 +33,7 @@ func (s *Server) reserveID(r *http.Request) (any, error) {
 	}), nil
 }
 
-// ReserveID passes a reserve by id on to the leader at to
-// (service.IDReserver).
+// ReserveID passes a reserve by id on to the leader at to.
 func (p parts) ReserveID(ctx context.Context, to model.Member, id model.ID, ttr time.Duration) (model.Delivery, uint64, error) {
 	var req api.ReserveByIDRequest
 	if ttr > 0 {

@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -18,18 +20,30 @@ const (
 	maxScheduleLimit     = 1000
 )
 
+// putSchedule stores a schedule in the group of r (?group=, default 0).
 func (s *Server) putSchedule(r *http.Request) (any, error) {
-	sb := s.be(r)
-	var req api.ScheduleRequest
-	if err := decodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	spec, err := validateSchedule(r.PathValue("name"), req, s.cfg.Limits, s.nowMs())
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	info, err := sb.SetSchedule(r.Context(), spec)
-	return scheduleOf(info), err
+	return s.putScheduleIn(r.Context(), groupOf(r), r.PathValue("name"), data)
+}
+
+// putScheduleIn stores schedule name, as body data gives it, in group g:
+// the body goes on as it came to a leader elsewhere, which validates it.
+func (s *Server) putScheduleIn(ctx context.Context, g int, name string, data []byte) (api.Schedule, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.Schedule, error) {
+		var req api.ScheduleRequest
+		if err := decodeData(data, &req, false); err != nil {
+			return api.Schedule{}, err
+		}
+		spec, err := validateSchedule(name, req, s.cfg.Limits, s.nowMs())
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		info, err := b.SetSchedule(ctx, spec)
+		return scheduleOf(info), err
+	}, http.MethodPut, "/v1/schedules/"+url.PathEscape(name), jsonWire(data))
 }
 
 // validateSchedule checks a schedule as sent and returns its spec, with
@@ -59,16 +73,34 @@ func invalidFrom(err error) error {
 	return invalid("%s", strings.TrimPrefix(err.Error(), model.ErrInvalid.Error()+": "))
 }
 
+// getSchedule answers a schedule from the group that holds it, of r's
+// groups (every group, or the one ?group= names).
 func (s *Server) getSchedule(r *http.Request) (any, error) {
-	sb := s.be(r)
-	info, err := sb.Schedule(r.Context(), r.PathValue("name"))
+	rt, name := s.routerOf(r), r.PathValue("name")
+	g, _, err := holder(r.Context(), rt, name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := rt.Group(g).Schedule(r.Context(), name)
 	return scheduleOf(info), err
 }
 
+// deleteSchedule deletes a schedule in the group that holds it, of r's
+// groups (none holds it: the first answers 404).
 func (s *Server) deleteSchedule(r *http.Request) (any, error) {
-	sb := s.be(r)
 	name := r.PathValue("name")
-	return api.ScheduleDeleted{Name: name, Deleted: true}, sb.DeleteSchedule(r.Context(), name)
+	g, _, err := holder(r.Context(), s.routerOf(r), name)
+	if err != nil {
+		return nil, err
+	}
+	return s.deleteScheduleIn(r.Context(), g, name)
+}
+
+// deleteScheduleIn deletes schedule name in group g.
+func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
+	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
+		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
+	}, http.MethodDelete, "/v1/schedules/"+url.PathEscape(name), nil)
 }
 
 // scheduleScan bounds the stored schedules one GET /v1/schedules?topic=
@@ -77,18 +109,10 @@ func (s *Server) deleteSchedule(r *http.Request) (any, error) {
 const scheduleScan = 10_000
 
 // listSchedules answers GET /v1/schedules: up to limit schedules in name
-// order after ?after=, with next set when more may follow; with ?topic=,
-// only that topic's (see pageSchedules).
+// order after ?after=, of every group (the one ?group= names), with next
+// set when more may follow; with ?topic=, only that topic's (see
+// pageSchedules).
 func (s *Server) listSchedules(r *http.Request) (any, error) {
-	sb := s.be(r)
-	return s.schedulesPage(r, func(after string, n int) ([]wheel.ScheduleInfo, error) {
-		return sb.Schedules(r.Context(), after, n)
-	})
-}
-
-// schedulesPage answers a GET /v1/schedules from read (up to n schedules
-// after a name, in name order): the page its limit, after and topic ask for.
-func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) ([]wheel.ScheduleInfo, error)) (any, error) {
 	limit, err := queryInt(r, "limit", defaultScheduleLimit, 1, maxScheduleLimit)
 	if err != nil {
 		return nil, err
@@ -99,6 +123,8 @@ func (s *Server) schedulesPage(r *http.Request, read func(after string, n int) (
 			return nil, err
 		}
 	}
+	rt := s.routerOf(r)
+	read := func(after string, n int) ([]wheel.ScheduleInfo, error) { return rt.Schedules(r.Context(), after, n) }
 	return pageSchedules(read, q.Get("after"), q.Get("topic"), limit, scheduleScan)
 }
 

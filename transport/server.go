@@ -31,10 +31,8 @@ const ForwardedHeader = "X-Delaywheel-Forwarded"
 // Server serves the HTTP API of api/API.md on top of a Backend.
 type Server struct {
 	cfg      Config
-	b        Backend
-	scopes   map[string]groupRoute // by route pattern
-	svc      *service.Router       // serves the message routes, each part in its group
-	parts    parts                 // forwards the parts of groups led elsewhere
+	svc      *service.Router // serves the message routes, each part in its group
+	parts    parts           // forwards the parts of groups led elsewhere
 	log      *slog.Logger
 	handler  http.Handler
 	patterns []string // every pattern newMux registered, in order
@@ -52,8 +50,8 @@ type access int
 const (
 	open   access = iota // no auth, answered here: health and readiness
 	local                // /v1 read, answered from this node's state
-	leader               // /v1 write, passed whole to the leader
-	routed               // /v1 message write or reserve: decoded here, served through the service's router
+	leader               // the stream: passed whole to the leader
+	routed               // /v1 write or reserve: decoded here, served in its group (the service's router, inGroup)
 )
 
 // handlerFunc answers a request with a value to encode as JSON (status 200)
@@ -64,6 +62,7 @@ type route struct {
 	pattern string // "METHOD /path"
 	access  access
 	h       handlerFunc
+	groups  groupRoute // on a node of many groups
 }
 
 // Slots are the server's long-poll and stream slots, to share with the
@@ -75,12 +74,10 @@ func NewServer(cfg Config, b Backend) *Server {
 	cfg = cfg.WithDefaults()
 	s := &Server{
 		cfg:      cfg,
-		b:        b,
 		log:      cfg.Logger.With("component", "http"),
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
-	s.scopes = s.groupScopes()
 	s.parts = newParts(cfg, GroupsOfBackend(b))
 	s.svc = service.NewRouter(s.parts.groups, s.parts).NamingGroups()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
@@ -123,41 +120,45 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// routeList is the route table: each route's pattern, who answers it,
+// its handler, and how a node of many groups finds its group.
 func (s *Server) routeList() []route {
+	topic, id, query := groupRoute{scope: scopeTopic}, groupRoute{scope: scopeID}, groupRoute{scope: scopeQuery}
+	span := func(h handlerFunc) groupRoute { return groupRoute{scopeSpan, h} }
 	return []route{
-		{"GET /healthz", open, s.healthz},
-		{"GET /readyz", open, s.readyz},
-		{"GET /v1/openapi.json", open, s.openAPI},
-		{"POST /v1/messages", routed, s.enqueue},
-		{"GET /v1/messages/{id}", local, s.get},
-		{"DELETE /v1/messages/{id}", routed, s.cancel},
-		{"POST /v1/messages/{id}/reschedule", routed, s.reschedule},
-		{"POST /v1/messages/{id}/reserve", routed, s.reserveID},
-		{"DELETE /v1/topics/{topic}/keys/{key}", routed, s.cancelKey},
-		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey},
-		{"POST /v1/topics/{topic}/reserve", routed, s.reserve},
-		{"GET /v1/topics/{topic}/stream", leader, s.streamTopic},
-		{"PUT /v1/topics/{topic}/webhook", leader, s.putWebhook},
-		{"GET /v1/topics/{topic}/webhook", local, s.getWebhook},
-		{"DELETE /v1/topics/{topic}/webhook", leader, s.deleteWebhook},
-		{"POST /v1/ack", routed, s.ack},
-		{"POST /v1/nack", routed, s.nack},
-		{"POST /v1/touch", routed, s.touch},
-		{"POST /v1/bury", routed, s.bury},
-		{"GET /v1/topics", local, s.topics},
-		{"GET /v1/topics/{topic}/dead", local, s.dead},
-		{"POST /v1/topics/{topic}/dead/redrive", routed, s.redrive},
-		{"GET /v1/wheel", local, s.wheel},
-		{"GET /v1/wheel/slots/{slot}", local, s.slot},
-		{"GET /v1/wheel/overflow", local, s.overflow},
-		{"GET /v1/cluster", local, s.cluster},
-		{"GET /v1/backup", local, s.backup},
-		{"POST /v1/cluster/nodes", leader, s.addNode},
-		{"DELETE /v1/cluster/nodes/{id}", leader, s.removeNode},
-		{"PUT /v1/schedules/{name}", leader, s.putSchedule},
-		{"GET /v1/schedules/{name}", local, s.getSchedule},
-		{"DELETE /v1/schedules/{name}", leader, s.deleteSchedule},
-		{"GET /v1/schedules", local, s.listSchedules},
+		{"GET /healthz", open, s.healthz, groupRoute{}},
+		{"GET /readyz", open, s.readyz, span(s.readyzSpan)},
+		{"GET /v1/openapi.json", open, s.openAPI, groupRoute{}},
+		{"POST /v1/messages", routed, s.enqueue, span(nil)},
+		{"GET /v1/messages/{id}", local, s.get, id},
+		{"DELETE /v1/messages/{id}", routed, s.cancel, id},
+		{"POST /v1/messages/{id}/reschedule", routed, s.reschedule, id},
+		{"POST /v1/messages/{id}/reserve", routed, s.reserveID, id},
+		{"DELETE /v1/topics/{topic}/keys/{key}", routed, s.cancelKey, topic},
+		{"GET /v1/topics/{topic}/keys/{key}", local, s.getKey, topic},
+		{"POST /v1/topics/{topic}/reserve", routed, s.reserve, topic},
+		{"GET /v1/topics/{topic}/stream", leader, s.streamTopic, topic},
+		{"PUT /v1/topics/{topic}/webhook", routed, s.putWebhook, topic},
+		{"GET /v1/topics/{topic}/webhook", local, s.getWebhook, topic},
+		{"DELETE /v1/topics/{topic}/webhook", routed, s.deleteWebhook, topic},
+		{"POST /v1/ack", routed, s.ack, span(nil)},
+		{"POST /v1/nack", routed, s.nack, span(nil)},
+		{"POST /v1/touch", routed, s.touch, span(nil)},
+		{"POST /v1/bury", routed, s.bury, span(nil)},
+		{"GET /v1/topics", local, s.topics, span(nil)},
+		{"GET /v1/topics/{topic}/dead", local, s.dead, topic},
+		{"POST /v1/topics/{topic}/dead/redrive", routed, s.redrive, topic},
+		{"GET /v1/wheel", local, s.wheel, query},
+		{"GET /v1/wheel/slots/{slot}", local, s.slot, query},
+		{"GET /v1/wheel/overflow", local, s.overflow, query},
+		{"GET /v1/cluster", local, s.cluster, span(nil)},
+		{"GET /v1/backup", local, s.backup, query},
+		{"POST /v1/cluster/nodes", routed, s.addNode, span(nil)},
+		{"DELETE /v1/cluster/nodes/{id}", routed, s.removeNode, span(nil)},
+		{"PUT /v1/schedules/{name}", routed, s.putSchedule, span(s.putScheduleSpan)},
+		{"GET /v1/schedules/{name}", local, s.getSchedule, span(nil)},
+		{"DELETE /v1/schedules/{name}", routed, s.deleteSchedule, span(nil)},
+		{"GET /v1/schedules", local, s.listSchedules, span(nil)},
 	}
 }
 
@@ -178,7 +179,7 @@ func (s *Server) newMux() *http.ServeMux {
 	for path, ms := range methods {
 		sort.Strings(ms)
 		allow := strings.Join(ms, ", ")
-		handle(path, s.wrap(route{path, open, func(r *http.Request) (any, error) {
+		handle(path, s.wrap(route{pattern: path, access: open, h: func(r *http.Request) (any, error) {
 			return nil, &Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed,
 				Message: fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, path, allow), allow: allow}
 		}}))
@@ -187,7 +188,7 @@ func (s *Server) newMux() *http.ServeMux {
 	handle("GET /metrics", metrics)
 	handle("GET /ui/", http.StripPrefix("/ui", console.Handler()))
 	handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	handle("/", s.wrap(route{"/", open, func(r *http.Request) (any, error) {
+	handle("/", s.wrap(route{pattern: "/", access: open, h: func(r *http.Request) (any, error) {
 		return nil, notFound("no route %s %s; the endpoints are in transport/api/API.md and GET /v1/openapi.json", r.Method, r.URL.Path)
 	}}))
 	return mux
@@ -211,13 +212,13 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 			return
 		}
 	}
-	b, g, span, err := s.pick(r, s.scopes[rt.pattern])
+	g, span, err := s.pick(r, rt.groups)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	r = withGroup(r, b, g)
-	if err := b.Removed(); err != nil && rt.access != open {
+	r = withGroup(r, g, span)
+	if err := s.svc.Group(g).Removed(); err != nil && rt.access != open {
 		s.fail(w, unavailable("%v", err))
 		return
 	}
@@ -234,7 +235,7 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes)
 	h := rt.h
-	if sp := s.scopes[rt.pattern].span; span && sp != nil {
+	if sp := rt.groups.span; span && sp != nil {
 		h = sp
 	}
 	v, err := h(r)
@@ -242,13 +243,10 @@ func (s *Server) serveRoute(w *recorder, r *http.Request, rt route) {
 		s.fail(w, err)
 		return
 	}
-	// A write a follower forwarded (a stream is a GET, and long-lived)
-	// tells the follower which index to apply before it answers.
-	switch {
-	case settled != nil && settled.Index > 0:
+	// The answer to a write a follower forwarded tells the follower which
+	// index to apply before it answers, and the follower's answer names it.
+	if settled != nil && settled.Index > 0 {
 		w.Header().Set(AppliedIndexHeader, strconv.FormatUint(settled.Index, 10))
-	case rt.access == leader && !span && r.Method != http.MethodGet && r.Header.Get(ForwardedHeader) != "":
-		s.settleForwarded(w, r)
 	}
 	if st, ok := v.(stream); ok {
 		if err := st(w); err != nil {
@@ -295,7 +293,7 @@ func CheckBearer(header string, tokenSum [sha256.Size]byte) error {
 
 // fail answers err as an error body.
 func (s *Server) fail(w http.ResponseWriter, err error) {
-	e := toError(err)
+	e := ToError(err)
 	if rec, ok := w.(*recorder); ok {
 		rec.err = err
 	}

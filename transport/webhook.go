@@ -24,17 +24,29 @@ const (
 	maxWebhookSecretLen       = 1024
 )
 
+// putWebhook sets a topic's webhook, in the topic's group: the body goes
+// on as it came to a leader elsewhere, which validates it (its own
+// --webhook-allow).
 func (s *Server) putWebhook(r *http.Request) (any, error) {
-	var req api.WebhookRequest
-	topic, err := s.topicAndBody(r, &req)
+	topic, err := s.pathTopic(r)
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.validateWebhook(topic, req)
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	return webhookView(w), s.be(r).SetWebhook(r.Context(), w)
+	return inGroup(s, r.Context(), groupOf(r), func(b Backend) (api.Webhook, error) {
+		var req api.WebhookRequest
+		if err := decodeData(data, &req, true); err != nil {
+			return api.Webhook{}, err
+		}
+		w, err := s.validateWebhook(topic, req)
+		if err != nil {
+			return api.Webhook{}, err
+		}
+		return webhookView(w), b.SetWebhook(r.Context(), w)
+	}, r.Method, r.URL.EscapedPath(), jsonWire(data))
 }
 
 func (s *Server) getWebhook(r *http.Request) (any, error) {
@@ -51,7 +63,9 @@ func (s *Server) deleteWebhook(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.WebhookDeleted{Topic: topic, Deleted: true}, s.be(r).DeleteWebhook(r.Context(), topic)
+	return inGroup(s, r.Context(), groupOf(r), func(b Backend) (api.WebhookDeleted, error) {
+		return api.WebhookDeleted{Topic: topic, Deleted: true}, b.DeleteWebhook(r.Context(), topic)
+	}, r.Method, r.URL.EscapedPath(), nil)
 }
 
 func webhookView(w command.Webhook) api.Webhook {

@@ -73,11 +73,6 @@ func messageOf(p *pb.Message, body *string) Message {
 	return m
 }
 
-// EnqueueRequestOf returns the request p carries.
-func EnqueueRequestOf(p *pb.EnqueueRequest) EnqueueRequest {
-	return EnqueueRequest{Messages: Each(p.GetMessages(), MessageOf)}
-}
-
 // AppendEnqueueRequest appends the protobuf form of req to b.
 func AppendEnqueueRequest(b []byte, req EnqueueRequest) ([]byte, error) {
 	p, err := ProtoEnqueueRequest(req)
@@ -97,7 +92,7 @@ func UnmarshalEnqueueRequest(data []byte, maxMessages int) (EnqueueRequest, erro
 	if err != nil {
 		return EnqueueRequest{}, err
 	}
-	return EnqueueRequestOf(p), nil
+	return EnqueueRequest{Messages: Each(p.GetMessages(), MessageOf)}, nil
 }
 
 // UnmarshalEnqueueRequestProto is UnmarshalEnqueueRequest giving the

@@ -4,8 +4,8 @@
 // validation, its router over the groups) with the HTTP API's limits,
 // errors and token: it owns only what is particular to gRPC — the mapping
 // of the generated types, of answers to status codes, the interceptor that
-// checks the token, the forwarding of calls between nodes over gRPC (the
-// service's Forwarder, forward.go), grpc.health.v1 and reflection.
+// checks the token, the passing on of a follower's Subscribe stream to
+// the leader over gRPC (forward.go), grpc.health.v1 and reflection.
 //
 // # Status codes
 //

@@ -50,17 +50,6 @@ func unavailable(msg string) *transport.Error {
 	return &transport.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, RetryAfter: 1, Message: msg}
 }
 
-// notLeader is a follower's answer to a call only the leader answers.
-func notLeader(addr string, known bool) error {
-	e := unavailable("no leader is known yet (election in progress?); retry shortly")
-	var meta map[string]string
-	if known && addr != "" {
-		e.Message = "this node is not the leader; call the leader, whose HTTP API is at " + addr
-		meta = map[string]string{MetaLeaderHTTP: addr}
-	}
-	return statusOf(e, ReasonNotLeader, meta)
-}
-
 // asStatus is err as a status: a status (the leader's answer) as it is;
 // a group's answer to its part of a call split over many groups with its
 // message naming the group; a part this node could not forward, or whose
@@ -77,7 +66,12 @@ func asStatus(err error) error {
 	}
 	var nl *service.NotLeaderError
 	if errors.As(err, &nl) {
-		return notLeader(nl.Leader.HTTPAddr, nl.Known)
+		// A follower's answer to a call only the leader answers.
+		var meta map[string]string
+		if nl.Known && nl.Leader.HTTPAddr != "" {
+			meta = map[string]string{MetaLeaderHTTP: nl.Leader.HTTPAddr}
+		}
+		return statusOf(unavailable(nl.Error()), ReasonNotLeader, meta)
 	}
 	if e := (*transport.Error)(nil); errors.As(err, &e) && errors.Is(e.Err, model.ErrNotLeader) {
 		// The leader a part was forwarded to leads no more: NOT_LEADER,

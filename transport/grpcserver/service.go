@@ -2,7 +2,6 @@ package grpcserver
 
 import (
 	"context"
-	"time"
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -111,24 +110,7 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	if err != nil {
 		return nil, err
 	}
-	// A long-poll takes a slot where it waits: at the leader, not at the
-	// follower that forwards it.
-	if waitMs > 0 && s.svc.Leads(s.svc.GroupOfTopic(req.GetTopic())) {
-		release, err := s.cfg.Slots.AcquireWaiter()
-		if err != nil {
-			return nil, err
-		}
-		defer release()
-	}
-	caller := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.drain, cancel)()
-	ds, err := s.svc.Reserve(ctx, req.GetTopic(), n, time.Duration(waitMs)*time.Millisecond, time.Duration(ttrMs)*time.Millisecond)
-	// A long-poll the shutdown cut short sends its client to another node.
-	if (err != nil || len(ds) == 0) && s.drain.Err() != nil && caller.Err() == nil {
-		return nil, unavailable("this node is shutting down; retry on another node")
-	}
+	ds, err := s.cfg.Slots.Reserve(ctx, s.drain, s.svc, req.GetTopic(), n, waitMs, ttrMs)
 	if err != nil {
 		return nil, err
 	}

@@ -53,14 +53,13 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 	if m, isLeader, known := b.Leader(); !isLeader {
 		// A follower passes the stream on to the leader when its member
 		// record holds its gRPC address, as the HTTP stream is passed on.
-		addr := m.HTTPAddr
 		if !known {
-			return notLeader(addr, known)
+			return &service.NotLeaderError{Leader: m}
 		}
 		err := s.fwd.subscribe(ss, first, m, s.drain)
 		switch {
 		case errors.Is(err, service.ErrNoForward):
-			return notLeader(addr, known)
+			return &service.NotLeaderError{Leader: m, Known: true}
 		case s.drain.Err() != nil && caller.Err() == nil:
 			return unavailable("this node is shutting down; subscribe again at another node")
 		}
@@ -144,8 +143,8 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 				return nil
 			}
 		case errors.Is(err, model.ErrNotLeader):
-			addr, _, known := b.LeaderHTTP()
-			return notLeader(addr, known)
+			m, _, known := b.Leader()
+			return &service.NotLeaderError{Leader: m, Known: known}
 		default:
 			return err
 		}

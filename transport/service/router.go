@@ -27,6 +27,7 @@ type Forwarder interface {
 	Reserve(ctx context.Context, to model.Member, topic string, max int, wait, ttr time.Duration) ([]model.Delivery, uint64, error)
 	Settle(ctx context.Context, to model.Member, op Op, rs []model.Receipt, nackDelayMs int64) (command.Counted, uint64, error)
 	Redrive(ctx context.Context, to model.Member, topic string, ids []model.ID) (int, uint64, error)
+	ReserveID(ctx context.Context, to model.Member, id model.ID, ttr time.Duration) (model.Delivery, uint64, error)
 	// Reaches reports whether a call of ctx can be forwarded to the
 	// leader at to.
 	Reaches(ctx context.Context, to model.Member) bool
@@ -80,6 +81,15 @@ func (r *Router) In(g int) *Router {
 
 // Count is the number of groups.
 func (r *Router) Count() int { return len(r.groups) }
+
+// Groups lists the groups the router serves: every group, or the one of
+// a router In a group.
+func (r *Router) Groups() []int {
+	if r.pin > 0 {
+		return []int{r.pin - 1}
+	}
+	return All(len(r.groups))
+}
 
 // Group returns group g's backend, g in [0, Count()).
 func (r *Router) Group(g int) Backend { return r.groups[g] }
@@ -380,6 +390,19 @@ func (r *Router) Reserve(ctx context.Context, topic string, max int, wait, ttr t
 		})
 }
 
+// ReserveID leases one ready, delayed or dead message by its id for ttr
+// (0: its own time-to-run), in the group the id names (Backend.ReserveID).
+func (r *Router) ReserveID(ctx context.Context, id model.ID, ttr time.Duration) (model.Delivery, error) {
+	g, err := r.GroupOfID("id", id)
+	if err != nil {
+		return model.Delivery{}, err
+	}
+	return Call(ctx, r, g, func(b Backend) (model.Delivery, error) { return b.ReserveID(ctx, id, ttr) },
+		func(f Forwarder, to model.Member) (model.Delivery, uint64, error) {
+			return f.ReserveID(ctx, to, id, ttr)
+		})
+}
+
 // Redrive moves dead messages of topic back to ready (all of them when
 // ids is empty), in the topic's group.
 func (r *Router) Redrive(ctx context.Context, topic string, ids []model.ID) (int, error) {
@@ -387,18 +410,33 @@ func (r *Router) Redrive(ctx context.Context, topic string, ids []model.ID) (int
 		func(f Forwarder, to model.Member) (int, uint64, error) { return f.Redrive(ctx, to, topic, ids) })
 }
 
-// Topics lists the topics of every group, by name (a topic lives in one
-// group), each group's as this node holds it.
+// Topics lists the topics of the router's groups (every group; a router
+// In a group, that group's), by name (a topic lives in one group), each
+// group's as this node holds it.
 func (r *Router) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {
-	n := len(r.groups)
-	per := make([][]wheel.TopicCounts, n)
-	err := EachGroup(All(n), func(g int) (err error) {
-		per[g], err = r.groups[g].Topics(ctx)
+	return merged(r, func(b Backend) ([]wheel.TopicCounts, error) { return b.Topics(ctx) },
+		func(t wheel.TopicCounts) string { return t.Topic })
+}
+
+// Schedules lists the first limit schedules whose names sort after after
+// of the router's groups (as Topics), each group's as this node holds it.
+func (r *Router) Schedules(ctx context.Context, after string, limit int) ([]wheel.ScheduleInfo, error) {
+	infos, err := merged(r, func(b Backend) ([]wheel.ScheduleInfo, error) { return b.Schedules(ctx, after, limit) },
+		func(i wheel.ScheduleInfo) string { return i.Name })
+	return infos[:min(len(infos), limit)], err
+}
+
+// merged reads a list of each of the router's groups at once and merges
+// them, sorted by key; the error is the first group's that failed.
+func merged[T any](r *Router, read func(b Backend) ([]T, error), key func(T) string) ([]T, error) {
+	per := make([][]T, len(r.groups))
+	err := EachGroup(r.Groups(), func(g int) (err error) {
+		per[g], err = read(r.groups[g])
 		return err
 	})
-	ts := slices.Concat(per...)
-	slices.SortFunc(ts, func(a, b wheel.TopicCounts) int { return strings.Compare(a.Topic, b.Topic) })
-	return ts, err
+	out := slices.Concat(per...)
+	slices.SortFunc(out, func(a, b T) int { return strings.Compare(key(a), key(b)) })
+	return out, err
 }
 
 // EachGroup runs do for the groups gs at once and returns the error of
