@@ -29,7 +29,12 @@ type SubscribeOptions struct {
 	TTRMs int64
 	// AckBatch bounds the receipts of one ack call (default 1000).
 	AckBatch int
-	// Ackers is how many ack calls may be in flight at once (default 4).
+	// Ackers is how many ack calls may be in flight at once (default 1).
+	// With one, the receipts that arrive while a call is in flight all go
+	// in the next call: a busy stream's acks take one log entry per round
+	// trip instead of competing with its own leases for commits, which is
+	// what holds its lateness down. Raise it only when one call's round
+	// trip cannot carry the stream's ack rate.
 	Ackers int
 	// Buffer is the capacity of Deliveries (default 256).
 	Buffer int
@@ -64,7 +69,7 @@ func newFeed(topic string, opt SubscribeOptions, ackers bool, nacks nacker) *fee
 		opt.AckBatch = 1000
 	}
 	if opt.Ackers <= 0 {
-		opt.Ackers = 4
+		opt.Ackers = 1
 	}
 	if opt.Buffer <= 0 {
 		opt.Buffer = 256
