@@ -224,7 +224,7 @@ func (c *conn) deleteJob(job uint64) {
 	defer cancel()
 	if h, ok := c.held[job]; ok {
 		delete(c.held, job)
-		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Ack(ctx, h.r) })
+		done, err := c.s.ack(h.r)
 		c.settled("delete", done, err, "DELETED", h.topic)
 		return
 	}
