@@ -340,6 +340,9 @@ func (f *fakeBackend) Dead(_ context.Context, topic string, limit int) ([]wheel.
 func (f *fakeBackend) Delayed(_ context.Context, topic string) (wheel.View, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.err != nil {
+		return wheel.View{}, false, f.err
+	}
 	if v := f.next(topic, wheel.StateDelayed); v != nil {
 		return *v, true, nil
 	}

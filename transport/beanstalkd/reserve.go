@@ -364,8 +364,10 @@ func (c *conn) peekDelayed() {
 // maxKick is the most jobs one kick moves.
 const maxKick = 1000
 
-// kick answers kick: buried jobs of the used tube back to ready. Delayed
-// jobs are not kicked: they are listed by due second, not by tube.
+// kick answers kick: up to bound buried jobs of the used tube back to
+// ready or, when it has none, up to bound of its delayed jobs due now,
+// the first due first (the delayed jobs within the wheel's horizon, as
+// peek-delayed sees them).
 func (c *conn) kick(bound uint32) {
 	ctx, cancel := c.callCtx()
 	defer cancel()
@@ -385,9 +387,39 @@ func (c *conn) kick(bound uint32) {
 				c.fail("kick", err)
 				return
 			}
+		} else if n, err = c.kickDelayed(ctx, int(min(bound, maxKick))); err != nil {
+			if n == 0 {
+				c.fail("kick", err)
+				return
+			}
+			c.s.log.Warn("beanstalkd: kick answered with the delayed jobs kicked before a failure", "kicked", n, "err", err)
 		}
 	}
 	c.reply("KICKED", strconv.Itoa(n))
+}
+
+// kickDelayed makes up to bound delayed jobs of the used tube due now, the
+// first due first, and returns how many it moved. A job that left the
+// delayed state meanwhile is passed over.
+func (c *conn) kickDelayed(ctx context.Context, bound int) (int, error) {
+	seen := map[model.ID]bool{}
+	n := 0
+	for n < bound {
+		v, ok, err := c.s.be.Delayed(ctx, c.use)
+		if err != nil || !ok || seen[v.ID] {
+			return n, err
+		}
+		seen[v.ID] = true
+		err = c.s.be.Reschedule(ctx, v.ID, c.s.cfg.Now().UnixMilli())
+		switch {
+		case errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrConflict):
+			continue
+		case err != nil:
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // kickJob answers kick-job: a buried job back to ready, a delayed one due
