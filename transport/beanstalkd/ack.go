@@ -20,7 +20,7 @@ import (
 // delete in it with the failure, never DELETED. A batch holds at most
 // maxAckBatch deletes.
 const (
-	maxAckCalls = 4
+	maxAckCalls = 16
 	maxAckBatch = 1024
 )
 

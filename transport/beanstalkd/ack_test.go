@@ -3,6 +3,7 @@ package beanstalkd
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/delaywheel/delaywheel/wheel/model"
@@ -122,5 +123,33 @@ func TestUnsentAckIsMadeAgain(t *testing.T) {
 	gate <- struct{}{}
 	if got := cs[0].line(); got != "DELETED" {
 		t.Fatalf("delete after a leader change: %q", got)
+	}
+}
+
+// A delete pipelined with the next reserve is answered before the reserve
+// is, whether a job is there for it or the reserve waits for one.
+func TestDeletePipelinedWithReserve(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 2)
+	c := cs[0]
+	c.raw("delete " + jobs[0] + "\r\nreserve\r\n")
+	if got := c.line(); got != "DELETED" {
+		t.Fatalf("pipelined delete: %q", got)
+	}
+	// The reserve waits: its delete's answer came all the same.
+	cs[1].do("delete "+jobs[1], "DELETED")
+	id := cs[1].put(1024, 0, 60, "next")
+	if got := c.line(); got != "RESERVED "+id+" 4" {
+		t.Fatalf("pipelined reserve: %q", got)
+	}
+	c.line() // the body
+	cs[1].put(1024, 0, 60, "ready")
+	c.raw("delete " + id + "\r\nreserve\r\n")
+	if got := c.line(); got != "DELETED" {
+		t.Fatalf("pipelined delete with a job ready: %q", got)
+	}
+	if got := c.line(); !strings.HasPrefix(got, "RESERVED ") {
+		t.Fatalf("pipelined reserve with a job ready: %q", got)
 	}
 }

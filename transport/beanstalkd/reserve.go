@@ -19,16 +19,15 @@ func (c *conn) reserve(cmd Command) {
 	if cmd.Op == OpReserveWithTimeout {
 		remaining = time.Duration(cmd.Timeout) * time.Second
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
-	if c.w.Flush() != nil {
-		return
-	}
+	owed := c.flushLater()
+	defer owed()
 	c.waiting(1)
 	defer c.waiting(-1)
 	for {
 		now := c.s.cfg.Now()
 		soon, holding := c.soonest(now)
 		if holding && !soon.After(now.Add(deadlineSoon)) {
+			owed()
 			c.reply("DEADLINE_SOON")
 			return
 		}
@@ -57,14 +56,22 @@ func (c *conn) reserve(cmd Command) {
 			if ok {
 				c.s.giveBack(d)
 			}
+			owed()
 			c.reply("DRAINING")
 			return
 		}
 		switch {
 		case ok:
+			owed()
 			if c.hold(d) {
 				return
 			}
+			// Nothing to answer yet: what the connection owes goes now.
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+			if c.w.Flush() != nil {
+				return
+			}
+			owed = func() {}
 			continue
 		case errors.Is(err, model.ErrNotLeader), errors.Is(err, model.ErrUnavailable):
 			// A leader change: ask again once there is a leader.
@@ -72,15 +79,56 @@ func (c *conn) reserve(cmd Command) {
 			wait = min(retryPause, max(wait, 0))
 			c.sleep(wait)
 		case err != nil:
+			owed()
 			c.fail("reserve", err)
 			return
 		}
 		if remaining >= 0 {
 			remaining -= max(wait, 0)
 			if remaining <= 0 {
+				owed()
 				c.reply("TIMED_OUT")
 				return
 			}
+		}
+	}
+}
+
+// lateFlush is how long the replies a connection owes when it starts to
+// wait for a job (those of the commands it pipelined before the reserve)
+// may wait to go out with the reserve's own answer. Invariant: a client
+// that pipelines a delete and the next reserve, as a worker that takes
+// its next job in the round trip of the last one's delete does, gets both
+// answers in one write when a job is handed out within lateFlush, instead
+// of one write each; an owed reply never waits longer than lateFlush, and
+// a client that waits for it before it sends its reserve is not delayed
+// at all (the reserve is not read before the reply is flushed).
+const lateFlush = 5 * time.Millisecond
+
+// flushLater sends the replies written and not yet sent after lateFlush,
+// unless the returned stop is called first. stop returns once such a send
+// has ended, so that the connection may write again; calling it again
+// does nothing.
+func (c *conn) flushLater() (stop func()) {
+	if c.w.Buffered() == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	t := time.AfterFunc(lateFlush, func() {
+		defer close(done)
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+		if c.w.Flush() != nil {
+			c.stop() // the client is gone: end its wait
+		}
+	})
+	stopped := false
+	return func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		if !t.Stop() {
+			<-done
 		}
 	}
 }
