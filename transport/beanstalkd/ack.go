@@ -1,6 +1,7 @@
 package beanstalkd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -48,11 +49,42 @@ type groupAcks struct {
 // ack acks r through the deletes of its group and returns whether it took
 // effect.
 func (s *Server) ack(r model.Receipt) (bool, error) {
-	g := s.acksOf(r.ID.Group())
-	ch := make(chan ackResult, 1)
-	g.add(ackReq{r: r, ch: ch})
-	got := <-ch
+	got := <-s.ackAsync(r)
 	return got.done, got.err
+}
+
+// ackAsync queues r with the deletes of its group; its answer comes on the
+// channel returned.
+func (s *Server) ackAsync(r model.Receipt) <-chan ackResult {
+	ch := make(chan ackResult, 1)
+	s.acksOf(r.ID.Group()).add(ackReq{r: r, ch: ch})
+	return ch
+}
+
+// pendingDelete is a delete of a held job whose ack is in flight while
+// the reserve the client pipelined after it runs.
+type pendingDelete struct {
+	ch    <-chan ackResult
+	topic string
+}
+
+// reserveFollows tells whether the client has already sent a whole
+// reserve or reserve-with-timeout line after the command being answered.
+func (c *conn) reserveFollows() bool {
+	b, _ := c.r.Peek(c.r.Buffered())
+	line, _, ok := bytes.Cut(b, []byte("\n"))
+	return ok && (bytes.Equal(line, []byte("reserve\r")) || bytes.HasPrefix(line, []byte("reserve-with-timeout ")))
+}
+
+// settlePending waits for the delete in flight, if any, and answers it.
+func (c *conn) settlePending() {
+	if c.pending == nil {
+		return
+	}
+	got := <-c.pending.ch
+	topic := c.pending.topic
+	c.pending = nil
+	c.settled("delete", got.done, got.err, "DELETED", topic)
 }
 
 // acksOf returns the deletes of group g, creating them.

@@ -153,3 +153,31 @@ func TestDeletePipelinedWithReserve(t *testing.T) {
 		t.Fatalf("pipelined reserve with a job ready: %q", got)
 	}
 }
+
+// The reserve pipelined after a delete takes its job while the delete's
+// ack is in flight, and is answered after the delete.
+func TestReserveRunsWhileItsDeleteCommits(t *testing.T) {
+	f := newFake()
+	gate := make(chan struct{})
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 1)
+	c := cs[0]
+	id := c.put(1024, 0, 60, "next")
+	f.mu.Lock()
+	f.ackGate = gate
+	reserves := len(f.reserves)
+	f.mu.Unlock()
+	c.raw("delete " + jobs[0] + "\r\nreserve\r\n")
+	until(t, "the reserve handed out a job while the ack waits", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.ackWait == 1 && len(f.reserves) > reserves && f.reserves[len(f.reserves)-1] == 1
+	})
+	close(gate)
+	if got := c.line(); got != "DELETED" {
+		t.Fatalf("pipelined delete: %q", got)
+	}
+	if got := c.line(); got != "RESERVED "+id+" 4" {
+		t.Fatalf("pipelined reserve: %q", got)
+	}
+}

@@ -98,11 +98,15 @@ func (c *conn) reserve(cmd Command) {
 // wait for a job (those of the commands it pipelined before the reserve)
 // may wait to go out with the reserve's own answer. Invariant: a client
 // that pipelines a delete and the next reserve, as a worker that takes
-// its next job in the round trip of the last one's delete does, gets both
-// answers in one write when a job is handed out within lateFlush, instead
-// of one write each; an owed reply never waits longer than lateFlush, and
-// a client that waits for it before it sends its reserve is not delayed
-// at all (the reserve is not read before the reply is flushed).
+// its next job in the round trip of the last one's delete does, has the
+// reserve run while the delete's ack commits (deleteJob, pendingDelete),
+// so that it waits for the longer of the two instead of both, one after
+// the other; the answers keep the commands' order (DELETED once its ack
+// is applied, then RESERVED), and go out in one write when both are ready
+// within lateFlush, instead of one write each. An owed reply waits at
+// most lateFlush past its own readiness, and a client that waits for it
+// before it sends its reserve is not delayed at all (its reserve is not
+// read before the reply is flushed).
 const lateFlush = 5 * time.Millisecond
 
 // flushLater sends the replies written and not yet sent after lateFlush,
@@ -110,12 +114,13 @@ const lateFlush = 5 * time.Millisecond
 // has ended, so that the connection may write again; calling it again
 // does nothing.
 func (c *conn) flushLater() (stop func()) {
-	if c.w.Buffered() == 0 {
+	if c.w.Buffered() == 0 && c.pending == nil {
 		return func() {}
 	}
 	done := make(chan struct{})
 	t := time.AfterFunc(lateFlush, func() {
 		defer close(done)
+		c.settlePending()
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
 		if c.w.Flush() != nil {
 			c.stop() // the client is gone: end its wait
@@ -127,7 +132,9 @@ func (c *conn) flushLater() (stop func()) {
 			return
 		}
 		stopped = true
-		if !t.Stop() {
+		if t.Stop() {
+			c.settlePending()
+		} else {
 			<-done
 		}
 	}
@@ -272,6 +279,11 @@ func (c *conn) deleteJob(job uint64) {
 	defer cancel()
 	if h, ok := c.held[job]; ok {
 		delete(c.held, job)
+		if c.reserveFollows() {
+			// Answered before the reserve's own answer (flushLater).
+			c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), topic: h.topic}
+			return
+		}
 		done, err := c.s.ack(h.r)
 		c.settled("delete", done, err, "DELETED", h.topic)
 		return
