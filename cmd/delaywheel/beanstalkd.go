@@ -154,6 +154,19 @@ func (b *beanstalkdBackend) Ack(ctx context.Context, r model.Receipt) (bool, err
 	return b.settle(ctx, service.OpAck, r, 0)
 }
 
+// AckEach acks receipts of one group as one log entry on its leader (one
+// forwarded ack each when another node leads it).
+func (b *beanstalkdBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	if err := b.known(rs[0].ID); err != nil {
+		return nil, err
+	}
+	done, err := service.AckEach(ctx, b.r, rs[0].ID.Group(), rs)
+	return done, routed(err)
+}
+
 func (b *beanstalkdBackend) Nack(ctx context.Context, r model.Receipt, delayMs int64) (bool, error) {
 	return b.settle(ctx, service.OpNack, r, delayMs)
 }

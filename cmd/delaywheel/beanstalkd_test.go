@@ -69,6 +69,19 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	if _, _, err := later.PeekDelayed(); !errors.Is(err, beanstalk.ErrNotFound) {
 		t.Fatalf("peek-delayed after delete: %v", err)
 	}
+	kid, err := later.Put([]byte("kicked"), 10, time.Hour, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := later.Kick(10); err != nil || n != 1 {
+		t.Fatalf("kick of a delayed job: %d %v", n, err)
+	}
+	if got, body, err := beanstalk.NewTubeSet(c, "later").Reserve(10 * time.Second); err != nil || got != kid || string(body) != "kicked" {
+		t.Fatalf("reserve after the kick of a delayed job: %d %q %v; want %d", got, body, err, kid)
+	}
+	if err := c.Delete(kid); err != nil {
+		t.Fatal(err)
+	}
 	got, body, err := ts.Reserve(10 * time.Second)
 	if err != nil || got != id || string(body) != "hello" {
 		t.Fatalf("reserve: %d %q %v; want %d", got, body, err, id)
@@ -125,7 +138,7 @@ func TestBeanstalkdGoClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := c.Stats()
-	if err != nil || st["max-job-size"] != strconv.Itoa(transport.DefaultLimits().MaxBodyBytes) || st["cmd-put"] != "2" {
+	if err != nil || st["max-job-size"] != strconv.Itoa(transport.DefaultLimits().MaxBodyBytes) || st["cmd-put"] != "3" {
 		t.Fatalf("stats: %v %v", st, err)
 	}
 	if _, _, err := ts.Reserve(0); !errors.Is(err, beanstalk.ErrTimeout) {

@@ -35,6 +35,10 @@ type Backend interface {
 	// Ack finishes a reserved message; done is false when the receipt no
 	// longer holds it.
 	Ack(ctx context.Context, r model.Receipt) (done bool, err error)
+	// AckEach finishes reserved messages, all of one group, as one call
+	// (one log entry) and tells of each whether its receipt still held
+	// it: done[i] is rs[i]'s.
+	AckEach(ctx context.Context, rs []model.Receipt) (done []bool, err error)
 	// Nack returns a reserved message to delayed, due delayMs from now.
 	Nack(ctx context.Context, r model.Receipt, delayMs int64) (done bool, err error)
 	// Touch extends a reserved message's lease by its time-to-run.

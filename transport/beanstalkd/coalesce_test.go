@@ -1,14 +1,10 @@
 package beanstalkd
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/delaywheel/delaywheel/wheel"
-	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // Connections waiting on one tube reserve through one Backend.Reserve for
@@ -28,14 +24,7 @@ func TestWaitingReservesAreOneReserve(t *testing.T) {
 		defer r.mu.Unlock()
 		return len(r.waiters) == n
 	})
-	f.mu.Lock()
-	for i := range n {
-		id := model.ID{Index: uint64(100 + i)}
-		f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: defaultTube, Body: []byte(fmt.Sprint(i)), DeliverAtMs: f.now.UnixMilli(),
-			TTRMs: 30000, MaxAttempts: 10}, State: wheel.StateReady}
-	}
-	f.notify()
-	f.mu.Unlock()
+	f.readyJobs(n)
 	seen := map[string]bool{}
 	for _, c := range cs {
 		l := c.line()

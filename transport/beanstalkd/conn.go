@@ -43,6 +43,8 @@ type conn struct {
 
 	puts     []pendingPut // pipelined puts not yet answered (put.go)
 	putBytes int          // the size of their bodies
+
+	pending *pendingDelete // a delete answered after the reserve that follows it (ack.go)
 }
 
 // heldJob is a job a connection holds reserved.
@@ -94,7 +96,8 @@ func (c *conn) serve() {
 	defer func() {
 		// Puts the client sent before it left are made, as beanstalkd
 		// makes each command it received.
-		if len(c.puts) > 0 {
+		if len(c.puts) > 0 || c.pending != nil {
+			c.settlePending()
 			c.flushPuts()
 			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
 			c.w.Flush()
@@ -112,6 +115,7 @@ func (c *conn) serve() {
 		line, err := c.readLine()
 		if err != nil {
 			if errors.Is(err, errLineTooLong) {
+				c.settlePending()
 				c.flushPuts()
 				c.reply("BAD_FORMAT")
 				c.w.Flush()
@@ -119,8 +123,11 @@ func (c *conn) serve() {
 			return
 		}
 		cmd, err := ParseCommand(line)
+		if err != nil || cmd.Op != OpReserve && cmd.Op != OpReserveWithTimeout {
+			c.settlePending() // the answers keep the commands' order
+		}
 		if err != nil || cmd.Op != OpPut {
-			c.flushPuts() // the answers keep the commands' order
+			c.flushPuts()
 		}
 		switch {
 		case err != nil:

@@ -31,6 +31,9 @@ type fakeBackend struct {
 	asked    []int                  // the max of each Reserve
 	reserves []int                  // the number of messages each Reserve handed out
 	refuse   func(body []byte) bool // a Put of such a body is refused as invalid
+	acks     []int                  // the number of receipts of each AckEach
+	ackGate  chan struct{}          // when set, each AckEach waits for a value from it
+	ackWait  int                    // the AckEach calls waiting at ackGate
 }
 
 func newFake() *fakeBackend {
@@ -207,6 +210,46 @@ func (f *fakeBackend) Ack(_ context.Context, r model.Receipt) (bool, error) {
 	return f.held(r, func(v *wheel.View) { delete(f.msgs, v.ID) })
 }
 
+// readyJobs adds n ready jobs of the default tube, ids 100 to 100+n-1,
+// bodies "0" to "n-1", and wakes the waiting reserves.
+func (f *fakeBackend) readyJobs(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range n {
+		id := model.ID{Index: uint64(100 + i)}
+		f.msgs[id] = &wheel.View{Message: model.Message{ID: id, Topic: defaultTube, Body: []byte(fmt.Sprint(i)), DeliverAtMs: f.now.UnixMilli(),
+			TTRMs: 30000, MaxAttempts: 10}, State: wheel.StateReady}
+	}
+	f.notify()
+}
+
+// AckEach acks each receipt as Ack does, once ackGate lets it.
+func (f *fakeBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) {
+	f.mu.Lock()
+	f.acks = append(f.acks, len(rs))
+	gate := f.ackGate
+	f.ackWait++
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	f.ackWait--
+	f.mu.Unlock()
+	done := make([]bool, len(rs))
+	for i, r := range rs {
+		var err error
+		if done[i], err = f.Ack(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
 func (f *fakeBackend) Nack(_ context.Context, r model.Receipt, delayMs int64) (bool, error) {
 	return f.held(r, func(v *wheel.View) {
 		v.State, v.Receipt, v.DeliverAtMs = wheel.StateDelayed, 0, f.now.UnixMilli()+delayMs
@@ -297,6 +340,9 @@ func (f *fakeBackend) Dead(_ context.Context, topic string, limit int) ([]wheel.
 func (f *fakeBackend) Delayed(_ context.Context, topic string) (wheel.View, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.err != nil {
+		return wheel.View{}, false, f.err
+	}
 	if v := f.next(topic, wheel.StateDelayed); v != nil {
 		return *v, true, nil
 	}

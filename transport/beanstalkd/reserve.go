@@ -19,16 +19,15 @@ func (c *conn) reserve(cmd Command) {
 	if cmd.Op == OpReserveWithTimeout {
 		remaining = time.Duration(cmd.Timeout) * time.Second
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
-	if c.w.Flush() != nil {
-		return
-	}
+	owed := c.flushLater()
+	defer owed()
 	c.waiting(1)
 	defer c.waiting(-1)
 	for {
 		now := c.s.cfg.Now()
 		soon, holding := c.soonest(now)
 		if holding && !soon.After(now.Add(deadlineSoon)) {
+			owed()
 			c.reply("DEADLINE_SOON")
 			return
 		}
@@ -57,14 +56,22 @@ func (c *conn) reserve(cmd Command) {
 			if ok {
 				c.s.giveBack(d)
 			}
+			owed()
 			c.reply("DRAINING")
 			return
 		}
 		switch {
 		case ok:
+			owed()
 			if c.hold(d) {
 				return
 			}
+			// Nothing to answer yet: what the connection owes goes now.
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+			if c.w.Flush() != nil {
+				return
+			}
+			owed = func() {}
 			continue
 		case errors.Is(err, model.ErrNotLeader), errors.Is(err, model.ErrUnavailable):
 			// A leader change: ask again once there is a leader.
@@ -72,15 +79,63 @@ func (c *conn) reserve(cmd Command) {
 			wait = min(retryPause, max(wait, 0))
 			c.sleep(wait)
 		case err != nil:
+			owed()
 			c.fail("reserve", err)
 			return
 		}
 		if remaining >= 0 {
 			remaining -= max(wait, 0)
 			if remaining <= 0 {
+				owed()
 				c.reply("TIMED_OUT")
 				return
 			}
+		}
+	}
+}
+
+// lateFlush is how long the replies a connection owes when it starts to
+// wait for a job (those of the commands it pipelined before the reserve)
+// may wait to go out with the reserve's own answer. Invariant: a client
+// that pipelines a delete and the next reserve, as a worker that takes
+// its next job in the round trip of the last one's delete does, has the
+// reserve run while the delete's ack commits (deleteJob, pendingDelete),
+// so that it waits for the longer of the two instead of both, one after
+// the other; the answers keep the commands' order (DELETED once its ack
+// is applied, then RESERVED), and go out in one write when both are ready
+// within lateFlush, instead of one write each. An owed reply waits at
+// most lateFlush past its own readiness, and a client that waits for it
+// before it sends its reserve is not delayed at all (its reserve is not
+// read before the reply is flushed).
+const lateFlush = 5 * time.Millisecond
+
+// flushLater sends the replies written and not yet sent after lateFlush,
+// unless the returned stop is called first. stop returns once such a send
+// has ended, so that the connection may write again; calling it again
+// does nothing.
+func (c *conn) flushLater() (stop func()) {
+	if c.w.Buffered() == 0 && c.pending == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	t := time.AfterFunc(lateFlush, func() {
+		defer close(done)
+		c.settlePending()
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+		if c.w.Flush() != nil {
+			c.stop() // the client is gone: end its wait
+		}
+	})
+	stopped := false
+	return func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		if t.Stop() {
+			c.settlePending()
+		} else {
+			<-done
 		}
 	}
 }
@@ -224,7 +279,12 @@ func (c *conn) deleteJob(job uint64) {
 	defer cancel()
 	if h, ok := c.held[job]; ok {
 		delete(c.held, job)
-		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Ack(ctx, h.r) })
+		if c.reserveFollows() {
+			// Answered before the reserve's own answer (flushLater).
+			c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), topic: h.topic}
+			return
+		}
+		done, err := c.s.ack(h.r)
 		c.settled("delete", done, err, "DELETED", h.topic)
 		return
 	}
@@ -364,8 +424,10 @@ func (c *conn) peekDelayed() {
 // maxKick is the most jobs one kick moves.
 const maxKick = 1000
 
-// kick answers kick: buried jobs of the used tube back to ready. Delayed
-// jobs are not kicked: they are listed by due second, not by tube.
+// kick answers kick: up to bound buried jobs of the used tube back to
+// ready or, when it has none, up to bound of its delayed jobs due now,
+// the first due first (the delayed jobs within the wheel's horizon, as
+// peek-delayed sees them).
 func (c *conn) kick(bound uint32) {
 	ctx, cancel := c.callCtx()
 	defer cancel()
@@ -385,9 +447,39 @@ func (c *conn) kick(bound uint32) {
 				c.fail("kick", err)
 				return
 			}
+		} else if n, err = c.kickDelayed(ctx, int(min(bound, maxKick))); err != nil {
+			if n == 0 {
+				c.fail("kick", err)
+				return
+			}
+			c.s.log.Warn("beanstalkd: kick answered with the delayed jobs kicked before a failure", "kicked", n, "err", err)
 		}
 	}
 	c.reply("KICKED", strconv.Itoa(n))
+}
+
+// kickDelayed makes up to bound delayed jobs of the used tube due now, the
+// first due first, and returns how many it moved. A job that left the
+// delayed state meanwhile is passed over.
+func (c *conn) kickDelayed(ctx context.Context, bound int) (int, error) {
+	seen := map[model.ID]bool{}
+	n := 0
+	for n < bound {
+		v, ok, err := c.s.be.Delayed(ctx, c.use)
+		if err != nil || !ok || seen[v.ID] {
+			return n, err
+		}
+		seen[v.ID] = true
+		err = c.s.be.Reschedule(ctx, v.ID, c.s.cfg.Now().UnixMilli())
+		switch {
+		case errors.Is(err, model.ErrNotFound), errors.Is(err, model.ErrConflict):
+			continue
+		case err != nil:
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // kickJob answers kick-job: a buried job back to ready, a delayed one due

@@ -102,6 +102,7 @@ type Server struct {
 	live  map[*conn]struct{}
 	tubes map[string]*tubeState
 	waits map[string]*tubeReserves // coalesce.go
+	acks  map[int]*groupAcks       // ack.go, by group
 }
 
 // tubeState is what this node knows of a tube beyond its topic's counts.
@@ -116,7 +117,7 @@ type tubeState struct {
 func NewServer(cfg Config, be Backend) *Server {
 	cfg = cfg.withDefaults()
 	return &Server{cfg: cfg, be: be, log: cfg.Logger, start: cfg.Now(), slots: make(chan struct{}, cfg.MaxConns),
-		live: map[*conn]struct{}{}, tubes: map[string]*tubeState{}, waits: map[string]*tubeReserves{}}
+		live: map[*conn]struct{}{}, tubes: map[string]*tubeState{}, waits: map[string]*tubeReserves{}, acks: map[int]*groupAcks{}}
 }
 
 // Serve accepts connections on ln until ctx ends. Then it drains: puts

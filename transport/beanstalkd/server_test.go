@@ -250,6 +250,59 @@ func TestDelayReleaseBuryKick(t *testing.T) {
 	c.do("peek "+id, "NOT_FOUND")
 }
 
+// kick moves buried jobs when the used tube has some, else delayed ones,
+// the first due first; kick-job moves either.
+func TestKickDelayed(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	c := dial(t, addr)
+	c.do("use jobs", "USING jobs")
+	c.do("watch jobs", "WATCHING 2")
+	late := c.put(1024, 30, 60, "late")
+	soon := c.put(1024, 10, 60, "soon")
+	mid := c.put(1024, 20, 60, "mid")
+	buried := c.put(1024, 0, 60, "buried")
+	c.data("reserve-with-timeout 0", "RESERVED "+buried)
+	c.do("bury "+buried+" 1", "BURIED")
+	c.do("use other", "USING other")
+	other := c.put(1024, 10, 60, "other")
+	c.do("use jobs", "USING jobs")
+	for _, step := range []struct{ cmd, want string }{
+		{"kick 10", "KICKED 1"}, // the buried job only
+		{"reserve-with-timeout 0", "RESERVED " + buried},
+		{"delete " + buried, "DELETED"},
+		{"kick 0", "KICKED 0"},
+		{"reserve-with-timeout 0", "TIMED_OUT"},
+		{"kick 2", "KICKED 2"}, // no buried job: the two delayed ones due first
+		{"reserve-with-timeout 0", "RESERVED " + soon},
+		{"reserve-with-timeout 0", "RESERVED " + mid},
+		{"reserve-with-timeout 0", "TIMED_OUT"},
+		{"kick 10", "KICKED 1"},
+		{"reserve-with-timeout 0", "RESERVED " + late},
+		{"kick 10", "KICKED 0"}, // the other tube's delayed job stays
+		{"kick-job " + other, "KICKED"},
+		{"kick-job " + other, "NOT_FOUND"}, // ready now
+	} {
+		c.send(step.cmd)
+		got := c.line()
+		if strings.HasPrefix(got, "RESERVED ") {
+			c.line() // the body
+			got = strings.Join(strings.Fields(got)[:2], " ")
+		}
+		if got != step.want {
+			t.Fatalf("%q: got %q, want %q", step.cmd, got, step.want)
+		}
+	}
+	c.do("use other", "USING other")
+	c.data("peek-ready", "FOUND "+other)
+	c.do("use jobs", "USING jobs")
+	c.put(1024, 10, 60, "again")
+	f.mu.Lock()
+	f.err = fmt.Errorf("%w: election", model.ErrUnavailable)
+	f.mu.Unlock()
+	c.do("kick 10", "INTERNAL_ERROR")
+}
+
 func TestErrorsReplies(t *testing.T) {
 	f := newFake()
 	addr, _ := start(t, f, Config{MaxJobSize: 4, MaxWatched: 2})

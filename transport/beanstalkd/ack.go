@@ -1,0 +1,171 @@
+package beanstalkd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// The deletes of held jobs. Invariant: the deletes of jobs that
+// connections hold are acked through at most maxAckCalls Backend.AckEach
+// calls in flight per group; the deletes that arrive while those are in
+// flight wait and go together as the next call, one log entry that holds
+// one ack per delete, instead of one log entry each. Each delete is
+// answered DELETED only once that entry is applied and its own ack in it
+// took effect (NOT_FOUND when the job's lease had ended), so DELETED
+// still means deleted on a majority; a call that fails answers every
+// delete in it with the failure, never DELETED. A batch holds at most
+// maxAckBatch deletes.
+const (
+	maxAckCalls = 16
+	maxAckBatch = 1024
+)
+
+// ackResult is the answer to one delete of a held job.
+type ackResult struct {
+	done bool
+	err  error
+}
+
+// ackReq is one delete waiting for its ack.
+type ackReq struct {
+	r  model.Receipt
+	ch chan ackResult // buffered for the one answer it gets
+}
+
+// groupAcks gathers the deletes of one group.
+type groupAcks struct {
+	s *Server
+
+	mu      sync.Mutex
+	pending []ackReq
+	calls   int // AckEach calls in flight
+}
+
+// ack acks r through the deletes of its group and returns whether it took
+// effect.
+func (s *Server) ack(r model.Receipt) (bool, error) {
+	got := <-s.ackAsync(r)
+	return got.done, got.err
+}
+
+// ackAsync queues r with the deletes of its group; its answer comes on the
+// channel returned.
+func (s *Server) ackAsync(r model.Receipt) <-chan ackResult {
+	ch := make(chan ackResult, 1)
+	s.acksOf(r.ID.Group()).add(ackReq{r: r, ch: ch})
+	return ch
+}
+
+// pendingDelete is a delete of a held job whose ack is in flight while
+// the reserve the client pipelined after it runs.
+type pendingDelete struct {
+	ch    <-chan ackResult
+	topic string
+}
+
+// reserveFollows tells whether the client has already sent a whole
+// reserve or reserve-with-timeout line after the command being answered.
+func (c *conn) reserveFollows() bool {
+	b, _ := c.r.Peek(c.r.Buffered())
+	line, _, ok := bytes.Cut(b, []byte("\n"))
+	return ok && (bytes.Equal(line, []byte("reserve\r")) || bytes.HasPrefix(line, []byte("reserve-with-timeout ")))
+}
+
+// settlePending waits for the delete in flight, if any, and answers it.
+func (c *conn) settlePending() {
+	if c.pending == nil {
+		return
+	}
+	got := <-c.pending.ch
+	topic := c.pending.topic
+	c.pending = nil
+	c.settled("delete", got.done, got.err, "DELETED", topic)
+}
+
+// acksOf returns the deletes of group g, creating them.
+func (s *Server) acksOf(g int) *groupAcks {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.acks[g]
+	if !ok {
+		a = &groupAcks{s: s}
+		s.acks[g] = a
+	}
+	return a
+}
+
+// add queues a delete, and starts a call when fewer than maxAckCalls are
+// in flight.
+func (a *groupAcks) add(req ackReq) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pending = append(a.pending, req)
+	if a.calls < maxAckCalls {
+		a.calls++
+		go a.run()
+	}
+}
+
+// run makes calls of the pending deletes until none is left.
+func (a *groupAcks) run() {
+	for {
+		a.mu.Lock()
+		if len(a.pending) == 0 {
+			a.calls--
+			a.mu.Unlock()
+			return
+		}
+		n := min(len(a.pending), maxAckBatch)
+		batch := make([]ackReq, n)
+		copy(batch, a.pending)
+		a.pending = append(a.pending[:0], a.pending[n:]...)
+		a.mu.Unlock()
+		a.call(batch)
+	}
+}
+
+// call acks batch as one AckEach and answers each delete in it. A call that
+// surely reached no leader is made again, until the command timeout.
+func (a *groupAcks) call(batch []ackReq) {
+	rs := make([]model.Receipt, len(batch))
+	for i, req := range batch {
+		rs[i] = req.r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.CommandTimeout)
+	defer cancel()
+	var (
+		done []bool
+		err  error
+	)
+	for {
+		done, err = a.s.be.AckEach(ctx, rs)
+		if !errors.Is(err, ErrNotSent) || ctx.Err() != nil || a.s.draining.Load() {
+			break
+		}
+		t := time.NewTimer(retryPause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	if err == nil && len(done) != len(batch) {
+		err = errAckCount
+	}
+	for i, req := range batch {
+		if err != nil {
+			req.ch <- ackResult{err: err}
+			continue
+		}
+		req.ch <- ackResult{done: done[i]}
+	}
+}
+
+// errAckCount means a backend answered AckEach with a count of results
+// other than its receipts'.
+var errAckCount = errors.New("beanstalkd: acks answered a count of results other than their receipts'")

@@ -1,0 +1,183 @@
+package beanstalkd
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/delaywheel/delaywheel/wheel/model"
+)
+
+// holding dials n connections that each reserve one of n ready jobs, and
+// returns them with the job each holds.
+func holding(t *testing.T, f *fakeBackend, addr string, n int) ([]*client, []string) {
+	t.Helper()
+	f.readyJobs(n)
+	cs := make([]*client, n)
+	jobs := make([]string, n)
+	for i := range cs {
+		cs[i] = dial(t, addr)
+		fs, _ := cs[i].data("reserve-with-timeout 0", "RESERVED ")
+		jobs[i] = fs[1]
+	}
+	return cs, jobs
+}
+
+// The deletes that arrive while the acks before them are in flight go
+// together as one AckEach, and each is answered by its own part.
+func TestDeletesInFlightAreOneAck(t *testing.T) {
+	f := newFake()
+	gate := make(chan struct{})
+	f.ackGate = gate
+	s, addr, _ := startServer(t, f, Config{})
+	const n = maxAckCalls + 5
+	cs, jobs := holding(t, f, addr, n)
+	// The job of the last connection times out and goes back: its delete
+	// is NOT_FOUND, the others' DELETED.
+	f.mu.Lock()
+	f.msgs[model.ID{Index: 100 + n - 1}].LeaseExpiresMs = f.now.UnixMilli()
+	f.mu.Unlock()
+	for i, c := range cs[:maxAckCalls] {
+		c.send("delete " + jobs[i])
+		until(t, "the delete's own call in flight", func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.ackWait == i+1
+		})
+	}
+	for i, c := range cs[maxAckCalls:] {
+		c.send("delete " + jobs[maxAckCalls+i])
+	}
+	until(t, "the other deletes waiting", func() bool {
+		a := s.acksOf(0)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.pending) == n-maxAckCalls
+	})
+	close(gate)
+	for i, c := range cs {
+		want := "DELETED"
+		if i == n-1 {
+			want = "NOT_FOUND"
+		}
+		if got := c.line(); got != want {
+			t.Fatalf("delete %s: got %q, want %q", jobs[i], got, want)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := append(slices.Repeat([]int{1}, maxAckCalls), n-maxAckCalls); !slices.Equal(f.acks, want) {
+		t.Fatalf("receipts per AckEach %v; want %d calls of one and one of %d", f.acks, maxAckCalls, n-maxAckCalls)
+	}
+	for i := range n - 1 {
+		if _, ok := f.msgs[model.ID{Index: uint64(100 + i)}]; ok {
+			t.Fatalf("job %s answered DELETED is still there", jobs[i])
+		}
+	}
+}
+
+// A failed ack answers every delete of its call with the failure, never
+// DELETED, and the jobs stay.
+func TestFailedAckAnswersEachDelete(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 3)
+	f.mu.Lock()
+	f.err = fmt.Errorf("%w: the disk", model.ErrUnavailable)
+	f.mu.Unlock()
+	for i, c := range cs {
+		c.do("delete "+jobs[i], "INTERNAL_ERROR")
+	}
+	f.mu.Lock()
+	f.err = nil
+	f.mu.Unlock()
+	for i := range cs {
+		if _, ok := f.msgs[model.ID{Index: uint64(100 + i)}]; !ok {
+			t.Fatalf("job %s answered INTERNAL_ERROR is gone", jobs[i])
+		}
+	}
+}
+
+// An ack that surely reached no leader is made again.
+func TestUnsentAckIsMadeAgain(t *testing.T) {
+	f := newFake()
+	gate := make(chan struct{}, 2)
+	f.ackGate = gate
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 1)
+	f.mu.Lock()
+	f.err = fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+	f.mu.Unlock()
+	cs[0].send("delete " + jobs[0])
+	gate <- struct{}{}
+	until(t, "the ack asked twice", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.acks) >= 2 {
+			f.err = nil
+			return true
+		}
+		return false
+	})
+	gate <- struct{}{}
+	if got := cs[0].line(); got != "DELETED" {
+		t.Fatalf("delete after a leader change: %q", got)
+	}
+}
+
+// A delete pipelined with the next reserve is answered before the reserve
+// is, whether a job is there for it or the reserve waits for one.
+func TestDeletePipelinedWithReserve(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 2)
+	c := cs[0]
+	c.raw("delete " + jobs[0] + "\r\nreserve\r\n")
+	if got := c.line(); got != "DELETED" {
+		t.Fatalf("pipelined delete: %q", got)
+	}
+	// The reserve waits: its delete's answer came all the same.
+	cs[1].do("delete "+jobs[1], "DELETED")
+	id := cs[1].put(1024, 0, 60, "next")
+	if got := c.line(); got != "RESERVED "+id+" 4" {
+		t.Fatalf("pipelined reserve: %q", got)
+	}
+	c.line() // the body
+	cs[1].put(1024, 0, 60, "ready")
+	c.raw("delete " + id + "\r\nreserve\r\n")
+	if got := c.line(); got != "DELETED" {
+		t.Fatalf("pipelined delete with a job ready: %q", got)
+	}
+	if got := c.line(); !strings.HasPrefix(got, "RESERVED ") {
+		t.Fatalf("pipelined reserve with a job ready: %q", got)
+	}
+}
+
+// The reserve pipelined after a delete takes its job while the delete's
+// ack is in flight, and is answered after the delete.
+func TestReserveRunsWhileItsDeleteCommits(t *testing.T) {
+	f := newFake()
+	gate := make(chan struct{})
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 1)
+	c := cs[0]
+	id := c.put(1024, 0, 60, "next")
+	f.mu.Lock()
+	f.ackGate = gate
+	reserves := len(f.reserves)
+	f.mu.Unlock()
+	c.raw("delete " + jobs[0] + "\r\nreserve\r\n")
+	until(t, "the reserve handed out a job while the ack waits", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.ackWait == 1 && len(f.reserves) > reserves && f.reserves[len(f.reserves)-1] == 1
+	})
+	close(gate)
+	if got := c.line(); got != "DELETED" {
+		t.Fatalf("pipelined delete: %q", got)
+	}
+	if got := c.line(); got != "RESERVED "+id+" 4" {
+		t.Fatalf("pipelined reserve: %q", got)
+	}
+}
