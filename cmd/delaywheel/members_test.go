@@ -24,17 +24,28 @@ func TestRemoveNode(t *testing.T) {
 	if err != nil || out != "removed n3\n" {
 		t.Fatalf("remove-node n3: %q, %v; want \"removed n3\"", out, err)
 	}
-	v, err := cls[0].Cluster(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, n := range v.Nodes {
-		ids = append(ids, n.ID)
-	}
-	if slices.Contains(ids, "n3") || len(v.Groups) != groups {
-		t.Fatalf("members after the removal: %v, %d groups; want n3 gone and %d groups", ids, len(v.Groups), groups)
-	}
+	// Another node's view follows the removal once that node hears of it:
+	// an election at the same moment can leave n1 answering its own view,
+	// one entry behind, for a while.
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("n1's last view: %s", last)
+		}
+	}()
+	nettest.WaitFor(t, nettest.Patience, "n1's view to drop n3", func() bool {
+		v, err := cls[0].Cluster(ctx)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		var ids []string
+		for _, n := range v.Nodes {
+			ids = append(ids, n.ID)
+		}
+		last = fmt.Sprintf("members %v, %d groups; want n3 gone and %d groups", ids, len(v.Groups), groups)
+		return !slices.Contains(ids, "n3") && len(v.Groups) == groups
+	})
 	nettest.WaitFor(t, nettest.Patience, "the removed n3 to be unready", func() bool { return cls[2].Readyz(ctx) != nil })
 
 	_, err = run(t, "remove-node", "--addr", "http://"+httpAddrs[0], "n3")
