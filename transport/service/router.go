@@ -169,7 +169,8 @@ func WithLeaderIndex(ctx context.Context) (context.Context, *Settled) {
 
 // settleTimeout bounds how long the leader holds a forwarded write's
 // answer until it has applied what it answered. The write is done either
-// way; past it the answer carries no index.
+// way; past it the answer carries the leader's commit index, which covers
+// the write, so the forwarding node's reads still wait for it.
 const settleTimeout = 2 * time.Second
 
 // SettledIndex is b's applied index once everything it answered is
@@ -210,9 +211,13 @@ func Call[T any](ctx context.Context, r *Router, g int, local func(b Backend) (T
 	if isLeader {
 		v, err := local(b)
 		if s, ok := ctx.Value(settleKey{}).(*Settled); ok && s.wait && err == nil {
-			if index, serr := SettledIndex(ctx, b); serr == nil {
-				s.Index = index
+			index, serr := SettledIndex(ctx, b)
+			if serr != nil {
+				// The write is committed, so the leader's commit index
+				// covers it: the caller's reads wait for that instead.
+				_, index = b.Indexes()
 			}
+			s.Index = index
 		}
 		return v, err
 	}

@@ -107,3 +107,42 @@ func TestRouterEnqueueSplitsByGroup(t *testing.T) {
 		t.Fatalf("a part that cannot be forwarded: %v", err)
 	}
 }
+
+// settling is a group this node leads whose Settled answers index, or
+// fails with err as when the apply takes longer than the leader waits.
+type settling struct {
+	group
+	index  uint64
+	err    error
+	commit uint64
+}
+
+func (b *settling) Settled(context.Context) (uint64, error) { return b.index, b.err }
+func (b *settling) Indexes() (uint64, uint64)               { return 1, b.commit }
+
+// A write forwarded here is answered with the index the forwarding node's
+// reads must wait for: the applied index that covers it, or, when the
+// leader could not wait for its apply, its commit index, never none.
+func TestCallSettledIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    *settling
+		want uint64
+	}{
+		{"applied", &settling{group: group{leads: true}, index: 7, commit: 9}, 7},
+		{"apply slower than the wait", &settling{group: group{leads: true}, err: context.DeadlineExceeded, commit: 9}, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := service.NewRouter([]service.Backend{tc.b}, nil)
+			ctx, s := service.WithSettled(t.Context())
+			_, err := service.Call(ctx, r, 0, func(service.Backend) (int, error) { return 1, nil },
+				func(service.Forwarder, model.Member) (int, uint64, error) { return 0, 0, errors.New("not forwarded") })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Index != tc.want {
+				t.Errorf("answered with index %d, want %d", s.Index, tc.want)
+			}
+		})
+	}
+}
