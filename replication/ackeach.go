@@ -21,15 +21,7 @@ func (n *Node) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) 
 	for i := range rs {
 		cmds[i] = command.Ack{NowMs: now, Receipts: rs[i : i+1]}
 	}
-	p, err := n.submit(ctx, false, cmds...)
-	if err != nil {
-		return nil, err
-	}
-	d := n.dispatcher()
-	if d != nil {
-		d.Settling(rs)
-	}
-	res, err := p.wait()
+	res, err := n.settle(ctx, rs, cmds...)
 	if err != nil {
 		return nil, err
 	}
@@ -38,17 +30,11 @@ func (n *Node) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) 
 	}
 	done := make([]bool, len(rs))
 	for i, r := range res {
-		if r.Err != nil {
-			return nil, r.Err
-		}
 		c, ok := r.Value.(command.Counted)
 		if !ok {
 			return nil, fmt.Errorf("%w: ack %d answered %T", model.ErrUnavailable, i, r.Value)
 		}
 		done[i] = c.Done == 1
-	}
-	if d != nil {
-		d.Settled(rs)
 	}
 	return done, nil
 }

@@ -283,25 +283,38 @@ func (n *Node) Stream(ctx context.Context, topic string, opt model.ConsumerOptio
 // between the two, a stream that closes still releases them, and its sweep
 // forgets them once their leases end.
 func (n *Node) settled(ctx context.Context, cmd command.Command, rs []model.Receipt) (command.Counted, error) {
-	p, err := n.submit(ctx, false, cmd)
+	res, err := n.settle(ctx, rs, cmd)
 	if err != nil {
 		return command.Counted{}, err
+	}
+	return res[0].Value.(command.Counted), nil
+}
+
+// settle proposes cmds, which settle receipts rs, as one log entry, tells
+// the streams as settled says, and returns each command's result, or the
+// first command's error.
+func (n *Node) settle(ctx context.Context, rs []model.Receipt, cmds ...command.Command) ([]command.Result, error) {
+	p, err := n.submit(ctx, false, cmds...)
+	if err != nil {
+		return nil, err
 	}
 	d := n.dispatcher()
 	if d != nil {
 		d.Settling(rs)
 	}
 	res, err := p.wait()
-	if err == nil {
-		err = res[0].Err
-	}
 	if err != nil {
-		return command.Counted{}, err
+		return nil, err
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return nil, r.Err
+		}
 	}
 	if d != nil {
 		d.Settled(rs)
 	}
-	return res[0].Value.(command.Counted), nil
+	return res, nil
 }
 
 // Ack finishes reserved messages.
