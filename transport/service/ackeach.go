@@ -8,17 +8,10 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// EachAcker is a Backend that acks receipts as one log entry and tells of
-// each whether it took effect (replication.Node is one).
-type EachAcker interface {
-	AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error)
-}
-
 // AckEach acks rs, all of group g, and tells of each whether it took
-// effect: done[i] is rs[i]'s. On a group this node leads whose backend is
-// an EachAcker, they are one log entry; otherwise (a backend without it,
-// or a group led elsewhere) each receipt is its own ack, all at once, and
-// the first error fails the whole.
+// effect: done[i] is rs[i]'s. On a group this node leads they are one log
+// entry; on a group led elsewhere each receipt is its own forwarded ack,
+// all at once, and the first error fails the whole.
 func AckEach(ctx context.Context, r *Router, g int, rs []model.Receipt) ([]bool, error) {
 	for i, rc := range rs {
 		if rc.ID.Group() != g && r.pin == 0 {
@@ -29,13 +22,7 @@ func AckEach(ctx context.Context, r *Router, g int, rs []model.Receipt) ([]bool,
 		return nil, err
 	}
 	return Call(ctx, r, g, func(b Backend) ([]bool, error) {
-		if e, ok := b.(EachAcker); ok {
-			return e.AckEach(ctx, rs)
-		}
-		return eachAck(rs, func(rc model.Receipt) (bool, error) {
-			c, err := b.Ack(ctx, []model.Receipt{rc})
-			return c.Done == 1, err
-		})
+		return b.AckEach(ctx, rs)
 	}, func(f Forwarder, to model.Member) ([]bool, uint64, error) {
 		var (
 			mu    sync.Mutex
@@ -52,7 +39,8 @@ func AckEach(ctx context.Context, r *Router, g int, rs []model.Receipt) ([]bool,
 	})
 }
 
-// eachAck acks each receipt with ack, all at once.
+// eachAck acks each receipt with ack, all at once: a forwarded part's
+// answer is a count, so each receipt is its own call.
 func eachAck(rs []model.Receipt, ack func(model.Receipt) (bool, error)) ([]bool, error) {
 	done := make([]bool, len(rs))
 	errs := make([]error, len(rs))

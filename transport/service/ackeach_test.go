@@ -23,20 +23,6 @@ func (b *eachGroup) AckEach(_ context.Context, rs []model.Receipt) ([]bool, erro
 	return held(rs), nil
 }
 
-// plainGroup is a group this node leads whose backend acks by counts only.
-type plainGroup struct {
-	group
-	mu    sync.Mutex
-	calls int
-}
-
-func (b *plainGroup) Ack(_ context.Context, rs []model.Receipt) (command.Counted, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls++
-	return counted(rs), nil
-}
-
 // settleForwarder answers forwarded settlements one by one.
 type settleForwarder struct {
 	forwarder
@@ -85,19 +71,16 @@ func receiptsOf(g int) []model.Receipt {
 	return rs
 }
 
-// AckEach acks the receipts of one group as one call where that group's
-// backend can, else one ack each, here or at the leader, and tells of
-// each receipt whether it took effect.
+// AckEach acks the receipts of one group as one call on a group led here,
+// else one forwarded ack each, and tells of each receipt whether it took
+// effect.
 func TestAckEach(t *testing.T) {
 	want := []bool{true, false, true}
 	each := &eachGroup{group: group{g: 0, leads: true}}
-	plain := &plainGroup{group: group{g: 1, leads: true}}
-	r := service.NewRouter([]service.Backend{each, plain}, nil)
+	other := &eachGroup{group: group{g: 1, leads: true}}
+	r := service.NewRouter([]service.Backend{each, other}, nil)
 	if done, err := service.AckEach(t.Context(), r, 0, receiptsOf(0)); err != nil || !slices.Equal(done, want) || len(each.calls) != 1 {
 		t.Fatalf("on a group led here: %v, %v after %d calls; want %v in one", done, err, len(each.calls), want)
-	}
-	if done, err := service.AckEach(t.Context(), r, 1, receiptsOf(1)); err != nil || !slices.Equal(done, want) || plain.calls != 3 {
-		t.Fatalf("on a backend without AckEach: %v, %v after %d calls; want %v in three", done, err, plain.calls, want)
 	}
 	if _, err := service.AckEach(t.Context(), r, 0, receiptsOf(1)); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("receipts of another group: %v; want invalid", err)

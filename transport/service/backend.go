@@ -71,6 +71,9 @@ type Backend interface {
 	Stream(ctx context.Context, topic string, opt model.ConsumerOptions) (model.Consumer, error)
 	// Ack finishes reserved messages.
 	Ack(ctx context.Context, rs []model.Receipt) (command.Counted, error)
+	// AckEach finishes reserved messages as one log entry holding one ack
+	// per receipt, and tells of each whether it took effect.
+	AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error)
 	// Nack returns reserved messages to delayed, due delayMs from now.
 	Nack(ctx context.Context, rs []model.Receipt, delayMs int64) (command.Counted, error)
 	// Touch extends leases by their time-to-run.
