@@ -150,10 +150,6 @@ func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r model.R
 	return c.Done == 1, routed(err)
 }
 
-func (b *beanstalkdBackend) Ack(ctx context.Context, r model.Receipt) (bool, error) {
-	return b.settle(ctx, service.OpAck, r, 0)
-}
-
 // AckEach acks receipts of one group as one log entry on its leader (one
 // forwarded ack each when another node leads it).
 func (b *beanstalkdBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) {

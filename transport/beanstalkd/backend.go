@@ -32,9 +32,6 @@ type Backend interface {
 	// its own time-to-run, whatever its due time (a dead one is redriven
 	// first); model.ErrNotFound when it is reserved or unknown.
 	ReserveID(ctx context.Context, id model.ID) (model.Delivery, error)
-	// Ack finishes a reserved message; done is false when the receipt no
-	// longer holds it.
-	Ack(ctx context.Context, r model.Receipt) (done bool, err error)
 	// AckEach finishes reserved messages, all of one group, as one call
 	// (one log entry) and tells of each whether its receipt still held
 	// it: done[i] is rs[i]'s.
