@@ -302,7 +302,7 @@ func (n *Node) settle(ctx context.Context, rs []model.Receipt, cmds ...command.C
 	if d != nil {
 		d.Settling(rs)
 	}
-	res, err := p.wait()
+	res, err := p.wait(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func (n *Node) SubmitWait(ctx context.Context, cmds ...command.Command) ([]comma
 	if err != nil {
 		return nil, err
 	}
-	return p.wait()
+	return p.wait(ctx)
 }
 
 // TakeWebhooks takes the leader n's webhook sender away (n has none after)

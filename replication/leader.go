@@ -160,7 +160,7 @@ func (a dispatchReplica) Submit(ctx context.Context, cmds ...command.Command) (f
 	if err != nil {
 		return nil, err
 	}
-	return p.wait, nil
+	return p.result, nil
 }
 
 func (a dispatchReplica) LeaseHeld() bool { return a.n.lease.Load().held() }

@@ -20,7 +20,7 @@ func (n *Node) propose(ctx context.Context, cmds ...command.Command) ([]command.
 	if err != nil {
 		return nil, err
 	}
-	return p.wait()
+	return p.wait(ctx)
 }
 
 // proposal is a log entry handed to Raft and not yet committed.
@@ -70,7 +70,7 @@ func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) 
 	}
 	applied := make(chan outcome, 1)
 	go func() {
-		res, err := p.wait()
+		res, err := p.result()
 		p.n.commits.forget(p.id)
 		applied <- outcome{res, err}
 	}()
@@ -83,8 +83,33 @@ func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) 
 	}
 }
 
-// wait blocks until the proposal commits and returns its results.
-func (p *proposal) wait() ([]command.Result, error) {
+// wait blocks until the proposal is applied and returns its results, or
+// until ctx ends. A proposal Raft has taken may still commit after ctx ends,
+// so that answer is ErrUnavailable with the outcome unknown; the proposal
+// stays counted as pending until Raft settles it.
+func (p *proposal) wait(ctx context.Context) ([]command.Result, error) {
+	if ctx.Done() == nil {
+		return p.result()
+	}
+	type outcome struct {
+		res []command.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := p.result()
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the outcome is unknown: %w", model.ErrUnavailable, context.Cause(ctx))
+	}
+}
+
+// result blocks until Raft settles the proposal and returns its results.
+func (p *proposal) result() ([]command.Result, error) {
 	n := p.n
 	defer n.pending.Add(-1)
 	err := p.f.Error()
