@@ -59,21 +59,33 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) 
 	return p, nil
 }
 
+// outcome is what Raft settled a proposal with.
+type outcome struct {
+	res []command.Result
+	err error
+}
+
+// settled waits for the proposal's outcome in a goroutine of its own, so
+// that the caller can wait on something else at the same time. then, when
+// not nil, runs once the outcome is known.
+func (p *proposal) settled(then func()) <-chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		res, err := p.result()
+		if then != nil {
+			then()
+		}
+		ch <- outcome{res, err}
+	}()
+	return ch
+}
+
 // waitCommit blocks until the proposal commits and returns its index, or
 // until it is applied (when it was not recognised at commit) and returns
 // its results instead, or until it fails. The proposal stays counted as
 // pending until it is applied.
 func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) {
-	type outcome struct {
-		res []command.Result
-		err error
-	}
-	applied := make(chan outcome, 1)
-	go func() {
-		res, err := p.result()
-		p.n.commits.forget(p.id)
-		applied <- outcome{res, err}
-	}()
+	applied := p.settled(func() { p.n.commits.forget(p.id) })
 	select {
 	case index = <-p.commit:
 		p.n.met.answered.Observe(time.Since(p.start).Seconds())
@@ -91,17 +103,8 @@ func (p *proposal) wait(ctx context.Context) ([]command.Result, error) {
 	if ctx.Done() == nil {
 		return p.result()
 	}
-	type outcome struct {
-		res []command.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := p.result()
-		done <- outcome{res, err}
-	}()
 	select {
-	case o := <-done:
+	case o := <-p.settled(nil):
 		return o.res, o.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: the outcome is unknown: %w", model.ErrUnavailable, context.Cause(ctx))
