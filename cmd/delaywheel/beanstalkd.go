@@ -151,16 +151,24 @@ func (b *beanstalkdBackend) settle(ctx context.Context, op service.Op, r model.R
 }
 
 // AckEach acks receipts of one group as one log entry on its leader (one
-// forwarded ack each when another node leads it).
-func (b *beanstalkdBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) {
+// forwarded ack each when another node leads it, each with its own
+// outcome).
+func (b *beanstalkdBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]beanstalkd.Acked, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
 	if err := b.known(rs[0].ID); err != nil {
 		return nil, err
 	}
-	done, err := service.AckEach(ctx, b.r, rs[0].ID.Group(), rs)
-	return done, routed(err)
+	res, err := service.AckEach(ctx, b.r, rs[0].ID.Group(), rs)
+	if err != nil {
+		return nil, routed(err)
+	}
+	out := make([]beanstalkd.Acked, len(res))
+	for i, a := range res {
+		out[i] = beanstalkd.Acked{Done: a.Done, Err: routed(a.Err)}
+	}
+	return out, nil
 }
 
 func (b *beanstalkdBackend) Nack(ctx context.Context, r model.Receipt, delayMs int64) (bool, error) {

@@ -18,23 +18,20 @@ import (
 // answered DELETED only once that entry is applied and its own ack in it
 // took effect (NOT_FOUND when the job's lease had ended), so DELETED
 // still means deleted on a majority; a call that fails answers every
-// delete in it with the failure, never DELETED. A batch holds at most
+// delete in it with the failure, never DELETED. A call whose deletes the
+// backend acks each on its own (forwarded to the leader of a group another
+// node leads) answers each delete by its own outcome, and makes again only
+// those whose ack surely reached no leader. A batch holds at most
 // maxAckBatch deletes.
 const (
 	maxAckCalls = 16
 	maxAckBatch = 1024
 )
 
-// ackResult is the answer to one delete of a held job.
-type ackResult struct {
-	done bool
-	err  error
-}
-
 // ackReq is one delete waiting for its ack.
 type ackReq struct {
 	r  model.Receipt
-	ch chan ackResult // buffered for the one answer it gets
+	ch chan Acked // buffered for the one answer it gets
 }
 
 // groupAcks gathers the deletes of one group.
@@ -50,13 +47,13 @@ type groupAcks struct {
 // effect.
 func (s *Server) ack(r model.Receipt) (bool, error) {
 	got := <-s.ackAsync(r)
-	return got.done, got.err
+	return got.Done, got.Err
 }
 
 // ackAsync queues r with the deletes of its group; its answer comes on the
 // channel returned.
-func (s *Server) ackAsync(r model.Receipt) <-chan ackResult {
-	ch := make(chan ackResult, 1)
+func (s *Server) ackAsync(r model.Receipt) <-chan Acked {
+	ch := make(chan Acked, 1)
 	s.acksOf(r.ID.Group()).add(ackReq{r: r, ch: ch})
 	return ch
 }
@@ -64,7 +61,7 @@ func (s *Server) ackAsync(r model.Receipt) <-chan ackResult {
 // pendingDelete is a delete of a held job whose ack is in flight while
 // the reserve the client pipelined after it runs.
 type pendingDelete struct {
-	ch    <-chan ackResult
+	ch    <-chan Acked
 	topic string
 }
 
@@ -84,7 +81,7 @@ func (c *conn) settlePending() {
 	got := <-c.pending.ch
 	topic := c.pending.topic
 	c.pending = nil
-	c.settled("delete", got.done, got.err, "DELETED", topic)
+	c.settled("delete", got.Done, got.Err, "DELETED", topic)
 }
 
 // acksOf returns the deletes of group g, creating them.
@@ -129,24 +126,26 @@ func (a *groupAcks) run() {
 	}
 }
 
-// call acks batch as one AckEach and answers each delete in it. A call that
-// surely reached no leader is made again, until the command timeout.
+// call acks batch as one AckEach and answers each delete in it. The
+// deletes whose ack surely reached no leader are acked again, until the
+// command timeout.
 func (a *groupAcks) call(batch []ackReq) {
-	rs := make([]model.Receipt, len(batch))
-	for i, req := range batch {
-		rs[i] = req.r
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.CommandTimeout)
 	defer cancel()
-	var (
-		done []bool
-		err  error
-	)
 	for {
-		done, err = a.s.be.AckEach(ctx, rs)
-		if !errors.Is(err, ErrNotSent) || ctx.Err() != nil || a.s.draining.Load() {
-			break
+		res := a.ackEach(ctx, batch)
+		again := batch[:0]
+		for i, req := range batch {
+			if errors.Is(res[i].Err, ErrNotSent) && ctx.Err() == nil && !a.s.draining.Load() {
+				again = append(again, req)
+				continue
+			}
+			req.ch <- res[i]
 		}
+		if len(again) == 0 {
+			return
+		}
+		batch = again
 		t := time.NewTimer(retryPause)
 		select {
 		case <-t.C:
@@ -154,16 +153,26 @@ func (a *groupAcks) call(batch []ackReq) {
 		}
 		t.Stop()
 	}
-	if err == nil && len(done) != len(batch) {
+}
+
+// ackEach acks batch as one AckEach and returns each delete's outcome, a
+// failure of the whole call as every delete's.
+func (a *groupAcks) ackEach(ctx context.Context, batch []ackReq) []Acked {
+	rs := make([]model.Receipt, len(batch))
+	for i, req := range batch {
+		rs[i] = req.r
+	}
+	res, err := a.s.be.AckEach(ctx, rs)
+	if err == nil && len(res) != len(batch) {
 		err = errAckCount
 	}
-	for i, req := range batch {
-		if err != nil {
-			req.ch <- ackResult{err: err}
-			continue
+	if err != nil {
+		res = make([]Acked, len(batch))
+		for i := range res {
+			res[i].Err = err
 		}
-		req.ch <- ackResult{done: done[i]}
 	}
+	return res
 }
 
 // errAckCount means a backend answered AckEach with a count of results

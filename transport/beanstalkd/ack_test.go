@@ -1,6 +1,7 @@
 package beanstalkd
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -24,20 +25,13 @@ func holding(t *testing.T, f *fakeBackend, addr string, n int) ([]*client, []str
 	return cs, jobs
 }
 
-// The deletes that arrive while the acks before them are in flight go
-// together as one AckEach, and each is answered by its own part.
-func TestDeletesInFlightAreOneAck(t *testing.T) {
-	f := newFake()
-	gate := make(chan struct{})
-	f.ackGate = gate
-	s, addr, _ := startServer(t, f, Config{})
-	const n = maxAckCalls + 5
-	cs, jobs := holding(t, f, addr, n)
-	// The job of the last connection times out and goes back: its delete
-	// is NOT_FOUND, the others' DELETED.
-	f.mu.Lock()
-	f.msgs[model.ID{Index: 100 + n - 1}].LeaseExpiresMs = f.now.UnixMilli()
-	f.mu.Unlock()
+// deleteBehindCalls sends the delete of each connection's job: the first
+// maxAckCalls go each as its own call, held at f's ackGate, and the rest
+// wait behind them, to go as one call once the gate opens. It then opens
+// the gate and checks each delete's answer: DELETED but for the
+// connections odd names.
+func deleteBehindCalls(t *testing.T, s *Server, f *fakeBackend, gate chan struct{}, cs []*client, jobs []string, odd map[int]string) {
+	t.Helper()
 	for i, c := range cs[:maxAckCalls] {
 		c.send("delete " + jobs[i])
 		until(t, "the delete's own call in flight", func() bool {
@@ -53,18 +47,32 @@ func TestDeletesInFlightAreOneAck(t *testing.T) {
 		a := s.acksOf(0)
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return len(a.pending) == n-maxAckCalls
+		return len(a.pending) == len(cs)-maxAckCalls
 	})
 	close(gate)
 	for i, c := range cs {
-		want := "DELETED"
-		if i == n-1 {
-			want = "NOT_FOUND"
-		}
+		want := cmp.Or(odd[i], "DELETED")
 		if got := c.line(); got != want {
 			t.Fatalf("delete %s: got %q, want %q", jobs[i], got, want)
 		}
 	}
+}
+
+// The deletes that arrive while the acks before them are in flight go
+// together as one AckEach, and each is answered by its own part.
+func TestDeletesInFlightAreOneAck(t *testing.T) {
+	f := newFake()
+	gate := make(chan struct{})
+	f.ackGate = gate
+	s, addr, _ := startServer(t, f, Config{})
+	const n = maxAckCalls + 5
+	cs, jobs := holding(t, f, addr, n)
+	// The job of the last connection times out and goes back: its delete
+	// is NOT_FOUND, the others' DELETED.
+	f.mu.Lock()
+	f.msgs[model.ID{Index: 100 + n - 1}].LeaseExpiresMs = f.now.UnixMilli()
+	f.mu.Unlock()
+	deleteBehindCalls(t, s, f, gate, cs, jobs, map[int]string{n - 1: "NOT_FOUND"})
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if want := append(slices.Repeat([]int{1}, maxAckCalls), n-maxAckCalls); !slices.Equal(f.acks, want) {
@@ -123,6 +131,40 @@ func TestUnsentAckIsMadeAgain(t *testing.T) {
 	gate <- struct{}{}
 	if got := cs[0].line(); got != "DELETED" {
 		t.Fatalf("delete after a leader change: %q", got)
+	}
+}
+
+// Each delete of a call is answered by its own outcome, as when each is
+// its own forwarded ack: the one whose ack failed with the failure (and
+// its job stays), the others DELETED, and only the one that surely
+// reached no leader is acked again.
+func TestDeleteAnsweredByItsOwnAck(t *testing.T) {
+	const n = maxAckCalls + 3
+	failed, unsent := model.ID{Index: 100 + n - 2}, model.ID{Index: 100 + n - 1}
+	sent := false
+	f := newFake()
+	f.ackFail = func(r model.Receipt) error {
+		switch {
+		case r.ID == failed:
+			return fmt.Errorf("%w: the leader's answer was lost", model.ErrUnavailable)
+		case r.ID == unsent && !sent:
+			sent = true
+			return fmt.Errorf("%w: %w: no leader", ErrNotSent, model.ErrUnavailable)
+		}
+		return nil
+	}
+	gate := make(chan struct{})
+	f.ackGate = gate
+	s, addr, _ := startServer(t, f, Config{})
+	cs, jobs := holding(t, f, addr, n)
+	deleteBehindCalls(t, s, f, gate, cs, jobs, map[int]string{n - 2: "INTERNAL_ERROR"})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := append(slices.Repeat([]int{1}, maxAckCalls), 3, 1); !slices.Equal(f.acks, want) {
+		t.Fatalf("receipts per AckEach %v; want %d calls of one, one of 3, then one of 1", f.acks, maxAckCalls)
+	}
+	if _, ok := f.msgs[failed]; !ok {
+		t.Fatalf("job %s answered INTERNAL_ERROR is gone", jobs[n-2])
 	}
 }
 

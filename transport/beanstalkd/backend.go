@@ -16,6 +16,16 @@ import (
 // connection outlives a change of leader without a write made twice.
 var ErrNotSent = errors.New("not sent to a leader")
 
+// Acked is one receipt's outcome of Backend.AckEach.
+type Acked struct {
+	// Done tells whether the ack took effect; false with a nil Err: the
+	// receipt no longer held its message.
+	Done bool
+	// Err is the receipt's own failure, wrapped in ErrNotSent when its
+	// ack surely changed nothing. Done is then false.
+	Err error
+}
+
 // Backend is what the server needs of the node. Every call may return the
 // wheel errors (ErrNotFound, ErrConflict, ErrInvalid, ErrTooLarge,
 // ErrOverloaded, ErrUnavailable, ErrNotLeader), wrapped in ErrNotSent
@@ -32,10 +42,11 @@ type Backend interface {
 	// its own time-to-run, whatever its due time (a dead one is redriven
 	// first); model.ErrNotFound when it is reserved or unknown.
 	ReserveID(ctx context.Context, id model.ID) (model.Delivery, error)
-	// AckEach finishes reserved messages, all of one group, as one call
-	// (one log entry) and tells of each whether its receipt still held
-	// it: done[i] is rs[i]'s.
-	AckEach(ctx context.Context, rs []model.Receipt) (done []bool, err error)
+	// AckEach finishes reserved messages, all of one group, and tells of
+	// each its outcome: res[i] is rs[i]'s. On the group's leader they are
+	// one log entry, whose failure is err; forwarded to another node, each
+	// is its own ack, whose failure is its own Err.
+	AckEach(ctx context.Context, rs []model.Receipt) (res []Acked, err error)
 	// Nack returns a reserved message to delayed, due delayMs from now.
 	Nack(ctx context.Context, r model.Receipt, delayMs int64) (done bool, err error)
 	// Touch extends a reserved message's lease by its time-to-run.

@@ -27,13 +27,14 @@ type fakeBackend struct {
 	unsent   int   // how many puts fail with ErrNotSent before one is taken
 	bare     bool  // deliveries without their lease's length, as over HTTP
 	puts     []command.NewMessage
-	batches  []int                  // the number of messages of each Put
-	asked    []int                  // the max of each Reserve
-	reserves []int                  // the number of messages each Reserve handed out
-	refuse   func(body []byte) bool // a Put of such a body is refused as invalid
-	acks     []int                  // the number of receipts of each AckEach
-	ackGate  chan struct{}          // when set, each AckEach waits for a value from it
-	ackWait  int                    // the AckEach calls waiting at ackGate
+	batches  []int                     // the number of messages of each Put
+	asked    []int                     // the max of each Reserve
+	reserves []int                     // the number of messages each Reserve handed out
+	refuse   func(body []byte) bool    // a Put of such a body is refused as invalid
+	acks     []int                     // the number of receipts of each AckEach
+	ackGate  chan struct{}             // when set, each AckEach waits for a value from it
+	ackWait  int                       // the AckEach calls waiting at ackGate
+	ackFail  func(model.Receipt) error // when set, the receipts' own AckEach failures (mu held)
 }
 
 func newFake() *fakeBackend {
@@ -224,7 +225,7 @@ func (f *fakeBackend) readyJobs(n int) {
 }
 
 // AckEach acks each receipt as Ack does, once ackGate lets it.
-func (f *fakeBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, error) {
+func (f *fakeBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]Acked, error) {
 	f.mu.Lock()
 	f.acks = append(f.acks, len(rs))
 	gate := f.ackGate
@@ -237,17 +238,25 @@ func (f *fakeBackend) AckEach(ctx context.Context, rs []model.Receipt) ([]bool, 
 			return nil, ctx.Err()
 		}
 	}
+	res := make([]Acked, len(rs))
 	f.mu.Lock()
 	f.ackWait--
+	if f.ackFail != nil {
+		for i, r := range rs {
+			res[i].Err = f.ackFail(r)
+		}
+	}
 	f.mu.Unlock()
-	done := make([]bool, len(rs))
 	for i, r := range rs {
+		if res[i].Err != nil {
+			continue
+		}
 		var err error
-		if done[i], err = f.Ack(ctx, r); err != nil {
+		if res[i].Done, err = f.Ack(ctx, r); err != nil {
 			return nil, err
 		}
 	}
-	return done, nil
+	return res, nil
 }
 
 func (f *fakeBackend) Nack(_ context.Context, r model.Receipt, delayMs int64) (bool, error) {
