@@ -409,6 +409,13 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 		found = found || string(s.ID) == id
 	}
 	if !found {
+		// A removal whose last step, the member record's, did not
+		// answer is finished by its retry.
+		for _, m := range n.store().Nodes() {
+			if m.ID == id {
+				return n.removeRecord(ctx, id)
+			}
+		}
 		return fmt.Errorf("%w: node %q is not a member", model.ErrNotFound, id)
 	}
 	// Demoted first, a follower learns of its removal for sure: a
@@ -431,9 +438,19 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 	if err := waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 		return fmt.Errorf("%w: remove %s: %w", model.ErrUnavailable, id, err)
 	}
-	_, err := n.result(ctx, command.RemoveNode{ID: id})
-	if err == nil {
-		n.log.Info("node removed", "id", id)
+	return n.removeRecord(ctx, id)
+}
+
+// removeRecord drops the member record of id, removed from the Raft
+// configuration already. It waits at most ApplyTimeout: a leader that
+// removed itself steps down, and the answer may never come; the removal
+// is then finished by a retry.
+func (n *Node) removeRecord(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	if _, err := n.result(ctx, command.RemoveNode{ID: id}); err != nil {
+		return fmt.Errorf("node %s left the Raft configuration, its member record stays until a retry: %w", id, err)
 	}
-	return err
+	n.log.Info("node removed", "id", id)
+	return nil
 }

@@ -7,8 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
@@ -256,4 +259,34 @@ func clusterWithMessage(t *testing.T) (*transporttest.Cluster, *transporttest.No
 	_, err := leader.Client.Enqueue(t.Context(), []api.Message{{Topic: "t", Payload: api.TextBody("x")}})
 	check(t, "enqueue", err)
 	return c, leader
+}
+
+// A removal that left the Raft configuration but not the member record
+// (its last step did not answer) is finished by a retry, which does not
+// answer that the node is no member.
+func TestRemoveRetryFinishesRecord(t *testing.T) {
+	c := startCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	leader := c.Leader()
+	f := c.Nodes[c.FollowerIndex()]
+	check(t, "the Raft removal alone", leader.Node.Raft().RemoveServer(raft.ServerID(f.ID), 0, 0).Error())
+	listed := func() bool {
+		for _, m := range leader.Node.Store().Nodes() {
+			if m.ID == f.ID {
+				return true
+			}
+		}
+		return false
+	}
+	if !listed() {
+		t.Fatalf("the member record of %s went with the Raft removal alone", f.ID)
+	}
+	check(t, "the retried removal", leader.Client.RemoveNode(ctx, f.ID))
+	if listed() {
+		t.Fatalf("the member record of %s stays after the retried removal", f.ID)
+	}
+	var ce *client.Error
+	if err := leader.Client.RemoveNode(ctx, f.ID); !asClientError(err, &ce) || ce.Status != http.StatusNotFound {
+		t.Fatalf("removing a node twice = %v, want a 404", err)
+	}
 }
