@@ -73,7 +73,7 @@ func eachAck(rs []model.Receipt, ack func(model.Receipt) (bool, error)) []Acked 
 		wg.Go(func() {
 			done, err := ack(rc)
 			if err != nil {
-				res[i].Err = fmt.Errorf("receipts[%d]: %w", i, err)
+				res[i].Err = fmt.Errorf("receipt %s: %w", rc, err)
 				return
 			}
 			res[i].Done = done
