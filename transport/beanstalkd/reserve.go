@@ -366,14 +366,22 @@ func (c *conn) settle(cmd Command) {
 
 // peekID answers peek: FOUND with the job in any state.
 func (c *conn) peekID(job uint64) {
+	if v, ok := c.view("peek", job); ok {
+		c.job("FOUND", job, v.Body)
+	}
+}
+
+// view returns job's message in any state for the command op and true;
+// when it cannot, it answers op's failure and returns false.
+func (c *conn) view(op string, job uint64) (wheel.View, bool) {
 	ctx, cancel := c.callCtx()
 	defer cancel()
 	v, err := c.s.be.Get(ctx, MessageID(job))
 	if err != nil {
-		c.fail("peek", err)
-		return
+		c.fail(op, err)
+		return v, false
 	}
-	c.job("FOUND", job, v.Body)
+	return v, true
 }
 
 // peekState answers peek-ready and peek-buried of the used tube.

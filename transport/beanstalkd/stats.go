@@ -68,11 +68,8 @@ func stateName(s wheel.State) string {
 
 // statsJob answers stats-job from the message's own fields.
 func (c *conn) statsJob(job uint64) {
-	ctx, cancel := c.callCtx()
-	defer cancel()
-	v, err := c.s.be.Get(ctx, MessageID(job))
-	if err != nil {
-		c.fail("stats-job", err)
+	v, ok := c.view("stats-job", job)
+	if !ok {
 		return
 	}
 	nowMs := c.s.cfg.Now().UnixMilli()
