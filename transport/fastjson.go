@@ -33,7 +33,7 @@ import (
 // nothing but '{' must not make it allocate for millions of messages.
 func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 	d := fastDecoder{data: data, all: string(data)}
-	if !d.byte('{') || d.key() != "messages" || !d.byte(':') || !d.byte('[') {
+	if !d.openList("messages") {
 		return req, false
 	}
 	// Every message is an object, so the count of '{' (one byte: counted
@@ -59,11 +59,7 @@ func fastEnqueue(data []byte, maxBatch int) (req api.EnqueueRequest, ok bool) {
 			}
 		}
 	}
-	if !d.byte('}') {
-		return req, false
-	}
-	d.space()
-	return req, d.pos == len(data)
+	return req, d.closeBody()
 }
 
 // fastDecoder walks one request.
@@ -104,6 +100,22 @@ func (d *fastDecoder) byte(c byte) bool {
 	}
 	d.pos++
 	return true
+}
+
+// openList consumes the start of a body that is an object of one list,
+// {"key":[.
+func (d *fastDecoder) openList(key string) bool {
+	return d.byte('{') && d.key() == key && d.byte(':') && d.byte('[')
+}
+
+// closeBody consumes the '}' that closes the body and reports whether
+// nothing but whitespace follows it.
+func (d *fastDecoder) closeBody() bool {
+	if !d.byte('}') {
+		return false
+	}
+	d.space()
+	return d.pos == len(d.data)
 }
 
 // raw consumes a string and returns its bytes; ok is false for anything
@@ -419,7 +431,7 @@ func appendReserved(b []byte, ds []model.Delivery) []byte {
 // FuzzDecodeReceipts holds it to this.
 func fastReceipts(data []byte) (list []string, ok bool) {
 	d := fastDecoder{data: data, all: string(data)}
-	if !d.byte('{') || d.key() != "receipts" || !d.byte(':') || !d.byte('[') {
+	if !d.openList("receipts") {
 		return nil, false
 	}
 	list = make([]string, 0, bytes.Count(data, []byte{','})+1)
@@ -436,11 +448,10 @@ func fastReceipts(data []byte) (list []string, ok bool) {
 			return nil, false
 		}
 	}
-	if !d.byte('}') {
+	if !d.closeBody() {
 		return nil, false
 	}
-	d.space()
-	return list, d.pos == len(data)
+	return list, true
 }
 
 // appendCounted appends the JSON answer of an ack, nack, touch or bury
