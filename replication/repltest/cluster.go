@@ -82,10 +82,7 @@ func startCluster(t testing.TB, configure func(*replication.Config), cfgs []repl
 	t.Helper()
 	c := &Cluster{t: t, Configure: configure}
 	for _, cfg := range cfgs {
-		if cfg.Logger == nil {
-			cfg.Logger = nettest.Logger(t)
-		}
-		c.Nodes = append(c.Nodes, &Member{Cfg: cfg})
+		c.Nodes = append(c.Nodes, &Member{Cfg: withTestLogger(t, cfg)})
 	}
 	for i := range c.Nodes {
 		c.Start(i)
@@ -106,16 +103,29 @@ func startCluster(t testing.TB, configure func(*replication.Config), cfgs []repl
 	return c
 }
 
+// withTestLogger returns cfg logging to t unless it has a logger of its own.
+func withTestLogger(t testing.TB, cfg replication.Config) replication.Config {
+	if cfg.Logger == nil {
+		cfg.Logger = nettest.Logger(t)
+	}
+	return cfg
+}
+
+// configured returns cfg as configure, when set, adjusts it.
+func configured(cfg replication.Config, configure func(*replication.Config)) replication.Config {
+	if configure != nil {
+		configure(&cfg)
+	}
+	return cfg
+}
+
 // Start (re)starts node i with its data directory. Until the replicated
 // metadata holds the node's addresses, it asks the leader to record them,
 // as the server command does through the leader's API.
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
 	tn := c.Nodes[i]
-	cfg := tn.Cfg
-	if c.Configure != nil {
-		c.Configure(&cfg)
-	}
+	cfg := configured(tn.Cfg, c.Configure)
 	node, err := replication.Open(cfg)
 	if err != nil {
 		c.t.Fatalf("open node %s: %v", cfg.ID, err)

@@ -59,10 +59,7 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*replication.Co
 	t.Helper()
 	c := &GroupsCluster{t: t, Count: groups, Configure: configure}
 	for _, cfg := range cfgs {
-		if cfg.Logger == nil {
-			cfg.Logger = nettest.Logger(t)
-		}
-		c.Nodes = append(c.Nodes, &GroupsMember{Cfg: cfg})
+		c.Nodes = append(c.Nodes, &GroupsMember{Cfg: withTestLogger(t, cfg)})
 	}
 	for i := range c.Nodes {
 		c.Start(i)
@@ -90,10 +87,7 @@ func startGroupsCluster(t testing.TB, groups int, configure func(*replication.Co
 func (c *GroupsCluster) Start(i int) {
 	c.t.Helper()
 	tn := c.Nodes[i]
-	cfg := tn.Cfg
-	if c.Configure != nil {
-		c.Configure(&cfg)
-	}
+	cfg := configured(tn.Cfg, c.Configure)
 	gs, err := replication.OpenGroups(cfg, c.Count)
 	if err != nil {
 		c.t.Fatalf("open node %s with %d groups: %v", cfg.ID, c.Count, err)
