@@ -5,9 +5,9 @@
 // It owns the command parser (command.go), the mapping of message ids to
 // beanstalkd's 64-bit job ids (jobid.go), the per-connection loop and its
 // replies (server.go, conn.go, reserve.go, peek.go for peeks and kicks),
-// the batching of pipelined puts
-// (put.go), of the reserves waiting on a tube (coalesce.go) and of the
-// deletes in flight (ack.go), and the YAML stats (stats.go). It reaches
+// the batching of pipelined puts (put.go), of the reserves waiting on a
+// tube (coalesce.go) and of the deletes in flight (ack.go), and the YAML
+// stats (stats.go). It reaches
 // the node through the small Backend interface defined here, with plain
 // wheel types: a tube is a topic, pri a priority, ttr the lease, delete an
 // ack (reserved) or a cancel (delayed, ready, buried), release a nack, bury
