@@ -102,7 +102,7 @@ func (n *Node) resultAtCommit(ctx context.Context, cmd command.Schedule) (any, e
 	if err != nil {
 		return nil, err
 	}
-	index, res, err := p.waitCommit()
+	index, res, err := p.waitCommit(ctx)
 	switch {
 	case err != nil:
 		return nil, err
