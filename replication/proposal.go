@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,13 +44,18 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) 
 	if n.raft.State() != raft.Leader {
 		return nil, model.ErrNotLeader
 	}
-	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
-		n.pending.Add(-1)
-		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
-	}
+	// Raft's wait to take the entry is bounded only by a timeout above
+	// zero: a caller whose context has ended is refused instead.
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
+	}
+	if ctx.Err() != nil || timeout <= 0 {
+		return nil, fmt.Errorf("%w: not proposed: %w", model.ErrUnavailable, cmp.Or(context.Cause(ctx), context.DeadlineExceeded))
+	}
+	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
+		n.pending.Add(-1)
+		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
 	}
 	p := &proposal{n: n, cmds: len(cmds), start: time.Now(), id: n.ids.next(), lease: n.lease.Load(), at: n.clock.Now()}
 	if watch {
