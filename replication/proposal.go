@@ -45,12 +45,12 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) 
 		return nil, model.ErrNotLeader
 	}
 	// Raft's wait to take the entry is bounded only by a timeout above
-	// zero: a caller whose context has ended is refused instead.
+	// zero: a caller whose deadline has passed is refused instead.
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	if ctx.Err() != nil || timeout <= 0 {
+	if timeout <= 0 {
 		return nil, fmt.Errorf("%w: not proposed: %w", model.ErrUnavailable, cmp.Or(context.Cause(ctx), context.DeadlineExceeded))
 	}
 	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
