@@ -102,7 +102,7 @@ func (n *Node) resultAtCommit(ctx context.Context, cmd command.Schedule) (any, e
 	if err != nil {
 		return nil, err
 	}
-	index, res, err := p.waitCommit()
+	index, res, err := p.waitCommit(ctx)
 	switch {
 	case err != nil:
 		return nil, err
@@ -395,7 +395,9 @@ func (n *Node) AddNode(ctx context.Context, m model.Member) error {
 
 // RemoveNode removes a member and forgets its metadata. Another member is
 // demoted first, and confirm (when set) waits until it holds its demotion,
-// from which it knows it was removed.
+// from which it knows it was removed. Asked to remove itself, the leader
+// hands its leadership on and answers ErrNotLeader: the next leader
+// removes it.
 func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx context.Context, index uint64) error) error {
 	if n.raft.State() != raft.Leader {
 		return model.ErrNotLeader
@@ -418,21 +420,31 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 		}
 		return fmt.Errorf("%w: node %q is not a member", model.ErrNotFound, id)
 	}
+	if id == n.cfg.ID {
+		// A leader that removed itself would step down, its Raft shut,
+		// before it could drop its member record, and, removed, would
+		// refuse the retry that finishes it: it hands its leadership on
+		// instead, and the next leader removes it as any other member.
+		// The follower taking over is elected at once: as in StepDown,
+		// hand-offs from here on wait for their Lease to commit.
+		n.lease.Load().revoke()
+		if err := waitFuture(ctx, n.raft.LeadershipTransfer()); err != nil {
+			return fmt.Errorf("%w: hand the leadership on before this node's removal: %w", model.ErrUnavailable, err)
+		}
+		return fmt.Errorf("%w: leadership handed on for this node's removal, which the next leader makes", model.ErrNotLeader)
+	}
 	// Demoted first, a follower learns of its removal for sure: a
 	// nonvoter still gets every entry, whereas the removal's own entry
-	// reaches it only by the leader's last best-effort send. (A leader
-	// demoting itself would step down before it could remove itself.)
-	if id != n.cfg.ID {
-		f := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
-		if err := waitFuture(ctx, f); err != nil {
-			return fmt.Errorf("%w: demote %s: %w", model.ErrUnavailable, id, err)
-		}
-		// A member that does not hold its demotion when it is removed
-		// would never learn it was removed: give it the time to take it.
-		if confirm != nil {
-			if err := confirm(ctx, f.Index()); err != nil {
-				n.log.Warn("removing a member that did not confirm its demotion: it may not learn of its removal", "id", id, "err", err)
-			}
+	// reaches it only by the leader's last best-effort send.
+	demote := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
+	if err := waitFuture(ctx, demote); err != nil {
+		return fmt.Errorf("%w: demote %s: %w", model.ErrUnavailable, id, err)
+	}
+	// A member that does not hold its demotion when it is removed
+	// would never learn it was removed: give it the time to take it.
+	if confirm != nil {
+		if err := confirm(ctx, demote.Index()); err != nil {
+			n.log.Warn("removing a member that did not confirm its demotion: it may not learn of its removal", "id", id, "err", err)
 		}
 	}
 	if err := waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
@@ -442,9 +454,9 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 }
 
 // removeRecord drops the member record of id, removed from the Raft
-// configuration already. It waits at most ApplyTimeout: a leader that
-// removed itself steps down, and the answer may never come; the removal
-// is then finished by a retry.
+// configuration already. It waits at most ApplyTimeout: a leader deposed
+// meanwhile may never hear the answer; the removal is then finished by a
+// retry.
 func (n *Node) removeRecord(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()

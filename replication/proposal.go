@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,13 +44,18 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) 
 	if n.raft.State() != raft.Leader {
 		return nil, model.ErrNotLeader
 	}
-	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
-		n.pending.Add(-1)
-		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
-	}
+	// Raft's wait to take the entry is bounded only by a timeout above
+	// zero: a caller whose deadline has passed is refused instead.
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: not proposed: %w", model.ErrUnavailable, cmp.Or(context.Cause(ctx), context.DeadlineExceeded))
+	}
+	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
+		n.pending.Add(-1)
+		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
 	}
 	p := &proposal{n: n, cmds: len(cmds), start: time.Now(), id: n.ids.next(), lease: n.lease.Load(), at: n.clock.Now()}
 	if watch {
@@ -82,9 +88,9 @@ func (p *proposal) settled(then func()) <-chan outcome {
 
 // waitCommit blocks until the proposal commits and returns its index, or
 // until it is applied (when it was not recognised at commit) and returns
-// its results instead, or until it fails. The proposal stays counted as
-// pending until it is applied.
-func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) {
+// its results instead, or until it fails, or until ctx ends (as wait). The
+// proposal stays counted as pending until it is applied.
+func (p *proposal) waitCommit(ctx context.Context) (index uint64, res []command.Result, err error) {
 	applied := p.settled(func() { p.n.commits.forget(p.id) })
 	select {
 	case index = <-p.commit:
@@ -92,6 +98,8 @@ func (p *proposal) waitCommit() (index uint64, res []command.Result, err error) 
 		return index, nil, nil
 	case o := <-applied:
 		return 0, o.res, o.err
+	case <-ctx.Done():
+		return 0, nil, outcomeUnknown(ctx)
 	}
 }
 
@@ -107,8 +115,14 @@ func (p *proposal) wait(ctx context.Context) ([]command.Result, error) {
 	case o := <-p.settled(nil):
 		return o.res, o.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: the outcome is unknown: %w", model.ErrUnavailable, context.Cause(ctx))
+		return nil, outcomeUnknown(ctx)
 	}
+}
+
+// outcomeUnknown answers a caller whose context ended while it waited on a
+// proposal Raft had taken, which may still commit.
+func outcomeUnknown(ctx context.Context) error {
+	return fmt.Errorf("%w: the outcome is unknown: %w", model.ErrUnavailable, context.Cause(ctx))
 }
 
 // result blocks until Raft settles the proposal and returns its results.

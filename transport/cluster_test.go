@@ -290,3 +290,42 @@ func TestRemoveRetryFinishesRecord(t *testing.T) {
 		t.Fatalf("removing a node twice = %v, want a 404", err)
 	}
 }
+
+// A leader asked to remove itself answers 503 at most until another
+// leads: the same request again, to the same node, finishes the removal
+// (Raft configuration and member record) and answers 200.
+func TestRemoveLeaderThroughItself(t *testing.T) {
+	c := startCluster(t, 3, transporttest.Options{})
+	ctx := t.Context()
+	leader := c.Leader()
+	leader.Eventually(t, "the leader's removal of itself, asked again through it, to answer 200", func() bool {
+		err := leader.Client.RemoveNode(ctx, leader.ID)
+		var ce *client.Error
+		if err != nil && (!asClientError(err, &ce) || ce.Status != http.StatusServiceUnavailable) {
+			t.Fatalf("removing the leader through itself: %v; want a 503 or a 200", err)
+		}
+		return err == nil
+	})
+	for _, n := range c.Nodes {
+		if n == leader {
+			continue
+		}
+		n.Eventually(t, "the removed leader to leave the configuration and the member records", func() bool {
+			f := n.Node.Raft().GetConfiguration()
+			if f.Error() != nil {
+				return false
+			}
+			for _, s := range f.Configuration().Servers {
+				if string(s.ID) == leader.ID {
+					return false
+				}
+			}
+			for _, m := range n.Node.Store().Nodes() {
+				if m.ID == leader.ID {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}

@@ -283,8 +283,8 @@ func TestGroupsMembership(t *testing.T) {
 			return gone.Groups.Node(g).Removed() != nil
 		})
 	}
-	// A leader that removed itself from its group stopped its Raft
-	// there: as in operation, the node is started again, then added back.
+	// As in operation, the removed node is started again, then added
+	// back.
 	c.Stop(2)
 	c.Restart(2)
 	check(t, "add n3 back", c.Nodes[1].Client.AddNode(ctx, api.Node{ID: gone.ID, RaftAddr: gone.RaftAddr, HTTPAddr: gone.Addr}))

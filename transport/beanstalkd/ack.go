@@ -61,8 +61,9 @@ func (s *Server) ackAsync(r model.Receipt) <-chan Acked {
 // pendingDelete is a delete of a held job whose ack is in flight while
 // the reserve the client pipelined after it runs.
 type pendingDelete struct {
-	ch    <-chan Acked
-	topic string
+	ch  <-chan Acked
+	job uint64
+	h   heldJob
 }
 
 // reserveFollows tells whether the client has already sent a whole
@@ -74,14 +75,33 @@ func (c *conn) reserveFollows() bool {
 }
 
 // settlePending waits for the delete in flight, if any, and answers it.
-func (c *conn) settlePending() {
-	if c.pending == nil {
-		return
+func (c *conn) settlePending() { c.holdAgain(c.answerPending()) }
+
+// answerPending waits for the delete in flight, if any, and answers it. It
+// returns the delete when its ack failed: the connection holds its job
+// still (holdAgain), which answerPending, run beside the reserve that
+// reads what the connection holds (flushLater), must not change itself.
+func (c *conn) answerPending() *pendingDelete {
+	d := c.pending
+	if d == nil {
+		return nil
 	}
-	got := <-c.pending.ch
-	topic := c.pending.topic
+	got := <-d.ch
 	c.pending = nil
-	c.settled("delete", got.Done, got.Err, "DELETED", topic)
+	c.settled("delete", got.Done, got.Err, "DELETED", d.h.topic)
+	if got.Err != nil {
+		return d
+	}
+	return nil
+}
+
+// holdAgain keeps holding the job of a delete whose ack failed (nil:
+// none), as before its delete: its lease may be running, so the delete
+// asked again acks it, and the connection's close releases it.
+func (c *conn) holdAgain(d *pendingDelete) {
+	if d != nil {
+		c.held[d.job] = d.h
+	}
 }
 
 // acksOf returns the deletes of group g, creating them.

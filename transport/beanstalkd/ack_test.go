@@ -223,3 +223,44 @@ func TestReserveRunsWhileItsDeleteCommits(t *testing.T) {
 		t.Fatalf("pipelined reserve: %q", got)
 	}
 }
+
+// A delete whose ack failed leaves its job held by the connection, its
+// lease running: the delete asked again acks it (DELETED), not NOT_FOUND,
+// whether the failed delete was answered alone, with the answer of the
+// reserve pipelined after it, or while that reserve waits.
+func TestDeleteAgainAfterFailedAck(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	cs, jobs := holding(t, f, addr, 3)
+	fail := func(on bool) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.ackFail = nil
+		if on {
+			f.ackFail = func(model.Receipt) error { return fmt.Errorf("%w: the leader's answer was lost", model.ErrUnavailable) }
+		}
+	}
+	fail(true)
+	cs[0].do("delete "+jobs[0], "INTERNAL_ERROR")
+	cs[1].raw("delete " + jobs[1] + "\r\nreserve-with-timeout 0\r\n")
+	for _, want := range []string{"INTERNAL_ERROR", "TIMED_OUT"} {
+		if got := cs[1].line(); got != want {
+			t.Fatalf("delete pipelined with a reserve, its ack failing: %q, want %q", got, want)
+		}
+	}
+	// No job is ready: the reserve waits, and the delete is answered
+	// meanwhile.
+	cs[2].raw("delete " + jobs[2] + "\r\nreserve\r\n")
+	if got := cs[2].line(); got != "INTERNAL_ERROR" {
+		t.Fatalf("delete pipelined with a waiting reserve, its ack failing: %q", got)
+	}
+	fail(false)
+	id := cs[0].put(1024, 0, 60, "next")
+	if got := cs[2].line(); got != "RESERVED "+id+" 4" {
+		t.Fatalf("pipelined reserve: %q", got)
+	}
+	cs[2].line() // the body
+	for i, c := range cs {
+		c.do("delete "+jobs[i], "DELETED")
+	}
+}

@@ -117,9 +117,10 @@ func (c *conn) flushLater() (stop func()) {
 		return func() {}
 	}
 	done := make(chan struct{})
+	var failed *pendingDelete // read once done is closed
 	t := time.AfterFunc(lateFlush, func() {
 		defer close(done)
-		c.settlePending()
+		failed = c.answerPending()
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
 		if c.w.Flush() != nil {
 			c.stop() // the client is gone: end its wait
@@ -135,6 +136,7 @@ func (c *conn) flushLater() (stop func()) {
 			c.settlePending()
 		} else {
 			<-done
+			c.holdAgain(failed)
 		}
 	}
 }
@@ -280,11 +282,14 @@ func (c *conn) deleteJob(job uint64) {
 		delete(c.held, job)
 		if c.reserveFollows() {
 			// Answered before the reserve's own answer (flushLater).
-			c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), topic: h.topic}
+			c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), job: job, h: h}
 			return
 		}
 		done, err := c.s.ack(h.r)
 		c.settled("delete", done, err, "DELETED", h.topic)
+		if err != nil {
+			c.held[job] = h // as holdAgain
+		}
 		return
 	}
 	id := MessageID(job)
