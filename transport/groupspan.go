@@ -104,15 +104,15 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 // removeNode removes the node from the groups of r (every group, in
 // order, or the one ?group= names).
 //
-// The node leads some groups, as every node does: removing itself, such a
-// leader steps down before it can answer, and its group answers 503 while
-// it elects another. Over every group, the removal is then asked again
-// until the group answers, for at most removeRetryTimeout; a 404 (not a
-// member) after a 503 means the first ask removed it. The removal of one
-// group (a part another node sends) is answered as it is.
+// A leader asked to remove itself hands its leadership on and answers
+// 503, and a group answers 503 while it elects another. The removal is
+// then asked again in that group until it answers, for at most
+// removeRetryTimeout; a 404 (not a member) after a 503 means an earlier
+// ask removed it. A part another node sends is answered as it is: the
+// sender asks again.
 func (s *Server) removeNode(r *http.Request) (any, error) {
 	id, auth := r.PathValue("id"), r.Header.Get("Authorization")
-	span := routingOf(r).span
+	part := r.Header.Get(ForwardedHeader) != ""
 	ctx, cancel := context.WithTimeout(r.Context(), removeRetryTimeout)
 	defer cancel()
 	for _, g := range s.routerOf(r).Groups() {
@@ -125,7 +125,7 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 			var e *Error
 			switch {
 			case err == nil:
-			case !span:
+			case part:
 				return nil, err
 			case errors.As(err, &e) && e.Status == http.StatusNotFound && retried:
 			case errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && ctx.Err() == nil:
