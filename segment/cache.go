@@ -432,10 +432,8 @@ func (c *Cache) List() ([]int64, error) {
 	return ListFS(c.fs, c.dir)
 }
 
-// ListDir returns the seconds of every segment file in dir, sorted.
-func ListDir(dir string) ([]int64, error) { return ListFS(vfs.Default, dir) }
-
-// ListFS is ListDir on the file system fs.
+// ListFS returns the seconds of every segment file in dir on the file
+// system fs, sorted.
 func ListFS(fs vfs.FS, dir string) ([]int64, error) {
 	names, err := fs.List(dir)
 	if err != nil {

@@ -46,12 +46,12 @@
 // records each touched file's length in its index, in the same atomic
 // write, and on open it cuts every file back to that length
 // ([Cache.Truncate]), which ends at a whole record of a whole batch.
-// [ReadFile] therefore refuses any damage, a torn tail included.
+// [ReadFileFS] therefore refuses any damage, a torn tail included.
 //
-// [Scan] and [Repair] handle files without such a record of their length:
-// a torn tail (a partial last frame, a bad checksum in the last frame, or
-// a tail of zero bytes the file system allocated but never wrote) is cut
-// off. A bad frame followed by more data is corruption, not a torn tail,
+// [Scan] handles files without such a record of their length: it stops,
+// without an error, at a torn tail (a partial last frame, a bad checksum
+// in the last frame, or a tail of zero bytes the file system allocated but
+// never wrote) and returns the length of the valid prefix. A bad frame followed by more data is corruption, not a torn tail,
 // and is reported as a [*CorruptionError] naming the file and offset; it is
 // never skipped silently.
 //

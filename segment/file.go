@@ -71,7 +71,7 @@ func tornTail(rest []byte, err error) bool {
 
 // headerPrefix reports whether b, shorter than a header, is the start of a
 // torn header write: its magic, version and flags bytes match. The second
-// is checked by Repair, which knows it.
+// is not checked: a header this short names none yet.
 func headerPrefix(b []byte) bool {
 	h := AppendHeader(nil, 0)[:8]
 	return len(b) > 0 && bytes.HasPrefix(h, b[:min(len(b), len(h))])
@@ -86,14 +86,10 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// ReadFile reads and decodes a whole segment file. Any damage, including a
-// torn tail, is an error: the wheel reads only files it has rolled back to
-// the length its index records, which ends at a whole record.
-func ReadFile(path string) (second int64, entries []Entry, err error) {
-	return ReadFileFS(vfs.Default, path)
-}
-
-// ReadFileFS is ReadFile on the file system fs.
+// ReadFileFS reads and decodes a whole segment file on the file system fs.
+// Any damage, including a torn tail, is an error: the wheel reads only
+// files it has rolled back to the length its index records, which ends at
+// a whole record.
 func ReadFileFS(fs vfs.FS, path string) (second int64, entries []Entry, err error) {
 	data, err := readAll(fs, path)
 	if err != nil {
@@ -142,19 +138,6 @@ func decodeFile(path string, data []byte) (second int64, entries []Entry, err er
 	return second, entries, nil
 }
 
-// ReadAt reads the single record at offset off of the segment file path.
-func ReadAt(path string, off int64) (Record, error) { return ReadAtFS(vfs.Default, path, off) }
-
-// ReadAtFS is ReadAt on the file system fs.
-func ReadAtFS(fs vfs.FS, path string, off int64) (Record, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return Record{}, fmt.Errorf("read segment record: %w", err)
-	}
-	defer f.Close()
-	return readRecordAt(f, path, off)
-}
-
 // recordReadAhead is how many bytes readRecordAt asks for in its first
 // read. Invariant: a record whose frame fits in it is read with one
 // pread(2); a longer one takes a second read for the rest. Leases read a
@@ -190,54 +173,6 @@ func readRecordAt(f io.ReaderAt, path string, off int64) (Record, error) {
 		return Record{}, &CorruptionError{Path: path, Offset: off, Err: err}
 	}
 	return rec, nil
-}
-
-// RepairResult says what Repair found.
-type RepairResult struct {
-	Size      int64 // length of the file after repair
-	Truncated int64 // bytes cut from a torn tail
-	Records   int   // whole records kept
-}
-
-// Repair makes path a well-formed segment file for second: a torn tail is
-// truncated to the last whole record and a file whose header never reached
-// the disk gets its header rewritten. Corruption before the tail returns a
-// *CorruptionError and leaves the file untouched.
-func Repair(path string, second int64) (RepairResult, error) {
-	return RepairFS(vfs.Default, path, second)
-}
-
-// RepairFS is Repair on the file system fs.
-func RepairFS(fs vfs.FS, path string, second int64) (RepairResult, error) {
-	data, err := readAll(fs, path)
-	if err != nil {
-		return RepairResult{}, fmt.Errorf("repair segment: %w", err)
-	}
-	var res RepairResult
-	valid, err := Scan(path, data, func(Entry) error { res.Records++; return nil })
-	if err != nil {
-		return RepairResult{}, err
-	}
-	if valid >= HeaderSize {
-		if s, _ := DecodeHeader(data); s != second {
-			return RepairResult{}, &CorruptionError{Path: path, Offset: 8, Err: fmt.Errorf("%w: header names second %d, file name %d", ErrBadHeader, s, second)}
-		}
-	} else if !allZero(data) && !bytes.HasPrefix(AppendHeader(nil, second), data) {
-		return RepairResult{}, &CorruptionError{Path: path, Offset: 8, Err: fmt.Errorf("%w: partial header is not one for second %d", ErrBadHeader, second)}
-	}
-	res.Size, res.Truncated = valid, int64(len(data))-valid
-	if res.Truncated == 0 && valid > 0 {
-		return res, nil
-	}
-	keep := data[:valid]
-	if valid == 0 {
-		keep = AppendHeader(nil, second)
-	}
-	if err := writeFileAtomic(fs, path, keep); err != nil {
-		return RepairResult{}, fmt.Errorf("repair segment: %w", err)
-	}
-	res.Size = int64(len(keep))
-	return res, nil
 }
 
 func readAll(fs vfs.FS, path string) ([]byte, error) {

@@ -96,7 +96,7 @@ func FuzzScan(f *testing.F) {
 		if valid != 0 && valid != next {
 			t.Fatalf("valid prefix %d, records end at %d", valid, next)
 		}
-		// The valid prefix is what Repair keeps: it must scan cleanly, to the
+		// The valid prefix is what a rollback keeps: it must scan cleanly, to the
 		// end, with the same records.
 		var again int
 		v2, err := Scan("fuzz.seg", data[:valid], func(e Entry) error {

@@ -147,7 +147,7 @@ func readGolden(t *testing.T, name string) []byte {
 }
 
 // copyGolden copies a golden file into a fresh directory under the name of
-// the golden second, so that Repair may change it.
+// the golden second, so that a test may change it.
 func copyGolden(t *testing.T, name string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), FileName(goldenSecond))
@@ -212,15 +212,6 @@ func TestGoldenValid(t *testing.T) {
 		checkRecord(t, fmt.Sprintf("ReadAt(%d)", off), r, want[i])
 	}
 
-	cp := copyGolden(t, "valid.seg")
-	res, err := Repair(cp, goldenSecond)
-	if err != nil {
-		t.Fatalf("Repair: %v", err)
-	}
-	if want := (RepairResult{Size: end, Truncated: 0, Records: len(want)}); res != want {
-		t.Errorf("Repair = %+v, want %+v", res, want)
-	}
-	assertFileBytes(t, cp, data)
 }
 
 func TestGoldenTorn(t *testing.T) {
@@ -250,47 +241,38 @@ func TestGoldenTorn(t *testing.T) {
 			}
 			checkEntries(t, "Scan", got, want, offs)
 
-			// ReadFile does not accept a torn tail: files are repaired on open.
+			// ReadFile does not accept a torn tail: recovery first rolls
+			// the file back to the length the index recorded.
 			_, _, err = ReadFile(path)
 			var ce *CorruptionError
 			if !errors.As(err, &ce) || ce.Offset != end || ce.Path != path || !errors.Is(err, ErrTruncated) {
-				t.Fatalf("ReadFile before repair = %v; want *CorruptionError at %d wrapping ErrTruncated", err, end)
+				t.Fatalf("ReadFile before the rollback = %v; want *CorruptionError at %d wrapping ErrTruncated", err, end)
 			}
 
-			res, err := Repair(path, goldenSecond)
-			if err != nil {
-				t.Fatalf("Repair: %v", err)
-			}
-			if wantRes := (RepairResult{Size: end, Truncated: tt.truncated, Records: len(want)}); res != wantRes {
-				t.Errorf("Repair = %+v, want %+v", res, wantRes)
-			}
-			assertFileBytes(t, path, data[:end])
-
-			second, entries, err := ReadFile(path)
-			if err != nil {
-				t.Fatalf("ReadFile after repair: %v", err)
-			}
-			if second != goldenSecond {
-				t.Errorf("second = %d, want %d", second, goldenSecond)
-			}
-			checkEntries(t, "ReadFile after repair", entries, want, offs)
-
-			// Repair is idempotent.
-			res, err = Repair(path, goldenSecond)
-			if wantRes := (RepairResult{Size: end, Records: len(want)}); err != nil || res != wantRes {
-				t.Errorf("second Repair = %+v, %v; want %+v, nil", res, err, wantRes)
-			}
-
-			// Appending after a repair continues at the repaired end.
 			c, err := NewCache(filepath.Dir(path), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			extra := Record{Type: TypeMessage, Index: 200, Payload: []byte("after repair")}
+			if err := c.Truncate(goldenSecond, valid); err != nil {
+				t.Fatalf("Truncate to the valid prefix: %v", err)
+			}
+			assertFileBytes(t, path, data[:end])
+
+			second, entries, err := ReadFile(path)
+			if err != nil {
+				t.Fatalf("ReadFile after the rollback: %v", err)
+			}
+			if second != goldenSecond {
+				t.Errorf("second = %d, want %d", second, goldenSecond)
+			}
+			checkEntries(t, "ReadFile after the rollback", entries, want, offs)
+
+			// Appending after the rollback continues at its end.
+			extra := Record{Type: TypeMessage, Index: 200, Payload: []byte("after the rollback")}
 			off, newEnd, err := c.Append(goldenSecond, []Record{extra})
 			if err != nil || off != end || newEnd != end+int64(extra.Size()) {
-				t.Fatalf("Append after repair = %d, %d, %v; want %d, %d, nil", off, newEnd, err, end, end+int64(extra.Size()))
+				t.Fatalf("Append after the rollback = %d, %d, %v; want %d, %d, nil", off, newEnd, err, end, end+int64(extra.Size()))
 			}
 			_, entries, err = ReadFile(path)
 			if err != nil {
@@ -343,12 +325,7 @@ func TestGoldenCorruptMid(t *testing.T) {
 	_, err = ReadAt(path, badOff)
 	checkCorrupt("ReadAt", err)
 
-	res, err := Repair(path, goldenSecond)
-	checkCorrupt("Repair", err)
-	if res != (RepairResult{}) {
-		t.Errorf("Repair result with an error = %+v, want zero", res)
-	}
-	// Corruption is never repaired away.
+	// Reading never changes the file.
 	assertFileBytes(t, path, data)
 
 	// Records after the damage are still intact and readable by offset.
