@@ -19,6 +19,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
@@ -70,6 +71,28 @@ func TestTLS(t *testing.T) {
 		_, err = pb.NewDelaywheelClient(conn).Topics(cctx, &pb.TopicsRequest{})
 		ccancel()
 		conn.Close()
+		if (err == nil) != tc.ok {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+	}
+	// The Go client: with WithGRPCTLS it trusts the certificate; without
+	// it, a grpcs:// address checks the system's roots, which do not.
+	for _, tc := range []struct {
+		name string
+		opts []client.GRPCOption
+		ok   bool
+	}{
+		{"client WithGRPCTLS", []client.GRPCOption{client.WithGRPCTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool})}, true},
+		{"client with the system's roots", nil, false},
+	} {
+		c, err := client.NewGRPC("grpcs://"+addr, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, ccancel := context.WithTimeout(t.Context(), 30*time.Second)
+		_, err = c.Topics(cctx)
+		ccancel()
+		c.Close()
 		if (err == nil) != tc.ok {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
