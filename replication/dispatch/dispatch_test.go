@@ -26,6 +26,9 @@ type fakeNode struct {
 	mu     sync.Mutex
 	index  uint64
 	commit chan struct{}
+	// lose, when set, makes the next Submit an entry that is never
+	// applied: its wait fails once lose is closed.
+	lose chan struct{}
 }
 
 func (f *fakeNode) Store() *wheel.Store { return f.st }
@@ -52,6 +55,19 @@ func (f *fakeNode) Submit(_ context.Context, cmds ...command.Command) (func() ([
 		return nil, fmt.Errorf("%w: test back-pressure", model.ErrOverloaded)
 	}
 	f.overload.Store(0)
+	f.mu.Lock()
+	lose := f.lose
+	f.lose = nil
+	f.mu.Unlock()
+	if lose != nil {
+		if f.submitted != nil {
+			f.submitted <- struct{}{}
+		}
+		return func() ([]command.Result, error) {
+			<-lose
+			return nil, fmt.Errorf("%w: test entry lost", model.ErrUnavailable)
+		}, nil
+	}
 	res, commit, err := f.apply(cmds)
 	if err != nil {
 		return nil, err
@@ -317,5 +333,62 @@ func TestDueMessagesDroppedWhenTheirSlotExpires(t *testing.T) {
 	}
 	if ds, err := d.Reserve(t.Context(), "idle", count, 0, 0); err != nil || len(ds) != count {
 		t.Fatalf("reserve after the expiry got %d messages, %v; want %d from the ready queue", len(ds), err, count)
+	}
+}
+
+// waitingReserve starts a reserve of topic that waits (up to an hour on the
+// dispatcher's clock, five seconds of real time) and returns once it is
+// the topic's only waiter; its answer comes on the channel returned.
+func waitingReserve(t *testing.T, d *Dispatcher, topic string) <-chan []model.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	t.Cleanup(cancel)
+	got := make(chan []model.Delivery, 1)
+	go func() {
+		ds, err := d.Reserve(ctx, topic, 10, time.Hour, 0)
+		if err != nil {
+			t.Errorf("waiting reserve: %v", err)
+		}
+		got <- ds
+	}()
+	waitFor(t, "the reserve to wait", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.waiters[topic]) == 1
+	})
+	return got
+}
+
+// A ready message whose Lease entry failed goes to a reserve that started
+// waiting while the hand-off was in flight, not only to the next reserve.
+func TestFailedLeaseServesWaiters(t *testing.T) {
+	d, n, clk := startFake(t)
+	id := enqueueAt(t, n, clk, "t", clk.Now().Add(-2*time.Second).UnixMilli())
+	if v, err := n.st.Get(id); err != nil || v.State != wheel.StateReady {
+		t.Fatalf("enqueued past due: %+v, %v; want ready", v, err)
+	}
+	n.leaseHeld.Store(false) // the first reserve waits for the commit
+	lose := make(chan struct{})
+	n.mu.Lock()
+	n.lose = lose
+	n.mu.Unlock()
+	n.submitted = make(chan struct{}, 1)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := d.Reserve(t.Context(), "t", 10, 0, 0)
+		failed <- err
+	}()
+	<-n.submitted
+	n.submitted = nil
+
+	got := waitingReserve(t, d, "t")
+	n.leaseHeld.Store(true)
+	close(lose)
+	if err := <-failed; err == nil {
+		t.Fatal("the reserve whose Lease entry failed succeeded")
+	}
+	ds := <-got
+	if len(ds) != 1 || ds[0].Message.ID != id {
+		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
 	}
 }

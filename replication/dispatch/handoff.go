@@ -135,15 +135,18 @@ func (d *Dispatcher) release(msgs []model.Message, leased []bool) {
 	var topics []string
 	for i, m := range msgs {
 		delete(d.inflight, m.ID)
-		if leased == nil || !leased[i] {
+		back := leased == nil || !leased[i]
+		if back {
 			delete(d.drained, m.Topic)
 		}
-		if len(d.due[m.Topic]) > 0 && !slices.Contains(topics, m.Topic) {
+		if (back || len(d.due[m.Topic]) > 0) && !slices.Contains(topics, m.Topic) {
 			topics = append(topics, m.Topic)
 		}
 	}
 	// A message popped again while its hand-off was in flight waits in
-	// the due list for this release (takeLocked).
+	// the due list for this release (takeLocked); one the Lease did not
+	// reserve may wait on its ready queue, skipped by the reserves that
+	// started waiting meanwhile.
 	for _, t := range topics {
 		d.serveWaitersLocked(t)
 	}
