@@ -392,3 +392,24 @@ func TestFailedLeaseServesWaiters(t *testing.T) {
 		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
 	}
 }
+
+// After a snapshot restore the fire loop follows the new loader: a message
+// loaded into it after the swap is handed to a waiting reserve when due.
+func TestFireLoopFollowsReattachedLoader(t *testing.T) {
+	d, n, clk := startFake(t)
+	got := waitingReserve(t, d, "t")
+	d.Reattach(n.st)
+	due := clk.Now().Add(150 * time.Millisecond)
+	id := enqueueAt(t, n, clk, "t", due.UnixMilli())
+	waitFor(t, "the tick to load the message", func() bool {
+		clk.Advance(time.Millisecond) // lets the tick loop run
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.loader.Len() == 1
+	})
+	clk.Set(due)
+	ds := <-got
+	if len(ds) != 1 || ds[0].Message.ID != id {
+		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
+	}
+}

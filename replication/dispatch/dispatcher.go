@@ -66,6 +66,10 @@ type Dispatcher struct {
 	clock  wheel.Clock
 	loader *wheel.Loader // replaced under mu by a snapshot restore
 	wake   *waker
+	// reattached (cap 1) wakes the fire loop when loader is replaced: it
+	// waits on the Changed channel of the loader it read, which the store
+	// no longer feeds.
+	reattached chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -115,7 +119,7 @@ func New(n Replica, cfg Config) *Dispatcher {
 		waiters: map[string][]*waiter{}, due: map[string][]model.Message{},
 		inflight: map[model.ID]struct{}{}, drained: map[string]bool{},
 		early: map[*leaseCommit]struct{}{}, streams: map[model.Receipt]*stream{},
-		running: map[*stream]struct{}{},
+		running: map[*stream]struct{}{}, reattached: make(chan struct{}, 1),
 	}
 }
 
@@ -171,6 +175,7 @@ func (d *Dispatcher) Reattach(st *wheel.Store) {
 	d.loader = l
 	clear(d.drained) // the loader that reported new ready messages is gone
 	d.mu.Unlock()
+	signal(d.reattached)
 }
 
 // tick loads the slots about to come due and, once a second (plus the
@@ -228,6 +233,7 @@ func (d *Dispatcher) fireLoop() {
 		case <-d.ctx.Done():
 			return
 		case <-changed:
+		case <-d.reattached:
 		case <-timer:
 		case <-alarm:
 		}
