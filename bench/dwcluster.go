@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
 )
 
@@ -118,8 +119,30 @@ func (c *dwCluster) waitReady(ctx context.Context) error {
 		if len(info.Nodes) != len(c.nodes) {
 			return fmt.Errorf("%d of %d nodes in the configuration", len(info.Nodes), len(c.nodes))
 		}
-		return nil
+		return spread(info.Groups, len(c.nodes))
 	})
+}
+
+// spread tells whether the leaderships of groups have spread over the
+// nodes, min(groups, nodes) distinct leaders, as the balancer leaves them.
+// Until then the balancer moves leaderships, and a lease in flight at a
+// move is answered 503: its messages come back only when the lease ends,
+// which a run would count as lost.
+func spread(groups []api.Group, nodes int) error {
+	if len(groups) <= 1 {
+		return nil
+	}
+	leaders := map[string]bool{}
+	for _, g := range groups {
+		if g.Leader == "" {
+			return fmt.Errorf("group %d has no leader yet", g.Group)
+		}
+		leaders[g.Leader] = true
+	}
+	if want := min(len(groups), nodes); len(leaders) < want {
+		return fmt.Errorf("the leaderships of %d groups are on %d of %d nodes: not spread yet", len(groups), len(leaders), want)
+	}
+	return nil
 }
 
 // stopAll stops every node with SIGTERM at once and returns how long the

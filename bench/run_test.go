@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaywheel/delaywheel/transport/api"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -164,5 +166,34 @@ func TestProgressLine(t *testing.T) {
 	want := "\renqueue: 10/100\renqueue: 9     \r" + strings.Repeat(" ", 10) + "\rlog line\n"
 	if got != want {
 		t.Fatalf("progress output %q, want %q", got, want)
+	}
+}
+
+// A spawned cluster of many groups is ready for a run once every group
+// has a leader and the leaderships are spread over the nodes.
+func TestSpread(t *testing.T) {
+	g := func(leaders ...string) []api.Group {
+		var out []api.Group
+		for i, l := range leaders {
+			out = append(out, api.Group{Group: i, Leader: l})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		groups []api.Group
+		nodes  int
+		ok     bool
+	}{
+		{"one group", g("n1"), 3, true},
+		{"spread", g("n1", "n2", "n3"), 3, true},
+		{"two groups on two of three nodes", g("n2", "n1"), 3, true},
+		{"six groups on three nodes", g("n1", "n2", "n3", "n1", "n2", "n3"), 3, true},
+		{"a group without a leader", g("n1", "", "n3"), 3, false},
+		{"two leaderships on one node", g("n1", "n1", "n3"), 3, false},
+	} {
+		if err := spread(tc.groups, tc.nodes); (err == nil) != tc.ok {
+			t.Errorf("%s: spread = %v, want ok %v", tc.name, err, tc.ok)
+		}
 	}
 }
