@@ -36,10 +36,8 @@ func (n *Node) Leader() (m model.Member, isLeader, known bool) {
 	if string(id) == n.cfg.ID {
 		return n.cfg.Self(), n.raft.State() == raft.Leader, true
 	}
-	for _, m := range n.store().Nodes() {
-		if m.ID == string(id) && m.HTTPAddr != "" {
-			return m, false, true
-		}
+	if m, ok := n.store().Node(string(id)); ok && m.HTTPAddr != "" {
+		return m, false, true
 	}
 	return model.Member{}, false, false
 }
@@ -413,10 +411,8 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 	if !found {
 		// A removal whose last step, the member record's, did not
 		// answer is finished by its retry.
-		for _, m := range n.store().Nodes() {
-			if m.ID == id {
-				return n.removeRecord(ctx, id)
-			}
+		if _, ok := n.store().Node(id); ok {
+			return n.removeRecord(ctx, id)
 		}
 		return fmt.Errorf("%w: node %q is not a member", model.ErrNotFound, id)
 	}

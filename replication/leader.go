@@ -107,10 +107,8 @@ func (n *Node) stopDispatcher() {
 // replicated node metadata, so followers can forward to it.
 func (n *Node) registerSelf(ctx context.Context) {
 	self := n.cfg.Self()
-	for _, m := range n.store().Nodes() {
-		if m == self {
-			return
-		}
+	if m, ok := n.store().Node(self.ID); ok && m == self {
+		return
 	}
 	if _, err := n.propose(ctx, command.SetNode{Node: self}); err != nil {
 		n.log.Warn("recording own address", "err", err)

@@ -349,10 +349,6 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // HasSelf reports whether the replicated metadata holds this node's
 // current addresses.
 func (n *Node) HasSelf() bool {
-	for _, m := range n.store().Nodes() {
-		if m.ID == n.cfg.ID {
-			return m == n.cfg.Self()
-		}
-	}
-	return false
+	m, ok := n.store().Node(n.cfg.ID)
+	return ok && m == n.cfg.Self()
 }

@@ -247,6 +247,15 @@ func (s *Store) Nodes() []model.Member {
 	return out
 }
 
+// Node returns the replicated metadata of the node id, and whether there is
+// any.
+func (s *Store) Node(id string) (model.Member, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.nodes[id]
+	return m, ok
+}
+
 // OpenSegments is the number of open segment handles.
 func (s *Store) OpenSegments() int {
 	s.mu.Lock()
