@@ -234,6 +234,13 @@ func (h *History) Fault(atMs int64, format string, args ...any) {
 	h.faults = append(h.faults, Fault{AtMs: atMs, What: fmt.Sprintf(format, args...)})
 }
 
+// Acknowledged is the number of messages whose enqueue was answered 2xx.
+func (h *History) Acknowledged() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byID)
+}
+
 // Undelivered is the number of acknowledged enqueues not delivered yet.
 func (h *History) Undelivered() int {
 	h.mu.Lock()
