@@ -85,6 +85,8 @@ func TestServerMemoryFlags(t *testing.T) {
 		{env: "DELAYWHEEL_GC_PERCENT=-3", flag: "--gc-percent"},
 		{args: []string{"--max-body-bytes", "-1"}, flag: "--max-body-bytes -1: want at least 1 byte"},
 		{args: []string{"--max-request-bytes", "-5"}, flag: "--max-request-bytes -5: want at least 1 byte"},
+		{args: []string{"--max-body-bytes", "50331649"}, flag: "--max-body-bytes 50331649: want at least 1 byte and at most 50331648"},
+		{env: "DELAYWHEEL_MAX_REQUEST_BYTES=67108864", flag: "--max-request-bytes 67108864: want at least 1 byte and at most 50331648"},
 		{env: "DELAYWHEEL_COMMIT_LINGER=-1ms", flag: "--commit-linger"},
 	} {
 		t.Run(strings.Join(append(c.args, c.env), " "), func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/raftlog"
+	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/wheel"
@@ -306,11 +307,20 @@ func serveDebug(ctx context.Context, log *slog.Logger, addr string) error {
 	return nil
 }
 
+// maxByteLimit bounds --max-body-bytes and --max-request-bytes. Invariant:
+// whatever the limits admit can be stored. A message is one slot-file record
+// (at most segment.MaxPayload, 64 MiB) and an enqueue is one Raft log entry
+// (raft-wal refuses to read back an entry over 64 MiB); the quarter left over
+// holds a message's headers, key and topic and a batch's per-message
+// encoding. A larger limit would accept writes that every replica then fails
+// to apply or to read back after a restart.
+const maxByteLimit = segment.MaxPayload / 4 * 3
+
 // checkByteLimit refuses a negative limit of flag, under which every body
-// would be over the limit (0 takes the default).
+// would be over the limit (0 takes the default), and one over maxByteLimit.
 func checkByteLimit(flag string, n int64) error {
-	if n < 0 {
-		return fmt.Errorf("--%s %d: want at least 1 byte (0: the default)", flag, n)
+	if n < 0 || n > maxByteLimit {
+		return fmt.Errorf("--%s %d: want at least 1 byte and at most %d (48 MiB); 0: the default", flag, n, maxByteLimit)
 	}
 	return nil
 }
