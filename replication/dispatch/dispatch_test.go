@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -367,26 +368,10 @@ func TestFailedLeaseServesWaiters(t *testing.T) {
 	if v, err := n.st.Get(id); err != nil || v.State != wheel.StateReady {
 		t.Fatalf("enqueued past due: %+v, %v; want ready", v, err)
 	}
-	n.leaseHeld.Store(false) // the first reserve waits for the commit
-	lose := make(chan struct{})
-	n.mu.Lock()
-	n.lose = lose
-	n.mu.Unlock()
-	n.submitted = make(chan struct{}, 1)
-	failed := make(chan error, 1)
-	go func() {
-		_, err := d.Reserve(t.Context(), "t", 10, 0, 0)
-		failed <- err
-	}()
-	<-n.submitted
-	n.submitted = nil
-
+	failed := loseLease(t, d, n) // the first reserve waits for the commit
 	got := waitingReserve(t, d, "t")
 	n.leaseHeld.Store(true)
-	close(lose)
-	if err := <-failed; err == nil {
-		t.Fatal("the reserve whose Lease entry failed succeeded")
-	}
+	failed()
 	ds := <-got
 	if len(ds) != 1 || ds[0].Message.ID != id {
 		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
@@ -411,5 +396,152 @@ func TestFireLoopFollowsReattachedLoader(t *testing.T) {
 	ds := <-got
 	if len(ds) != 1 || ds[0].Message.ID != id {
 		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
+	}
+}
+
+// A message popped from the heap whose Lease entry failed before anyone was
+// answered is handed out again at once, on the clock's same millisecond,
+// not when its slot expires: whether Raft refused the entry (back-pressure)
+// or took it and failed it, with a reserve waiting meanwhile.
+func TestFailedLeaseRetakesDueMessage(t *testing.T) {
+	t.Run("refused", func(t *testing.T) {
+		d, n, clk := startFake(t)
+		id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+		clk.Advance(300 * time.Millisecond)
+		n.overload.Store(1)
+		if _, err := d.Reserve(t.Context(), "t", 10, 0, 0); !errors.Is(err, model.ErrOverloaded) {
+			t.Fatalf("reserve under back-pressure: %v, want ErrOverloaded", err)
+		}
+		ds := reserveNow(t, d, "t")
+		if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+			t.Fatalf("reserve after the refused Lease got %+v, want message %s at attempt 1", ds, id)
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		d, n, clk := startFake(t)
+		id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+		clk.Advance(300 * time.Millisecond)
+		failed := loseLease(t, d, n)
+		got := waitingReserve(t, d, "t")
+		n.leaseHeld.Store(true)
+		failed()
+		ds := <-got
+		if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+			t.Fatalf("waiting reserve got %+v, want message %s at attempt 1", ds, id)
+		}
+	})
+}
+
+// loseLease starts a reserve whose Lease entry is taken but not applied,
+// answered only at the commit, and returns once the entry is submitted.
+// Calling the function returned fails the entry and checks that the
+// reserve failed.
+func loseLease(t *testing.T, d *Dispatcher, n *fakeNode) func() {
+	t.Helper()
+	n.leaseHeld.Store(false)
+	lose := make(chan struct{})
+	n.mu.Lock()
+	n.lose = lose
+	n.mu.Unlock()
+	n.submitted = make(chan struct{}, 1)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := d.Reserve(t.Context(), "t", 10, 0, 0)
+		failed <- err
+	}()
+	<-n.submitted
+	n.submitted = nil
+	return func() {
+		t.Helper()
+		close(lose)
+		if err := <-failed; err == nil {
+			t.Fatal("the reserve whose Lease entry failed succeeded")
+		}
+	}
+}
+
+// A popped message is not handed out again while someone may hold it: not
+// once its Lease committed, nor once its hand-off was answered before the
+// commit, even if the entry then failed (the consumer holds it; it comes
+// back as an expired lease would, later).
+func TestAnsweredLeaseNotRetaken(t *testing.T) {
+	for _, commits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commits=%v", commits), func(t *testing.T) {
+			d, n, clk := startFake(t)
+			id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+			clk.Advance(300 * time.Millisecond)
+			lose := make(chan struct{})
+			if !commits {
+				n.mu.Lock()
+				n.lose = lose
+				n.mu.Unlock()
+			}
+			ds := reserveNow(t, d, "t") // answered before the commit
+			if len(ds) != 1 || ds[0].Message.ID != id {
+				t.Fatalf("reserve got %+v, want message %s", ds, id)
+			}
+			close(lose)
+			waitFor(t, "the hand-off to end", func() bool { return !d.InFlight(id) })
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("a message handed out was handed out again: %+v", ds)
+			}
+			if k := d.dueLen("t"); k != 0 {
+				t.Fatalf("the dispatcher holds %d due messages, want none", k)
+			}
+		})
+	}
+}
+
+// A message changed while its failed Lease was on its way (here moved half
+// a second later) is not handed out again as it was popped: it comes when
+// it is due now.
+func TestFailedLeaseOfChangedMessageNotRetaken(t *testing.T) {
+	d, n, clk := startFake(t)
+	due := clk.Now().Add(300 * time.Millisecond)
+	id := enqueueAt(t, n, clk, "t", due.UnixMilli())
+	clk.Set(due)
+	failed := loseLease(t, d, n)
+	later := due.Add(500 * time.Millisecond)
+	if res, err := n.Propose(t.Context(), command.Reschedule{ID: id, DeliverAtMs: later.UnixMilli()}); err != nil || res[0].Err != nil {
+		t.Fatalf("reschedule: %v %v", err, res[0].Err)
+	}
+	failed()
+	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+		t.Fatalf("reserve before the new due time got %+v", ds)
+	}
+	d.mu.Lock()
+	loaded := d.loader.Len()
+	d.mu.Unlock()
+	if loaded != 1 {
+		t.Fatalf("the loader holds %d messages, want the rescheduled one", loaded)
+	}
+	clk.Set(later)
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+		t.Fatalf("reserve at the new due time got %+v, want message %s at attempt 1", ds, id)
+	}
+}
+
+// A snapshot restore while a popped message's Lease is on its way: the new
+// loader yields the message afresh, and once the Lease fails it is handed
+// out, once.
+func TestFailedLeaseAcrossReattach(t *testing.T) {
+	d, n, clk := startFake(t)
+	id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+	clk.Advance(300 * time.Millisecond)
+	failed := loseLease(t, d, n)
+	d.Reattach(n.st)
+	waitFor(t, "the new loader to yield the message", func() bool {
+		clk.Advance(time.Millisecond) // lets the tick loop run
+		return d.dueLen("t") == 1
+	})
+	n.leaseHeld.Store(true)
+	failed()
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+		t.Fatalf("reserve after the failed Lease got %+v, want message %s at attempt 1", ds, id)
+	}
+	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+		t.Fatalf("the message was handed out again: %+v", ds)
 	}
 }

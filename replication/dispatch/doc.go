@@ -78,5 +78,9 @@
 // concurrent entries into one write), and a goroutine per Lease waits for
 // its commit, so a commit stall holds up no hand-off while the lease is
 // held. A wake-up is only a hint to look: what the clock says is due is
-// what is popped, so no message is handed out early.
+// what is popped, so no message is handed out early. A hand-off whose
+// Lease entry fails (refused by back-pressure, lost with the leadership)
+// before anyone was answered gives its popped messages back to the due
+// list at once, unless a batch changed them since (wheel.Loader.Unclaim),
+// rather than leave them to their slot's expiry.
 package dispatch

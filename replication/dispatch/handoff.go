@@ -18,6 +18,8 @@ type leaseCommit struct {
 	res  chan leaseRes // buffered: finishLease never waits for the hand-off
 	// applied is closed once the entry is applied here (or has failed).
 	applied chan struct{}
+	// early is set when the hand-off was answered before the commit.
+	early bool
 }
 
 type leaseRes struct {
@@ -70,13 +72,14 @@ func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.D
 	}
 	wait, err := d.n.Submit(d.ctx, entry(now, items))
 	if err != nil {
-		d.release(msgs, nil)
+		d.release(msgs, nil, true)
 		return nil, err
 	}
 	// The Lease is in the log order now: an ack the consumer sends for what
 	// it is answered is ordered after it.
 	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1), applied: make(chan struct{})}
 	early = early && d.n.LeaseHeld()
+	c.early = early
 	if early {
 		// Answered before its apply: reads on this node wait for it
 		// (WaitAnswered), so a consumer reads its own lease.
@@ -128,20 +131,39 @@ func (d *Dispatcher) deliveries(msgs []model.Message, items []command.LeaseItem,
 
 // release ends the hand-off of msgs: they may be taken again. leased says
 // which of them the Lease reserved (nil: none); the others are where they
-// were, and their topics' ready queues are read again.
-func (d *Dispatcher) release(msgs []model.Message, leased []bool) {
+// were, and their topics' ready queues are read again. retake says that
+// the Lease entry failed (it did not commit, or its outcome is unknown)
+// and nobody was answered: the messages popped from the heap that no
+// batch changed since (Unclaim) go back to the due list, so they are
+// handed out again at once, not when their slot expires. A committed
+// Lease's refusals are not retaken: the apply refused them for a reason
+// that stays (out of attempts, a read that failed), and handing them out
+// again would only be refused again.
+func (d *Dispatcher) release(msgs []model.Message, leased []bool, retake bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var topics []string
+	var again map[string][]model.Message
 	for i, m := range msgs {
 		delete(d.inflight, m.ID)
 		back := leased == nil || !leased[i]
 		if back {
 			delete(d.drained, m.Topic)
+			if retake && d.loader.Unclaim(m.ID) {
+				if again == nil {
+					again = map[string][]model.Message{}
+				}
+				again[m.Topic] = append(again[m.Topic], m)
+			}
 		}
 		if (back || len(d.due[m.Topic]) > 0) && !slices.Contains(topics, m.Topic) {
 			topics = append(topics, m.Topic)
 		}
+	}
+	// Taken from the head of their due list, they go back to its head:
+	// what is there now was behind them or popped later.
+	for t, ms := range again {
+		d.due[t] = slices.Insert(d.due[t], 0, ms...)
 	}
 	// A message popped again while its hand-off was in flight waits in
 	// the due list for this release (takeLocked); one the Lease did not
@@ -171,6 +193,9 @@ func firstHandoffs(msgs []model.Message) bool {
 // answers its hand-off if it is still waiting.
 func (d *Dispatcher) finishLease(c *leaseCommit) {
 	res, err := c.wait()
+	// An entry that failed was not applied here; one that committed with
+	// an unexpected result was, and decided what it reserved.
+	failed := err != nil
 	defer func() {
 		d.mu.Lock()
 		delete(d.early, c)
@@ -189,11 +214,11 @@ func (d *Dispatcher) finishLease(c *leaseCommit) {
 		}
 	}
 	if err != nil {
-		d.release(c.msgs, nil)
+		d.release(c.msgs, nil, failed && !c.early)
 		c.res <- leaseRes{err: err}
 		return
 	}
-	d.release(c.msgs, ok)
+	d.release(c.msgs, ok, false)
 	c.res <- leaseRes{ok: ok}
 }
 
