@@ -463,7 +463,7 @@ func loseLease(t *testing.T, d *Dispatcher, n *fakeNode) func() {
 // A popped message is not handed out again while someone may hold it: not
 // once its Lease committed, nor once its hand-off was answered before the
 // commit, even if the entry then failed (the consumer holds it; it comes
-// back as an expired lease would, later).
+// back when that lease ends: TestFailedAnsweredLeaseHeldUntilItsEnd).
 func TestAnsweredLeaseNotRetaken(t *testing.T) {
 	for _, commits := range []bool{true, false} {
 		t.Run(fmt.Sprintf("commits=%v", commits), func(t *testing.T) {
@@ -481,7 +481,9 @@ func TestAnsweredLeaseNotRetaken(t *testing.T) {
 				t.Fatalf("reserve got %+v, want message %s", ds, id)
 			}
 			close(lose)
-			waitFor(t, "the hand-off to end", func() bool { return !d.InFlight(id) })
+			if err := d.WaitAnswered(t.Context()); err != nil { // the entry applied or failed
+				t.Fatal(err)
+			}
 			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
 				t.Fatalf("a message handed out was handed out again: %+v", ds)
 			}
@@ -543,5 +545,87 @@ func TestFailedLeaseAcrossReattach(t *testing.T) {
 	}
 	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
 		t.Fatalf("the message was handed out again: %+v", ds)
+	}
+}
+
+// A hand-off answered before its Lease committed, whose entry then failed
+// while the node stayed leader, is held back until the lease it was
+// answered with ends: its consumer holds it till then, as under a committed
+// lease. Once the clock passes that end it is handed out again, to a
+// reserve that waits: whether it was read from the ready queue, or popped
+// from the heap and its slot expired meanwhile (to the ready queue) or not
+// (it goes back to the due list), or a snapshot restore replaced the
+// loader meanwhile (whose due list then holds it, busy).
+func TestFailedAnsweredLeaseHeldUntilItsEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		dueIn    time.Duration // from now; negative: on the ready queue
+		ttr      time.Duration
+		expire   bool // the slot expires before the lease ends
+		reattach bool // a snapshot restore replaces the loader after the failure
+	}{
+		{name: "ready", dueIn: -2 * time.Second},
+		{name: "popped, slot expired", dueIn: 300 * time.Millisecond, expire: true},
+		{name: "popped, lease ended first", dueIn: 300 * time.Millisecond, ttr: 100 * time.Millisecond},
+		{name: "popped, reattached", dueIn: 300 * time.Millisecond, ttr: 10 * time.Second, reattach: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, n, clk := startFakeWith(t, func(c *Config) {
+				if tc.reattach {
+					// The new loader's tick moves the clock on: the
+					// slot must not expire before the lease ends.
+					c.ExpireGrace = time.Hour
+				}
+			})
+			due := clk.Now().Add(tc.dueIn)
+			id := enqueueAt(t, n, clk, "t", due.UnixMilli())
+			clk.Set(due)
+			lose := make(chan struct{})
+			n.mu.Lock()
+			n.lose = lose
+			n.mu.Unlock()
+			ds, err := d.Reserve(t.Context(), "t", 10, 0, tc.ttr) // answered before the commit
+			if err != nil || len(ds) != 1 || ds[0].Message.ID != id {
+				t.Fatalf("reserve got %+v, %v; want message %s", ds, err, id)
+			}
+			exp := ds[0].Message.LeaseExpiresMs
+			close(lose)
+			if err := d.WaitAnswered(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("handed out again as soon as its Lease failed: %+v", ds)
+			}
+			if tc.expire {
+				clk.Set(due.Truncate(time.Second).Add(time.Second + d.cfg.ExpireGrace + time.Millisecond))
+				waitFor(t, "the message to reach the ready queue", func() bool {
+					clk.Advance(time.Millisecond) // lets the tick loop run again
+					v, err := n.st.Get(id)
+					return err == nil && v.State == wheel.StateReady
+				})
+				if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+					t.Fatalf("handed out again when its slot expired, before its lease ended: %+v", ds)
+				}
+			}
+			if tc.reattach {
+				d.Reattach(n.st)
+				waitFor(t, "the new loader to yield the message", func() bool {
+					clk.Advance(time.Millisecond) // lets the tick loop run
+					return d.dueLen("t") == 1
+				})
+			}
+			clk.Set(time.UnixMilli(exp)) // the lease still holds at its last instant
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("handed out again at its lease's last instant: %+v", ds)
+			}
+			got := waitingReserve(t, d, "t")
+			clk.Set(time.UnixMilli(exp + 1))
+			if ds := <-got; len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+				t.Fatalf("waiting reserve after the lease ended got %+v, want message %s at attempt 1", ds, id)
+			}
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("handed out twice after the lease ended: %+v", ds)
+			}
+		})
 	}
 }

@@ -22,9 +22,12 @@
 // partitioned) cannot deliver. An ack the consumer sends afterwards is
 // ordered after the Lease. If the leader dies before the Lease commits, the
 // next leader delivers the message again (at-least-once, a duplicate only
-// where the leader changed). Without the lease (just elected, quorum
-// contact lost, leadership being handed over), a hand-off is answered only
-// once its Lease has committed.
+// where the leader changed). If the entry fails while the node stays
+// leader (back-pressure, a leadership transfer under way), the dispatcher
+// holds the message back until the lease it was answered with ends, as a
+// committed lease would, and only then hands it out again. Without the
+// lease (just elected, quorum contact lost, leadership being handed
+// over), a hand-off is answered only once its Lease has committed.
 //
 // A redelivery of an expired lease is always answered at commit: its Lease
 // races the consumer's own ack, touch or nack of the previous attempt, and
