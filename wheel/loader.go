@@ -124,6 +124,11 @@ type Loader struct {
 	// id, with the second of the slot they were loaded from; an event that
 	// moves or removes one deletes it (see Claim).
 	popped map[model.ID]int64
+	// claimed holds the messages Claim took, as popped holds the others,
+	// so that Unclaim can tell whether one still lives where it was
+	// loaded. Like popped, it is bounded by the loaded slots: their expiry
+	// drops what it holds of them.
+	claimed map[model.ID]int64
 }
 
 // slotLoad is the load of one slot second in progress.
@@ -141,7 +146,7 @@ type slotLoad struct {
 
 // NewLoader returns an empty loader.
 func NewLoader() *Loader {
-	return &Loader{byID: map[model.ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[model.ID]int64{}, loadedThrough: -1, follows: -1}
+	return &Loader{byID: map[model.ID]*item{}, changed: make(chan struct{}), ready: map[string]bool{}, popped: map[model.ID]int64{}, claimed: map[model.ID]int64{}, loadedThrough: -1, follows: -1}
 }
 
 // followsThrough implements observer: the last second loaded or loading.
@@ -165,6 +170,7 @@ func (l *Loader) reset(second int64) {
 	l.h = nil
 	clear(l.byID)
 	clear(l.popped)
+	clear(l.claimed)
 }
 
 // startLoading makes the loader follow the seconds of loads, which follow
@@ -320,9 +326,13 @@ func (l *Loader) applied(events []Event) {
 		switch e.Kind {
 		case EventPlaced:
 			delete(l.popped, e.ID) // a popped copy is stale
+			delete(l.claimed, e.ID)
 		case EventRemoved:
 			if sec, ok := l.popped[e.ID]; ok && sec == e.Second {
 				delete(l.popped, e.ID)
+			}
+			if sec, ok := l.claimed[e.ID]; ok && sec == e.Second {
+				delete(l.claimed, e.ID)
 			}
 		case EventReady:
 			if !l.ready[e.Topic] {
@@ -362,6 +372,7 @@ func (l *Loader) expire(second int64) {
 		delete(l.byID, it.msg.ID)
 	}
 	maps.DeleteFunc(l.popped, func(_ model.ID, sec int64) bool { return sec < second })
+	maps.DeleteFunc(l.claimed, func(_ model.ID, sec int64) bool { return sec < second })
 	for len(l.loading) > 0 && l.loading[0].second < second {
 		l.loading[0] = nil
 		l.loading = l.loading[1:]
@@ -405,14 +416,33 @@ func (l *Loader) PopDue(nowMs int64) ([]model.Message, int64) {
 // Claim reports whether a message PopDue returned still lives in the slot
 // it was loaded from, as PopDue returned it: no batch applied since then
 // removed it from there (ack, cancel, reschedule, lease), placed it again,
-// or expired its slot. It stops following the message: a second Claim of
-// the same id reports false. This answers from memory what reading the
-// message's state from the index would, on the path of every hand-off.
+// or expired its slot. A second Claim of the same id reports false, until
+// Unclaim. This answers from memory what reading the message's state from
+// the index would, on the path of every hand-off.
 func (l *Loader) Claim(id model.ID) bool {
+	return l.move(id, l.popped, l.claimed)
+}
+
+// Unclaim ends the claim of a message whose hand-off failed (its Lease
+// entry did not commit): if no batch applied since PopDue returned it
+// changed it (as for Claim), it is claimable again, as PopDue returned
+// it, and Unclaim reports true; the caller offers it again rather than
+// leave it to its slot's expiry. A message not claimed reports false.
+func (l *Loader) Unclaim(id model.ID) bool {
+	return l.move(id, l.claimed, l.popped)
+}
+
+// move moves id from one of popped and claimed (from) to the other (to)
+// and reports whether from held it. The maps are never replaced, only
+// cleared, so they may be named before l.mu is taken.
+func (l *Loader) move(id model.ID, from, to map[model.ID]int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.popped[id]
-	delete(l.popped, id)
+	sec, ok := from[id]
+	if ok {
+		delete(from, id)
+		to[id] = sec
+	}
 	return ok
 }
 

@@ -475,6 +475,51 @@ func TestLoaderClaim(t *testing.T) {
 	}
 }
 
+// TestLoaderUnclaim checks that a claimed message is claimable again after
+// Unclaim exactly while it still lives where it was loaded: a change
+// applied after the claim (cancel, lease, the slot's expiry) makes Unclaim
+// report false and leaves it unclaimable.
+func TestLoaderUnclaim(t *testing.T) {
+	k, l, _ := newLoaderKit(t)
+	enq := k.schedule(t0,
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 100}, // untouched
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 200}, // cancelled after the claim
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 300}, // leased after the claim
+		command.NewMessage{Topic: "a", DeliverAtMs: t0 + 400}, // untouched until its slot expires
+	)
+	if n := k.load(t0s + 2); n != 4 {
+		t.Fatalf("loaded %d", n)
+	}
+	if due, _ := l.PopDue(t0 + 999); len(due) != 4 {
+		t.Fatalf("popped %d, want 4", len(due))
+	}
+	for i, e := range enq {
+		if !l.Claim(e.ID) {
+			t.Fatalf("Claim(message %d) = false", i)
+		}
+	}
+	k.one(command.Cancel{ID: enq[1].ID})
+	k.one(command.Lease{NowMs: t0, Items: []command.LeaseItem{{ID: enq[2].ID, Nonce: 1, ExpiresMs: t0 + 30_000, RedeliverMs: t0 + 30_000}}})
+	for i, want := range []bool{true, false, false} {
+		if got := l.Unclaim(enq[i].ID); got != want {
+			t.Errorf("Unclaim(message %d) = %v, want %v", i, got, want)
+		}
+		if got := l.Claim(enq[i].ID); got != want {
+			t.Errorf("Claim(message %d) after Unclaim = %v, want %v", i, got, want)
+		}
+	}
+	if !l.Unclaim(enq[0].ID) || l.Unclaim(enq[0].ID) {
+		t.Error("a message claimed once was unclaimed other than once")
+	}
+	if l.Unclaim(model.ID{Index: 1 << 40}) {
+		t.Error("a message never claimed was unclaimed")
+	}
+	k.apply(command.Expire{Before: t0s + 1})
+	if l.Unclaim(enq[3].ID) || l.Claim(enq[3].ID) {
+		t.Error("a message of an expired slot was unclaimed")
+	}
+}
+
 // readingObserver is a loader that, as each batch's events reach it, reads
 // what the leader's dispatcher reads without the store's lock once the
 // loader wakes it: the ready queue of each topic an event names, and the

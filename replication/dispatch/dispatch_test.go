@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -367,26 +368,10 @@ func TestFailedLeaseServesWaiters(t *testing.T) {
 	if v, err := n.st.Get(id); err != nil || v.State != wheel.StateReady {
 		t.Fatalf("enqueued past due: %+v, %v; want ready", v, err)
 	}
-	n.leaseHeld.Store(false) // the first reserve waits for the commit
-	lose := make(chan struct{})
-	n.mu.Lock()
-	n.lose = lose
-	n.mu.Unlock()
-	n.submitted = make(chan struct{}, 1)
-	failed := make(chan error, 1)
-	go func() {
-		_, err := d.Reserve(t.Context(), "t", 10, 0, 0)
-		failed <- err
-	}()
-	<-n.submitted
-	n.submitted = nil
-
+	failed := loseLease(t, d, n) // the first reserve waits for the commit
 	got := waitingReserve(t, d, "t")
 	n.leaseHeld.Store(true)
-	close(lose)
-	if err := <-failed; err == nil {
-		t.Fatal("the reserve whose Lease entry failed succeeded")
-	}
+	failed()
 	ds := <-got
 	if len(ds) != 1 || ds[0].Message.ID != id {
 		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
@@ -411,5 +396,236 @@ func TestFireLoopFollowsReattachedLoader(t *testing.T) {
 	ds := <-got
 	if len(ds) != 1 || ds[0].Message.ID != id {
 		t.Fatalf("waiting reserve got %+v, want message %s", ds, id)
+	}
+}
+
+// A message popped from the heap whose Lease entry failed before anyone was
+// answered is handed out again at once, on the clock's same millisecond,
+// not when its slot expires: whether Raft refused the entry (back-pressure)
+// or took it and failed it, with a reserve waiting meanwhile.
+func TestFailedLeaseRetakesDueMessage(t *testing.T) {
+	t.Run("refused", func(t *testing.T) {
+		d, n, clk := startFake(t)
+		id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+		clk.Advance(300 * time.Millisecond)
+		n.overload.Store(1)
+		if _, err := d.Reserve(t.Context(), "t", 10, 0, 0); !errors.Is(err, model.ErrOverloaded) {
+			t.Fatalf("reserve under back-pressure: %v, want ErrOverloaded", err)
+		}
+		ds := reserveNow(t, d, "t")
+		if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+			t.Fatalf("reserve after the refused Lease got %+v, want message %s at attempt 1", ds, id)
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		d, n, clk := startFake(t)
+		id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+		clk.Advance(300 * time.Millisecond)
+		failed := loseLease(t, d, n)
+		got := waitingReserve(t, d, "t")
+		n.leaseHeld.Store(true)
+		failed()
+		ds := <-got
+		if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+			t.Fatalf("waiting reserve got %+v, want message %s at attempt 1", ds, id)
+		}
+	})
+}
+
+// loseLease starts a reserve whose Lease entry is taken but not applied,
+// answered only at the commit, and returns once the entry is submitted.
+// Calling the function returned fails the entry and checks that the
+// reserve failed.
+func loseLease(t *testing.T, d *Dispatcher, n *fakeNode) func() {
+	t.Helper()
+	n.leaseHeld.Store(false)
+	lose := make(chan struct{})
+	n.mu.Lock()
+	n.lose = lose
+	n.mu.Unlock()
+	n.submitted = make(chan struct{}, 1)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := d.Reserve(t.Context(), "t", 10, 0, 0)
+		failed <- err
+	}()
+	<-n.submitted
+	n.submitted = nil
+	return func() {
+		t.Helper()
+		close(lose)
+		if err := <-failed; err == nil {
+			t.Fatal("the reserve whose Lease entry failed succeeded")
+		}
+	}
+}
+
+// A popped message is not handed out again while someone may hold it: not
+// once its Lease committed, nor once its hand-off was answered before the
+// commit, even if the entry then failed (the consumer holds it; it comes
+// back when that lease ends: TestFailedAnsweredLeaseHeldUntilItsEnd).
+func TestAnsweredLeaseNotRetaken(t *testing.T) {
+	for _, commits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commits=%v", commits), func(t *testing.T) {
+			d, n, clk := startFake(t)
+			id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+			clk.Advance(300 * time.Millisecond)
+			lose := make(chan struct{})
+			if !commits {
+				n.mu.Lock()
+				n.lose = lose
+				n.mu.Unlock()
+			}
+			ds := reserveNow(t, d, "t") // answered before the commit
+			if len(ds) != 1 || ds[0].Message.ID != id {
+				t.Fatalf("reserve got %+v, want message %s", ds, id)
+			}
+			close(lose)
+			if err := d.WaitAnswered(t.Context()); err != nil { // the entry applied or failed
+				t.Fatal(err)
+			}
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("a message handed out was handed out again: %+v", ds)
+			}
+			if k := d.dueLen("t"); k != 0 {
+				t.Fatalf("the dispatcher holds %d due messages, want none", k)
+			}
+		})
+	}
+}
+
+// A message changed while its failed Lease was on its way (here moved half
+// a second later) is not handed out again as it was popped: it comes when
+// it is due now.
+func TestFailedLeaseOfChangedMessageNotRetaken(t *testing.T) {
+	d, n, clk := startFake(t)
+	due := clk.Now().Add(300 * time.Millisecond)
+	id := enqueueAt(t, n, clk, "t", due.UnixMilli())
+	clk.Set(due)
+	failed := loseLease(t, d, n)
+	later := due.Add(500 * time.Millisecond)
+	if res, err := n.Propose(t.Context(), command.Reschedule{ID: id, DeliverAtMs: later.UnixMilli()}); err != nil || res[0].Err != nil {
+		t.Fatalf("reschedule: %v %v", err, res[0].Err)
+	}
+	failed()
+	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+		t.Fatalf("reserve before the new due time got %+v", ds)
+	}
+	d.mu.Lock()
+	loaded := d.loader.Len()
+	d.mu.Unlock()
+	if loaded != 1 {
+		t.Fatalf("the loader holds %d messages, want the rescheduled one", loaded)
+	}
+	clk.Set(later)
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+		t.Fatalf("reserve at the new due time got %+v, want message %s at attempt 1", ds, id)
+	}
+}
+
+// A snapshot restore while a popped message's Lease is on its way: the new
+// loader yields the message afresh, and once the Lease fails it is handed
+// out, once.
+func TestFailedLeaseAcrossReattach(t *testing.T) {
+	d, n, clk := startFake(t)
+	id := enqueueAt(t, n, clk, "t", clk.Now().Add(300*time.Millisecond).UnixMilli())
+	clk.Advance(300 * time.Millisecond)
+	failed := loseLease(t, d, n)
+	d.Reattach(n.st)
+	waitFor(t, "the new loader to yield the message", func() bool {
+		clk.Advance(time.Millisecond) // lets the tick loop run
+		return d.dueLen("t") == 1
+	})
+	n.leaseHeld.Store(true)
+	failed()
+	ds := reserveNow(t, d, "t")
+	if len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+		t.Fatalf("reserve after the failed Lease got %+v, want message %s at attempt 1", ds, id)
+	}
+	if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+		t.Fatalf("the message was handed out again: %+v", ds)
+	}
+}
+
+// A hand-off answered before its Lease committed, whose entry then failed
+// while the node stayed leader, is held back until the lease it was
+// answered with ends: its consumer holds it till then, as under a committed
+// lease. Once the clock passes that end it is handed out again, to a
+// reserve that waits: whether it was read from the ready queue, or popped
+// from the heap and its slot expired meanwhile (to the ready queue) or not
+// (it goes back to the due list), or a snapshot restore replaced the
+// loader meanwhile (whose due list then holds it, busy).
+func TestFailedAnsweredLeaseHeldUntilItsEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		dueIn    time.Duration // from now; negative: on the ready queue
+		ttr      time.Duration
+		expire   bool // the slot expires before the lease ends
+		reattach bool // a snapshot restore replaces the loader after the failure
+	}{
+		{name: "ready", dueIn: -2 * time.Second},
+		{name: "popped, slot expired", dueIn: 300 * time.Millisecond, expire: true},
+		{name: "popped, lease ended first", dueIn: 300 * time.Millisecond, ttr: 100 * time.Millisecond},
+		{name: "popped, reattached", dueIn: 300 * time.Millisecond, ttr: 10 * time.Second, reattach: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, n, clk := startFakeWith(t, func(c *Config) {
+				if tc.reattach {
+					// The new loader's tick moves the clock on: the
+					// slot must not expire before the lease ends.
+					c.ExpireGrace = time.Hour
+				}
+			})
+			due := clk.Now().Add(tc.dueIn)
+			id := enqueueAt(t, n, clk, "t", due.UnixMilli())
+			clk.Set(due)
+			lose := make(chan struct{})
+			n.mu.Lock()
+			n.lose = lose
+			n.mu.Unlock()
+			ds, err := d.Reserve(t.Context(), "t", 10, 0, tc.ttr) // answered before the commit
+			if err != nil || len(ds) != 1 || ds[0].Message.ID != id {
+				t.Fatalf("reserve got %+v, %v; want message %s", ds, err, id)
+			}
+			exp := ds[0].Message.LeaseExpiresMs
+			close(lose)
+			if err := d.WaitAnswered(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("handed out again as soon as its Lease failed: %+v", ds)
+			}
+			if tc.expire {
+				clk.Set(due.Truncate(time.Second).Add(time.Second + d.cfg.ExpireGrace + time.Millisecond))
+				waitFor(t, "the message to reach the ready queue", func() bool {
+					clk.Advance(time.Millisecond) // lets the tick loop run again
+					v, err := n.st.Get(id)
+					return err == nil && v.State == wheel.StateReady
+				})
+				if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+					t.Fatalf("handed out again when its slot expired, before its lease ended: %+v", ds)
+				}
+			}
+			if tc.reattach {
+				d.Reattach(n.st)
+				waitFor(t, "the new loader to yield the message", func() bool {
+					clk.Advance(time.Millisecond) // lets the tick loop run
+					return d.dueLen("t") == 1
+				})
+			}
+			clk.Set(time.UnixMilli(exp)) // the lease still holds at its last instant
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("handed out again at its lease's last instant: %+v", ds)
+			}
+			got := waitingReserve(t, d, "t")
+			clk.Set(time.UnixMilli(exp + 1))
+			if ds := <-got; len(ds) != 1 || ds[0].Message.ID != id || ds[0].Attempt != 1 {
+				t.Fatalf("waiting reserve after the lease ended got %+v, want message %s at attempt 1", ds, id)
+			}
+			if ds := reserveNow(t, d, "t"); len(ds) != 0 {
+				t.Fatalf("handed out twice after the lease ended: %+v", ds)
+			}
+		})
 	}
 }

@@ -66,10 +66,11 @@ type Dispatcher struct {
 	clock  wheel.Clock
 	loader *wheel.Loader // replaced under mu by a snapshot restore
 	wake   *waker
-	// reattached (cap 1) wakes the fire loop when loader is replaced: it
-	// waits on the Changed channel of the loader it read, which the store
-	// no longer feeds.
-	reattached chan struct{}
+	// rearm (cap 1) wakes the fire loop to look again at what it waits
+	// for: when loader is replaced (it waits on the Changed channel of the
+	// loader it read, which the store no longer feeds), or when a message
+	// is held back (holdBack), for the end of its lease.
+	rearm chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -92,6 +93,9 @@ type Dispatcher struct {
 	drained map[string]bool
 	// early holds the Leases answered before they were applied here.
 	early map[*leaseCommit]struct{}
+	// held holds, by the end of their lease, the messages of hand-offs
+	// answered before their Lease entry failed, in flight until then.
+	held []heldMsg
 
 	smu     sync.Mutex
 	streams map[model.Receipt]*stream // unsettled stream deliveries
@@ -119,7 +123,7 @@ func New(n Replica, cfg Config) *Dispatcher {
 		waiters: map[string][]*waiter{}, due: map[string][]model.Message{},
 		inflight: map[model.ID]struct{}{}, drained: map[string]bool{},
 		early: map[*leaseCommit]struct{}{}, streams: map[model.Receipt]*stream{},
-		running: map[*stream]struct{}{}, reattached: make(chan struct{}, 1),
+		running: map[*stream]struct{}{}, rearm: make(chan struct{}, 1),
 	}
 }
 
@@ -175,7 +179,7 @@ func (d *Dispatcher) Reattach(st *wheel.Store) {
 	d.loader = l
 	clear(d.drained) // the loader that reported new ready messages is gone
 	d.mu.Unlock()
-	signal(d.reattached)
+	signal(d.rearm)
 }
 
 // tick loads the slots about to come due and, once a second (plus the
@@ -233,7 +237,7 @@ func (d *Dispatcher) fireLoop() {
 		case <-d.ctx.Done():
 			return
 		case <-changed:
-		case <-d.reattached:
+		case <-d.rearm:
 		case <-timer:
 		case <-alarm:
 		}
@@ -242,12 +246,17 @@ func (d *Dispatcher) fireLoop() {
 
 // offerLocked pops the loaded messages due by the clock and hands them, and
 // the messages of topics whose ready queue received some, to the waiting
-// consumers. It returns the next due instant (-1 when none is loaded).
+// consumers, as it does the held messages whose lease ended. It returns
+// the next due instant or end of a held lease (-1 when there is none).
 // Both the fire loop and an arriving reserve call it: whichever runs first
 // after a message comes due hands it out.
 func (d *Dispatcher) offerLocked() int64 {
 	now := d.clock.Now().UnixMilli()
+	held := d.releaseHeldLocked(now)
 	msgs, next := d.loader.PopDue(now)
+	if held >= 0 && (next < 0 || held < next) {
+		next = held
+	}
 	topics := d.loader.TakeReadyTopics()
 	for _, t := range topics {
 		delete(d.drained, t)

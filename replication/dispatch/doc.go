@@ -22,9 +22,12 @@
 // partitioned) cannot deliver. An ack the consumer sends afterwards is
 // ordered after the Lease. If the leader dies before the Lease commits, the
 // next leader delivers the message again (at-least-once, a duplicate only
-// where the leader changed). Without the lease (just elected, quorum
-// contact lost, leadership being handed over), a hand-off is answered only
-// once its Lease has committed.
+// where the leader changed). If the entry fails while the node stays
+// leader (back-pressure, a leadership transfer under way), the dispatcher
+// holds the message back until the lease it was answered with ends, as a
+// committed lease would, and only then hands it out again. Without the
+// lease (just elected, quorum contact lost, leadership being handed
+// over), a hand-off is answered only once its Lease has committed.
 //
 // A redelivery of an expired lease is always answered at commit: its Lease
 // races the consumer's own ack, touch or nack of the previous attempt, and
@@ -78,5 +81,9 @@
 // concurrent entries into one write), and a goroutine per Lease waits for
 // its commit, so a commit stall holds up no hand-off while the lease is
 // held. A wake-up is only a hint to look: what the clock says is due is
-// what is popped, so no message is handed out early.
+// what is popped, so no message is handed out early. A hand-off whose
+// Lease entry fails (refused by back-pressure, lost with the leadership)
+// before anyone was answered gives its popped messages back to the due
+// list at once, unless a batch changed them since (wheel.Loader.Unclaim),
+// rather than leave them to their slot's expiry.
 package dispatch

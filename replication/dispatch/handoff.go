@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -13,11 +14,14 @@ import (
 
 // leaseCommit is a submitted Lease entry and the hand-off it carries.
 type leaseCommit struct {
-	wait func() ([]command.Result, error)
-	msgs []model.Message
-	res  chan leaseRes // buffered: finishLease never waits for the hand-off
+	wait  func() ([]command.Result, error)
+	msgs  []model.Message
+	items []command.LeaseItem // msgs' items of the entry
+	res   chan leaseRes       // buffered: finishLease never waits for the hand-off
 	// applied is closed once the entry is applied here (or has failed).
 	applied chan struct{}
+	// early is set when the hand-off was answered before the commit.
+	early bool
 }
 
 type leaseRes struct {
@@ -70,13 +74,14 @@ func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.D
 	}
 	wait, err := d.n.Submit(d.ctx, entry(now, items))
 	if err != nil {
-		d.release(msgs, nil)
+		d.release(msgs, nil, true)
 		return nil, err
 	}
 	// The Lease is in the log order now: an ack the consumer sends for what
 	// it is answered is ordered after it.
-	c := &leaseCommit{wait: wait, msgs: msgs, res: make(chan leaseRes, 1), applied: make(chan struct{})}
+	c := &leaseCommit{wait: wait, msgs: msgs, items: items, res: make(chan leaseRes, 1), applied: make(chan struct{})}
 	early = early && d.n.LeaseHeld()
+	c.early = early
 	if early {
 		// Answered before its apply: reads on this node wait for it
 		// (WaitAnswered), so a consumer reads its own lease.
@@ -128,20 +133,45 @@ func (d *Dispatcher) deliveries(msgs []model.Message, items []command.LeaseItem,
 
 // release ends the hand-off of msgs: they may be taken again. leased says
 // which of them the Lease reserved (nil: none); the others are where they
-// were, and their topics' ready queues are read again.
-func (d *Dispatcher) release(msgs []model.Message, leased []bool) {
+// were, and their topics' ready queues are read again. retake says that
+// the Lease entry failed (it did not commit, or its outcome is unknown)
+// and nobody holds the messages: nobody was answered, or the lease they
+// were answered with has ended (holdBack). The messages popped from the
+// heap that no batch changed since (Unclaim) go back to the due list, so
+// they are handed out again at once, not when their slot expires. A
+// committed Lease's refusals are not retaken: the apply refused them for
+// a reason that stays (out of attempts, a read that failed), and handing
+// them out again would only be refused again.
+func (d *Dispatcher) release(msgs []model.Message, leased []bool, retake bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.releaseLocked(msgs, leased, retake)
+}
+
+// releaseLocked is release with d.mu held.
+func (d *Dispatcher) releaseLocked(msgs []model.Message, leased []bool, retake bool) {
 	var topics []string
+	var again map[string][]model.Message
 	for i, m := range msgs {
 		delete(d.inflight, m.ID)
 		back := leased == nil || !leased[i]
 		if back {
 			delete(d.drained, m.Topic)
+			if retake && d.loader.Unclaim(m.ID) {
+				if again == nil {
+					again = map[string][]model.Message{}
+				}
+				again[m.Topic] = append(again[m.Topic], m)
+			}
 		}
 		if (back || len(d.due[m.Topic]) > 0) && !slices.Contains(topics, m.Topic) {
 			topics = append(topics, m.Topic)
 		}
+	}
+	// Taken from the head of their due list, they go back to its head:
+	// what is there now was behind them or popped later.
+	for t, ms := range again {
+		d.due[t] = slices.Insert(d.due[t], 0, ms...)
 	}
 	// A message popped again while its hand-off was in flight waits in
 	// the due list for this release (takeLocked); one the Lease did not
@@ -171,6 +201,9 @@ func firstHandoffs(msgs []model.Message) bool {
 // answers its hand-off if it is still waiting.
 func (d *Dispatcher) finishLease(c *leaseCommit) {
 	res, err := c.wait()
+	// An entry that failed was not applied here; one that committed with
+	// an unexpected result was, and decided what it reserved.
+	failed := err != nil
 	defer func() {
 		d.mu.Lock()
 		delete(d.early, c)
@@ -189,12 +222,59 @@ func (d *Dispatcher) finishLease(c *leaseCommit) {
 		}
 	}
 	if err != nil {
-		d.release(c.msgs, nil)
+		if failed && c.early {
+			d.holdBack(c)
+		} else {
+			d.release(c.msgs, nil, failed)
+		}
 		c.res <- leaseRes{err: err}
 		return
 	}
-	d.release(c.msgs, ok)
+	d.release(c.msgs, ok, false)
 	c.res <- leaseRes{ok: ok}
+}
+
+// heldMsg is a message held in flight until its lease ends.
+type heldMsg struct {
+	msg model.Message
+	end int64 // the lease's last millisecond
+}
+
+// holdBack keeps the messages of a hand-off answered before its Lease
+// entry failed in flight until the leases they were answered with end:
+// their consumer holds them till then, as under a committed Lease, while
+// this node leads (the next leader's dispatcher starts without the hold).
+// The fire loop then releases them (releaseHeldLocked).
+func (d *Dispatcher) holdBack(c *leaseCommit) {
+	d.mu.Lock()
+	for i, m := range c.msgs {
+		d.held = append(d.held, heldMsg{msg: m, end: c.items[i].ExpiresMs})
+	}
+	slices.SortStableFunc(d.held, func(a, b heldMsg) int { return cmp.Compare(a.end, b.end) })
+	d.mu.Unlock()
+	signal(d.rearm)
+}
+
+// releaseHeldLocked releases the held messages whose lease ended before
+// nowMs, as nobody holds them, and returns the instant the next one's
+// ends (-1 when none is held).
+func (d *Dispatcher) releaseHeldLocked(nowMs int64) int64 {
+	i := 0
+	for i < len(d.held) && d.held[i].end < nowMs {
+		i++
+	}
+	if i > 0 {
+		msgs := make([]model.Message, i)
+		for j, h := range d.held[:i] {
+			msgs[j] = h.msg
+		}
+		d.held = slices.Delete(d.held, 0, i)
+		d.releaseLocked(msgs, nil, true)
+	}
+	if len(d.held) == 0 {
+		return -1
+	}
+	return d.held[0].end + 1
 }
 
 // WaitAnswered waits until every Lease this dispatcher answered before
