@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel/command"
 )
 
@@ -17,9 +19,9 @@ const CheckpointLens = "lengths"
 
 // Checkpoint writes a consistent copy of the store into dir, which must not
 // exist: a Pebble checkpoint in dir/index, and hard links of the slot files
-// in dir/segments with the lengths the checkpoint covers. Applies wait while
-// it runs; it costs a sync and one link per slot file. It returns the
-// applied index the copy covers.
+// in dir/segments with the lengths the checkpoint covers, all durable when it
+// returns. Applies wait while it runs; it costs a sync and one link per slot
+// file. It returns the applied index the copy covers.
 func (s *Store) Checkpoint(dir string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -37,7 +39,7 @@ func (s *Store) Checkpoint(dir string) (uint64, error) {
 		return 0, err
 	}
 	segDir := s.fs.PathJoin(dir, "segments")
-	if err := s.fs.MkdirAll(segDir, 0o755); err != nil {
+	if err := segment.MkdirAllSync(s.fs, segDir); err != nil {
 		return 0, fmt.Errorf("checkpoint segments: %w", err)
 	}
 	seconds := make([]int64, 0, len(lens))
@@ -67,6 +69,10 @@ func (s *Store) Checkpoint(dir string) (uint64, error) {
 	}
 	if err := f.Close(); err != nil {
 		return 0, fmt.Errorf("checkpoint lengths: %w", err)
+	}
+	// The links and the lengths file are durable once their directory is.
+	if err := segment.SyncDir(s.fs, segDir); err != nil {
+		return 0, fmt.Errorf("checkpoint segments: %w", err)
 	}
 	return s.applied, nil
 }

@@ -312,7 +312,9 @@ func (s *Store) Slot(slot int, records bool) (SlotInfo, error) {
 	if !records {
 		return info, nil
 	}
-	_, entries, err := segment.ReadFileFS(s.fs, info.File)
+	// The records the index covers: a read-only open cuts no tail a crash
+	// left past them.
+	entries, err := segment.ReadPrefixFS(s.fs, info.File, l.Length)
 	if err != nil {
 		return SlotInfo{}, err
 	}

@@ -1461,3 +1461,41 @@ func TestScheduleNumbersTopicsInMessageOrder(t *testing.T) {
 		t.Fatalf("topic ids first %d, second %d, third %d; want consecutive in message order", first, second, third)
 	}
 }
+
+// A stopped node's slot file may hold bytes past the length its index
+// records: the appends of entries whose index writes a crash lost. A
+// read-only open cuts nothing, so Slot lists the records the index covers
+// and no more, as a read-write open would after cutting the tail.
+func TestReadOnlySlotIgnoresUncoveredTail(t *testing.T) {
+	k := newStoreKit(t, Options{})
+	id := k.schedule(t0, command.NewMessage{Topic: "a", Body: []byte("kept"), DeliverAtMs: t0 + 3000})[0].ID
+	if err := k.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := k.segPath(t0s + 3)
+	good, err := readFS(k.fs, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := segment.AppendRecord(nil, segment.Record{Type: segment.TypeMessage, Index: k.idx + 1,
+		Payload: EncodeMessage(nil, &model.Message{ID: model.ID{Index: k.idx + 1}, Topic: "a", Body: []byte("lost")})})
+	for name, tail := range map[string][]byte{"whole record of a lost entry": lost, "half a record": lost[:len(lost)/2]} {
+		t.Run(name, func(t *testing.T) {
+			if err := writeFS(k.fs, path, append(append([]byte(nil), good...), tail...)); err != nil {
+				t.Fatal(err)
+			}
+			ro, err := Open(k.dir, Options{FS: k.fs, ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			info, err := ro.Slot(SlotOf(t0s+3), true)
+			if err != nil {
+				t.Fatalf("slot of a stopped node: %v", err)
+			}
+			if len(info.Records) != 1 || info.Records[0].ID != id || info.Messages != 1 {
+				t.Fatalf("slot of a stopped node lists %+v (%d messages); want the one record the index covers, of %s", info.Records, info.Messages, id)
+			}
+		})
+	}
+}
