@@ -311,7 +311,7 @@ const MaxDueMs = math.MaxInt64 / 1024
 type segLen struct {
 	Length int64 // bytes the index covers
 	Live   int64 // live message and lease records
-	Bytes  int64 // payload bytes of the live records
+	Bytes  int64 // payload bytes of every message and lease record appended (a tombstone does not subtract)
 }
 
 func (l segLen) encode() []byte {
