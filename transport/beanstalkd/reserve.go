@@ -274,24 +274,34 @@ func (c *conn) hold(d model.Delivery) bool {
 }
 
 // deleteJob answers delete: an ack of a job this connection holds, else a
-// cancel of a delayed, ready or buried job.
+// cancel of a delayed, ready or buried job (deleteUnheld).
 func (c *conn) deleteJob(job uint64) {
-	ctx, cancel := c.callCtx()
-	defer cancel()
-	if h, ok := c.held[job]; ok {
-		delete(c.held, job)
-		if c.reserveFollows() {
-			// Answered before the reserve's own answer (flushLater).
-			c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), job: job, h: h}
-			return
-		}
-		done, err := c.s.ack(h.r)
-		c.settled("delete", done, err, "DELETED", h.topic)
-		if err != nil {
-			c.held[job] = h // as holdAgain
-		}
+	h, ok := c.held[job]
+	delete(c.held, job)
+	if !ok || !h.leaseEnd.After(c.s.cfg.Now()) { // not held, or its time-to-run ran out
+		c.deleteUnheld(job)
 		return
 	}
+	if c.reserveFollows() {
+		// Answered before the reserve's own answer (flushLater).
+		c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), job: job, h: h}
+		return
+	}
+	done, err := c.s.ack(h.r)
+	c.settled("delete", done, err, "DELETED", h.topic)
+	if err != nil {
+		c.held[job] = h // as holdAgain
+	}
+}
+
+// deleteUnheld answers delete of a job the connection does not hold: a
+// cancel of a delayed, ready or buried job. A job whose time-to-run ran
+// out is ready again in beanstalkd, so its delete deletes it (whoever
+// reserved it): the node keeps it reserved until its lease's slot fires,
+// so it is leased again and acked.
+func (c *conn) deleteUnheld(job uint64) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
 	id := MessageID(job)
 	v, err := c.s.be.Get(ctx, id)
 	if err != nil {
@@ -299,7 +309,17 @@ func (c *conn) deleteJob(job uint64) {
 		return
 	}
 	if v.State == wheel.StateReserved {
-		c.reply("NOT_FOUND") // another connection holds it
+		if v.LeaseExpiresMs > c.s.cfg.Now().UnixMilli() {
+			c.reply("NOT_FOUND") // another connection holds it
+			return
+		}
+		d, err := retrying(c, ctx, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, id) })
+		if err != nil {
+			c.fail("delete", err)
+			return
+		}
+		done, err := c.s.ack(d.Receipt)
+		c.settled("delete", done, err, "DELETED", v.Topic)
 		return
 	}
 	if _, err := retrying(c, ctx, func() (bool, error) { return true, c.s.be.Cancel(ctx, id) }); err != nil {

@@ -419,6 +419,33 @@ func TestDeadlineSoon(t *testing.T) {
 	c.data("reserve-with-timeout 0", "RESERVED "+id)
 }
 
+// A job whose time-to-run ran out is ready again, as in beanstalkd: a
+// delete deletes it, though the connection that reserved it sends it, and
+// though the node still has it reserved (late: its lease's slot has not
+// fired yet). A job another connection holds is not deleted.
+func TestDeleteAfterTimeToRun(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		f := newFake()
+		f.late = late
+		addr, _ := start(t, f, Config{})
+		c, d := dial(t, addr), dial(t, addr)
+		id := c.put(1, 0, 1, "x")
+		c.data("reserve", "RESERVED "+id)
+		f.advance(2 * time.Second)
+		c.do("delete "+id, "DELETED")
+		c.do("peek "+id, "NOT_FOUND")
+		id = c.put(1, 0, 1, "y")
+		d.data("reserve", "RESERVED "+id)
+		f.advance(2 * time.Second)
+		c.do("delete "+id, "DELETED")
+		d.do("delete "+id, "NOT_FOUND")
+		id = c.put(1, 0, 60, "z")
+		d.data("reserve", "RESERVED "+id)
+		c.do("delete "+id, "NOT_FOUND")
+		d.do("delete "+id, "DELETED")
+	}
+}
+
 // A job reserved through a leader's HTTP API carries only the end of its
 // lease: a touch keeps it held for as long again.
 func TestTouchOfAForwardedJob(t *testing.T) {
