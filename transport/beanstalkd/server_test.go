@@ -474,6 +474,38 @@ func TestClosedConnectionReleasesItsJobs(t *testing.T) {
 	d.data("reserve-with-timeout 60", "RESERVED "+id) // once c's job went back
 }
 
+// A client that closes its side while its reserve waits is answered
+// TIMED_OUT, as beanstalkd answers a half-closed connection, and its
+// connection ends: it does not wait on to take a job no one would get.
+func TestReserveOfAHalfClosedConnection(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	c, d := dial(t, addr), dial(t, addr)
+	c.send("reserve")
+	waitFor(t, d, "current-waiting", "1")
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.line(); got != "TIMED_OUT" {
+		t.Fatalf("a waiting reserve of a half-closed connection: %q", got)
+	}
+	if _, err := c.r.ReadString('\n'); err != io.EOF {
+		t.Fatalf("the connection stays open after its client closed: %v", err)
+	}
+	waitFor(t, d, "current-waiting", "0")
+	waitFor(t, d, "current-connections", "1")
+	// A job due now still goes to a client that closed its side.
+	e := dial(t, addr)
+	id := d.put(1, 0, 60, "y")
+	e.raw("reserve\r\n")
+	if err := e.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.line(); got != "RESERVED "+id+" 1" {
+		t.Fatalf("a reserve of a half-closed connection with a job due: %q", got)
+	}
+}
+
 func TestDrain(t *testing.T) {
 	f := newFake()
 	addr, stop := start(t, f, Config{})
