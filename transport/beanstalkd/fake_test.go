@@ -118,7 +118,7 @@ func (f *fakeBackend) next(topic string, st wheel.State) *wheel.View {
 		}
 	}
 	slices.SortFunc(due, func(a, b *wheel.View) int {
-		return cmp.Or(cmp.Compare(a.DeliverAtMs, b.DeliverAtMs), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID.Index, b.ID.Index))
+		return cmp.Or(cmp.Compare(a.DeliverAtMs, b.DeliverAtMs), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID.Index, b.ID.Index), cmp.Compare(a.ID.Seq, b.ID.Seq))
 	})
 	if len(due) == 0 {
 		return nil
