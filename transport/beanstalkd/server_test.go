@@ -432,6 +432,9 @@ func TestDeleteAfterTimeToRun(t *testing.T) {
 		id := c.put(1, 0, 1, "x")
 		c.data("reserve", "RESERVED "+id)
 		f.advance(2 * time.Second)
+		if _, st := c.data("stats-job "+id, "OK"); yaml(st)["state"] != "ready" || yaml(st)["time-left"] != "0" {
+			t.Fatalf("stats-job of a job whose time-to-run ran out (late %v): %q", late, st)
+		}
 		c.do("delete "+id, "DELETED")
 		c.do("peek "+id, "NOT_FOUND")
 		id = c.put(1, 0, 1, "y")
