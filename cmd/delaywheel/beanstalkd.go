@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -223,12 +224,27 @@ func (b *beanstalkdBackend) Dead(ctx context.Context, topic string, limit int) (
 	return n.Dead(ctx, topic, limit)
 }
 
+// Ready lists the ready messages of topic: those of its ready queue, then
+// those whose due time has come in a slot the wheel has not fired yet (a
+// job put without a delay is ready at once, as in beanstalkd, though its
+// slot fires up to a second or two later).
 func (b *beanstalkdBackend) Ready(ctx context.Context, topic string, limit int) ([]wheel.View, error) {
 	st, err := b.settledStore(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	return st.Ready(topic, limit, nil)
+	out, err := st.Ready(topic, limit, nil)
+	if err != nil || len(out) >= limit {
+		return out, err
+	}
+	now := time.Now().UnixMilli()
+	err = slotted(ctx, st, topic, now/wheel.TickMs, func(v wheel.View) bool {
+		if v.At(now).State == wheel.StateReady && !slices.ContainsFunc(out, func(r wheel.View) bool { return r.ID == v.ID }) {
+			out = append(out, v)
+		}
+		return len(out) < limit
+	})
+	return out, err
 }
 
 // settledStore returns the store of topic's group once this node has
@@ -251,17 +267,39 @@ func (b *beanstalkdBackend) Delayed(ctx context.Context, topic string) (wheel.Vi
 	if err != nil {
 		return wheel.View{}, false, err
 	}
-	info, err := st.Wheel()
+	var found wheel.View
+	ok := false
+	err = slotted(ctx, st, topic, math.MaxInt64, func(v wheel.View) bool {
+		if v.At(time.Now().UnixMilli()).State != wheel.StateDelayed {
+			return true
+		}
+		found, ok = v, true
+		return false
+	})
 	if err != nil {
 		return wheel.View{}, false, err
 	}
+	return found, ok, nil
+}
+
+// slotted calls fn on the messages of topic in the wheel's non-empty slots
+// of the seconds up to last, due second by due second and, in a slot, by
+// due time, until fn returns false.
+func slotted(ctx context.Context, st *wheel.Store, topic string, last int64, fn func(wheel.View) bool) error {
+	info, err := st.Wheel()
+	if err != nil {
+		return err
+	}
 	for _, sl := range info.NonEmpty {
+		if sl.Second > last {
+			return nil
+		}
 		if err := ctx.Err(); err != nil {
-			return wheel.View{}, false, err
+			return err
 		}
 		si, err := st.Slot(sl.Slot, true)
 		if err != nil {
-			return wheel.View{}, false, err
+			return err
 		}
 		recs := slices.DeleteFunc(si.Records, func(r wheel.SlotRecord) bool { return !r.Live || r.Topic != topic })
 		slices.SortFunc(recs, func(a, c wheel.SlotRecord) int { return cmp.Compare(a.DueMs, c.DueMs) })
@@ -271,14 +309,14 @@ func (b *beanstalkdBackend) Delayed(ctx context.Context, topic string) (wheel.Vi
 				continue
 			}
 			if err != nil {
-				return wheel.View{}, false, err
+				return err
 			}
-			if v.At(time.Now().UnixMilli()).State == wheel.StateDelayed {
-				return v, true, nil
+			if !fn(v) {
+				return nil
 			}
 		}
 	}
-	return wheel.View{}, false, nil
+	return nil
 }
 
 func (b *beanstalkdBackend) Topics(ctx context.Context) ([]wheel.TopicCounts, error) {

@@ -131,6 +131,9 @@ func TestBeanstalkdGoClient(t *testing.T) {
 	}
 	mid, _ := model.ParseID(res[0].ID)
 	want, _ := beanstalkd.JobID(mid)
+	if got, body, err := tube.PeekReady(); err != nil || got != want || string(body) != "from http" {
+		t.Fatalf("peek-ready of a message due now: %d %q %v; want %d", got, body, err, want)
+	}
 	if got, body, err = ts.Reserve(10 * time.Second); err != nil || got != want || string(body) != "from http" {
 		t.Fatalf("reserve of an HTTP message: %d %q %v; want %d", got, body, err, want)
 	}

@@ -25,6 +25,7 @@ type tubeReserves struct {
 	mu      sync.Mutex
 	waiters []chan reserved // each buffered for the one answer it gets
 	cancel  context.CancelFunc
+	round   chan struct{} // closed once the backend's reserve in flight has handed out its jobs
 	running bool
 }
 
@@ -52,12 +53,15 @@ func (s *Server) reserveOne(ctx context.Context, tube string, wait time.Duration
 	select {
 	case got = <-ch:
 	case <-t.C:
-		if r.leave(ch) {
+		if _, left := r.leave(ch); left {
 			return model.Delivery{}, false, nil
 		}
 		got = <-ch // answered as it left
 	case <-ctx.Done():
-		if r.leave(ch) {
+		if round, left := r.leave(ch); left {
+			if round != nil {
+				<-round // the jobs of the reserve it ended are back
+			}
 			return model.Delivery{}, false, nil
 		}
 		got = <-ch
@@ -91,8 +95,9 @@ func (r *tubeReserves) join(ch chan reserved) {
 
 // leave takes a reserve out of the queue; false when it has been answered
 // already (its answer is in ch). The last one to leave ends the backend's
-// reserve in flight.
-func (r *tubeReserves) leave(ch chan reserved) bool {
+// reserve in flight, and round, when not nil, is closed once that reserve
+// has given back the jobs it took.
+func (r *tubeReserves) leave(ch chan reserved) (round <-chan struct{}, left bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, w := range r.waiters {
@@ -100,11 +105,12 @@ func (r *tubeReserves) leave(ch chan reserved) bool {
 			r.waiters = append(r.waiters[:i], r.waiters[i+1:]...)
 			if len(r.waiters) == 0 && r.cancel != nil {
 				r.cancel()
+				return r.round, true
 			}
-			return true
+			return nil, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 // run reserves jobs for the waiting reserves until none waits.
@@ -120,6 +126,8 @@ func (r *tubeReserves) run() {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		r.cancel = cancel
+		round := make(chan struct{})
+		r.round = round
 		r.mu.Unlock()
 
 		ds, err := r.s.be.Reserve(ctx, r.tube, n, r.s.cfg.MaxWait)
@@ -147,6 +155,7 @@ func (r *tubeReserves) run() {
 		for _, d := range extra {
 			r.s.giveBack(d)
 		}
+		close(round)
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/delaywheel/delaywheel/wheel/model"
@@ -45,6 +47,8 @@ type conn struct {
 	putBytes int          // the size of their bodies
 
 	pending *pendingDelete // a delete answered after the reserve that follows it (ack.go)
+
+	hungUp atomic.Bool // the client closed its side while a reserve waited (watchHangup)
 }
 
 // heldJob is a job a connection holds reserved.
@@ -70,6 +74,30 @@ func newConn(ctx context.Context, s *Server, nc net.Conn) *conn {
 func (c *conn) stop() {
 	c.cancel()
 	c.nc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// watchHangup ends the connection's wait (c.ctx) when the client closes
+// its side while nothing it sent is left to read, and sets hungUp: a
+// reserve that waits then stops, as beanstalkd's does, instead of taking
+// a job for a client that is gone. The returned stop ends the watch; the
+// connection's reader is the caller's again once it returns.
+func (c *conn) watchHangup() (stop func()) {
+	if c.r.Buffered() > 0 {
+		return func() {}
+	}
+	c.nc.SetReadDeadline(time.Time{}) // a reserve that waits is not idle
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := c.r.Peek(1); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.hungUp.Store(true)
+			c.cancel()
+		}
+	}()
+	return func() {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+		<-done
+	}
 }
 
 // close releases what the connection holds: like beanstalkd, its

@@ -26,6 +26,7 @@ type fakeBackend struct {
 	err      error // when set, every call fails with it
 	unsent   int   // how many puts fail with ErrNotSent before one is taken
 	bare     bool  // deliveries without their lease's length, as over HTTP
+	late     bool  // a message stays reserved once its lease ended, as on the node until the lease's slot fires
 	puts     []command.NewMessage
 	batches  []int                     // the number of messages of each Put
 	asked    []int                     // the max of each Reserve
@@ -64,7 +65,7 @@ func (f *fakeBackend) notify() {
 
 // state is the message's state at the fake's now. Callers hold f.mu.
 func (f *fakeBackend) state(v *wheel.View) wheel.State {
-	if v.State == wheel.StateReserved && v.LeaseExpiresMs <= f.now.UnixMilli() {
+	if v.State == wheel.StateReserved && v.LeaseExpiresMs <= f.now.UnixMilli() && !f.late {
 		v.State, v.Receipt = wheel.StateDelayed, 0
 	}
 	return v.At(f.now.UnixMilli()).State
@@ -117,7 +118,7 @@ func (f *fakeBackend) next(topic string, st wheel.State) *wheel.View {
 		}
 	}
 	slices.SortFunc(due, func(a, b *wheel.View) int {
-		return cmp.Or(cmp.Compare(a.DeliverAtMs, b.DeliverAtMs), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID.Index, b.ID.Index))
+		return cmp.Or(cmp.Compare(a.DeliverAtMs, b.DeliverAtMs), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID.Index, b.ID.Index), cmp.Compare(a.ID.Seq, b.ID.Seq))
 	})
 	if len(due) == 0 {
 		return nil
@@ -171,8 +172,8 @@ func (f *fakeBackend) lease(v *wheel.View) model.Delivery {
 	return d
 }
 
-// ReserveID leases a ready, delayed or dead message, as the node does (a
-// dead one's attempts counted afresh).
+// ReserveID leases a ready, delayed or dead message, or one whose lease
+// ended, as the node does (a dead one's attempts counted afresh).
 func (f *fakeBackend) ReserveID(_ context.Context, id model.ID) (model.Delivery, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -180,7 +181,7 @@ func (f *fakeBackend) ReserveID(_ context.Context, id model.ID) (model.Delivery,
 		return model.Delivery{}, f.err
 	}
 	v, ok := f.msgs[id]
-	if !ok || f.state(v) == wheel.StateReserved {
+	if !ok || f.state(v) == wheel.StateReserved && v.LeaseExpiresMs > f.now.UnixMilli() {
 		return model.Delivery{}, model.ErrNotFound
 	}
 	if v.State == wheel.StateDead {
@@ -199,7 +200,7 @@ func (f *fakeBackend) held(r model.Receipt, fn func(v *wheel.View)) (bool, error
 		return false, f.err
 	}
 	v, ok := f.msgs[r.ID]
-	if !ok || f.state(v) != wheel.StateReserved || v.Receipt != r.Nonce {
+	if !ok || f.state(v) != wheel.StateReserved || v.Receipt != r.Nonce || v.LeaseExpiresMs <= f.now.UnixMilli() {
 		return false, nil
 	}
 	fn(v)

@@ -10,13 +10,17 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// reserve answers reserve and reserve-with-timeout: RESERVED, TIMED_OUT,
-// DEADLINE_SOON when a job this connection holds is about to time out,
-// or DRAINING when the server shuts down meanwhile.
+// reserve answers reserve and reserve-with-timeout: RESERVED, TIMED_OUT
+// (also when the client closes its side meanwhile), DEADLINE_SOON when a
+// job this connection holds is about to time out, or DRAINING when the
+// server shuts down meanwhile.
 func (c *conn) reserve(cmd Command) {
 	remaining := time.Duration(-1) // no timeout
 	if cmd.Op == OpReserveWithTimeout {
 		remaining = time.Duration(cmd.Timeout) * time.Second
+	}
+	if remaining != 0 {
+		defer c.watchHangup()()
 	}
 	owed := c.flushLater()
 	defer owed()
@@ -49,7 +53,12 @@ func (c *conn) reserve(cmd Command) {
 			}
 			c.sleep(wait)
 		} else {
-			d, ok, err = c.reserveAny(tubes, wait)
+			d, ok, err = c.reserveAny(c.ctx, tubes, wait)
+		}
+		if c.ctx.Err() != nil && c.hungUp.Load() {
+			owed()
+			c.lastReserve(tubes, d, ok)
+			return
 		}
 		if c.ctx.Err() != nil {
 			if ok {
@@ -90,6 +99,20 @@ func (c *conn) reserve(cmd Command) {
 				return
 			}
 		}
+	}
+}
+
+// lastReserve answers the reserve of a client that closed its side while
+// it waited, as beanstalkd answers a half-closed connection: with a job
+// due now (got, when ok, else one taken now), else TIMED_OUT.
+func (c *conn) lastReserve(tubes []string, got model.Delivery, ok bool) {
+	if !ok && len(tubes) > 0 {
+		ctx, cancel := c.callCtx()
+		got, ok, _ = c.reserveAny(ctx, tubes, 0)
+		cancel()
+	}
+	if !ok || !c.hold(got) {
+		c.reply("TIMED_OUT")
 	}
 }
 
@@ -191,25 +214,25 @@ func (c *conn) reservable(now time.Time) (tubes []string, pauseEnd time.Time) {
 	return tubes, pauseEnd
 }
 
-// reserveAny takes a due job of one of tubes, waiting up to wait. Over
-// several tubes it first takes what is due now, in watch order, then
-// waits on every tube at once (each may be in another group, led by
-// another node) and keeps the first job; one that another tube handed
-// out meanwhile goes back at once.
-func (c *conn) reserveAny(tubes []string, wait time.Duration) (model.Delivery, bool, error) {
+// reserveAny takes a due job of one of tubes, waiting up to wait while ctx
+// lasts. Over several tubes it first takes what is due now, in watch
+// order, then waits on every tube at once (each may be in another group,
+// led by another node) and keeps the first job; one that another tube
+// handed out meanwhile goes back at once.
+func (c *conn) reserveAny(ctx context.Context, tubes []string, wait time.Duration) (model.Delivery, bool, error) {
 	wait = max(wait, 0)
 	if len(tubes) == 1 {
-		return c.s.reserveOne(c.ctx, tubes[0], wait)
+		return c.s.reserveOne(ctx, tubes[0], wait)
 	}
 	for _, t := range tubes {
-		if d, ok, err := c.s.reserveOne(c.ctx, t, 0); ok || err != nil {
+		if d, ok, err := c.s.reserveOne(ctx, t, 0); ok || err != nil {
 			return d, ok, err
 		}
 	}
 	if wait == 0 {
 		return model.Delivery{}, false, nil
 	}
-	ctx, cancel := context.WithCancel(c.ctx)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
 		d   model.Delivery
@@ -274,24 +297,34 @@ func (c *conn) hold(d model.Delivery) bool {
 }
 
 // deleteJob answers delete: an ack of a job this connection holds, else a
-// cancel of a delayed, ready or buried job.
+// cancel of a delayed, ready or buried job (deleteUnheld).
 func (c *conn) deleteJob(job uint64) {
-	ctx, cancel := c.callCtx()
-	defer cancel()
-	if h, ok := c.held[job]; ok {
-		delete(c.held, job)
-		if c.reserveFollows() {
-			// Answered before the reserve's own answer (flushLater).
-			c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), job: job, h: h}
-			return
-		}
-		done, err := c.s.ack(h.r)
-		c.settled("delete", done, err, "DELETED", h.topic)
-		if err != nil {
-			c.held[job] = h // as holdAgain
-		}
+	h, ok := c.held[job]
+	delete(c.held, job)
+	if !ok || !h.leaseEnd.After(c.s.cfg.Now()) { // not held, or its time-to-run ran out
+		c.deleteUnheld(job)
 		return
 	}
+	if c.reserveFollows() {
+		// Answered before the reserve's own answer (flushLater).
+		c.pending = &pendingDelete{ch: c.s.ackAsync(h.r), job: job, h: h}
+		return
+	}
+	done, err := c.s.ack(h.r)
+	c.settled("delete", done, err, "DELETED", h.topic)
+	if err != nil {
+		c.held[job] = h // as holdAgain
+	}
+}
+
+// deleteUnheld answers delete of a job the connection does not hold: a
+// cancel of a delayed, ready or buried job. A job whose time-to-run ran
+// out is ready again in beanstalkd, so its delete deletes it (whoever
+// reserved it): the node keeps it reserved until its lease's slot fires,
+// so it is leased again and acked.
+func (c *conn) deleteUnheld(job uint64) {
+	ctx, cancel := c.callCtx()
+	defer cancel()
 	id := MessageID(job)
 	v, err := c.s.be.Get(ctx, id)
 	if err != nil {
@@ -299,7 +332,17 @@ func (c *conn) deleteJob(job uint64) {
 		return
 	}
 	if v.State == wheel.StateReserved {
-		c.reply("NOT_FOUND") // another connection holds it
+		if v.LeaseExpiresMs > c.s.cfg.Now().UnixMilli() {
+			c.reply("NOT_FOUND") // another connection holds it
+			return
+		}
+		d, err := retrying(c, ctx, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, id) })
+		if err != nil {
+			c.fail("delete", err)
+			return
+		}
+		done, err := c.s.ack(d.Receipt)
+		c.settled("delete", done, err, "DELETED", v.Topic)
 		return
 	}
 	if _, err := retrying(c, ctx, func() (bool, error) { return true, c.s.be.Cancel(ctx, id) }); err != nil {

@@ -419,6 +419,36 @@ func TestDeadlineSoon(t *testing.T) {
 	c.data("reserve-with-timeout 0", "RESERVED "+id)
 }
 
+// A job whose time-to-run ran out is ready again, as in beanstalkd: a
+// delete deletes it, though the connection that reserved it sends it, and
+// though the node still has it reserved (late: its lease's slot has not
+// fired yet). A job another connection holds is not deleted.
+func TestDeleteAfterTimeToRun(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		f := newFake()
+		f.late = late
+		addr, _ := start(t, f, Config{})
+		c, d := dial(t, addr), dial(t, addr)
+		id := c.put(1, 0, 1, "x")
+		c.data("reserve", "RESERVED "+id)
+		f.advance(2 * time.Second)
+		if _, st := c.data("stats-job "+id, "OK"); yaml(st)["state"] != "ready" || yaml(st)["time-left"] != "0" {
+			t.Fatalf("stats-job of a job whose time-to-run ran out (late %v): %q", late, st)
+		}
+		c.do("delete "+id, "DELETED")
+		c.do("peek "+id, "NOT_FOUND")
+		id = c.put(1, 0, 1, "y")
+		d.data("reserve", "RESERVED "+id)
+		f.advance(2 * time.Second)
+		c.do("delete "+id, "DELETED")
+		d.do("delete "+id, "NOT_FOUND")
+		id = c.put(1, 0, 60, "z")
+		d.data("reserve", "RESERVED "+id)
+		c.do("delete "+id, "NOT_FOUND")
+		d.do("delete "+id, "DELETED")
+	}
+}
+
 // A job reserved through a leader's HTTP API carries only the end of its
 // lease: a touch keeps it held for as long again.
 func TestTouchOfAForwardedJob(t *testing.T) {
@@ -445,6 +475,38 @@ func TestClosedConnectionReleasesItsJobs(t *testing.T) {
 	d.do("reserve-with-timeout 0", "TIMED_OUT")
 	c.send("quit")
 	d.data("reserve-with-timeout 60", "RESERVED "+id) // once c's job went back
+}
+
+// A client that closes its side while its reserve waits is answered
+// TIMED_OUT, as beanstalkd answers a half-closed connection, and its
+// connection ends: it does not wait on to take a job no one would get.
+func TestReserveOfAHalfClosedConnection(t *testing.T) {
+	f := newFake()
+	addr, _ := start(t, f, Config{})
+	c, d := dial(t, addr), dial(t, addr)
+	c.send("reserve")
+	waitFor(t, d, "current-waiting", "1")
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.line(); got != "TIMED_OUT" {
+		t.Fatalf("a waiting reserve of a half-closed connection: %q", got)
+	}
+	if _, err := c.r.ReadString('\n'); err != io.EOF {
+		t.Fatalf("the connection stays open after its client closed: %v", err)
+	}
+	waitFor(t, d, "current-waiting", "0")
+	waitFor(t, d, "current-connections", "1")
+	// A job due now still goes to a client that closed its side.
+	e := dial(t, addr)
+	id := d.put(1, 0, 60, "y")
+	e.raw("reserve\r\n")
+	if err := e.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.line(); got != "RESERVED "+id+" 1" {
+		t.Fatalf("a reserve of a half-closed connection with a job due: %q", got)
+	}
 }
 
 func TestDrain(t *testing.T) {

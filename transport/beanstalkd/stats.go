@@ -73,6 +73,9 @@ func (c *conn) statsJob(job uint64) {
 		return
 	}
 	nowMs := c.s.cfg.Now().UnixMilli()
+	if v.State == wheel.StateReserved && v.LeaseExpiresMs <= nowMs {
+		v.State = wheel.StateReady // its time-to-run ran out: ready again, as in beanstalkd
+	}
 	left := int64(0)
 	switch v.State {
 	case wheel.StateReserved:

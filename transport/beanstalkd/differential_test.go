@@ -1,0 +1,171 @@
+package beanstalkd
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// diffStep is what one connection of a script sends (as it is, in one
+// write; "" half-closes it) and how many replies it then reads.
+type diffStep struct {
+	conn    int
+	send    string
+	replies int
+}
+
+// cmds makes one step a command line of connection 0, read one reply each.
+func cmds(lines ...string) []diffStep {
+	out := make([]diffStep, len(lines))
+	for i, l := range lines {
+		out[i] = diffStep{send: l + "\r\n", replies: 1}
+	}
+	return out
+}
+
+// putStep puts body in one write.
+func putStep(conn int, pri, delay, ttr int, body string) diffStep {
+	return diffStep{conn, fmt.Sprintf("put %d %d %d %d\r\n%s\r\n", pri, delay, ttr, len(body), body), 1}
+}
+
+// startBeanstalkd runs the beanstalkd installed on a free port until the
+// test ends.
+func startBeanstalkd(t *testing.T, bin string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	cmd := exec.Command(bin, "-l", "127.0.0.1", "-p", port)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", port)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runScript runs steps against addr and returns each reply, a job's data
+// after its line, with the job ids INSERTED answered named $0, $1… (as
+// the steps name them too).
+func runScript(t *testing.T, addr string, steps []diffStep) []string {
+	t.Helper()
+	conns := map[int]*client{}
+	var ids []string
+	var out []string
+	for _, st := range steps {
+		c, ok := conns[st.conn]
+		if !ok {
+			c = dial(t, addr)
+			conns[st.conn] = c
+		}
+		send := st.send
+		for i := len(ids) - 1; i >= 0; i-- {
+			send = strings.ReplaceAll(send, "$"+strconv.Itoa(i), ids[i])
+		}
+		if send == "" {
+			if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c.raw(send)
+		}
+		for range st.replies {
+			out = append(out, readReply(c, &ids))
+		}
+	}
+	return out
+}
+
+// readReply reads one reply line and its data, or "EOF", with its job id
+// named by its place in ids (an INSERTED one added).
+func readReply(c *client, ids *[]string) string {
+	l, err := c.r.ReadString('\n')
+	if err == io.EOF && l == "" {
+		return "EOF"
+	}
+	if err != nil {
+		c.t.Fatalf("read reply: %v", err)
+	}
+	f := strings.Fields(l)
+	if len(f) < 2 {
+		return l
+	}
+	switch f[0] {
+	case "INSERTED":
+		*ids = append(*ids, f[1])
+	case "RESERVED", "FOUND", "OK":
+		n, _ := strconv.Atoi(f[len(f)-1])
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(c.r, b); err != nil {
+			c.t.Fatalf("read data: %v", err)
+		}
+		f = append(f, string(b))
+	}
+	if f[0] != "OK" && f[0] != "KICKED" && f[0] != "WATCHING" {
+		if i := slices.Index(*ids, f[1]); i >= 0 {
+			f[1] = "$" + strconv.Itoa(i)
+		}
+	}
+	return strings.Join(f, " ")
+}
+
+// The server answers as the beanstalkd installed here, byte for byte but
+// for the job ids, to scripts of commands whose answers the package does
+// not document as different.
+func TestAnswersAsBeanstalkd(t *testing.T) {
+	bin, err := exec.LookPath("beanstalkd")
+	if err != nil {
+		t.Skip("beanstalkd is not installed")
+	}
+	theirs := startBeanstalkd(t, bin)
+	ours, _ := start(t, newFake(), Config{MaxJobSize: 1<<16 - 1})
+	scripts := map[string][]diffStep{
+		"parse": cmds("frobnicate", "", "put 1 0 1", "put 1 0 1 1 ", "put -1 0 1 1", "put 4294967296 0 1 1", "put 1 0 1 x",
+			"use "+strings.Repeat("a", MaxTubeLen), "use "+strings.Repeat("a", MaxTubeLen+1), "use -foo", "use a b",
+			"reserve 1", "reserve-with-timeout", "delete x", "delete 18446744073709551615",
+			"delete 18446744073709551616", "release 7 100", "bury 7", "touch 1", "peek 1", "peek x", "peek-ready x",
+			"kick x", "kick-job 1", "stats-job", "stats-tube nosuch", "stats 1", "list-tubes x", "pause-tube t",
+			"pause-tube nosuch 1", "reserve-job", "reserve-job 1", "kick-jobx 1", "list-tube-used"),
+		"tubes": cmds("watch default", "watch a", "watch a", "watch b", "ignore a", "ignore a", "ignore default",
+			"ignore b", "ignore nosuch", "list-tubes-watched", "use x", "list-tube-used", "use default"),
+		"jobs": append(cmds("use d1", "watch d1", "ignore default"),
+			putStep(0, 5, 0, 60, "hello"), diffStep{0, "peek $0\r\npeek-ready\r\nreserve-with-timeout 0\r\ntouch $0\r\n" +
+				"release $0 5 0\r\nreserve-with-timeout 0\r\nbury $0 5\r\npeek-buried\r\nkick 10\r\nkick 10\r\n" +
+				"reserve-with-timeout 0\r\ndelete $0\r\ndelete $0\r\npeek $0\r\n", 14},
+			putStep(0, 5, 100, 60, "later"), diffStep{0, "peek-delayed\r\nkick-job $1\r\npeek-ready\r\ndelete $1\r\n", 4}),
+		"others": {{0, "use d2\r\n", 1}, putStep(0, 1, 0, 60, "x"), {0, "watch d2\r\nreserve-with-timeout 0\r\n", 2},
+			{1, "release $0 1 0\r\nbury $0 1\r\ntouch $0\r\ndelete $0\r\nkick-job $0\r\nreserve-job $0\r\npeek $0\r\n", 7},
+			{0, "delete $0\r\n", 1}},
+		"bodies": {{0, "put 1 0 1 2\r\nabXY\r\n", 2}, {0, "put 1 0 1 65536\r\n" + strings.Repeat("x", 1<<16) + "\r\n", 1},
+			{0, "list-tube-used\r\n", 1}},
+		"split": {{0, "us", 0}, {0, "e d3\r", 0}, {0, "\n", 1}, {0, "put 1 0 60 5\r\nhe", 0}, {0, "llo\r\n", 1},
+			{0, "peek $0\r\ndelete $0\r\n", 2}},
+		"pipelined": {{0, "use d4\r\nput 1 0 60 1\r\na\r\nput 1 0 60 1\r\nb\r\nlist-tube-used\r\nwatch d4\r\nignore default\r\n", 6},
+			{0, "reserve-with-timeout 0\r\ndelete $0\r\nreserve-with-timeout 0\r\ndelete $1\r\nreserve-with-timeout 0\r\n", 5}},
+		"half-closed": {{0, "watch d5\r\nignore default\r\nreserve\r\n", 2}, {0, "", 2}},
+	}
+	for name, steps := range scripts {
+		want, got := runScript(t, theirs, steps), runScript(t, ours, steps)
+		if strings.Join(got, "") != strings.Join(want, "") {
+			t.Errorf("%s: answered\n%q\nwhere beanstalkd answers\n%q", name, got, want)
+		}
+	}
+}
