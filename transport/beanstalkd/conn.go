@@ -141,16 +141,15 @@ func (c *conn) serve() {
 		}
 		c.nc.SetDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
 		line, err := c.readLine()
-		if err != nil {
-			if errors.Is(err, errLineTooLong) {
-				c.settlePending()
-				c.flushPuts()
-				c.reply("BAD_FORMAT")
-				c.w.Flush()
-			}
+		var cmd Command
+		switch {
+		case errors.Is(err, errLineTooLong):
+			err = ErrBadFormat // as beanstalkd, which reads on
+		case err != nil:
 			return
+		default:
+			cmd, err = ParseCommand(line)
 		}
-		cmd, err := ParseCommand(line)
 		if err != nil || cmd.Op != OpReserve && cmd.Op != OpReserveWithTimeout {
 			c.settlePending() // the answers keep the commands' order
 		}
@@ -178,20 +177,50 @@ func (c *conn) serve() {
 	}
 }
 
-// readLine reads a command line and strips its CRLF. A line without CR
-// before its LF is returned as it is, which the parser refuses.
+// readLine reads a command line and strips its CRLF, as beanstalkd reads
+// one: the line ends at the first CR of its first MaxLine bytes when an
+// LF follows it (an LF alone ends nothing). A line that does not end
+// there is too long: it is read on, MaxLine bytes at a time, each looked
+// at as the first, up to the first of them that ends, which ends it, and
+// errLineTooLong is returned once it has.
 func (c *conn) readLine() (string, error) {
-	line, err := c.r.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) || len(line) > MaxLine {
-		return "", errLineTooLong
-	}
+	n, err := c.scanLine()
 	if err != nil {
 		return "", err
 	}
-	if l, ok := bytes.CutSuffix(line, []byte("\r\n")); ok {
-		return string(l), nil
+	if n > 0 {
+		b, _ := c.r.Peek(n)
+		line := string(b[:n-2])
+		c.r.Discard(n)
+		return line, nil
 	}
-	return string(line), nil
+	for n == 0 {
+		c.r.Discard(MaxLine)
+		if n, err = c.scanLine(); err != nil {
+			return "", err
+		}
+	}
+	c.r.Discard(n)
+	return "", errLineTooLong
+}
+
+// scanLine returns the length, CRLF included, of the line that starts the
+// unread input, reading more of it as it comes: 0 once MaxLine bytes have
+// come without the line ending within them.
+func (c *conn) scanLine() (int, error) {
+	for n := 1; ; {
+		b, err := c.r.Peek(n)
+		if err != nil {
+			return 0, err
+		}
+		if i := bytes.IndexByte(b[:len(b)-1], '\r'); i >= 0 && b[i+1] == '\n' {
+			return i + 2, nil
+		}
+		if len(b) == MaxLine {
+			return 0, nil
+		}
+		n = min(max(len(b)+1, c.r.Buffered()), MaxLine)
+	}
 }
 
 // reply writes one reply line.

@@ -160,6 +160,12 @@ func TestAnswersAsBeanstalkd(t *testing.T) {
 			{0, "peek $0\r\ndelete $0\r\n", 2}},
 		"pipelined": {{0, "use d4\r\nput 1 0 60 1\r\na\r\nput 1 0 60 1\r\nb\r\nlist-tube-used\r\nwatch d4\r\nignore default\r\n", 6},
 			{0, "reserve-with-timeout 0\r\ndelete $0\r\nreserve-with-timeout 0\r\ndelete $1\r\nreserve-with-timeout 0\r\n", 5}},
+		"long lines": {{0, "use " + strings.Repeat("a", 230) + "\r\nlist-tube-used\r\n", 2},
+			{0, "use " + strings.Repeat("a", MaxLine-5) + "\r\nlist-tube-used\r\n", 1}, // its CRLF spans two reads of MaxLine
+			{0, "use " + strings.Repeat("a", 300), 0}, {0, strings.Repeat("a", 300) + "\r\nlist-tube-used\r\n", 2},
+			{0, "use " + strings.Repeat("a", 2*MaxLine) + "\r\nuse d6\r\n", 2},
+			{0, "use a\rb\r\nlist-tube-used\r\n", 0}, {0, strings.Repeat("x", MaxLine) + "\r\nlist-tube-used\r\n", 2},
+			{0, "use foo\nlist-tube-used\r\nlist-tube-used\r\n", 2}},
 		"half-closed": {{0, "watch d5\r\nignore default\r\nreserve\r\n", 2}, {0, "", 2}},
 	}
 	for name, steps := range scripts {
