@@ -138,15 +138,16 @@ func grammar(name string) (Op, []argKind, bool) {
 // ParseCommand parses one command line without its CRLF. An unknown
 // command name is ErrUnknownCommand; a known one with the wrong number of
 // arguments, a number out of its range, or a bad tube name is
-// ErrBadFormat. Arguments are separated by single spaces.
+// ErrBadFormat. Arguments are separated by single spaces. A line that
+// names no command is answered as beanstalkd answers it (byPrefix).
 func ParseCommand(line string) (Command, error) {
 	if len(line)+2 > MaxLine {
 		return Command{}, ErrBadFormat
 	}
 	fields := strings.Split(line, " ")
 	op, args, ok := grammar(fields[0])
-	if !ok {
-		return Command{}, ErrUnknownCommand
+	if !ok || op == OpQuit || len(args) > 0 && len(fields) == 1 {
+		return byPrefix(line)
 	}
 	if len(fields)-1 != len(args) {
 		return Command{}, ErrBadFormat
@@ -158,6 +159,24 @@ func ParseCommand(line string) (Command, error) {
 		}
 	}
 	return c, nil
+}
+
+// byPrefix answers a line that is no command of the grammar, or quit, as
+// beanstalkd, which takes a line for the first command whose name starts
+// it, the name of a command with arguments followed by its space: a line
+// that starts with quit quits, one that starts with the name of a command
+// without arguments (or pause-tube) is that command with bad arguments, and
+// a command with arguments named without them is unknown.
+func byPrefix(line string) (Command, error) {
+	if strings.HasPrefix(line, "quit") {
+		return Command{Op: OpQuit}, nil
+	}
+	for _, name := range []string{"peek-ready", "peek-delayed", "peek-buried", "reserve", "stats", "list-tubes", "list-tube-used", "pause-tube"} {
+		if strings.HasPrefix(line, name) {
+			return Command{}, ErrBadFormat
+		}
+	}
+	return Command{}, ErrUnknownCommand
 }
 
 // set parses one argument into c.
