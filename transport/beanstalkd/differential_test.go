@@ -170,6 +170,7 @@ func TestAnswersAsBeanstalkd(t *testing.T) {
 			{0, "use " + strings.Repeat("a", 2*MaxLine) + "\r\nuse d6\r\n", 2},
 			{0, "use a\rb\r\nlist-tube-used\r\n", 0}, {0, strings.Repeat("x", MaxLine) + "\r\nlist-tube-used\r\n", 2},
 			{0, "use foo\nlist-tube-used\r\nlist-tube-used\r\n", 2}},
+		"emptied":     {{0, "use e1\r\n", 1}, putStep(0, 1024, 0, 60, "x"), {0, "stats-tube e1\r\ndelete $0\r\nuse default\r\nstats-tube e1\r\n", 4}},
 		"half-closed": {{0, "watch d5\r\nignore default\r\nreserve\r\n", 2}, {0, "", 2}},
 	}
 	for name, steps := range scripts {

@@ -367,6 +367,9 @@ func (f *fakeBackend) Topics(context.Context) ([]wheel.TopicCounts, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	by := map[string]*wheel.TopicCounts{}
+	for _, m := range f.puts { // as on the node, a topic stays once it had a message
+		by[m.Topic] = &wheel.TopicCounts{Topic: m.Topic}
+	}
 	for _, v := range f.msgs {
 		tc, ok := by[v.Topic]
 		if !ok {

@@ -386,6 +386,25 @@ func TestStatsAndTubes(t *testing.T) {
 	c.data("reserve-with-timeout 0", "RESERVED")
 }
 
+// As in beanstalkd, a tube that no job is in and no connection uses or
+// watches is gone, though its topic stays on the node.
+func TestEmptiedTubeIsGone(t *testing.T) {
+	addr, _ := start(t, newFake(), Config{})
+	c := dial(t, addr)
+	c.do("use gone", "USING gone")
+	id := c.put(1024, 0, 60, "x")
+	c.do("delete "+id, "DELETED")
+	c.do("use default", "USING default")
+	c.do("stats-tube gone", "NOT_FOUND")
+	c.do("pause-tube gone 1", "NOT_FOUND")
+	if _, list := c.data("list-tubes", "OK"); list != "---\n- default\n" {
+		t.Fatalf("list-tubes: %q", list)
+	}
+	if _, st := c.data("stats", "OK"); yaml(st)["current-tubes"] != "1" {
+		t.Fatalf("stats: %q", st)
+	}
+}
+
 func TestReserveWaitsOnManyTubes(t *testing.T) {
 	f := newFake()
 	f.group = func(topic string) int { return len(topic) }

@@ -100,8 +100,10 @@ func (c *conn) statsJob(job uint64) {
 	c.replyData(d.bytes(), "OK")
 }
 
-// topicCounts returns every topic's counts by name, and false after
-// answering the error.
+// topicCounts returns the counts by name of every topic that has a job,
+// and false after answering the error. A topic stays on the node once it
+// had a message, but a tube with no job is, as in beanstalkd, only while a
+// connection uses or watches it.
 func (c *conn) topicCounts(op string) (map[string]wheel.TopicCounts, bool) {
 	ctx, cancel := c.callCtx()
 	defer cancel()
@@ -112,7 +114,9 @@ func (c *conn) topicCounts(op string) (map[string]wheel.TopicCounts, bool) {
 	}
 	out := make(map[string]wheel.TopicCounts, len(ts))
 	for _, t := range ts {
-		out[t.Topic] = t
+		if t.Ready+t.Reserved+t.Delayed+t.Dead > 0 {
+			out[t.Topic] = t
+		}
 	}
 	return out, true
 }
