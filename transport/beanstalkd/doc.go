@@ -12,5 +12,7 @@
 // wheel types: a tube is a topic, pri a priority, ttr the lease, delete an
 // ack (reserved) or a cancel (delayed, ready, buried), release a nack, bury
 // a dead letter and kick a redrive (of a tube without buried jobs, its
-// delayed jobs made due now).
+// delayed jobs made due now). README.md, the users' page, says what
+// differs from beanstalkd; TestAnswersAsBeanstalkd holds the rest to the
+// beanstalkd installed, where there is one.
 package beanstalkd
