@@ -55,6 +55,13 @@ func unavailable(format string, args ...any) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: fmt.Sprintf(format, args...), RetryAfter: 1}
 }
 
+// methodNotAllowed is the 405 answer of a known path called with
+// another method; allow lists the methods it takes.
+func methodNotAllowed(method, path, allow string) *Error {
+	return &Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed,
+		Message: fmt.Sprintf("%s %s: method not allowed; use %s", method, path, allow), allow: allow}
+}
+
 // overloaded is a 429 overloaded with Retry-After: 1.
 func overloaded(format string, args ...any) *Error {
 	return &Error{Status: http.StatusTooManyRequests, Code: api.CodeOverloaded, Message: fmt.Sprintf(format, args...), RetryAfter: 1}

@@ -117,11 +117,21 @@ func withGroup(r *http.Request, g int, span bool) *http.Request {
 // pick chooses the group that answers r: the one ?group= names, else the
 // one the route's scope finds. span says the route answers from every
 // group instead (its span handler). With one group, only a ?group= other
-// than 0 changes the answer: it is refused.
+// than 0 changes the answer: it is refused. A path's id of a group the
+// cluster does not have is refused, whatever ?group= says, as the
+// service's router refuses it.
 func (s *Server) pick(r *http.Request, rt groupRoute) (g int, span bool, err error) {
 	n := s.svc.Count()
-	if rt.scope == scopeNone {
+	switch rt.scope {
+	case scopeNone:
 		return 0, false, nil
+	case scopeID:
+		// A malformed id is the handler's to refuse (400 naming id).
+		if id, err := model.ParseID(r.PathValue("id")); err == nil {
+			if g, err = s.svc.GroupOfID("id", id); err != nil {
+				return 0, false, err
+			}
+		}
 	}
 	if r.URL.RawQuery != "" {
 		if q := r.URL.Query().Get("group"); q != "" {
@@ -132,20 +142,12 @@ func (s *Server) pick(r *http.Request, rt groupRoute) (g int, span bool, err err
 			return g, false, nil
 		}
 	}
-	if n == 1 {
+	switch {
+	case n == 1:
 		return 0, false, nil
-	}
-	switch rt.scope {
-	case scopeTopic:
+	case rt.scope == scopeTopic:
 		g = model.GroupOf(r.PathValue("topic"), n)
-	case scopeID:
-		// A malformed id is the handler's to refuse (400 naming id).
-		if id, err := model.ParseID(r.PathValue("id")); err == nil {
-			if g, err = s.svc.GroupOfID("id", id); err != nil {
-				return 0, false, err
-			}
-		}
-	case scopeSpan:
+	case rt.scope == scopeSpan:
 		return 0, true, nil
 	}
 	return g, false, nil

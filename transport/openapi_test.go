@@ -170,8 +170,12 @@ func validating(t testing.TB, v validator.Validator, h http.Handler) http.Handle
 			}
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
+		sent := rec.body()
+		if r.Method == http.MethodHead {
+			sent = nil // net/http sends a HEAD's answer without what the handler wrote
+		}
 		resp := &http.Response{StatusCode: rec.code(), Header: rec.Header().Clone(), Request: req,
-			Body: io.NopCloser(bytes.NewReader(rec.body()))}
+			Body: io.NopCloser(bytes.NewReader(sent))}
 		if _, errs := v.ValidateHttpResponse(req, resp); len(errs) > 0 {
 			report(t, fmt.Sprintf("%s: the answer does not match openapi.json: %.500s", what, rec.body()), errs)
 		}

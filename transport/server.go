@@ -180,8 +180,7 @@ func (s *Server) newMux() *http.ServeMux {
 		sort.Strings(ms)
 		allow := strings.Join(ms, ", ")
 		handle(path, s.wrap(route{pattern: path, access: open, h: func(r *http.Request) (any, error) {
-			return nil, &Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed,
-				Message: fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, path, allow), allow: allow}
+			return nil, methodNotAllowed(r.Method, path, allow)
 		}}))
 	}
 	metrics := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})

@@ -17,6 +17,11 @@ const ContentTypeNDJSON = "application/x-ndjson"
 // deliveries, each written and flushed the moment it is handed out, until
 // the client goes away, the node shuts down or leadership is lost.
 func (s *Server) streamTopic(r *http.Request) (any, error) {
+	if r.Method == http.MethodHead {
+		// The mux serves HEAD with the GET route: a stream served so would
+		// hand out deliveries no one reads, each an attempt.
+		return nil, methodNotAllowed(r.Method, "/v1/topics/{topic}/stream", http.MethodGet)
+	}
 	topic, err := s.pathTopic(r)
 	if err != nil {
 		return nil, err

@@ -171,6 +171,27 @@ func TestStreamValidation(t *testing.T) {
 	equal(t, "nothing stored", e.topicCount(), 0)
 }
 
+// A HEAD of a stream is refused 405, as the document has no such route:
+// served as the GET it would hand out deliveries no one reads, each an
+// attempt.
+func TestStreamRefusesHead(t *testing.T) {
+	e := newEnv(t)
+	res := e.mustEnqueue(texts(1, "h")...)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, e.URL+"/v1/topics/h/stream", nil)
+	check(t, "request", err)
+	req.Close = true // a stream served would hold the connection
+	resp, err := http.DefaultClient.Do(req)
+	check(t, "head", err)
+	resp.Body.Close()
+	equal(t, "status", resp.StatusCode, http.StatusMethodNotAllowed)
+	equal(t, "allow", resp.Header.Get("Allow"), "GET")
+	ds, err := e.c.Reserve(t.Context(), "h", api.ReserveRequest{})
+	check(t, "reserve", err)
+	equal(t, "reserved", len(ds), 1)
+	equal(t, "id", ds[0].ID, res[0].ID)
+	equal(t, "attempt", ds[0].Attempt, int32(1))
+}
+
 func TestStreamThroughFollowerEndsOnLeaderChange(t *testing.T) {
 	c := startCluster(t, 3, transporttest.Options{})
 	ctx := t.Context()

@@ -29,9 +29,10 @@ func many(obj string, n int) string { return strings.TrimSuffix(strings.Repeat(o
 const okMsg = `{"topic":"t","body":"x"}`
 
 const (
-	receipt = "0000000000000001000000000000000000000000000000ab" // 24+... not a receipt
-	goodRec = "000000000000000100000000.00000000000000ab"
-	msgID   = "000000000000000100000000"
+	receipt  = "0000000000000001000000000000000000000000000000ab" // 24+... not a receipt
+	goodRec  = "000000000000000100000000.00000000000000ab"
+	msgID    = "000000000000000100000000"
+	group5ID = "000000000000000a05000000" // an id of group 5
 )
 
 func enqueueCases() []badRequest {
@@ -172,6 +173,14 @@ func otherCases() []badRequest {
 		inv("ack receipts twice", post, "/v1/ack", `{"receipts":["`+goodRec+`"],"receipts":[]}`, "receipts: given more than once"),
 		inv("nack receipt not UTF-8", post, "/v1/nack", `{"receipts":["`+goodRec+`","`+"\xff"+`"]}`, "receipts[1]: must be valid UTF-8"),
 		inv("redrive ids twice", post, "/v1/topics/t/dead/redrive", `{"ids":[],"ids":["`+msgID+`"]}`, "ids: given more than once"),
+		// A cluster of one group has no group 5: an id or a receipt naming
+		// it is refused, as gRPC refuses it.
+		inv("get id of a group the cluster lacks", get, "/v1/messages/"+group5ID, "", "id: message id "+group5ID+" names group 5; this cluster has groups 0 to 0"),
+		inv("get id of a group the cluster lacks in group 0", get, "/v1/messages/"+group5ID+"?group=0", "", "id: message id "+group5ID+" names group 5"),
+		inv("cancel id of a group the cluster lacks", del, "/v1/messages/"+group5ID, "", "id: message id "+group5ID+" names group 5"),
+		inv("reschedule id of a group the cluster lacks", post, "/v1/messages/"+group5ID+"/reschedule", `{"delay_ms":1}`, "id: message id "+group5ID+" names group 5"),
+		inv("ack receipt of a group the cluster lacks", post, "/v1/ack", `{"receipts":["`+goodRec+`","`+group5ID+`.00000000000000ab"]}`, "receipts[1]: receipt names group 5; this cluster has groups 0 to 0"),
+		inv("nack receipt of a group the cluster lacks", post, "/v1/nack", `{"receipts":["`+group5ID+`.00000000000000ab"]}`, "receipts[0]: receipt names group 5"),
 	}
 }
 

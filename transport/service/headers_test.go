@@ -28,3 +28,18 @@ func TestHeaderNamesDifferingInCaseAreRefused(t *testing.T) {
 		t.Fatalf("distinct headers: %v", err)
 	}
 }
+
+// A message with many bad headers is refused naming the same one (the
+// first in name order) on every call, and so on every API.
+func TestBadHeadersNamedInOrder(t *testing.T) {
+	h := map[string]string{"Host": "h", "X A": "v", "Connection": "c", "X-B": "a\nb", "Trailer": "t",
+		"Content-Length": "1", "X:C": "v", "Transfer-Encoding": "te"}
+	m := api.Message{Topic: "t", Headers: h}
+	const want = `messages[0].headers["Connection"]: name is reserved`
+	for range 20 {
+		_, err := service.ValidateMessage(&m, "messages[0]", service.DefaultLimits(), 0)
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("ValidateMessage: %v, want it to start %q", err, want)
+		}
+	}
+}

@@ -103,14 +103,14 @@ func (r *Router) GroupOfTopic(topic string) int {
 }
 
 // GroupOfID returns the group id names, refusing, as field, one this
-// cluster does not have.
+// cluster does not have (a router In a group too: no message has it).
 func (r *Router) GroupOfID(field string, id model.ID) (int, error) {
 	g, n := id.Group(), len(r.groups)
-	if r.pin > 0 {
-		return r.pin - 1, nil
-	}
 	if g >= n {
 		return 0, refuse(model.ErrInvalid, "%s: message id %s names group %d; this cluster has groups 0 to %d", field, id, g, n-1)
+	}
+	if r.pin > 0 {
+		return r.pin - 1, nil
 	}
 	return g, nil
 }
@@ -332,12 +332,9 @@ func (r *Router) groupOfReceipt(rc model.Receipt) int {
 }
 
 // CheckReceipts refuses a receipt of a group this cluster does not have,
-// naming field[i] (a router In a group takes any).
+// naming field[i] (a router In a group too: no message has it).
 func (r *Router) CheckReceipts(field string, rs []model.Receipt) error {
 	n := len(r.groups)
-	if r.pin > 0 {
-		return nil
-	}
 	for i, rc := range rs {
 		if g := rc.ID.Group(); g >= n {
 			return refuse(model.ErrInvalid, "%s[%d]: receipt names group %d; this cluster has groups 0 to %d", field, i, g, n-1)

@@ -198,17 +198,31 @@ func validateHeaders(name string, h map[string]string, lim Limits) error {
 		return Invalid("%s: at most %d headers, got %d", name, lim.MaxHeaders, len(h))
 	}
 	for k, v := range h {
-		if len(k) == 0 || len(k) > lim.MaxHeaderKeyLen {
-			return Invalid("%s: key %s must be 1 to %d bytes, got %d", name, QuoteShort(k), lim.MaxHeaderKeyLen, len(k))
-		}
-		if len(v) > lim.MaxHeaderValueLen {
-			return Invalid("%s[%s]: value must be at most %d bytes, got %d", name, QuoteShort(k), lim.MaxHeaderValueLen, len(v))
-		}
-		if err := api.CheckHeader(k, v); err != nil {
-			return Invalid("%s[%s]: %v", name, QuoteShort(k), err)
+		if checkHeader(name, k, v, lim) != nil {
+			// The first bad one in name order, so that every call names
+			// the same: a map's order changes from one call to the next.
+			for _, k := range slices.Sorted(maps.Keys(h)) {
+				if err := checkHeader(name, k, h[k], lim); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return sameHeaderTwice(name, h)
+}
+
+// checkHeader checks one header of a message; name is the headers' field.
+func checkHeader(name, k, v string, lim Limits) error {
+	if len(k) == 0 || len(k) > lim.MaxHeaderKeyLen {
+		return Invalid("%s: key %s must be 1 to %d bytes, got %d", name, QuoteShort(k), lim.MaxHeaderKeyLen, len(k))
+	}
+	if len(v) > lim.MaxHeaderValueLen {
+		return Invalid("%s[%s]: value must be at most %d bytes, got %d", name, QuoteShort(k), lim.MaxHeaderValueLen, len(v))
+	}
+	if err := api.CheckHeader(k, v); err != nil {
+		return Invalid("%s[%s]: %v", name, QuoteShort(k), err)
+	}
+	return nil
 }
 
 // sameHeaderTwice refuses two names that differ only in case: HTTP header
