@@ -66,14 +66,8 @@ func (n *Node) Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.
 	if len(msgs) > model.MaxEntryMessages {
 		return nil, fmt.Errorf("%w: %d messages in one enqueue; one log entry holds at most %d", model.ErrInvalid, len(msgs), model.MaxEntryMessages)
 	}
-	st := n.store()
-	if have := st.NumTopics(); have >= n.cfg.MaxTopics {
-		for i, m := range msgs {
-			if !st.HasTopic(m.Topic) {
-				return nil, fmt.Errorf("%w: messages[%d].topic: %q would be topic number %d; the limit is %d topics",
-					model.ErrInvalid, i, m.Topic, have+1, n.cfg.MaxTopics)
-			}
-		}
+	if err := n.checkTopics(msgs); err != nil {
+		return nil, err
 	}
 	cmd := command.Schedule{NowMs: n.clock.Now().UnixMilli(), Messages: msgs}
 	var (
@@ -90,6 +84,29 @@ func (n *Node) Enqueue(ctx context.Context, msgs []command.NewMessage) ([]wheel.
 		return nil, err
 	}
 	return v.([]wheel.Enqueued), nil
+}
+
+// checkTopics refuses a batch whose new topics would take the store past
+// MaxTopics, naming the first message over the limit; the batch's new
+// topics count together, so one batch cannot overshoot the limit.
+func (n *Node) checkTopics(msgs []command.NewMessage) error {
+	st := n.store()
+	have := st.NumTopics()
+	if have+len(msgs) <= n.cfg.MaxTopics {
+		return nil // even all new, they fit
+	}
+	fresh := map[string]bool{}
+	for i, m := range msgs {
+		if fresh[m.Topic] || st.HasTopic(m.Topic) {
+			continue
+		}
+		fresh[m.Topic] = true
+		if have+len(fresh) > n.cfg.MaxTopics {
+			return fmt.Errorf("%w: messages[%d].topic: %q would be topic number %d; the limit is %d topics",
+				model.ErrInvalid, i, m.Topic, have+len(fresh), n.cfg.MaxTopics)
+		}
+	}
+	return nil
 }
 
 // resultAtCommit is result for a Schedule of messages without keys,

@@ -235,3 +235,22 @@ func TestDamagedStoreWithoutSnapshotReplaysTheLog(t *testing.T) {
 		t.Fatalf("damaged store kept aside: %v; want one", aside)
 	}
 }
+
+// A batch whose new topics would take the store past MaxTopics is refused
+// whole, naming the first message over the limit, though the store was
+// under the limit when it came.
+func TestMaxTopicsCountsTheBatch(t *testing.T) {
+	c := repltest.NewCluster(t, 1, func(cfg *Config) { cfg.MaxTopics = 2 })
+	n := c.Leader().Node
+	first := msg("a", "x", time.Minute)
+	first.Key = "k" // answered once applied, so the store counts its topic
+	enqueue(t, n, first)
+	_, err := n.Enqueue(t.Context(), []command.NewMessage{msg("a", "y", time.Minute), msg("b", "y", time.Minute), msg("b", "z", time.Minute), msg("c", "y", time.Minute)})
+	if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), `messages[3].topic: "c" would be topic number 3; the limit is 2 topics`) {
+		t.Fatalf("enqueue of two new topics at one of two: %v", err)
+	}
+	if got := n.Store().NumTopics(); got != 1 {
+		t.Fatalf("%d topics after the refused batch, want 1", got)
+	}
+	enqueue(t, n, msg("b", "y", time.Minute)) // one new topic still fits
+}
