@@ -91,6 +91,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
+	removeTemporaries(cfg.DataDir, n.log)
 	raftDir := filepath.Join(cfg.DataDir, "raft")
 	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
 		return fail(fmt.Errorf("raft dir: %w", err))
