@@ -25,7 +25,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) (uint64, error) {
 	if err := n.caughtUp(ctx); err != nil {
 		return 0, err
 	}
-	tmp, err := os.MkdirTemp(n.cfg.DataDir, "backup-")
+	tmp, err := os.MkdirTemp(n.cfg.DataDir, backupTempPrefix)
 	if err != nil {
 		return 0, fmt.Errorf("backup: %w", err)
 	}

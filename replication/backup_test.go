@@ -3,6 +3,9 @@ package replication_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -89,5 +92,37 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	dup := enqueue(t, rn, m)
 	if !dup[0].Duplicate || dup[0].ID != ids[0] {
 		t.Fatalf("dedupe after restore: %+v", dup)
+	}
+}
+
+// The checkpoints a snapshot or a backup takes in the data dir are
+// temporary: a node that stopped while one was taken (killed, or while a
+// client read a backup) removes them when it starts again, as they hold
+// links to slot files the store has since dropped.
+func TestRestartRemovesLeftoverCheckpoints(t *testing.T) {
+	c := repltest.NewCluster(t, 1, nil)
+	res := enqueue(t, c.Leader().Node, msg("a", "later", 3*time.Hour))
+	c.Stop(0)
+	dir := c.Nodes[0].Cfg.DataDir
+	var left []string
+	for _, name := range []string{"backup-123", "snapshot-456"} {
+		p := filepath.Join(dir, name, "cp", "segments")
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "0000000001.seg"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, filepath.Join(dir, name))
+	}
+	c.Start(0)
+	n := c.Leader().Node
+	for _, p := range left {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there after the restart (stat: %v)", p, err)
+		}
+	}
+	if v, err := n.Get(context.Background(), res[0].ID); err != nil || v.State != wheel.StateDelayed {
+		t.Fatalf("after restart: %+v %v", v, err)
 	}
 }

@@ -176,7 +176,9 @@ func (n *Node) transferLeadership(ctx context.Context, to raft.Server) error {
 	}
 	fresh := newLeadershipLease(n)
 	fresh.start(ctx)
-	if !n.lease.CompareAndSwap(old, fresh) {
+	if n.lease.CompareAndSwap(old, fresh) {
+		old.stop() // revoked for good: its confirmation loop would run until the node closes
+	} else {
 		fresh.stop() // leadership ended meanwhile, or a new term started its own
 	}
 	return err

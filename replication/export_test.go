@@ -135,3 +135,22 @@ func (n *Node) FirstCommit() uint64 { return n.watch.first.Load() }
 
 // NoLeader is noLeader.
 func (n *Node) NoLeader() error { return n.noLeader() }
+
+// TransferLeadership is transferLeadership to the voter id at addr.
+func (n *Node) TransferLeadership(ctx context.Context, id, addr string) error {
+	return n.transferLeadership(ctx, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+}
+
+// CurrentLease is n's leadership lease of this term (nil inside when n
+// does not lead).
+func (n *Node) CurrentLease() LeadershipLease { return LeadershipLease{n.lease.Load()} }
+
+// Same reports whether l and o are the same lease.
+func (l LeadershipLease) Same(o LeadershipLease) bool { return l.l == o.l }
+
+// Ended returns a channel closed once the lease's confirmation loop ended.
+func (l LeadershipLease) Ended() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() { l.l.wg.Wait(); close(ch) }()
+	return ch
+}

@@ -1,10 +1,12 @@
 package replication_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
@@ -44,5 +46,26 @@ func TestLeaseHeldBySoleVoterOnly(t *testing.T) {
 	clk.Advance(n.Cfg().HeartbeatTimeout / 2)
 	if l.Held() {
 		t.Fatal("the lease is held half a heartbeat timeout after the last confirmation")
+	}
+}
+
+// A leadership transfer that fails gives the leader a fresh lease, and
+// the revoked one's confirmation loop ends: it does not go on sending
+// rounds of heartbeats until the node closes.
+func TestFailedTransferEndsTheRevokedLease(t *testing.T) {
+	c := repltest.NewCluster(t, 3, nil)
+	n := c.Leader().Node
+	old := n.CurrentLease()
+	// No voter of that id: Raft refuses the transfer at once.
+	if err := n.TransferLeadership(context.Background(), "nobody", "127.0.0.1:1"); err == nil {
+		t.Fatal("a transfer to no voter succeeded")
+	}
+	if n.CurrentLease().Same(old) {
+		t.Skip("leadership changed meanwhile: no fresh lease to compare")
+	}
+	select {
+	case <-old.Ended():
+	case <-time.After(nettest.Patience):
+		t.Fatal("the revoked lease's confirmation loop still runs after the failed transfer")
 	}
 }

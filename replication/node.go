@@ -91,6 +91,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeLogs()
 		return nil, err
 	}
+	removeTemporaries(cfg.DataDir, n.log)
 	raftDir := filepath.Join(cfg.DataDir, "raft")
 	if err := segment.MkdirAllSync(vfs.Default, raftDir); err != nil {
 		return fail(fmt.Errorf("raft dir: %w", err))
@@ -131,7 +132,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	st, err := wheel.Open(f.dir, sopts)
 	switch {
-	case err == nil && st.AppliedIndex() >= snapIndex:
+	case err == nil && storeCovers(logs, st.AppliedIndex(), snapIndex):
 	case err == nil || errors.Is(err, wheel.ErrInconsistent):
 		if err == nil {
 			n.log.Warn("store is behind the latest snapshot; restoring the snapshot", "applied", st.AppliedIndex(), "snapshot", snapIndex)
@@ -262,6 +263,22 @@ func Open(cfg Config) (*Node, error) {
 	go n.watchPeers(ctx)
 	go n.watchMembership(ctx)
 	return n, nil
+}
+
+// storeCovers reports whether a store that has applied the log up to
+// applied covers the snapshot of index snap. It does when the entries
+// after applied, up to snap, change no state (no-ops, barriers,
+// configurations): the store records the index of commands only, Raft
+// snapshots at the last entry of any type. An entry the log no longer
+// holds counts as a command.
+func storeCovers(logs raft.LogStore, applied, snap uint64) bool {
+	for i := applied + 1; i <= snap; i++ {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
+			return false
+		}
+	}
+	return true
 }
 
 // store returns the current store.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,10 +24,33 @@ import (
 // (snapstore.go); a snapshot sent to a follower, or read by a backup, is
 // the checkpoint as a tar.
 
+// Prefixes of the temporary directories a snapshot and a backup take their
+// checkpoints in, in the data dir: removeTemporaries drops those a stop
+// left behind.
+const (
+	snapshotTempPrefix = "snapshot-"
+	backupTempPrefix   = "backup-"
+)
+
+// removeTemporaries removes the checkpoints of snapshots and backups that
+// were being taken in dataDir when the node stopped: they hold links to
+// slot files the store has since dropped, so their disk space would never
+// be freed. The data dir's lock is held: nothing else takes any.
+func removeTemporaries(dataDir string, log *slog.Logger) {
+	for _, prefix := range []string{snapshotTempPrefix, backupTempPrefix} {
+		left, _ := filepath.Glob(filepath.Join(dataDir, prefix+"*"))
+		for _, dir := range left {
+			if err := os.RemoveAll(dir); err != nil {
+				log.Warn("removing a checkpoint left by an earlier run", "dir", dir, "err", err)
+			}
+		}
+	}
+}
+
 // Snapshot checkpoints the store (sync, Pebble checkpoint, links of the slot
 // files) into a temporary directory that Persist streams.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	tmp, err := os.MkdirTemp(filepath.Dir(f.dir), "snapshot-")
+	tmp, err := os.MkdirTemp(filepath.Dir(f.dir), snapshotTempPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel/model"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // A follower that misses entries compacted out of the leader's log catches
@@ -107,5 +108,31 @@ func TestRestartRestoresLocalSnapshotWhenStoreIsGone(t *testing.T) {
 		if _, err := l.Node.Get(context.Background(), id); err != nil {
 			t.Fatalf("after restoring the local snapshot, %s: %v", id, err)
 		}
+	}
+}
+
+// A snapshot taken when the last entries the state machine saw change no
+// state (a barrier, a configuration) has an index above the store's
+// applied index, yet the store covers it: a restart keeps the store as it
+// is, rather than moving it aside as damaged and restoring the snapshot.
+func TestRestartKeepsStoreCoveringSnapshotOfNoOps(t *testing.T) {
+	// A clock that stands still: nothing proposes a command after the barrier.
+	c := repltest.NewCluster(t, 1, func(cfg *Config) { cfg.Clock = wheeltest.NewFakeClock(time.Now()) })
+	l := c.Leader()
+	res := enqueue(t, l.Node, msg("s", "b", time.Hour))
+	if err := l.Node.Raft().Barrier(0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Node.Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	c.Stop(0)
+	c.Start(0)
+	l = c.Leader()
+	if aside, _ := filepath.Glob(filepath.Join(l.Cfg.DataDir, "fsm.damaged-*")); len(aside) > 0 {
+		t.Fatalf("the store was moved aside as %v and the snapshot restored", aside)
+	}
+	if _, err := l.Node.Get(context.Background(), res[0].ID); err != nil {
+		t.Fatalf("after restart, %s: %v", res[0].ID, err)
 	}
 }

@@ -16,20 +16,32 @@ import (
 
 // SetWebhook sets or replaces a topic's webhook.
 func (n *Node) SetWebhook(ctx context.Context, w command.Webhook) error {
-	if _, err := n.result(ctx, command.SetWebhook{Webhook: w}); err != nil {
-		return err
-	}
-	n.reconcileWebhooks()
-	return nil
+	return n.changeWebhook(ctx, command.SetWebhook{Webhook: w})
 }
 
 // DeleteWebhook removes a topic's webhook.
 func (n *Node) DeleteWebhook(ctx context.Context, topic string) error {
-	if _, err := n.result(ctx, command.DeleteWebhook{Topic: topic}); err != nil {
+	return n.changeWebhook(ctx, command.DeleteWebhook{Topic: topic})
+}
+
+// changeWebhook proposes a change of the webhooks and makes the leader's
+// sender follow it once Raft settles the entry, even when ctx ends first:
+// an entry that still applies would otherwise change nothing until the
+// next change or leader.
+func (n *Node) changeWebhook(ctx context.Context, cmd command.Command) error {
+	p, err := n.submit(ctx, false, cmd)
+	if err != nil {
 		return err
 	}
-	n.reconcileWebhooks()
-	return nil
+	select {
+	case o := <-p.settled(n.reconcileWebhooks):
+		if o.err != nil {
+			return o.err
+		}
+		return o.res[0].Err
+	case <-ctx.Done():
+		return outcomeUnknown(ctx)
+	}
 }
 
 // Webhook returns a topic's webhook from local state.

@@ -3,9 +3,13 @@ package replication_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	. "github.com/delaywheel/delaywheel/replication"
+	"github.com/delaywheel/delaywheel/replication/nettest"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
@@ -71,5 +75,41 @@ func TestSetWebhookEndsConsumerStreams(t *testing.T) {
 	}
 	if _, err := n.Stream(t.Context(), "t", model.ConsumerOptions{MaxInflight: 1}); !errors.Is(err, model.ErrConflict) {
 		t.Fatalf("new stream: %v, want a conflict", err)
+	}
+}
+
+// A webhook whose SetWebhook gave up waiting (its context ended before the
+// entry applied) still gets its sender once the entry applies: the topic's
+// messages go to it, not nowhere.
+func TestWebhookSetAfterItsCallerGaveUpIsSent(t *testing.T) {
+	hold := &applyHold{}
+	c := repltest.NewCluster(t, 1, func(cfg *Config) { SetBeforeApply(cfg, hold.wait) })
+	n := c.Leader().Node
+	got := make(chan string, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Delaywheel-Topic")
+	}))
+	defer srv.Close()
+	nettest.WaitFor(t, nettest.Patience, "the node's address to be recorded", n.HasSelf)
+
+	release := hold.after(n.Raft().LastIndex())
+	defer release()
+	gaveUp, cancel := context.WithCancel(t.Context())
+	cancel()
+	hook := command.Webhook{Topic: "t", URL: srv.URL, TimeoutMs: 1000, MaxConcurrency: 1}
+	if err := n.SetWebhook(gaveUp, hook); !errors.Is(err, model.ErrUnavailable) {
+		t.Fatalf("SetWebhook with its context ended: %v, want the outcome unknown", err)
+	}
+	release()
+	nettest.WaitFor(t, nettest.Patience, "the webhook to be stored", func() bool { return len(n.StoredWebhooks()) == 1 })
+
+	enqueue(t, n, msg("t", "m", 0))
+	select {
+	case topic := <-got:
+		if topic != "t" {
+			t.Fatalf("request for topic %q", topic)
+		}
+	case <-time.After(nettest.Patience):
+		t.Fatal("the webhook got no request: its sender never started")
 	}
 }

@@ -82,6 +82,7 @@ type Sender struct {
 	repeats *logrepeat.Limiter
 	mu      sync.Mutex
 	topics  map[string]*topicSender
+	stopped bool // Stop ran: Reconcile starts nothing more
 }
 
 // New returns a sender with no topic; Reconcile starts them.
@@ -120,10 +121,15 @@ func New(n Queue, cfg Config) *Sender {
 // Reconcile makes the running topic senders those current returns: it
 // starts the new ones, restarts the changed ones and stops the removed
 // ones. It reads current under its lock, so concurrent calls leave the
-// senders of the latest config.
+// senders of the latest config. After Stop it does nothing: a caller
+// that found the sender just before leadership ended would otherwise start
+// senders nothing stops.
 func (s *Sender) Reconcile(current func() []command.Webhook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
 	want := map[string]command.Webhook{}
 	for _, h := range current() {
 		want[h.Topic] = h
@@ -147,10 +153,11 @@ func (s *Sender) Reconcile(current func() []command.Webhook) {
 	}
 }
 
-// Stop stops every topic sender.
+// Stop stops every topic sender, for good.
 func (s *Sender) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stopped = true
 	for topic, ts := range s.topics {
 		ts.stop()
 		delete(s.topics, topic)

@@ -423,3 +423,23 @@ func TestLeftOutHeaderWarnedOncePerSecond(t *testing.T) {
 		t.Fatalf("a second later: %d warnings, want 2, the second with repeated=4:\n%s", len(w), strings.Join(w, "\n"))
 	}
 }
+
+// A Reconcile that comes after Stop (a webhook set as leadership ends)
+// starts nothing: no stream is opened and no goroutine is left running.
+func TestReconcileAfterStopStartsNothing(t *testing.T) {
+	n := newFake()
+	s := New(n, Config{})
+	s.Stop()
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: "http://127.0.0.1:1/", MaxConcurrency: 1, TimeoutMs: 1000}}
+	})
+	n.mu.Lock()
+	opened := len(n.opts)
+	n.mu.Unlock()
+	s.mu.Lock()
+	running := len(s.topics)
+	s.mu.Unlock()
+	if opened != 0 || running != 0 {
+		t.Fatalf("after Stop, Reconcile opened %d streams and runs %d topic senders; want none", opened, running)
+	}
+}
