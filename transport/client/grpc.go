@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -25,7 +26,10 @@ import (
 // Client: it is a drop-in for Client where its methods suffice. It knows
 // the gRPC addresses of one or more nodes; a follower answers the calls
 // only the leader answers with UNAVAILABLE (reason NOT_LEADER), and GRPC
-// then moves on to the next address it knows, once round. Every error
+// then moves on to the next address it knows, once round; but not when
+// the answer names a group ("group 1: …"): a call split over the groups
+// of a cluster of many was answered in part, and the parts done stay
+// done, so sending it again could enqueue them twice. Every error
 // answer is an *Error whose Code is the HTTP API's code, as over HTTP. It is
 // safe for concurrent use.
 type GRPC struct {
@@ -107,9 +111,9 @@ func (g *GRPC) Close() error {
 }
 
 // invoke makes one call, at the node that answered last, moving on to the
-// next node while a follower says it is not the leader; it turns the
-// answer into the API's type with conv and an error into an *Error. The
-// raw answer is the JSON of answer's result (T itself when answer is nil):
+// next node while a follower says it is not the leader of the whole call
+// (see GRPC); it turns the answer into the API's type with conv and an
+// error into an *Error. The raw answer is the JSON of answer's result (T itself when answer is nil):
 // the body the HTTP API answers.
 func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(context.Context, pb.DelaywheelClient) (R, error), conv func(R) T, answer func(T) any) (T, error) {
 	var zero T
@@ -133,7 +137,7 @@ func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(c
 			}
 			return out, nil
 		}
-		if !notLeader(err) {
+		if !notLeader(err) || partial(err) {
 			break
 		}
 		g.moveOn(i)
@@ -158,6 +162,20 @@ func notLeader(err error) bool {
 	}
 	info := errorInfoOf(st)
 	return info != nil && info.Reason == "NOT_LEADER"
+}
+
+// partial reports whether err is the answer to one group's part of a
+// call split over many groups, which names the group ("group 1: …"): the
+// other parts may be done.
+func partial(err error) bool {
+	st, _ := status.FromError(err)
+	rest, ok := strings.CutPrefix(st.Message(), "group ")
+	digits, _, ok2 := strings.Cut(rest, ": ")
+	if !ok || !ok2 || digits == "" {
+		return false
+	}
+	_, aerr := strconv.Atoi(digits)
+	return aerr == nil
 }
 
 func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {
