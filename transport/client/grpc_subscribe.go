@@ -30,12 +30,14 @@ type GRPCSubscription struct {
 	*feed
 	g *GRPC
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	closing chan struct{} // closed by Close: flush the acks
-	reader  sync.WaitGroup
-	sender  sync.WaitGroup
-	once    sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ackCtx   context.Context // of the Ack calls: ends with Close, not with ctx
+	stopAcks context.CancelFunc
+	closing  chan struct{} // closed by Close: flush the acks
+	reader   sync.WaitGroup
+	sender   sync.WaitGroup
+	once     sync.Once
 
 	streamMu sync.Mutex
 	stream   pb.Delaywheel_SubscribeClient // the open stream, nil between two; only sendAcks sends on it
@@ -48,6 +50,7 @@ type GRPCSubscription struct {
 func (g *GRPC) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *GRPCSubscription {
 	s := &GRPCSubscription{feed: newFeed(topic, opt, false, g), g: g, closing: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.ackCtx, s.stopAcks = context.WithCancel(context.WithoutCancel(ctx))
 	s.reader.Add(1)
 	s.sender.Add(1)
 	go s.read()
@@ -85,6 +88,7 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 		}
 		s.cancel()
 		s.reader.Wait()
+		s.stopAcks()
 		s.sender.Wait()
 	})
 	return err
@@ -196,7 +200,7 @@ func (s *GRPCSubscription) sendAcks() {
 				continue
 			}
 		}
-		if _, err := s.g.Ack(context.WithoutCancel(s.ctx), batch); err != nil {
+		if _, err := s.g.Ack(s.ackCtx, batch); err != nil {
 			s.report(fmt.Errorf("delaywheel: ack %d receipts: %w", len(batch), err))
 		}
 	}
