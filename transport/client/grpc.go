@@ -29,9 +29,11 @@ import (
 // then moves on to the next address it knows, once round; but not when
 // the answer names a group ("group 1: …"): a call split over the groups
 // of a cluster of many was answered in part, and the parts done stay
-// done, so sending it again could enqueue them twice. Every error
-// answer is an *Error whose Code is the HTTP API's code, as over HTTP. It is
-// safe for concurrent use.
+// done, so sending it again could enqueue them twice. A call that fails
+// UNAVAILABLE otherwise (a node that cannot be reached, or has no leader)
+// is not sent again, since it may have been done, but the next call goes
+// to the next address. Every error answer is an *Error whose Code is the
+// HTTP API's code, as over HTTP. It is safe for concurrent use.
 type GRPC struct {
 	conns []*grpc.ClientConn
 	calls []pb.DelaywheelClient
@@ -138,6 +140,9 @@ func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(c
 			return out, nil
 		}
 		if !notLeader(err) || partial(err) {
+			if unavailable(err) {
+				g.moveOn(i) // for the next call; this one may have been done
+			}
 			break
 		}
 		g.moveOn(i)
@@ -162,6 +167,14 @@ func notLeader(err error) bool {
 	}
 	info := errorInfoOf(st)
 	return info != nil && info.Reason == "NOT_LEADER"
+}
+
+// unavailable reports whether err is UNAVAILABLE but for NOT_LEADER: a
+// node that cannot be reached or says to try another, which the client
+// moves on from; not a part of a split call (partial), which another node
+// would answer no better.
+func unavailable(err error) bool {
+	return status.Code(err) == codes.Unavailable && !notLeader(err)
 }
 
 // partial reports whether err is the answer to one group's part of a

@@ -18,8 +18,8 @@ import (
 
 // GRPCSubscription reads a topic's deliveries through the gRPC Subscribe
 // stream, subscribing again (at the next node it knows, when the one it
-// used says it does not lead) whenever the stream ends, and sends the
-// receipts given to Ack up the stream in batches, so that
+// used says it does not lead or cannot be reached) whenever the stream
+// ends, and sends the receipts given to Ack up the stream in batches, so that
 //
 //	for d := range sub.Deliveries() { handle(d); sub.Ack(d) }
 //
@@ -95,7 +95,8 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 }
 
 // read subscribes again each time the stream ends (at the next node when
-// the one it used does not lead), until the server refuses it for good.
+// the one it used does not lead or cannot be reached), until the server
+// refuses it for good.
 func (s *GRPCSubscription) read() {
 	defer s.reader.Done()
 	s.reconnect(s.ctx, s.readOnce, func(err error) (bool, time.Duration, error) {
@@ -108,8 +109,8 @@ func (s *GRPCSubscription) read() {
 		case codes.InvalidArgument, codes.Unauthenticated, codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
 			return true, 0, errorOfStatus(err)
 		}
-		if notLeader(err) {
-			s.g.next()
+		if status.Code(err) == codes.Unavailable {
+			s.g.next() // not the leader, or not reachable
 		}
 		if err != nil {
 			s.report(fmt.Errorf("delaywheel: subscribe %s: %w", s.topic, errorOfStatus(err)))

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -130,4 +131,58 @@ func TestGRPCRedriveAll(t *testing.T) {
 	if n, err := g.Redrive(ctx, "d", nil); err != nil || n != 2 {
 		t.Fatalf("redrive without ids: %d %v; want the other 2", n, err)
 	}
+}
+
+// deadAddr returns a loopback address that refuses connections.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestGRPCMovesOnFromUnreachableNode: a call to a node that cannot be
+// reached fails (it is not sent again: it might have been done), and the
+// next call goes to the next address; a subscription subscribes at the
+// next address.
+func TestGRPCMovesOnFromUnreachableNode(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	live := serveGRPC(t, kn, "")
+	t.Run("calls", func(t *testing.T) {
+		g, err := client.NewGRPC("grpc://" + deadAddr(t) + "," + live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if _, err := g.Topics(t.Context()); !client.HasCode(err, api.CodeUnavailable) {
+			t.Fatalf("call to a node that refuses connections: %v, want unavailable", err)
+		}
+		if _, err := g.Topics(t.Context()); err != nil {
+			t.Fatalf("the call after: %v, want it answered at the next address", err)
+		}
+	})
+	t.Run("subscribe", func(t *testing.T) {
+		g, err := client.NewGRPC("grpc://" + deadAddr(t) + "," + live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		sub := g.Subscribe(t.Context(), "far", client.SubscribeOptions{})
+		defer sub.Close(t.Context())
+		if _, err := kn.Client.Enqueue(t.Context(), messages(1, "far")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case _, ok := <-sub.Deliveries():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no delivery: the subscription stays at the node that refuses connections")
+		}
+	})
 }
