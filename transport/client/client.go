@@ -78,7 +78,15 @@ type Error struct {
 	Code       string        // api.Code…, "" when the body was not an error body
 	Message    string        // what went wrong, naming the field and the limit
 	RetryAfter time.Duration // from the Retry-After header, 0 when absent
+
+	cause error // the context's error when its end cut a gRPC call
 }
+
+// Unwrap returns the context's error when the end of the call's context
+// cut the call short (over gRPC; over HTTP such an error is not an
+// *Error), so that errors.Is finds context.Canceled or
+// context.DeadlineExceeded.
+func (e *Error) Unwrap() error { return e.cause }
 
 // Error implements error.
 func (e *Error) Error() string {

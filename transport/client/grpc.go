@@ -148,7 +148,11 @@ func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(c
 		g.moveOn(i)
 	}
 	if _, isStatus := status.FromError(err); isStatus {
-		return zero, errorOfStatus(err)
+		out := errorOfStatus(err)
+		if e, ok := out.(*Error); ok && (status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded) {
+			e.cause = ctx.Err() // for errors.Is, as the HTTP client's errors
+		}
+		return zero, out
 	}
 	return zero, fmt.Errorf("delaywheel: %s: %w", name, err)
 }

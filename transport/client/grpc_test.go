@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -185,4 +186,25 @@ func TestGRPCMovesOnFromUnreachableNode(t *testing.T) {
 			t.Fatal("no delivery: the subscription stays at the node that refuses connections")
 		}
 	})
+}
+
+// TestContextErrorsOverBothProtocols: a call cut by its context's end
+// fails with an error that errors.Is finds the context's error in, over
+// gRPC as over HTTP.
+func TestContextErrorsOverBothProtocols(t *testing.T) {
+	kn, g := startGRPC(t)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel2 := context.WithDeadline(t.Context(), time.Unix(0, 0))
+	defer cancel2()
+	for proto, c := range map[string]interface {
+		Topics(ctx context.Context) ([]api.TopicCounts, error)
+	}{"http": kn.Client, "grpc": g} {
+		if _, err := c.Topics(cancelled); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: call with a cancelled context: %v, want context.Canceled", proto, err)
+		}
+		if _, err := c.Topics(expired); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: call past its deadline: %v, want context.DeadlineExceeded", proto, err)
+		}
+	}
 }
