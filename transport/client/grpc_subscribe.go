@@ -46,7 +46,9 @@ type GRPCSubscription struct {
 // Subscribe starts reading topic's deliveries. It runs until Close or
 // until ctx ends, or until the server refuses the stream for good (a bad
 // topic or option, a wrong token); Deliveries is then closed and Err says
-// why. Of opt, MaxInflight, TTRMs, AckBatch, Buffer and OnError apply.
+// why. The end of ctx also stops the background acks, once the receipts
+// queued so far are sent. Of opt, MaxInflight, TTRMs, AckBatch, Buffer and
+// OnError apply.
 func (g *GRPC) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *GRPCSubscription {
 	s := &GRPCSubscription{feed: newFeed(topic, opt, false, g), g: g, closing: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
@@ -179,15 +181,21 @@ func recvErr(st pb.Delaywheel_SubscribeClient, sendErr error) error {
 }
 
 // sendAcks sends the queued receipts in batches up the open stream, or
-// with the Ack call while there is none.
+// with the Ack call while there is none, until Close or the end of the
+// context, and then what is queued.
 func (s *GRPCSubscription) sendAcks() {
 	defer s.sender.Done()
 	batch := make([]string, 0, s.opt.AckBatch)
+	stop, cut := (<-chan struct{})(s.closing), s.ctx.Done()
 	closing := false
 	for {
 		var stopped, ok bool
-		if batch, stopped, ok = s.nextBatch(batch, s.closing, s.ctx.Done()); !ok {
-			return
+		if batch, stopped, ok = s.nextBatch(batch, stop, cut); !ok {
+			// The context ended: send what is queued, then stop.
+			ended := make(chan struct{})
+			close(ended)
+			stop, cut, closing = ended, nil, true
+			continue
 		}
 		closing = closing || stopped
 		if len(batch) == 0 {
