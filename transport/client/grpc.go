@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -227,6 +228,11 @@ func errorOfStatus(err error) error {
 	}
 	if e.Code == "" {
 		e.Code = strings.ToLower(st.Code().String())
+	}
+	if st.Code() == codes.ResourceExhausted && e.Code != api.CodeOverloaded {
+		// RESOURCE_EXHAUSTED is 429 overloaded, which may be retried, or
+		// 413: too_large, or gRPC's own refusal of a message over its size.
+		e.Status = http.StatusRequestEntityTooLarge
 	}
 	return e
 }

@@ -208,3 +208,26 @@ func TestContextErrorsOverBothProtocols(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCTooLargeIs413: a batch over the limit is a 413 too_large over
+// gRPC as over HTTP, not a 429 that a caller would retry; so is a request
+// over the size gRPC itself takes.
+func TestGRPCTooLargeIs413(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	limits := transport.Limits{MaxBatch: 2, MaxRequestBytes: 4096}
+	addr, _ := transporttest.ServeGRPC(t, kn.Node, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, Limits: limits}})
+	g, err := client.NewGRPC("grpc://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_, err = g.Enqueue(t.Context(), messages(3, "big"))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != api.CodeTooLarge || e.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("enqueue over the batch limit: %#v, want 413 too_large", err)
+	}
+	_, err = g.Enqueue(t.Context(), []api.Message{{Topic: "big", Payload: api.TextBody(strings.Repeat("x", 8192))}})
+	if !errors.As(err, &e) || e.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("enqueue over the request size: %#v, want 413", err)
+	}
+}
