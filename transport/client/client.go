@@ -78,7 +78,15 @@ type Error struct {
 	Code       string        // api.Code…, "" when the body was not an error body
 	Message    string        // what went wrong, naming the field and the limit
 	RetryAfter time.Duration // from the Retry-After header, 0 when absent
+
+	cause error // the context's error when its end cut a gRPC call
 }
+
+// Unwrap returns the context's error when the end of the call's context
+// cut the call short (over gRPC; over HTTP such an error is not an
+// *Error), so that errors.Is finds context.Canceled or
+// context.DeadlineExceeded.
+func (e *Error) Unwrap() error { return e.cause }
 
 // Error implements error.
 func (e *Error) Error() string {
@@ -138,12 +146,12 @@ func (c *Client) untimed() *Client {
 
 // Get returns a pending message.
 func (c *Client) Get(ctx context.Context, id string) (api.MessageView, error) {
-	return call[api.MessageView](ctx, c, http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil)
+	return call[api.MessageView](ctx, c, http.MethodGet, "/v1/messages/"+pathSegment(id), nil)
 }
 
 // Cancel cancels a delayed or ready message by id.
 func (c *Client) Cancel(ctx context.Context, id string) (api.Cancelled, error) {
-	return call[api.Cancelled](ctx, c, http.MethodDelete, "/v1/messages/"+url.PathEscape(id), nil)
+	return call[api.Cancelled](ctx, c, http.MethodDelete, "/v1/messages/"+pathSegment(id), nil)
 }
 
 // CancelKey cancels the pending message with key on topic.
@@ -154,7 +162,7 @@ func (c *Client) CancelKey(ctx context.Context, topic, key string) (api.Cancelle
 // Reschedule moves a delayed or ready message: set exactly one of
 // req.DelayMs and req.DeliverAtMs.
 func (c *Client) Reschedule(ctx context.Context, id string, req api.RescheduleRequest) (api.Rescheduled, error) {
-	return call[api.Rescheduled](ctx, c, http.MethodPost, "/v1/messages/"+url.PathEscape(id)+"/reschedule", req)
+	return call[api.Rescheduled](ctx, c, http.MethodPost, "/v1/messages/"+pathSegment(id)+"/reschedule", req)
 }
 
 // Reserve takes up to req.Max due messages of topic, long-polling up to
@@ -270,7 +278,7 @@ func (c *Client) AddNode(ctx context.Context, n api.Node) error {
 
 // RemoveNode removes a member from the cluster.
 func (c *Client) RemoveNode(ctx context.Context, id string) error {
-	_, err := call[api.NodeRemoved](ctx, c, http.MethodDelete, "/v1/cluster/nodes/"+url.PathEscape(id), nil)
+	_, err := call[api.NodeRemoved](ctx, c, http.MethodDelete, "/v1/cluster/nodes/"+pathSegment(id), nil)
 	return err
 }
 
@@ -339,12 +347,22 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func topicPath(topic string, rest ...string) string {
 	var b strings.Builder
 	b.WriteString("/v1/topics/")
-	b.WriteString(url.PathEscape(topic))
+	b.WriteString(pathSegment(topic))
 	for _, r := range rest {
 		b.WriteByte('/')
-		b.WriteString(url.PathEscape(r))
+		b.WriteString(pathSegment(r))
 	}
 	return b.String()
+}
+
+// pathSegment is s escaped as one segment of a path. "." and ".." (a
+// topic, key or schedule may be named so) are escaped too: as they are,
+// they would be path steps, which the server's router resolves away.
+func pathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 // call sends in (when not nil) as JSON and decodes a 2xx answer as T.

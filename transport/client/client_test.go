@@ -121,3 +121,27 @@ func TestRawResponseAndEscaping(t *testing.T) {
 		t.Fatalf("raw %q", raw)
 	}
 }
+
+// TestDotNames: a topic, key or schedule named "." or "..", which the API
+// takes, is reached as itself, not as a path step that the server's
+// router resolves to another route.
+func TestDotNames(t *testing.T) {
+	n := transporttest.Start(t, transporttest.Options{})
+	c := n.Client
+	ctx := t.Context()
+	if _, err := c.Enqueue(ctx, []api.Message{{Topic: "..", Key: "."}, {Topic: "t", Key: ".."}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.CancelKey(ctx, "t", ".."); err != nil || got.State != api.StateCancelled {
+		t.Fatalf("cancel key ..: %+v %v", got, err)
+	}
+	if ds, err := c.Reserve(ctx, "..", api.ReserveRequest{}); err != nil || len(ds) != 1 || ds[0].Key != "." {
+		t.Fatalf("reserve of topic ..: %+v %v", ds, err)
+	}
+	if _, err := c.SetSchedule(ctx, ".", api.ScheduleRequest{Topic: "t", EveryMs: 60000}); err != nil {
+		t.Fatalf("set schedule .: %v", err)
+	}
+	if s, err := c.GetSchedule(ctx, "."); err != nil || s.Name != "." {
+		t.Fatalf("get schedule .: %+v %v", s, err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -25,9 +27,14 @@ import (
 // Client: it is a drop-in for Client where its methods suffice. It knows
 // the gRPC addresses of one or more nodes; a follower answers the calls
 // only the leader answers with UNAVAILABLE (reason NOT_LEADER), and GRPC
-// then moves on to the next address it knows, once round. Every error
-// answer is an *Error whose Code is the HTTP API's code, as over HTTP. It is
-// safe for concurrent use.
+// then moves on to the next address it knows, once round; but not when
+// the answer names a group ("group 1: …"): a call split over the groups
+// of a cluster of many was answered in part, and the parts done stay
+// done, so sending it again could enqueue them twice. A call that fails
+// UNAVAILABLE otherwise (a node that cannot be reached, or has no leader)
+// is not sent again, since it may have been done, but the next call goes
+// to the next address. Every error answer is an *Error whose Code is the
+// HTTP API's code, as over HTTP. It is safe for concurrent use.
 type GRPC struct {
 	conns []*grpc.ClientConn
 	calls []pb.DelaywheelClient
@@ -107,9 +114,9 @@ func (g *GRPC) Close() error {
 }
 
 // invoke makes one call, at the node that answered last, moving on to the
-// next node while a follower says it is not the leader; it turns the
-// answer into the API's type with conv and an error into an *Error. The
-// raw answer is the JSON of answer's result (T itself when answer is nil):
+// next node while a follower says it is not the leader of the whole call
+// (see GRPC); it turns the answer into the API's type with conv and an
+// error into an *Error. The raw answer is the JSON of answer's result (T itself when answer is nil):
 // the body the HTTP API answers.
 func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(context.Context, pb.DelaywheelClient) (R, error), conv func(R) T, answer func(T) any) (T, error) {
 	var zero T
@@ -133,13 +140,20 @@ func invoke[R any, T any](ctx context.Context, g *GRPC, name string, call func(c
 			}
 			return out, nil
 		}
-		if !notLeader(err) {
+		if !notLeader(err) || partial(err) {
+			if unavailable(err) {
+				g.moveOn(i) // for the next call; this one may have been done
+			}
 			break
 		}
 		g.moveOn(i)
 	}
 	if _, isStatus := status.FromError(err); isStatus {
-		return zero, errorOfStatus(err)
+		out := errorOfStatus(err)
+		if e, ok := out.(*Error); ok && (status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded) {
+			e.cause = ctx.Err() // for errors.Is, as the HTTP client's errors
+		}
+		return zero, out
 	}
 	return zero, fmt.Errorf("delaywheel: %s: %w", name, err)
 }
@@ -158,6 +172,28 @@ func notLeader(err error) bool {
 	}
 	info := errorInfoOf(st)
 	return info != nil && info.Reason == "NOT_LEADER"
+}
+
+// unavailable reports whether err is UNAVAILABLE but for NOT_LEADER: a
+// node that cannot be reached or says to try another, which the client
+// moves on from; not a part of a split call (partial), which another node
+// would answer no better.
+func unavailable(err error) bool {
+	return status.Code(err) == codes.Unavailable && !notLeader(err)
+}
+
+// partial reports whether err is the answer to one group's part of a
+// call split over many groups, which names the group ("group 1: …"): the
+// other parts may be done.
+func partial(err error) bool {
+	st, _ := status.FromError(err)
+	rest, ok := strings.CutPrefix(st.Message(), "group ")
+	digits, _, ok2 := strings.Cut(rest, ": ")
+	if !ok || !ok2 || digits == "" {
+		return false
+	}
+	_, aerr := strconv.Atoi(digits)
+	return aerr == nil
 }
 
 func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {
@@ -192,6 +228,11 @@ func errorOfStatus(err error) error {
 	}
 	if e.Code == "" {
 		e.Code = strings.ToLower(st.Code().String())
+	}
+	if st.Code() == codes.ResourceExhausted && e.Code != api.CodeOverloaded {
+		// RESOURCE_EXHAUSTED is 429 overloaded, which may be retried, or
+		// 413: too_large, or gRPC's own refusal of a message over its size.
+		e.Status = http.StatusRequestEntityTooLarge
 	}
 	return e
 }

@@ -18,8 +18,8 @@ import (
 
 // GRPCSubscription reads a topic's deliveries through the gRPC Subscribe
 // stream, subscribing again (at the next node it knows, when the one it
-// used says it does not lead) whenever the stream ends, and sends the
-// receipts given to Ack up the stream in batches, so that
+// used says it does not lead or cannot be reached) whenever the stream
+// ends, and sends the receipts given to Ack up the stream in batches, so that
 //
 //	for d := range sub.Deliveries() { handle(d); sub.Ack(d) }
 //
@@ -30,12 +30,14 @@ type GRPCSubscription struct {
 	*feed
 	g *GRPC
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	closing chan struct{} // closed by Close: flush the acks
-	reader  sync.WaitGroup
-	sender  sync.WaitGroup
-	once    sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ackCtx   context.Context // of the Ack calls: ends with Close, not with ctx
+	stopAcks context.CancelFunc
+	closing  chan struct{} // closed by Close: flush the acks
+	reader   sync.WaitGroup
+	sender   sync.WaitGroup
+	once     sync.Once
 
 	streamMu sync.Mutex
 	stream   pb.Delaywheel_SubscribeClient // the open stream, nil between two; only sendAcks sends on it
@@ -44,10 +46,13 @@ type GRPCSubscription struct {
 // Subscribe starts reading topic's deliveries. It runs until Close or
 // until ctx ends, or until the server refuses the stream for good (a bad
 // topic or option, a wrong token); Deliveries is then closed and Err says
-// why. Of opt, MaxInflight, TTRMs, AckBatch, Buffer and OnError apply.
+// why. The end of ctx also stops the background acks, once the receipts
+// queued so far are sent. Of opt, MaxInflight, TTRMs, AckBatch, Buffer and
+// OnError apply.
 func (g *GRPC) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) *GRPCSubscription {
 	s := &GRPCSubscription{feed: newFeed(topic, opt, false, g), g: g, closing: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.ackCtx, s.stopAcks = context.WithCancel(context.WithoutCancel(ctx))
 	s.reader.Add(1)
 	s.sender.Add(1)
 	go s.read()
@@ -85,13 +90,15 @@ func (s *GRPCSubscription) Close(ctx context.Context) error {
 		}
 		s.cancel()
 		s.reader.Wait()
+		s.stopAcks()
 		s.sender.Wait()
 	})
 	return err
 }
 
 // read subscribes again each time the stream ends (at the next node when
-// the one it used does not lead), until the server refuses it for good.
+// the one it used does not lead or cannot be reached), until the server
+// refuses it for good.
 func (s *GRPCSubscription) read() {
 	defer s.reader.Done()
 	s.reconnect(s.ctx, s.readOnce, func(err error) (bool, time.Duration, error) {
@@ -104,8 +111,8 @@ func (s *GRPCSubscription) read() {
 		case codes.InvalidArgument, codes.Unauthenticated, codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
 			return true, 0, errorOfStatus(err)
 		}
-		if notLeader(err) {
-			s.g.next()
+		if status.Code(err) == codes.Unavailable {
+			s.g.next() // not the leader, or not reachable
 		}
 		if err != nil {
 			s.report(fmt.Errorf("delaywheel: subscribe %s: %w", s.topic, errorOfStatus(err)))
@@ -174,15 +181,21 @@ func recvErr(st pb.Delaywheel_SubscribeClient, sendErr error) error {
 }
 
 // sendAcks sends the queued receipts in batches up the open stream, or
-// with the Ack call while there is none.
+// with the Ack call while there is none, until Close or the end of the
+// context, and then what is queued.
 func (s *GRPCSubscription) sendAcks() {
 	defer s.sender.Done()
 	batch := make([]string, 0, s.opt.AckBatch)
+	stop, cut := (<-chan struct{})(s.closing), s.ctx.Done()
 	closing := false
 	for {
 		var stopped, ok bool
-		if batch, stopped, ok = s.nextBatch(batch, s.closing, s.ctx.Done()); !ok {
-			return
+		if batch, stopped, ok = s.nextBatch(batch, stop, cut); !ok {
+			// The context ended: send what is queued, then stop.
+			ended := make(chan struct{})
+			close(ended)
+			stop, cut, closing = ended, nil, true
+			continue
 		}
 		closing = closing || stopped
 		if len(batch) == 0 {
@@ -196,7 +209,7 @@ func (s *GRPCSubscription) sendAcks() {
 				continue
 			}
 		}
-		if _, err := s.g.Ack(context.WithoutCancel(s.ctx), batch); err != nil {
+		if _, err := s.g.Ack(s.ackCtx, batch); err != nil {
 			s.report(fmt.Errorf("delaywheel: ack %d receipts: %w", len(batch), err))
 		}
 	}

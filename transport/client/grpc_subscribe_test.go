@@ -3,11 +3,16 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
@@ -162,4 +167,59 @@ func TestGRPCSubscribeReconnectsAfterLeaderChange(t *testing.T) {
 	}
 	transporttest.Receive(t, sub, 1)
 	t.Logf("the subscription heard: %q", errs)
+}
+
+// hangingAcks is a gRPC server that serves no Subscribe and never answers
+// an Ack: it says on entered that one is in flight.
+type hangingAcks struct {
+	pb.UnimplementedDelaywheelServer
+	entered chan struct{}
+}
+
+func (h *hangingAcks) Ack(ctx context.Context, _ *pb.ReceiptsRequest) (*pb.SettleResponse, error) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestGRPCSubscriptionCloseHonoursContext: Close returns at the end of its
+// context even while an ack call hangs, saying the acks were not sent.
+func TestGRPCSubscriptionCloseHonoursContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	h := &hangingAcks{entered: make(chan struct{}, 1)}
+	pb.RegisterDelaywheelServer(srv, h)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	g, err := client.NewGRPC("grpc://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	sub := g.Subscribe(t.Context(), "t", client.SubscribeOptions{})
+	for range sub.Deliveries() { // refused for good: no stream to ack up
+	}
+	if !client.HasCode(sub.Err(), "unimplemented") {
+		t.Fatalf("err = %v, want unimplemented", sub.Err())
+	}
+	sub.Ack(api.Delivery{Receipt: "r"})
+	<-h.entered
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("close: %v, want the acks not sent for the context's end", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close still waits for a hanging ack call after its context ended")
+	}
 }

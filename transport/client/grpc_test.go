@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -129,5 +131,103 @@ func TestGRPCRedriveAll(t *testing.T) {
 	}
 	if n, err := g.Redrive(ctx, "d", nil); err != nil || n != 2 {
 		t.Fatalf("redrive without ids: %d %v; want the other 2", n, err)
+	}
+}
+
+// deadAddr returns a loopback address that refuses connections.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestGRPCMovesOnFromUnreachableNode: a call to a node that cannot be
+// reached fails (it is not sent again: it might have been done), and the
+// next call goes to the next address; a subscription subscribes at the
+// next address.
+func TestGRPCMovesOnFromUnreachableNode(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	live := serveGRPC(t, kn, "")
+	t.Run("calls", func(t *testing.T) {
+		g, err := client.NewGRPC("grpc://" + deadAddr(t) + "," + live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if _, err := g.Topics(t.Context()); !client.HasCode(err, api.CodeUnavailable) {
+			t.Fatalf("call to a node that refuses connections: %v, want unavailable", err)
+		}
+		if _, err := g.Topics(t.Context()); err != nil {
+			t.Fatalf("the call after: %v, want it answered at the next address", err)
+		}
+	})
+	t.Run("subscribe", func(t *testing.T) {
+		g, err := client.NewGRPC("grpc://" + deadAddr(t) + "," + live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		sub := g.Subscribe(t.Context(), "far", client.SubscribeOptions{})
+		defer sub.Close(t.Context())
+		if _, err := kn.Client.Enqueue(t.Context(), messages(1, "far")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case _, ok := <-sub.Deliveries():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no delivery: the subscription stays at the node that refuses connections")
+		}
+	})
+}
+
+// TestContextErrorsOverBothProtocols: a call cut by its context's end
+// fails with an error that errors.Is finds the context's error in, over
+// gRPC as over HTTP.
+func TestContextErrorsOverBothProtocols(t *testing.T) {
+	kn, g := startGRPC(t)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel2 := context.WithDeadline(t.Context(), time.Unix(0, 0))
+	defer cancel2()
+	for proto, c := range map[string]interface {
+		Topics(ctx context.Context) ([]api.TopicCounts, error)
+	}{"http": kn.Client, "grpc": g} {
+		if _, err := c.Topics(cancelled); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: call with a cancelled context: %v, want context.Canceled", proto, err)
+		}
+		if _, err := c.Topics(expired); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: call past its deadline: %v, want context.DeadlineExceeded", proto, err)
+		}
+	}
+}
+
+// TestGRPCTooLargeIs413: a batch over the limit is a 413 too_large over
+// gRPC as over HTTP, not a 429 that a caller would retry; so is a request
+// over the size gRPC itself takes.
+func TestGRPCTooLargeIs413(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	limits := transport.Limits{MaxBatch: 2, MaxRequestBytes: 4096}
+	addr, _ := transporttest.ServeGRPC(t, kn.Node, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, Limits: limits}})
+	g, err := client.NewGRPC("grpc://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_, err = g.Enqueue(t.Context(), messages(3, "big"))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != api.CodeTooLarge || e.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("enqueue over the batch limit: %#v, want 413 too_large", err)
+	}
+	_, err = g.Enqueue(t.Context(), []api.Message{{Topic: "big", Payload: api.TextBody(strings.Repeat("x", 8192))}})
+	if !errors.As(err, &e) || e.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("enqueue over the request size: %#v, want 413", err)
 	}
 }
