@@ -392,3 +392,31 @@ func TestGroupsOneGroupAtItsLeader(t *testing.T) {
 		t.Fatalf("enqueue past the topic limit: %q; want it to name group %d and the topic", e.Message, g)
 	}
 }
+
+// Topics, keys and schedules named "." and ".." reach their own routes
+// when a node passes a call on to another group's leader, as when a
+// client sends them: as bare path steps they would be resolved away.
+func TestGroupsForwardDotNames(t *testing.T) {
+	const groups = 3
+	c := startGroups(t, 3, groups, transporttest.Options{})
+	ctx := t.Context()
+	c.Spread(t)
+	leader := c.Leader(model.GroupOf("..", groups))
+	var via *transporttest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			via = n
+			break
+		}
+	}
+	_, err := via.Client.Enqueue(ctx, []api.Message{{Topic: "..", Key: ".", Payload: api.TextBody("x")}, {Topic: "..", Key: "..", Payload: api.TextBody("y")}})
+	check(t, "enqueue", err)
+	got, err := via.Client.CancelKey(ctx, "..", "..")
+	check(t, "cancel key .. of topic ..", err)
+	equal(t, "cancelled", got.State, api.StateCancelled)
+	ds, err := via.Client.Reserve(ctx, "..", api.ReserveRequest{WaitMs: 5000})
+	check(t, "reserve of topic ..", err)
+	if len(ds) != 1 || ds[0].Key != "." {
+		t.Fatalf("reserved of topic ..: %+v, want the message of key .", ds)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"time"
 
@@ -121,7 +120,7 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
 		}
 		for retried := false; ; retried = true {
-			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+url.PathEscape(id), nil)
+			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+api.PathSegment(id), nil)
 			var e *Error
 			switch {
 			case err == nil:

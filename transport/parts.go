@@ -260,9 +260,9 @@ func (p parts) Settle(ctx context.Context, to model.Member, op service.Op, rs []
 
 // Cancel sends a cancel by id or by topic and key.
 func (p parts) Cancel(ctx context.Context, to model.Member, c command.Cancel) (model.ID, uint64, error) {
-	g, path := c.ID.Group(), "/v1/messages/"+url.PathEscape(c.ID.String())
+	g, path := c.ID.Group(), "/v1/messages/"+api.PathSegment(c.ID.String())
 	if c.Topic != "" {
-		g, path = model.GroupOf(c.Topic, len(p.groups)), "/v1/topics/"+url.PathEscape(c.Topic)+"/keys/"+url.PathEscape(c.Key)
+		g, path = model.GroupOf(c.Topic, len(p.groups)), "/v1/topics/"+api.PathSegment(c.Topic)+"/keys/"+api.PathSegment(c.Key)
 	}
 	var out api.Cancelled
 	index, err := p.do(ctx, to, g, http.MethodDelete, path, nil, &out)
@@ -276,7 +276,7 @@ func (p parts) Cancel(ctx context.Context, to model.Member, c command.Cancel) (m
 // Reschedule sends a reschedule to an absolute time.
 func (p parts) Reschedule(ctx context.Context, to model.Member, id model.ID, deliverAtMs int64) (int64, uint64, error) {
 	var out api.Rescheduled
-	index, err := p.do(ctx, to, id.Group(), http.MethodPost, "/v1/messages/"+url.PathEscape(id.String())+"/reschedule",
+	index, err := p.do(ctx, to, id.Group(), http.MethodPost, "/v1/messages/"+api.PathSegment(id.String())+"/reschedule",
 		api.RescheduleRequest{DeliverAtMs: &deliverAtMs}, &out)
 	return out.DeliverAtMs, index, err
 }
@@ -290,7 +290,7 @@ func (p parts) Reserve(ctx context.Context, to model.Member, topic string, max i
 	}
 	g := model.GroupOf(topic, len(p.groups))
 	var out api.ReserveResponse
-	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/reserve", req, &out)
+	index, err := p.do(ctx, to, g, http.MethodPost, "/v1/topics/"+api.PathSegment(topic)+"/reserve", req, &out)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -325,6 +325,6 @@ func (p parts) Redrive(ctx context.Context, to model.Member, topic string, ids [
 		req.IDs = append(req.IDs, id.String())
 	}
 	var out api.RedriveResponse
-	index, err := p.do(ctx, to, model.GroupOf(topic, len(p.groups)), http.MethodPost, "/v1/topics/"+url.PathEscape(topic)+"/dead/redrive", req, &out)
+	index, err := p.do(ctx, to, model.GroupOf(topic, len(p.groups)), http.MethodPost, "/v1/topics/"+api.PathSegment(topic)+"/dead/redrive", req, &out)
 	return out.Redriven, index, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/delaywheel/delaywheel/transport/api"
@@ -43,7 +42,7 @@ func (s *Server) putScheduleIn(ctx context.Context, g int, name string, data []b
 		}
 		info, err := b.SetSchedule(ctx, spec)
 		return scheduleOf(info), err
-	}, http.MethodPut, "/v1/schedules/"+url.PathEscape(name), jsonWire(data))
+	}, http.MethodPut, "/v1/schedules/"+api.PathSegment(name), jsonWire(data))
 }
 
 // validateSchedule checks a schedule as sent and returns its spec, with
@@ -100,7 +99,7 @@ func (s *Server) deleteSchedule(r *http.Request) (any, error) {
 func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
 	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
 		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
-	}, http.MethodDelete, "/v1/schedules/"+url.PathEscape(name), nil)
+	}, http.MethodDelete, "/v1/schedules/"+api.PathSegment(name), nil)
 }
 
 // scheduleScan bounds the stored schedules one GET /v1/schedules?topic=

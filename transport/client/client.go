@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -146,12 +145,12 @@ func (c *Client) untimed() *Client {
 
 // Get returns a pending message.
 func (c *Client) Get(ctx context.Context, id string) (api.MessageView, error) {
-	return call[api.MessageView](ctx, c, http.MethodGet, "/v1/messages/"+pathSegment(id), nil)
+	return call[api.MessageView](ctx, c, http.MethodGet, "/v1/messages/"+api.PathSegment(id), nil)
 }
 
 // Cancel cancels a delayed or ready message by id.
 func (c *Client) Cancel(ctx context.Context, id string) (api.Cancelled, error) {
-	return call[api.Cancelled](ctx, c, http.MethodDelete, "/v1/messages/"+pathSegment(id), nil)
+	return call[api.Cancelled](ctx, c, http.MethodDelete, "/v1/messages/"+api.PathSegment(id), nil)
 }
 
 // CancelKey cancels the pending message with key on topic.
@@ -162,7 +161,7 @@ func (c *Client) CancelKey(ctx context.Context, topic, key string) (api.Cancelle
 // Reschedule moves a delayed or ready message: set exactly one of
 // req.DelayMs and req.DeliverAtMs.
 func (c *Client) Reschedule(ctx context.Context, id string, req api.RescheduleRequest) (api.Rescheduled, error) {
-	return call[api.Rescheduled](ctx, c, http.MethodPost, "/v1/messages/"+pathSegment(id)+"/reschedule", req)
+	return call[api.Rescheduled](ctx, c, http.MethodPost, "/v1/messages/"+api.PathSegment(id)+"/reschedule", req)
 }
 
 // Reserve takes up to req.Max due messages of topic, long-polling up to
@@ -278,7 +277,7 @@ func (c *Client) AddNode(ctx context.Context, n api.Node) error {
 
 // RemoveNode removes a member from the cluster.
 func (c *Client) RemoveNode(ctx context.Context, id string) error {
-	_, err := call[api.NodeRemoved](ctx, c, http.MethodDelete, "/v1/cluster/nodes/"+pathSegment(id), nil)
+	_, err := call[api.NodeRemoved](ctx, c, http.MethodDelete, "/v1/cluster/nodes/"+api.PathSegment(id), nil)
 	return err
 }
 
@@ -347,22 +346,12 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func topicPath(topic string, rest ...string) string {
 	var b strings.Builder
 	b.WriteString("/v1/topics/")
-	b.WriteString(pathSegment(topic))
+	b.WriteString(api.PathSegment(topic))
 	for _, r := range rest {
 		b.WriteByte('/')
-		b.WriteString(pathSegment(r))
+		b.WriteString(api.PathSegment(r))
 	}
 	return b.String()
-}
-
-// pathSegment is s escaped as one segment of a path. "." and ".." (a
-// topic, key or schedule may be named so) are escaped too: as they are,
-// they would be path steps, which the server's router resolves away.
-func pathSegment(s string) string {
-	if s == "." || s == ".." {
-		return strings.Repeat("%2E", len(s))
-	}
-	return url.PathEscape(s)
 }
 
 // call sends in (when not nil) as JSON and decodes a 2xx answer as T.

@@ -9,7 +9,7 @@ import (
 	"github.com/delaywheel/delaywheel/transport/api"
 )
 
-func schedulePath(name string) string { return "/v1/schedules/" + pathSegment(name) }
+func schedulePath(name string) string { return "/v1/schedules/" + api.PathSegment(name) }
 
 // SetSchedule creates or replaces the recurring schedule name.
 func (c *Client) SetSchedule(ctx context.Context, name string, req api.ScheduleRequest) (api.Schedule, error) {
