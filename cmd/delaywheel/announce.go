@@ -44,12 +44,23 @@ func announce(ctx context.Context, log *slog.Logger, gs *replication.Groups, sel
 	for attempt := 0; ; attempt++ {
 		var target string
 		switch {
-		case check && leaderOfEvery(gs):
-			return
 		case check:
-			if cl := client.New(withScheme(join), opts...); !listed(ctx, cl, self.ID) {
+			switch {
+			case !listed(ctx, client.New(withScheme(join), opts...), self.ID):
 				log.Warn("the cluster at --join does not list this node, removed while it was down: asking to be added back", "join", join)
 				target = withScheme(join)
+			case !leaderOfEvery(gs):
+				// Not caught up yet: wait to hear every group's leader.
+			case announced(gs, true):
+				return
+			default:
+				// A leader of every group is heard, but a group lacks
+				// this node's record or counts it removed: an addition
+				// that got half way (its answer lost, or the record's
+				// step not taken). Adding is idempotent: ask again.
+				if t := announceTarget(gs, join); t != "" {
+					target = withScheme(t)
+				}
 			}
 		case announced(gs, rejoin):
 			return
