@@ -106,24 +106,29 @@ func HasCode(err error, code string) bool {
 // sides far less than JSON, unless the client was made WithJSON or
 // WithRawResponse.
 func (c *Client) Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result, error) {
-	req := api.EnqueueRequest{Messages: msgs}
-	if c.json || c.raw != nil {
-		out, err := call[api.EnqueueResponse](ctx, c, http.MethodPost, "/v1/messages", req)
-		return out.Results, err
-	}
 	const path = "/v1/messages"
-	body, err := api.AppendEnqueueRequest(nil, req)
-	if err != nil {
-		return nil, fmt.Errorf("delaywheel: encode POST %s: %w", path, err)
+	req := api.EnqueueRequest{Messages: msgs}
+	var out api.EnqueueResponse
+	if c.json || c.raw != nil {
+		var err error
+		if out, err = call[api.EnqueueResponse](ctx, c, http.MethodPost, path, req); err != nil {
+			return nil, err
+		}
+	} else {
+		body, err := api.AppendEnqueueRequest(nil, req)
+		if err != nil {
+			return nil, fmt.Errorf("delaywheel: encode POST %s: %w", path, err)
+		}
+		data, err := c.roundTrip(ctx, http.MethodPost, path, body, true, api.ContentTypeProto)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = api.UnmarshalEnqueueResponse(data); err != nil {
+			return nil, fmt.Errorf("delaywheel: POST %s: decode answer: %w", path, err)
+		}
 	}
-	data, err := c.roundTrip(ctx, http.MethodPost, path, body, true, api.ContentTypeProto)
-	if err != nil {
-		return nil, err
-	}
-	out, err := api.UnmarshalEnqueueResponse(data)
-	if err != nil {
-		return nil, fmt.Errorf("delaywheel: POST %s: decode answer: %w", path, err)
-	}
+	// Results pair with messages by position: a count that differs pairs
+	// none of them.
 	if len(out.Results) != len(msgs) {
 		return nil, fmt.Errorf("delaywheel: POST %s: %d results for %d messages", path, len(out.Results), len(msgs))
 	}

@@ -238,8 +238,17 @@ func TestEnqueueProtoBadAnswer(t *testing.T) {
 			}
 		})
 	}
+	// In JSON too.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"results":[{"id":"000000000000000100000000","deliver_at_ms":5}]}`))
+	}))
+	defer srv.Close()
+	if res, err := client.New(srv.URL, client.WithJSON()).Enqueue(t.Context(), []api.Message{{Topic: "t"}, {Topic: "t"}}); err == nil || !strings.Contains(err.Error(), "1 results for 2 messages") || res != nil {
+		t.Fatalf("JSON: results %+v, error %v; want an error naming 1 result for 2 messages", res, err)
+	}
 	// The answer it should get decodes.
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(one) }))
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(one) }))
 	defer srv.Close()
 	res, err := client.New(srv.URL).Enqueue(t.Context(), []api.Message{{Topic: "t"}})
 	if err != nil || len(res) != 1 || res[0] != (api.Result{ID: "000000000000000100000000", DeliverAtMs: 5}) {
