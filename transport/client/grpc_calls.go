@@ -97,10 +97,10 @@ func (g *GRPC) Topics(ctx context.Context) ([]api.TopicCounts, error) {
 	}, func(ts []api.TopicCounts) any { return api.TopicsResponse{Topics: ts} })
 }
 
-// Dead lists up to limit dead messages of topic (0: the server's default).
+// Dead lists up to limit dead messages of topic (0 or less: the server's default).
 func (g *GRPC) Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error) {
 	in := &pb.DeadLettersRequest{Topic: topic}
-	if limit != 0 {
+	if limit > 0 { // as over HTTP: 0 or less asks for the server's default
 		in.Limit = api.Ptr(int32(limit))
 	}
 	return invoke(ctx, g, "DeadLetters", bind(pb.DelaywheelClient.DeadLetters, in), func(r *pb.DeadLettersResponse) []api.MessageView {

@@ -126,6 +126,9 @@ func TestGRPCRedriveAll(t *testing.T) {
 		dead, err := g.Dead(ctx, "d", 10)
 		return err == nil && len(dead) == 3
 	})
+	if dead, err := g.Dead(ctx, "d", -1); err != nil || len(dead) != 3 {
+		t.Fatalf("dead letters with a limit of -1, as over HTTP the server's default: %d %v", len(dead), err)
+	}
 	if n, err := g.Redrive(ctx, "d", []string{ds[0].ID}); err != nil || n != 1 {
 		t.Fatalf("redrive of one id: %d %v", n, err)
 	}
