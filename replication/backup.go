@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/hashicorp/raft"
 
+	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
@@ -58,7 +60,7 @@ func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (index uint64,
 	if err := checkRestoreTarget(dataDir, nodeID, raftAddr, 1); err != nil {
 		return 0, err
 	}
-	undo, err := makeDataDir(dataDir)
+	undo, finish, err := makeDataDir(dataDir)
 	if err != nil {
 		return 0, err
 	}
@@ -67,7 +69,10 @@ func RestoreBackup(r io.Reader, dataDir, nodeID, raftAddr string) (index uint64,
 			undo()
 		}
 	}()
-	return restoreGroup(br, dataDir, nodeID, raftAddr)
+	if index, err = restoreGroup(br, dataDir, nodeID, raftAddr); err != nil {
+		return 0, err
+	}
+	return index, finish()
 }
 
 // checkRestoreTarget checks a restore's node id and raft address, and that
@@ -95,17 +100,56 @@ func checkRestoreTarget(dataDir, nodeID, raftAddr string, groups int) error {
 	return nil
 }
 
-// makeDataDir creates dataDir when it does not exist; undo removes it
-// again if it did not.
-func makeDataDir(dataDir string) (undo func(), err error) {
+// restoreMarker is the file a restore keeps in the data dir while it
+// runs. Invariant: a data dir holding it holds a restore that did not end
+// (a crash or kill during it), which a node refuses to open: started on
+// it, the node would serve part of a backup as if it were the whole.
+const restoreMarker = "restore-incomplete"
+
+// makeDataDir creates dataDir when it does not exist and marks it with
+// restoreMarker, durably, until finish removes the mark; undo removes
+// dataDir again if it did not exist, else the mark.
+func makeDataDir(dataDir string) (undo func(), finish func() error, err error) {
 	_, statErr := os.Stat(dataDir)
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
+	if err := segment.MkdirAllSync(vfs.Default, dataDir); err != nil {
+		return nil, nil, fmt.Errorf("restore: %w", err)
 	}
+	marker := filepath.Join(dataDir, restoreMarker)
+	undo = func() { os.Remove(marker) }
 	if errors.Is(statErr, fs.ErrNotExist) {
-		return func() { os.RemoveAll(dataDir) }, nil
+		undo = func() { os.RemoveAll(dataDir) }
 	}
-	return func() {}, nil
+	f, err := os.Create(marker)
+	if err == nil {
+		err = errors.Join(f.Sync(), f.Close(), segment.SyncDir(vfs.Default, dataDir))
+	}
+	if err != nil {
+		undo()
+		return nil, nil, fmt.Errorf("restore: mark the data dir: %w", err)
+	}
+	finish = func() error {
+		if err := os.Remove(marker); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		if err := segment.SyncDir(vfs.Default, dataDir); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		return nil
+	}
+	return undo, finish, nil
+}
+
+// checkNoRestore refuses a data dir a restore left unfinished.
+func checkNoRestore(dataDir string) error {
+	_, err := os.Stat(filepath.Join(dataDir, restoreMarker))
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: %s holds a restore that did not finish (%s exists): empty the data dir and restore again", model.ErrInvalid, dataDir, restoreMarker)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	default:
+		return fmt.Errorf("data dir: %w", err)
+	}
 }
 
 // restoreGroup installs one group's backup stream r in dir, an existing

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,41 @@ func TestRestartRemovesLeftoverCheckpoints(t *testing.T) {
 	}
 	if v, err := n.Get(context.Background(), res[0].ID); err != nil || v.State != wheel.StateDelayed {
 		t.Fatalf("after restart: %+v %v", v, err)
+	}
+}
+
+// A data dir a restore did not finish (a crash or kill during it leaves
+// its mark) is refused by a node, naming the mark, rather than served as
+// if it held the whole backup; a finished restore leaves no mark, and a
+// failed one takes its mark away.
+func TestUnfinishedRestoreRefused(t *testing.T) {
+	c := repltest.NewCluster(t, 1, nil)
+	n := c.Leader().Node
+	enqueue(t, n, msg("a", "x", time.Minute))
+	var buf bytes.Buffer
+	if _, err := n.Backup(t.Context(), &buf); err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	dir := t.TempDir()
+	raftAddr := nettest.FreeAddr(t)
+	if _, err := RestoreBackup(bytes.NewReader(buf.Bytes()[:buf.Len()/2]), dir, "r1", raftAddr); err == nil {
+		t.Fatal("restore of half a backup succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "restore-incomplete")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed restore left its mark: %v", err)
+	}
+	if _, err := RestoreBackup(bytes.NewReader(buf.Bytes()), dir, "r1", raftAddr); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "restore-incomplete")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a finished restore left its mark: %v", err)
+	}
+	// What a crash before the end leaves: the mark beside the restored data.
+	if err := os.WriteFile(filepath.Join(dir, "restore-incomplete"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenGroups(Config{ID: "r1", DataDir: dir, RaftAddr: raftAddr}, 1)
+	if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "restore-incomplete") {
+		t.Fatalf("open of a data dir holding an unfinished restore: %v", err)
 	}
 }

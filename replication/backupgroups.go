@@ -261,7 +261,7 @@ func Restore(r io.Reader, dataDir, nodeID, raftAddr string) (res Restored, err e
 	if err := checkRestoreTarget(dataDir, nodeID, raftAddr, a.groups); err != nil {
 		return Restored{}, err
 	}
-	undo, err := makeDataDir(dataDir)
+	undo, finish, err := makeDataDir(dataDir)
 	if err != nil {
 		return Restored{}, err
 	}
@@ -302,6 +302,9 @@ func Restore(r io.Reader, dataDir, nodeID, raftAddr string) (res Restored, err e
 		if err := writeGroupCount(dataDir, a.groups); err != nil {
 			return Restored{}, fmt.Errorf("restore: %w", err)
 		}
+	}
+	if err := finish(); err != nil {
+		return Restored{}, err
 	}
 	return res, nil
 }

@@ -83,6 +83,9 @@ func OpenGroups(cfg Config, n int) (*Groups, error) {
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" {
 		return nil, fmt.Errorf("%w: node id, data dir and raft address are required", model.ErrInvalid)
 	}
+	if err := checkNoRestore(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if n == 1 {
 		if err := checkGroupCount(cfg.DataDir, 1); err != nil {
 			return nil, err
