@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -28,7 +27,7 @@ import (
 // the gRPC addresses of one or more nodes; a follower answers the calls
 // only the leader answers with UNAVAILABLE (reason NOT_LEADER), and GRPC
 // then moves on to the next address it knows, once round; but not when
-// the answer names a group ("group 1: …"): a call split over the groups
+// the answer names a group (its ErrorInfo's "group"): a call split over the groups
 // of a cluster of many was answered in part, and the parts done stay
 // done, so sending it again could enqueue them twice. A call that fails
 // UNAVAILABLE otherwise (a node that cannot be reached, or has no leader)
@@ -183,17 +182,12 @@ func unavailable(err error) bool {
 }
 
 // partial reports whether err is the answer to one group's part of a
-// call split over many groups, which names the group ("group 1: …"): the
-// other parts may be done.
+// call split over many groups, whose ErrorInfo names the group (metadata
+// "group"): the other parts may be done.
 func partial(err error) bool {
 	st, _ := status.FromError(err)
-	rest, ok := strings.CutPrefix(st.Message(), "group ")
-	digits, _, ok2 := strings.Cut(rest, ": ")
-	if !ok || !ok2 || digits == "" {
-		return false
-	}
-	_, aerr := strconv.Atoi(digits)
-	return aerr == nil
+	info := errorInfoOf(st)
+	return info != nil && info.GetMetadata()["group"] != ""
 }
 
 func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {

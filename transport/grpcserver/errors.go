@@ -3,7 +3,10 @@ package grpcserver
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -26,6 +29,10 @@ const ReasonNotLeader = "NOT_LEADER"
 
 // MetaLeaderHTTP is the ErrorInfo metadata key of the leader's HTTP address.
 const MetaLeaderHTTP = "leader_http_addr"
+
+// MetaGroup is the ErrorInfo metadata key of the group whose part of a
+// call split over many groups the answer is: the other parts may be done.
+const MetaGroup = "group"
 
 // statusOf is the gRPC status of err: the HTTP API's answer to it, mapped.
 // meta, when set, is added to the ErrorInfo.
@@ -60,9 +67,7 @@ func asStatus(err error) error {
 	}
 	var ge *service.GroupError
 	if errors.As(err, &ge) {
-		st := status.Convert(asStatus(ge.Err)).Proto()
-		st.Message = fmt.Sprintf("group %d: %s", ge.Group, st.GetMessage())
-		return status.FromProto(st).Err()
+		return partStatus(ge.Group, status.Convert(asStatus(ge.Err)))
 	}
 	var nl *service.NotLeaderError
 	if errors.As(err, &nl) {
@@ -82,4 +87,36 @@ func asStatus(err error) error {
 		return err
 	}
 	return statusOf(err, "", nil)
+}
+
+// partStatus is a group's answer st to its part of a call split over many
+// groups: its message names the group, and so does its ErrorInfo
+// (MetaGroup), which a client reads to know that other parts may be done.
+func partStatus(g int, st *status.Status) error {
+	out := status.New(st.Code(), fmt.Sprintf("group %d: %s", g, st.Message()))
+	group := strconv.Itoa(g)
+	var details []protoadapt.MessageV1
+	named := false
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			meta := maps.Clone(d.GetMetadata())
+			if meta == nil {
+				meta = map[string]string{}
+			}
+			meta[MetaGroup] = group
+			details = append(details, &errdetails.ErrorInfo{Reason: d.GetReason(), Domain: d.GetDomain(), Metadata: meta})
+			named = true
+		case protoadapt.MessageV1:
+			details = append(details, d)
+		}
+	}
+	if !named {
+		reason := strings.ToLower(st.Code().String())
+		details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: map[string]string{MetaGroup: group}})
+	}
+	if withDetails, err := out.WithDetails(details...); err == nil {
+		out = withDetails
+	}
+	return out.Err()
 }
