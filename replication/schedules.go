@@ -103,16 +103,19 @@ type scheduler struct {
 	started bool
 }
 
-// run looks for due schedules until ctx is done.
+// run looks for due schedules until ctx is done, again once the clock
+// reads a period past the reading the last look started at: a clock that
+// moved during a look gets its next look at once.
 func (s *scheduler) run(ctx context.Context) {
 	for {
+		last := s.clock.Now()
 		if err := s.step(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("advancing schedules", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.clock.After(s.every):
+		case <-s.clock.At(last.Add(s.every)):
 		}
 	}
 }

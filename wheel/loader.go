@@ -460,7 +460,7 @@ func (l *Loader) Next(ctx context.Context, clk Clock) (model.Message, error) {
 	for {
 		l.mu.Lock()
 		now := clk.Now()
-		var wait time.Duration = -1
+		var due time.Time
 		if len(l.h) > 0 {
 			top := l.h[0]
 			if top.msg.DeliverAtMs <= now.UnixMilli() {
@@ -469,13 +469,13 @@ func (l *Loader) Next(ctx context.Context, clk Clock) (model.Message, error) {
 				l.mu.Unlock()
 				return top.msg, nil
 			}
-			wait = time.UnixMilli(top.msg.DeliverAtMs).Sub(now)
+			due = time.UnixMilli(top.msg.DeliverAtMs)
 		}
 		changed := l.changed
 		l.mu.Unlock()
 		var timer <-chan time.Time
-		if wait >= 0 {
-			timer = clk.After(wait)
+		if !due.IsZero() {
+			timer = clk.At(due)
 		}
 		select {
 		case <-ctx.Done():

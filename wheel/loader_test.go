@@ -26,12 +26,12 @@ type armClock struct {
 	lastAt int64 // unix ms the last timer fires at
 }
 
-func (c *armClock) After(d time.Duration) <-chan time.Time {
+func (c *armClock) At(t time.Time) <-chan time.Time {
 	c.mu.Lock()
 	c.calls++
-	c.lastAt = c.FakeClock.Now().Add(d).UnixMilli()
+	c.lastAt = t.UnixMilli()
 	c.mu.Unlock()
-	return c.FakeClock.After(d)
+	return c.FakeClock.At(t)
 }
 
 func (c *armClock) armed() (calls int, at int64) {
@@ -198,6 +198,28 @@ func TestLoaderNextAtExactDueMillisecond(t *testing.T) {
 	r.idle()
 	late := k.schedule(t0+2750, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 3200})[0].ID
 	r.expectAt(late, t0+3200)
+}
+
+func TestLoaderNextWhenClockMovesWhileArming(t *testing.T) {
+	k, l, _ := newLoaderKit(t)
+	id := k.schedule(t0, command.NewMessage{Topic: "a", DeliverAtMs: t0 + 2000})[0].ID
+	k.load(t0s + 2)
+	clk := wheeltest.NewMovingClock(time.UnixMilli(t0))
+	got := make(chan nextResult, 1)
+	go func() {
+		m, err := l.Next(t.Context(), clk)
+		got <- nextResult{m, err}
+	}()
+	// The clock reads the due instant and nothing moves it further: Next
+	// must not wait for a later one.
+	select {
+	case res := <-got:
+		if res.err != nil || res.m.ID != id {
+			t.Fatalf("Next = %s, %v; want %s", res.m.ID, res.err, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Next still waits with the clock at %d, the message due at %d", clk.Now().UnixMilli(), t0+2000)
+	}
 }
 
 func TestLoaderEarlierMessageWakesNext(t *testing.T) {

@@ -250,6 +250,43 @@ func TestWakerFollowsInjectedClock(t *testing.T) {
 	<-c
 }
 
+// A clock that reaches the instant while the waker arms its timer fires it:
+// nothing need move the clock again.
+func TestWakerFiresWhenClockMovesWhileArming(t *testing.T) {
+	clk := wheeltest.NewMovingClock(time.Unix(1000, 0))
+	w, err := newWaker(clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	due := clk.Now().Add(2 * time.Second)
+	c, _ := w.at(due)
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the timer for %v has not fired with the clock at %v", due, clk.Now())
+	}
+}
+
+// The tick loop ticks by a clock that moved while it armed its timer: the
+// slot that reading brings into the preload window is loaded, and its due
+// message handed out, with nothing moving the clock again.
+func TestTickAfterClockMovesWhileArming(t *testing.T) {
+	start := time.Now().Truncate(time.Second).Add(950 * time.Millisecond)
+	clk := wheeltest.NewMovingClock(start) // its first timer is the tick loop's
+	d, n, _ := startFakeWith(t, func(c *Config) { c.Clock = clk; c.Preload = 0 })
+	// Due in the next second, which the tick at start did not load.
+	id := enqueueAt(t, n, clk, "t", start.UnixMilli()+50)
+	var ds []model.Delivery
+	waitFor(t, "the due message handed out", func() bool {
+		ds = append(ds, reserveNow(t, d, "t")...)
+		return len(ds) > 0
+	})
+	if len(ds) != 1 || ds[0].ID != id {
+		t.Fatalf("handed out %v, want %s", ds, id)
+	}
+}
+
 // A message whose last allowed lease ends goes dead at the end of the lease,
 // not when its slot expires: with an expiry grace of an hour, nothing but
 // the dispatcher's burial can move it.

@@ -139,14 +139,15 @@ func (d *Dispatcher) Start(parent context.Context) error {
 	d.wake = w
 	st := d.n.Store()
 	st.AttachLoader(d.loader)
-	if err := d.tick(); err != nil {
+	now := d.clock.Now()
+	if err := d.tick(now); err != nil {
 		st.DetachLoader()
 		d.wake.close()
 		d.cancel()
 		return err
 	}
 	d.wg.Add(2)
-	go d.tickLoop()
+	go d.tickLoop(now)
 	go d.fireLoop()
 	return nil
 }
@@ -182,11 +183,10 @@ func (d *Dispatcher) Reattach(st *wheel.Store) {
 	signal(d.rearm)
 }
 
-// tick loads the slots about to come due and, once a second (plus the
-// grace) has passed, proposes its expiry and the matching promotion.
-func (d *Dispatcher) tick() error {
+// tick loads the slots about to come due by now and, once a second (plus
+// the grace) has passed, proposes its expiry and the matching promotion.
+func (d *Dispatcher) tick(now time.Time) error {
 	st := d.n.Store()
-	now := d.clock.Now()
 	before := wheel.SecondOf(now.Add(-d.cfg.ExpireGrace).UnixMilli())
 	if before > st.Cursor() {
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ApplyTimeout)
@@ -207,15 +207,22 @@ func (d *Dispatcher) tick() error {
 	return nil
 }
 
-func (d *Dispatcher) tickLoop() {
+// tickEvery is the period of the tick loop.
+const tickEvery = 100 * time.Millisecond
+
+// tickLoop ticks once the clock reads a period past the reading the last
+// tick (at last) went by, not a period after that tick ended: a clock that
+// moved while a tick ran gets its tick at once.
+func (d *Dispatcher) tickLoop(last time.Time) {
 	defer d.wg.Done()
 	for {
 		select {
 		case <-d.ctx.Done():
 			return
-		case <-d.clock.After(100 * time.Millisecond):
+		case <-d.clock.At(last.Add(tickEvery)):
 		}
-		if err := d.tick(); err != nil && d.ctx.Err() == nil {
+		last = d.clock.Now()
+		if err := d.tick(last); err != nil && d.ctx.Err() == nil {
 			d.log.Warn("wheel tick", "err", err)
 		}
 	}

@@ -45,7 +45,7 @@ func (w *waker) at(t time.Time) (timer, alarm <-chan time.Time) {
 	if w.alarm != nil {
 		alarm, _ = w.alarm.at(t)
 	}
-	return w.clock.After(t.Sub(w.clock.Now())), alarm
+	return w.clock.At(t), alarm
 }
 
 // close releases the alarm.

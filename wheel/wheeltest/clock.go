@@ -31,13 +31,23 @@ func (c *FakeClock) Now() time.Time {
 func (c *FakeClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.atLocked(c.now.Add(d))
+}
+
+// At returns a channel that receives once the clock reads t or later.
+func (c *FakeClock) At(t time.Time) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.atLocked(t)
+}
+
+func (c *FakeClock) atLocked(t time.Time) <-chan time.Time {
 	ch := make(chan time.Time, 1)
-	at := c.now.Add(d)
-	if d <= 0 {
+	if !t.After(c.now) {
 		ch <- c.now
 		return ch
 	}
-	c.waiters = append(c.waiters, fakeWaiter{at: at, ch: ch})
+	c.waiters = append(c.waiters, fakeWaiter{at: t, ch: ch})
 	return ch
 }
 
@@ -62,4 +72,31 @@ func (c *FakeClock) Set(t time.Time) {
 		}
 	}
 	c.waiters = kept
+}
+
+// MovingClock is a FakeClock that moves, once, to the instant of the first
+// timer armed on it just before arming it: as if a test's Advance ran
+// between a waiter's read of the clock and its arming. A waiter that arms
+// a timer for a span it computed from its read waits past the instant.
+type MovingClock struct {
+	*FakeClock
+	once sync.Once
+}
+
+// NewMovingClock returns a MovingClock reading start.
+func NewMovingClock(start time.Time) *MovingClock {
+	return &MovingClock{FakeClock: NewFakeClock(start)}
+}
+
+// After moves the clock by d if it has not moved yet, then arms a timer
+// for d from the clock's reading.
+func (c *MovingClock) After(d time.Duration) <-chan time.Time {
+	c.once.Do(func() { c.Advance(d) })
+	return c.FakeClock.After(d)
+}
+
+// At moves the clock to t if it has not moved yet, then arms a timer for t.
+func (c *MovingClock) At(t time.Time) <-chan time.Time {
+	c.once.Do(func() { c.Set(t) })
+	return c.FakeClock.At(t)
 }
