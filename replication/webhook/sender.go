@@ -293,11 +293,11 @@ func (ts *topicSender) pace() bool {
 	}
 	clk := ts.s.cfg.Clock
 	now := clk.Now()
-	if wait := ts.next.Sub(now); wait > 0 {
+	if ts.next.After(now) {
 		select {
 		case <-ts.ctx.Done():
 			return false
-		case <-clk.After(wait):
+		case <-clk.At(ts.next):
 		}
 		now = ts.next
 	}

@@ -443,3 +443,24 @@ func TestReconcileAfterStopStartsNothing(t *testing.T) {
 		t.Fatalf("after Stop, Reconcile opened %d streams and runs %d topic senders; want none", opened, running)
 	}
 }
+
+// A request held back by rate_per_s starts once the clock reads its turn,
+// even when the clock reached it while the sender armed its wait: nothing
+// need move the clock again.
+func TestRateStartsWhenClockMovesWhileArming(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ok.Close()
+	n := newFake()
+	clk := wheeltest.NewMovingClock(time.UnixMilli(5000)) // its first timer is the second request's turn
+	s := New(n, Config{Clock: clk})
+	defer s.Stop()
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: ok.URL, TimeoutMs: 1000, MaxConcurrency: 2, RatePerS: 1}}
+	})
+	n.st.ch <- []model.Delivery{delivery(1), delivery(2)}
+	n.settled(t)
+	n.settled(t)
+	if now := clk.Now().UnixMilli(); now != 6000 {
+		t.Fatalf("the clock reads %d, want 6000 (the second request's turn)", now)
+	}
+}
