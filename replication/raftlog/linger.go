@@ -43,9 +43,9 @@ func (w *commitWindow) wait() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.clock.Now()
-	if d := w.last.Add(w.linger).Sub(now); !w.last.IsZero() && d > 0 {
+	if end := w.last.Add(w.linger); !w.last.IsZero() && end.After(now) {
 		select {
-		case <-w.clock.After(d):
+		case <-w.clock.At(end):
 		case <-w.closed:
 		}
 		now = w.clock.Now()

@@ -21,6 +21,14 @@ func (c waitClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// At tells waiting of the wait until t, from the clock's reading.
+func (c waitClock) At(t time.Time) <-chan time.Time {
+	d := t.Sub(c.Now())
+	ch := c.FakeClock.At(t)
+	c.waiting <- d
+	return ch
+}
+
 // openLingerLog opens a log in a new directory with the commit window
 // linger on a fake clock.
 func openLingerLog(t *testing.T, linger time.Duration) (*Log, waitClock) {
@@ -103,5 +111,29 @@ func TestCommitWindowOff(t *testing.T) {
 	defer l.Close()
 	for i := uint64(1); i <= 3; i++ {
 		storeNow(t, l, clock, i)
+	}
+}
+
+// A write held back by the window starts once the clock reads the window's
+// end, even when the clock reached it while the write armed its wait:
+// nothing need move the clock again.
+func TestCommitWindowEndsWhenClockMovesWhileArming(t *testing.T) {
+	const linger = time.Millisecond
+	clock := wheeltest.NewMovingClock(time.Unix(1e9, 0)) // its first timer is the second write's
+	l, err := Open(t.TempDir(), Options{SegmentBytes: MinSegmentBytes, CommitLinger: linger, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := <-store(l, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-store(l, 2):
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the second write still waits with the clock at %v, the window ending at %v", clock.Now(), time.Unix(1e9, 0).Add(linger))
 	}
 }
