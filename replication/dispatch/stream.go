@@ -153,14 +153,18 @@ func (s *stream) run() {
 	defer close(s.done)
 	retry := streamRetry
 	for {
-		credit := s.credit()
+		swept := s.d.clock.Now()
+		credit := s.credit(swept)
 		if credit == 0 {
+			// The next sweep is a period past the reading this one went
+			// by, not past a later one: a clock that moved meanwhile
+			// gets its sweep at once.
 			select {
 			case <-s.ctx.Done():
 				s.finish(nil)
 				return
 			case <-s.room:
-			case <-s.d.clock.After(sweepEvery):
+			case <-s.d.clock.At(swept.Add(sweepEvery)):
 			}
 			continue
 		}
@@ -190,10 +194,10 @@ func (s *stream) run() {
 	}
 }
 
-// credit sweeps the ended leases and returns how many deliveries the
-// stream may take now.
-func (s *stream) credit() int {
-	s.sweep()
+// credit sweeps the leases ended by now and returns how many deliveries
+// the stream may take.
+func (s *stream) credit(now time.Time) int {
+	s.sweep(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := min(s.opt.MaxInflight-len(s.inflight), streamBuffer-len(s.queue))
@@ -262,10 +266,10 @@ func (s *stream) Settling(rs []model.Receipt) {
 	}
 }
 
-// sweep frees the window of leases that ended unsettled. A lease touched
-// since it was handed out has its new end read from the store.
-func (s *stream) sweep() {
-	now := s.d.clock.Now().UnixMilli()
+// sweep frees the window of leases that ended unsettled by at. A lease
+// touched since it was handed out has its new end read from the store.
+func (s *stream) sweep(at time.Time) {
+	now := at.UnixMilli()
 	s.mu.Lock()
 	if s.minExp < 0 || s.minExp >= now {
 		s.mu.Unlock()

@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,7 +233,7 @@ func TestStreamSweepForgetsSettlingLeasesThatEnded(t *testing.T) {
 	r := queued[0].Receipt
 	s.Settling([]model.Receipt{r})
 	clk.Set(time.UnixMilli(queued[0].LeaseExpiresMs + 1))
-	s.sweep()
+	s.sweep(clk.Now())
 	wantForgotten(t, s, r, "after its lease ended")
 }
 
@@ -254,4 +256,52 @@ func TestSealLeavesSettlingDeliveriesToTheirAcks(t *testing.T) {
 			t.Fatalf("receipt %v still routed to the ended stream", dl.Receipt)
 		}
 	}
+}
+
+// spanClock is a fake clock that moves, once, by span just before it arms
+// the first timer for span from its reading: as if a test moved it between
+// a waiter's read and its arming.
+type spanClock struct {
+	*wheeltest.FakeClock
+	span time.Duration
+	once sync.Once
+}
+
+func (c *spanClock) After(d time.Duration) <-chan time.Time {
+	if d == c.span {
+		c.once.Do(func() { c.Advance(d) })
+	}
+	return c.FakeClock.After(d)
+}
+
+func (c *spanClock) At(t time.Time) <-chan time.Time {
+	if t.Sub(c.Now()) == c.span {
+		c.once.Do(func() { c.Set(t) })
+	}
+	return c.FakeClock.At(t)
+}
+
+// A stream whose window is full looks for ended leases again once the
+// clock reads a sweep period past its last look, even when the clock got
+// there while the stream armed its wait: the message whose lease ended is
+// taken again with nothing moving the clock further.
+func TestStreamSweepsWhenClockMovesWhileArming(t *testing.T) {
+	var clk *spanClock
+	d, n, _ := startFakeWith(t, func(c *Config) {
+		clk = &spanClock{FakeClock: c.Clock.(*wheeltest.FakeClock), span: sweepEvery}
+		c.Clock = clk
+	})
+	id := enqueueAt(t, n, clk, "t", clk.Now().UnixMilli())
+	// Its lease ends before the stream's first wait for a sweep does.
+	ws, err := d.Stream("t", model.ConsumerOptions{MaxInflight: 1, TTR: sweepEvery / 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	s := ws.(*stream)
+	waitFor(t, "the message taken again once its lease ended", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return slices.ContainsFunc(s.queue, func(dl model.Delivery) bool { return dl.ID == id && dl.Attempt == 2 })
+	})
 }
