@@ -147,6 +147,7 @@ func otherCases() []badRequest {
 		inv("ack unknown field", post, "/v1/ack", `{"receipts":["`+goodRec+`"],"delay_ms":5}`, `unknown field "delay_ms"`),
 		inv("nack delay negative", post, "/v1/nack", `{"receipts":["`+goodRec+`"],"delay_ms":-1}`, "delay_ms: must be between 0 and 315360000000 (10 years)"),
 		inv("nack bad receipt", post, "/v1/nack", `{"receipts":["x"]}`, "receipts[0]:"),
+		inv("nack bad receipt and delay", post, "/v1/nack", `{"receipts":["x"],"delay_ms":-1}`, `receipts[0]: "x" is not a receipt`),
 		inv("touch bad receipt", post, "/v1/touch", `{"receipts":["`+msgID+`.zz"]}`, "receipts[0]:"),
 		inv("touch empty body", post, "/v1/touch", ``, "empty"),
 		inv("dead bad topic", get, "/v1/topics/bad%2Ftopic/dead", "", "topic: must be 1 to 200"),
