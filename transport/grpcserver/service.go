@@ -140,7 +140,7 @@ func (s *Server) Bury(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleR
 }
 
 func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackDelayMs int64) (*pb.SettleResponse, error) {
-	rs, err := service.ParseReceipts(list, s.cfg.Limits)
+	rs, err := service.ParseReceipts("receipts", list, s.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
