@@ -309,6 +309,11 @@ func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 	if !ok {
 		req = api.EnqueueRequest{}
 		if err := decodeStrict(data, &req, messagesUpTo(lim.MaxBatch)); err != nil {
+			if n, ok := countMessages(data); ok && n > lim.MaxBatch {
+				// Over the limit whatever its messages hold, as a
+				// protobuf body is: not the first bad message's 400.
+				return api.EnqueueRequest{}, ToError(service.CheckCount("messages", n, lim.MaxBatch, true))
+			}
 			return api.EnqueueRequest{}, err
 		}
 	}
@@ -316,4 +321,39 @@ func parseEnqueue(data []byte, lim Limits) (api.EnqueueRequest, error) {
 		return api.EnqueueRequest{}, ToError(err)
 	}
 	return req, nil
+}
+
+// countMessages counts the elements of the "messages" list of an enqueue
+// body that decodeStrict refused, reading past what it refuses but for
+// malformed JSON: names given twice, strings that are not UTF-8, unknown
+// fields and wrong types. ok is false when the body is no JSON object or
+// holds no such list.
+func countMessages(data []byte) (n int, ok bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return 0, false
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return 0, false
+		}
+		if name.String() != "messages" || dec.PeekKind() != '[' {
+			if dec.SkipValue() != nil {
+				return 0, false
+			}
+			continue
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return 0, false
+		}
+		for dec.PeekKind() != ']' {
+			if dec.SkipValue() != nil {
+				return 0, false
+			}
+			n++
+		}
+		return n, true
+	}
+	return 0, false
 }

@@ -189,7 +189,7 @@ func (s *Server) receiptsOf(r *http.Request, op service.Op) (rs []model.Receipt,
 	if err != nil {
 		return nil, 0, err
 	}
-	rs, err = service.ParseReceipts(req.Receipts, s.cfg.Limits)
+	rs, err = service.ParseReceipts("receipts", req.Receipts, s.cfg.Limits)
 	return rs, req.DelayMs, err
 }
 

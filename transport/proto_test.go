@@ -242,6 +242,7 @@ var jsonOnlyCases = []string{
 	"string delay", "huge delay", "max_attempts overflow", "priority not int", "header value not string",
 	"field twice", "messages twice", "header twice", "field in another case", "body not UTF-8",
 	"body half a surrogate pair", "key not UTF-8", "header value not UTF-8", "batch over limit, bad past it",
+	"batch over limit, bad within it", "batch over limit, duplicate field within it",
 	"body not a string",
 }
 

@@ -61,6 +61,10 @@ func enqueueCases() []badRequest {
 		bad("batch over limit", msgs(many(`{"topic":"t"}`, 10001)), big, "messages: 10001 entries are over the limit of 10000"),
 		// Messages past the limit are counted, not decoded.
 		bad("batch over limit, bad past it", msgs(many(`{"topic":"t","body":"\u0078"}`, 10000), `{"topic":5}`, `{}`), big, "messages: 10002 entries are over the limit of 10000"),
+		// Over the limit is 413 whatever the messages hold, as a protobuf
+		// body and gRPC answer it: not the first bad message's 400.
+		bad("batch over limit, bad within it", msgs(`{"topic":"t","colour":"red"}`, many(okMsg, 10000)), big, "messages: 10001 entries are over the limit of 10000"),
+		bad("batch over limit, duplicate field within it", msgs(`{"topic":"t","topic":"u"}`, many(okMsg, 10000)), big, "messages: 10001 entries are over the limit of 10000"),
 		bad("missing topic", msgs(okMsg, `{"body":"x"}`), b, "messages[1].topic: must be 1 to 200 characters of [A-Za-z0-9._:-]"),
 		bad("topic bad char", msgs(`{"topic":"a b"}`), b, `messages[0].topic`, `"a b"`),
 		bad("topic too long", msgs(`{"topic":"`+strings.Repeat("a", 201)+`"}`), b, "messages[0].topic: must be 1 to 200"),
@@ -147,6 +151,7 @@ func otherCases() []badRequest {
 		inv("ack unknown field", post, "/v1/ack", `{"receipts":["`+goodRec+`"],"delay_ms":5}`, `unknown field "delay_ms"`),
 		inv("nack delay negative", post, "/v1/nack", `{"receipts":["`+goodRec+`"],"delay_ms":-1}`, "delay_ms: must be between 0 and 315360000000 (10 years)"),
 		inv("nack bad receipt", post, "/v1/nack", `{"receipts":["x"]}`, "receipts[0]:"),
+		inv("nack bad receipt and delay", post, "/v1/nack", `{"receipts":["x"],"delay_ms":-1}`, `receipts[0]: "x" is not a receipt`),
 		inv("touch bad receipt", post, "/v1/touch", `{"receipts":["`+msgID+`.zz"]}`, "receipts[0]:"),
 		inv("touch empty body", post, "/v1/touch", ``, "empty"),
 		inv("dead bad topic", get, "/v1/topics/bad%2Ftopic/dead", "", "topic: must be 1 to 200"),

@@ -101,7 +101,7 @@ func UnmarshalEnqueueRequestProto(data []byte, maxMessages int) (*pb.EnqueueRequ
 	var p pb.EnqueueRequest
 	desc := p.ProtoReflect().Descriptor()
 	list := desc.Fields().ByName("messages")
-	if n := countField(data, list.Number()); n > maxMessages {
+	if n := EnqueueMessageCount(data); n > maxMessages {
 		return nil, fmt.Errorf("%s: %w: %d messages are over the limit of %d per request", list.Name(), ErrTooManyMessages, n, maxMessages)
 	}
 	// The generated decoder accepts what this contract refuses (unknown
@@ -114,6 +114,13 @@ func UnmarshalEnqueueRequestProto(data []byte, maxMessages int) (*pb.EnqueueRequ
 		return nil, fmt.Errorf("request body: %w", err)
 	}
 	return &p, nil
+}
+
+// EnqueueMessageCount counts the messages of the protobuf EnqueueRequest
+// data without decoding them, so that a batch over a limit can be refused
+// as too large whatever its messages hold.
+func EnqueueMessageCount(data []byte) int {
+	return countField(data, (&pb.EnqueueRequest{}).ProtoReflect().Descriptor().Fields().ByName("messages").Number())
 }
 
 // AppendEnqueueResponse appends the protobuf form of resp to b.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/api/pb"
 	"github.com/delaywheel/delaywheel/transport/service"
 )
 
@@ -17,7 +18,9 @@ import (
 // the HTTP API decodes its bodies: a field or map key given twice, a string
 // that is not UTF-8, an unknown field or an int32 that does not fit is
 // refused with INVALID_ARGUMENT naming the field, and no handler sees the
-// request. Other services' messages (health, reflection) decode as usual.
+// request. An Enqueue over the batch limit is RESOURCE_EXHAUSTED, its
+// messages counted before any is read, as the HTTP API counts them. Other
+// services' messages (health, reflection) decode as usual.
 //
 // Invariant: grpc-go answers any codec error INTERNAL, so a refused request
 // is not an error here. The codec leaves the message empty and records the
@@ -25,12 +28,13 @@ import (
 // every request message of the service before anything reads it, removes it
 // and answers it. Every recorded refusal is taken once, so none is kept.
 type strictCodec struct {
-	base    encoding.CodecV2
-	refused sync.Map // request message (a pointer) → error
+	base     encoding.CodecV2
+	maxBatch int      // messages per Enqueue: a request over it is refused too large
+	refused  sync.Map // request message (a pointer) → error
 }
 
-func newStrictCodec() *strictCodec {
-	return &strictCodec{base: encoding.GetCodecV2(grpcproto.Name)}
+func newStrictCodec(maxBatch int) *strictCodec {
+	return &strictCodec{base: encoding.GetCodecV2(grpcproto.Name), maxBatch: maxBatch}
 }
 
 // Name is the codec's content subtype: that of the codec it stands for.
@@ -47,8 +51,16 @@ func (c *strictCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.base.Unmarshal(data, v)
 	}
 	b := data.Materialize()
+	if _, isEnqueue := m.(*pb.EnqueueRequest); isEnqueue {
+		// Counted first, as the HTTP API counts a batch: one over the
+		// limit is too large whatever its messages past the limit hold.
+		if err := service.CheckCount("messages", api.EnqueueMessageCount(b), c.maxBatch, true); err != nil {
+			c.refused.Store(v, err)
+			return nil
+		}
+	}
 	if err := api.CheckStrict(b, m.ProtoReflect().Descriptor()); err != nil {
-		c.refused.Store(v, err)
+		c.refused.Store(v, service.Invalid("%v", err))
 		return nil
 	}
 	return proto.Unmarshal(b, m)
@@ -61,7 +73,7 @@ func (c *strictCodec) take(v any) error {
 	if !ok {
 		return nil
 	}
-	return asStatus(service.Invalid("%v", err))
+	return asStatus(err.(error))
 }
 
 // strictStream answers a refused message of a stream as take does.

@@ -88,7 +88,7 @@ func New(cfg Config, b transport.Backend) *Server {
 		health:   health.NewServer(),
 		metrics:  newMetrics(hc.Registerer, hc.Logger),
 		every:    cfg.ReadyInterval,
-		codec:    newStrictCodec(),
+		codec:    newStrictCodec(hc.Limits.MaxBatch),
 	}
 	var fwd service.Forwarder // nil: none
 	if cfg.Forward {

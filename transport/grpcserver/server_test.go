@@ -652,3 +652,48 @@ func TestSubscribeHalfCloseEnds(t *testing.T) {
 		t.Fatalf("ready again: %v; want %s", again.Messages[0].Id, ds[1].Id)
 	}
 }
+
+// TestNackNamesTheReceiptsFirst: a Nack whose receipts and delay are both
+// bad is refused naming the receipts, as POST /v1/nack names them.
+func TestNackNamesTheReceiptsFirst(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, nil))
+	ctx := authed(t.Context(), token)
+
+	_, err := c.Nack(ctx, &pb.NackRequest{Receipts: []string{"x"}, DelayMs: -1})
+	wantCode(t, "malformed receipt, negative delay", err, codes.InvalidArgument, `receipts[0]: "x" is not a receipt`)
+	_, err = c.Nack(ctx, &pb.NackRequest{DelayMs: -1})
+	wantCode(t, "no receipts, negative delay", err, codes.InvalidArgument, "receipts: must hold 1 to 10000 entries")
+	_, err = c.Nack(ctx, &pb.NackRequest{Receipts: []string{"000000000000000a05000000.00000000000000ab"}, DelayMs: -1})
+	wantCode(t, "receipt of a group the cluster lacks, negative delay", err, codes.InvalidArgument, "receipts[0]: receipt names group 5")
+	_, err = c.Nack(ctx, &pb.NackRequest{Receipts: []string{"000000000000000100000000.00000000000000ab"}, DelayMs: -1})
+	wantCode(t, "negative delay", err, codes.InvalidArgument, "delay_ms: must be between 0 and 315360000000 (10 years), got -1")
+}
+
+// TestSubscribeNamesItsReceiptFields: a malformed receipt sent up a
+// Subscribe stream is refused naming the field it came in, ack or nack,
+// not "receipts", which SubscribeRequest does not have.
+func TestSubscribeNamesItsReceiptFields(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, nil, nil))
+	ctx := authed(t.Context(), token)
+	for _, tc := range []struct {
+		req  *pb.SubscribeRequest
+		want string
+	}{
+		{&pb.SubscribeRequest{Topic: "t", Ack: []string{"x"}}, `ack[0]: "x" is not a receipt`},
+		{&pb.SubscribeRequest{Topic: "t", Nack: []string{"000000000000000100000000.00000000000000ab", "y"}}, `nack[1]: "y" is not a receipt`},
+	} {
+		st, err := c.Subscribe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(tc.req); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		for err == nil {
+			_, err = st.Recv()
+		}
+		wantCode(t, tc.want, err, codes.InvalidArgument, tc.want)
+	}
+}

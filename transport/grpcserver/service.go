@@ -122,11 +122,10 @@ func (s *Server) Ack(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleRe
 	return s.settle(ctx, req.GetReceipts(), service.OpAck, 0)
 }
 
-// Nack returns reserved messages to delayed.
+// Nack returns reserved messages to delayed. The receipts are checked
+// before the delay, as POST /v1/nack checks them, so that both name the
+// same field.
 func (s *Server) Nack(ctx context.Context, req *pb.NackRequest) (*pb.SettleResponse, error) {
-	if err := service.ValidateNackDelay(req.GetDelayMs(), s.cfg.Limits); err != nil {
-		return nil, err
-	}
 	return s.settle(ctx, req.GetReceipts(), service.OpNack, req.GetDelayMs())
 }
 
@@ -141,9 +140,17 @@ func (s *Server) Bury(ctx context.Context, req *pb.ReceiptsRequest) (*pb.SettleR
 }
 
 func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackDelayMs int64) (*pb.SettleResponse, error) {
-	rs, err := service.ParseReceipts(list, s.cfg.Limits)
+	rs, err := service.ParseReceipts("receipts", list, s.cfg.Limits)
 	if err != nil {
 		return nil, err
+	}
+	if op == service.OpNack {
+		if err := s.svc.CheckReceipts("receipts", rs); err != nil {
+			return nil, err
+		}
+		if err := service.ValidateNackDelay(nackDelayMs, s.cfg.Limits); err != nil {
+			return nil, err
+		}
 	}
 	c, err := s.svc.Settle(ctx, "receipts", op, rs, nackDelayMs)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/delaywheel/delaywheel/transport/api/pb"
+	"github.com/delaywheel/delaywheel/transport/grpcserver"
 	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
@@ -88,4 +89,18 @@ func TestStrictRequests(t *testing.T) {
 	var resp []byte
 	err = st.RecvMsg(&resp)
 	wantCode(t, fmt.Sprintf("subscribe %x", first), err, codes.InvalidArgument, "topic: given more than once")
+}
+
+// TestEnqueueOverTheBatchLimitIsTooLarge: a batch over --max-batch is
+// RESOURCE_EXHAUSTED whatever its messages past the limit hold, as HTTP
+// answers it 413: the messages past the limit are counted, not read.
+func TestEnqueueOverTheBatchLimitIsTooLarge(t *testing.T) {
+	kn := transporttest.Start(t, transporttest.Options{})
+	conn := serveGRPC(t, kn, nil, func(cfg *grpcserver.Config) { cfg.HTTP.Limits.MaxBatch = 2 })
+	ctx := authed(t.Context(), token)
+	topic := field(nil, 1, []byte("t"))
+	req := field(field(field(nil, 1, topic), 1, topic), 1, field(topic, 15, []byte("x")))
+	var out []byte
+	err := conn.Invoke(ctx, "/delaywheel.v1.Delaywheel/Enqueue", &req, &out, grpc.ForceCodec(rawCodec{}))
+	wantCode(t, "a batch of 3 over a limit of 2, the third with an unknown field", err, codes.ResourceExhausted, "messages: 3 entries are over the limit of 2")
 }

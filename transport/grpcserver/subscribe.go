@@ -199,7 +199,7 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 // streamReceipts parses the receipts list, given as field, that a stream
 // of group g settles.
 func (s *Server) streamReceipts(field string, list []string, g int) ([]model.Receipt, error) {
-	rs, err := service.ParseReceipts(list, s.cfg.Limits)
+	rs, err := service.ParseReceipts(field, list, s.cfg.Limits)
 	if err != nil || s.svc.Count() == 1 {
 		return rs, err
 	}

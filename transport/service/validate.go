@@ -267,9 +267,10 @@ func ValidateReserve(req api.ReserveRequest, lim Limits) (n int, waitMs, ttrMs i
 	return n, req.WaitMs, ttrMs, nil
 }
 
-// ParseReceipts checks and parses the receipts of an ack, nack, touch or bury.
-func ParseReceipts(list []string, lim Limits) ([]model.Receipt, error) {
-	return parseList("receipts", list, lim, false, model.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
+// ParseReceipts checks and parses the receipts of an ack, nack, touch or
+// bury, given as field name ("receipts"; a stream's "ack" or "nack").
+func ParseReceipts(name string, list []string, lim Limits) ([]model.Receipt, error) {
+	return parseList(name, list, lim, false, model.ParseReceipt, "a receipt (want <24 hex digit id>.<16 hex digit nonce>)")
 }
 
 // ParseIDs checks and parses the message ids of a redrive (none = all).
