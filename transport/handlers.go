@@ -158,7 +158,7 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 		return nil, err
 	}
 	if op == service.OpNack {
-		if err := service.ValidateNackDelay(delayMs, s.cfg.Limits); err != nil {
+		if err := service.ValidateNackDelay("delay_ms", delayMs, s.cfg.Limits); err != nil {
 			if !rt.span {
 				return nil, err
 			}

@@ -670,7 +670,7 @@ func TestNackNamesTheReceiptsFirst(t *testing.T) {
 	wantCode(t, "negative delay", err, codes.InvalidArgument, "delay_ms: must be between 0 and 315360000000 (10 years), got -1")
 }
 
-// TestSubscribeNamesItsReceiptFields: a malformed receipt sent up a
+// TestSubscribeNamesItsReceiptFields: a malformed receipt or nack delay sent up a
 // Subscribe stream is refused naming the field it came in, ack or nack,
 // not "receipts", which SubscribeRequest does not have.
 func TestSubscribeNamesItsReceiptFields(t *testing.T) {
@@ -683,6 +683,10 @@ func TestSubscribeNamesItsReceiptFields(t *testing.T) {
 	}{
 		{&pb.SubscribeRequest{Topic: "t", Ack: []string{"x"}}, `ack[0]: "x" is not a receipt`},
 		{&pb.SubscribeRequest{Topic: "t", Nack: []string{"000000000000000100000000.00000000000000ab", "y"}}, `nack[1]: "y" is not a receipt`},
+		// A bad receipt is named before a bad delay, and the delay by
+		// the name the request gives it.
+		{&pb.SubscribeRequest{Topic: "t", Nack: []string{"y"}, NackDelayMs: -1}, `nack[0]: "y" is not a receipt`},
+		{&pb.SubscribeRequest{Topic: "t", Nack: []string{"000000000000000100000000.00000000000000ab"}, NackDelayMs: -1}, `nack_delay_ms`},
 	} {
 		st, err := c.Subscribe(ctx)
 		if err != nil {

@@ -148,7 +148,7 @@ func (s *Server) settle(ctx context.Context, list []string, op service.Op, nackD
 		if err := s.svc.CheckReceipts("receipts", rs); err != nil {
 			return nil, err
 		}
-		if err := service.ValidateNackDelay(nackDelayMs, s.cfg.Limits); err != nil {
+		if err := service.ValidateNackDelay("delay_ms", nackDelayMs, s.cfg.Limits); err != nil {
 			return nil, err
 		}
 	}

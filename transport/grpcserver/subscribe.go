@@ -173,7 +173,8 @@ type settlement struct {
 
 // checkSettlement checks and parses the acks and nacks req carries, on a
 // stream of group g: on a node of many groups, receipts of another group
-// are refused.
+// are refused. Fields are checked in order, ack, nack, then nack_delay_ms,
+// so the error names the first bad one.
 func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, error) {
 	var set settlement
 	if len(req.GetAck()) > 0 {
@@ -184,11 +185,11 @@ func (s *Server) checkSettlement(req *pb.SubscribeRequest, g int) (settlement, e
 		set.acks = rs
 	}
 	if len(req.GetNack()) > 0 {
-		if err := service.ValidateNackDelay(req.GetNackDelayMs(), s.cfg.Limits); err != nil {
-			return settlement{}, err
-		}
 		rs, err := s.streamReceipts("nack", req.GetNack(), g)
 		if err != nil {
+			return settlement{}, err
+		}
+		if err := service.ValidateNackDelay("nack_delay_ms", req.GetNackDelayMs(), s.cfg.Limits); err != nil {
 			return settlement{}, err
 		}
 		set.nacks, set.nackDelayMs = rs, req.GetNackDelayMs()

@@ -352,9 +352,10 @@ func ValidateReschedule(delayMs, deliverAtMs *int64, lim Limits, nowMs int64) (i
 	return ResolveDue("", delayMs, deliverAtMs, true, lim, nowMs)
 }
 
-// ValidateNackDelay checks the delay_ms of a nack.
-func ValidateNackDelay(delayMs int64, lim Limits) error {
-	return InRange("delay_ms", delayMs, 0, lim.MaxDelayMs, HumanMs(lim.MaxDelayMs))
+// ValidateNackDelay checks the delay of a nack, given as field (delay_ms
+// of a Nack call, nack_delay_ms of a Subscribe request).
+func ValidateNackDelay(field string, delayMs int64, lim Limits) error {
+	return InRange(field, delayMs, 0, lim.MaxDelayMs, HumanMs(lim.MaxDelayMs))
 }
 
 // ValidateDeadLimit checks the limit of a dead-letter listing; nil (left
