@@ -158,13 +158,11 @@ func (s *Server) settle(r *http.Request, op service.Op) (any, error) {
 		return nil, err
 	}
 	if op == service.OpNack {
+		// Checked before the request is split: it names no group, for
+		// a group's name in an error says that other groups' parts may
+		// be done, and none is.
 		if err := service.ValidateNackDelay("delay_ms", delayMs, s.cfg.Limits); err != nil {
-			if !rt.span {
-				return nil, err
-			}
-			// Refused as each group's part is: naming the first group.
-			groups, _ := service.Split(len(rs), func(i int) int { return rs[i].ID.Group() })
-			return nil, groupError(groups[0], ToError(err))
+			return nil, err
 		}
 	}
 	c, err := rt.rt.Settle(r.Context(), "receipts", op, rs, delayMs)
