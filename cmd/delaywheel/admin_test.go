@@ -248,10 +248,20 @@ func TestReserveTopicsDeadRedrive(t *testing.T) {
 		t.Fatalf("dead JSON: %+v", dr)
 	}
 	contains(t, n.mustRun(t, "redrive", "b", rr.Messages[0].ID), "redriven:", "1")
+	// Dead again, and redriven by a redrive that names no ids: every
+	// dead letter of the topic.
+	decodeJSON(t, n.mustRun(t, "reserve", "--json", "--ttr", "5s", "b"), &rr)
+	if len(rr.Messages) != 1 {
+		t.Fatalf("reserve after the redrive: %+v", rr)
+	}
+	n.AdvanceUntil(t, 100*time.Millisecond, "b's message to be dead again", func() bool {
+		dead, err := n.Client.Dead(t.Context(), "b", 0)
+		return err == nil && len(dead) == 1
+	})
 	var red api.RedriveResponse
 	decodeJSON(t, n.mustRun(t, "redrive", "--json", "b"), &red)
-	if red.Redriven != 0 {
-		t.Fatalf("redrive JSON: %+v", red)
+	if red.Redriven != 1 {
+		t.Fatalf("redrive JSON: %+v; want the one dead letter redriven", red)
 	}
 }
 

@@ -143,7 +143,11 @@ func (a *admin) redrive(c *cli.Context) error {
 		return err
 	}
 	topic := c.Args().Get(0)
-	n, err := s.api.Redrive(c.Context, topic, c.Args().Tail())
+	var ids []string // nil: every dead letter of the topic
+	if c.Args().Len() > 1 {
+		ids = c.Args().Tail()
+	}
+	n, err := s.api.Redrive(c.Context, topic, ids)
 	if err != nil {
 		return err
 	}

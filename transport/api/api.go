@@ -234,9 +234,10 @@ type DeadResponse struct {
 }
 
 // RedriveRequest is the optional body of POST /v1/topics/{topic}/dead/redrive;
-// no ids means every dead message of the topic.
+// no ids (nil, left out of the JSON) means every dead message of the
+// topic, an empty list none.
 type RedriveRequest struct {
-	IDs []string `json:"ids,omitempty"`
+	IDs []string `json:"ids,omitzero"`
 }
 
 // RedriveResponse answers a redrive.

@@ -221,8 +221,8 @@ func (c *Client) Dead(ctx context.Context, topic string, limit int) ([]api.Messa
 	return out.Messages, err
 }
 
-// Redrive moves dead messages of topic back to ready (all when ids is
-// empty) and returns how many moved.
+// Redrive moves dead messages of topic back to ready, those of ids (all
+// when ids is nil, none when it is empty), and returns how many moved.
 func (c *Client) Redrive(ctx context.Context, topic string, ids []string) (int, error) {
 	out, err := call[api.RedriveResponse](ctx, c, http.MethodPost, topicPath(topic, "dead", "redrive"), api.RedriveRequest{IDs: ids})
 	return out.Redriven, err

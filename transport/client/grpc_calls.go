@@ -108,10 +108,10 @@ func (g *GRPC) Dead(ctx context.Context, topic string, limit int) ([]api.Message
 	}, func(vs []api.MessageView) any { return api.DeadResponse{Messages: vs} })
 }
 
-// Redrive moves dead messages back to ready (all of topic's when ids is
-// empty) and returns how many moved.
+// Redrive moves dead messages of topic back to ready, those of ids (all
+// when ids is nil, none when it is empty), and returns how many moved.
 func (g *GRPC) Redrive(ctx context.Context, topic string, ids []string) (int, error) {
-	in := &pb.RedriveRequest{Topic: topic, Ids: ids, All: len(ids) == 0}
+	in := &pb.RedriveRequest{Topic: topic, Ids: ids, All: ids == nil}
 	return invoke(ctx, g, "Redrive", bind(pb.DelaywheelClient.Redrive, in), func(r *pb.RedriveResponse) int { return int(r.GetRedriven()) }, func(n int) any { return api.RedriveResponse{Redriven: n} })
 }
 

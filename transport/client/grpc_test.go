@@ -99,41 +99,59 @@ func TestGRPCClient(t *testing.T) {
 	}
 }
 
-// TestGRPCRedriveAll: the client's Redrive without ids asks for every dead
-// message (all), as the HTTP client's does, and with ids for those alone.
-func TestGRPCRedriveAll(t *testing.T) {
+// redriver is what TestRedrive calls, on either client.
+type redriver interface {
+	Enqueue(ctx context.Context, msgs []api.Message) ([]api.Result, error)
+	Reserve(ctx context.Context, topic string, req api.ReserveRequest) ([]api.Delivery, error)
+	Nack(ctx context.Context, receipts []string, delayMs int64) (api.NackResponse, error)
+	Dead(ctx context.Context, topic string, limit int) ([]api.MessageView, error)
+	Redrive(ctx context.Context, topic string, ids []string) (int, error)
+}
+
+// TestRedrive: over either protocol, Redrive with an empty list of ids
+// redrives none, with ids those alone, and with nil every dead message of
+// the topic.
+func TestRedrive(t *testing.T) {
 	kn, g := startGRPC(t)
-	ctx := t.Context()
-	msgs := messages(3, "d")
-	for i := range msgs {
-		msgs[i].MaxAttempts = api.Ptr(int32(1))
-	}
-	if _, err := g.Enqueue(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := g.Reserve(ctx, "d", api.ReserveRequest{Max: api.Ptr(3)})
-	if err != nil || len(ds) != 3 {
-		t.Fatalf("reserve: %v %v", ds, err)
-	}
-	var receipts []string
-	for _, d := range ds {
-		receipts = append(receipts, d.Receipt)
-	}
-	if _, err := g.Nack(ctx, receipts, 0); err != nil {
-		t.Fatal(err)
-	}
-	kn.AdvanceUntil(t, 100*time.Millisecond, "three dead letters", func() bool {
-		dead, err := g.Dead(ctx, "d", 10)
-		return err == nil && len(dead) == 3
-	})
-	if dead, err := g.Dead(ctx, "d", -1); err != nil || len(dead) != 3 {
-		t.Fatalf("dead letters with a limit of -1, as over HTTP the server's default: %d %v", len(dead), err)
-	}
-	if n, err := g.Redrive(ctx, "d", []string{ds[0].ID}); err != nil || n != 1 {
-		t.Fatalf("redrive of one id: %d %v", n, err)
-	}
-	if n, err := g.Redrive(ctx, "d", nil); err != nil || n != 2 {
-		t.Fatalf("redrive without ids: %d %v; want the other 2", n, err)
+	for proto, c := range map[string]redriver{"http": client.New(kn.URL), "grpc": g} {
+		t.Run(proto, func(t *testing.T) {
+			ctx := t.Context()
+			topic := "d-" + proto
+			msgs := messages(3, topic)
+			for i := range msgs {
+				msgs[i].MaxAttempts = api.Ptr(int32(1))
+			}
+			if _, err := c.Enqueue(ctx, msgs); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := c.Reserve(ctx, topic, api.ReserveRequest{Max: api.Ptr(3)})
+			if err != nil || len(ds) != 3 {
+				t.Fatalf("reserve: %v %v", ds, err)
+			}
+			var receipts []string
+			for _, d := range ds {
+				receipts = append(receipts, d.Receipt)
+			}
+			if _, err := c.Nack(ctx, receipts, 0); err != nil {
+				t.Fatal(err)
+			}
+			kn.AdvanceUntil(t, 100*time.Millisecond, "three dead letters", func() bool {
+				dead, err := c.Dead(ctx, topic, 10)
+				return err == nil && len(dead) == 3
+			})
+			if dead, err := c.Dead(ctx, topic, -1); err != nil || len(dead) != 3 {
+				t.Fatalf("dead letters with a limit of -1, the server's default: %d %v", len(dead), err)
+			}
+			if n, err := c.Redrive(ctx, topic, []string{}); err != nil || n != 0 {
+				t.Fatalf("redrive of an empty list: %d %v; want none", n, err)
+			}
+			if n, err := c.Redrive(ctx, topic, []string{ds[0].ID}); err != nil || n != 1 {
+				t.Fatalf("redrive of one id: %d %v", n, err)
+			}
+			if n, err := c.Redrive(ctx, topic, nil); err != nil || n != 2 {
+				t.Fatalf("redrive without ids: %d %v; want the other 2", n, err)
+			}
+		})
 	}
 }
 
