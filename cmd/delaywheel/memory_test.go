@@ -88,6 +88,9 @@ func TestServerMemoryFlags(t *testing.T) {
 		{args: []string{"--max-body-bytes", "50331649"}, flag: "--max-body-bytes 50331649: want at least 1 byte and at most 50331648"},
 		{env: "DELAYWHEEL_MAX_REQUEST_BYTES=67108864", flag: "--max-request-bytes 67108864: want at least 1 byte and at most 50331648"},
 		{env: "DELAYWHEEL_COMMIT_LINGER=-1ms", flag: "--commit-linger"},
+		{args: []string{"--max-delay", "0s"}, flag: "--max-delay 0s: want at least 1ms"},
+		{env: "DELAYWHEEL_MAX_DELAY=500us", flag: "--max-delay 500µs: want at least 1ms"},
+		{args: []string{"--max-delay", "-1h"}, flag: "--max-delay -1h0m0s: want at least 1ms"},
 	} {
 		t.Run(strings.Join(append(c.args, c.env), " "), func(t *testing.T) {
 			if k, v, ok := strings.Cut(c.env, "="); ok {

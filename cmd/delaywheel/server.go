@@ -112,6 +112,10 @@ func runServer(c *cli.Context) error {
 	if c.Duration("commit-linger") < 0 {
 		return fmt.Errorf("--commit-linger %v: want 0 or more", c.Duration("commit-linger"))
 	}
+	if d := c.Duration("max-delay"); d < time.Millisecond {
+		// A limit under the API's unit would refuse every delay but 0.
+		return fmt.Errorf("--max-delay %v: want at least 1ms", d)
+	}
 	if c.Uint64("ready-max-lag") == 0 {
 		return errors.New("--ready-max-lag 0: want at least 1 entry")
 	}
