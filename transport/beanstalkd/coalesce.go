@@ -35,9 +35,10 @@ type reserved struct {
 	err error
 }
 
-// reserveOne takes a due job of tube, waiting up to wait for one.
-func (s *Server) reserveOne(ctx context.Context, tube string, wait time.Duration) (model.Delivery, bool, error) {
-	if wait <= 0 {
+// reserveOne takes a due job of tube, waiting for one until the clock
+// reads until (not at all when it does already).
+func (s *Server) reserveOne(ctx context.Context, tube string, until time.Time) (model.Delivery, bool, error) {
+	if !until.After(s.cfg.Now()) {
 		ds, err := s.be.Reserve(ctx, tube, 1, 0)
 		if err != nil || len(ds) == 0 {
 			return model.Delivery{}, false, err
@@ -47,12 +48,10 @@ func (s *Server) reserveOne(ctx context.Context, tube string, wait time.Duration
 	r := s.reserves(tube)
 	ch := make(chan reserved, 1)
 	r.join(ch)
-	t := time.NewTimer(wait)
-	defer t.Stop()
 	var got reserved
 	select {
 	case got = <-ch:
-	case <-t.C:
+	case <-s.cfg.At(until):
 		if _, left := r.leave(ch); left {
 			return model.Delivery{}, false, nil
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/command"
 	"github.com/delaywheel/delaywheel/wheel/model"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // fakeBackend is an in-memory Backend with the node's semantics, on a
@@ -36,11 +37,30 @@ type fakeBackend struct {
 	ackGate  chan struct{}             // when set, each AckEach waits for a value from it
 	ackWait  int                       // the AckEach calls waiting at ackGate
 	ackFail  func(model.Receipt) error // when set, the receipts' own AckEach failures (mu held)
+	clock    *wheeltest.FakeClock      // the timers of At, moved with now
+	armed    []time.Time               // the instant of each At
 }
 
 func newFake() *fakeBackend {
-	return &fakeBackend{now: time.Unix(1_700_000_000, 0), msgs: map[model.ID]*wheel.View{}, changed: make(chan struct{}),
-		group: func(string) int { return 0 }}
+	now := time.Unix(1_700_000_000, 0)
+	return &fakeBackend{now: now, msgs: map[model.ID]*wheel.View{}, changed: make(chan struct{}),
+		group: func(string) int { return 0 }, clock: wheeltest.NewFakeClock(now)}
+}
+
+// At is a timer on the fake's clock, for Config.At: it fires once advance
+// has moved the clock to t.
+func (f *fakeBackend) At(t time.Time) <-chan time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.armed = append(f.armed, t)
+	return f.clock.At(t)
+}
+
+// timers returns the instants of the timers armed so far.
+func (f *fakeBackend) timers() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.armed)
 }
 
 func (f *fakeBackend) Now() time.Time {
@@ -54,6 +74,7 @@ func (f *fakeBackend) advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
+	f.clock.Set(f.now)
 	f.notify()
 }
 

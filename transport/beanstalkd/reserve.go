@@ -14,12 +14,19 @@ import (
 // (also when the client closes its side meanwhile), DEADLINE_SOON when a
 // job this connection holds is about to time out, or DRAINING when the
 // server shuts down meanwhile.
+//
+// The timeout of reserve-with-timeout is a deadline, read once on the
+// configured clock: each wait lasts until the deadline at most, and the
+// reserve answers TIMED_OUT once the clock reads the deadline, whatever
+// the work done between the waits and however early they end. A timeout
+// of 0 tries once and answers at once.
 func (c *conn) reserve(cmd Command) {
-	remaining := time.Duration(-1) // no timeout
-	if cmd.Op == OpReserveWithTimeout {
-		remaining = time.Duration(cmd.Timeout) * time.Second
+	timed := cmd.Op == OpReserveWithTimeout
+	var deadline time.Time
+	if timed {
+		deadline = c.s.cfg.Now().Add(time.Duration(cmd.Timeout) * time.Second)
 	}
-	if remaining != 0 {
+	if !timed || cmd.Timeout != 0 {
 		defer c.watchHangup()()
 	}
 	owed := c.flushLater()
@@ -34,12 +41,12 @@ func (c *conn) reserve(cmd Command) {
 			c.reply("DEADLINE_SOON")
 			return
 		}
-		wait := c.s.cfg.MaxWait
-		if remaining >= 0 {
-			wait = min(wait, remaining)
+		until := now.Add(c.s.cfg.MaxWait)
+		if timed {
+			until = earliest(until, deadline)
 		}
 		if holding {
-			wait = min(wait, soon.Add(-deadlineSoon).Sub(now))
+			until = earliest(until, soon.Add(-deadlineSoon))
 		}
 		tubes, pauseEnd := c.reservable(now)
 		var (
@@ -49,11 +56,11 @@ func (c *conn) reserve(cmd Command) {
 		)
 		if len(tubes) == 0 {
 			if !pauseEnd.IsZero() {
-				wait = min(wait, pauseEnd.Sub(now))
+				until = earliest(until, pauseEnd)
 			}
-			c.sleep(wait)
+			c.sleepUntil(until)
 		} else {
-			d, ok, err = c.reserveAny(c.ctx, tubes, wait)
+			d, ok, err = c.reserveAny(c.ctx, tubes, until)
 		}
 		if c.ctx.Err() != nil && c.hungUp.Load() {
 			owed()
@@ -84,22 +91,26 @@ func (c *conn) reserve(cmd Command) {
 		case errors.Is(err, model.ErrNotLeader), errors.Is(err, model.ErrUnavailable):
 			// A leader change: ask again once there is a leader.
 			c.s.log.Debug("beanstalkd: reserve waits for a leader", "err", err)
-			wait = min(retryPause, max(wait, 0))
-			c.sleep(wait)
+			c.sleepUntil(earliest(until, c.s.cfg.Now().Add(retryPause)))
 		case err != nil:
 			owed()
 			c.fail("reserve", err)
 			return
 		}
-		if remaining >= 0 {
-			remaining -= max(wait, 0)
-			if remaining <= 0 {
-				owed()
-				c.reply("TIMED_OUT")
-				return
-			}
+		if timed && !c.s.cfg.Now().Before(deadline) {
+			owed()
+			c.reply("TIMED_OUT")
+			return
 		}
 	}
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // lastReserve answers the reserve of a client that closed its side while
@@ -108,7 +119,7 @@ func (c *conn) reserve(cmd Command) {
 func (c *conn) lastReserve(tubes []string, got model.Delivery, ok bool) {
 	if !ok && len(tubes) > 0 {
 		ctx, cancel := c.callCtx()
-		got, ok, _ = c.reserveAny(ctx, tubes, 0)
+		got, ok, _ = c.reserveAny(ctx, tubes, time.Time{})
 		cancel()
 	}
 	if !ok || !c.hold(got) {
@@ -185,15 +196,19 @@ func (c *conn) waiting(n int) {
 	})
 }
 
-// sleep waits d, or until the server drains.
+// sleep waits d on the configured clock, or until the server drains.
 func (c *conn) sleep(d time.Duration) {
-	if d <= 0 {
+	c.sleepUntil(c.s.cfg.Now().Add(d))
+}
+
+// sleepUntil waits until the configured clock reads t, or until the
+// server drains.
+func (c *conn) sleepUntil(t time.Time) {
+	if !t.After(c.s.cfg.Now()) {
 		return
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-c.s.cfg.At(t):
 	case <-c.ctx.Done():
 	}
 }
@@ -214,22 +229,22 @@ func (c *conn) reservable(now time.Time) (tubes []string, pauseEnd time.Time) {
 	return tubes, pauseEnd
 }
 
-// reserveAny takes a due job of one of tubes, waiting up to wait while ctx
-// lasts. Over several tubes it first takes what is due now, in watch
-// order, then waits on every tube at once (each may be in another group,
-// led by another node) and keeps the first job; one that another tube
-// handed out meanwhile goes back at once.
-func (c *conn) reserveAny(ctx context.Context, tubes []string, wait time.Duration) (model.Delivery, bool, error) {
-	wait = max(wait, 0)
+// reserveAny takes a due job of one of tubes, waiting until the clock
+// reads until (not at all when it does already) while ctx lasts. Over
+// several tubes it first takes what is due now, in watch order, then
+// waits on every tube at once (each may be in another group, led by
+// another node) and keeps the first job; one that another tube handed
+// out meanwhile goes back at once.
+func (c *conn) reserveAny(ctx context.Context, tubes []string, until time.Time) (model.Delivery, bool, error) {
 	if len(tubes) == 1 {
-		return c.s.reserveOne(ctx, tubes[0], wait)
+		return c.s.reserveOne(ctx, tubes[0], until)
 	}
 	for _, t := range tubes {
-		if d, ok, err := c.s.reserveOne(ctx, t, 0); ok || err != nil {
+		if d, ok, err := c.s.reserveOne(ctx, t, time.Time{}); ok || err != nil {
 			return d, ok, err
 		}
 	}
-	if wait == 0 {
+	if !until.After(c.s.cfg.Now()) {
 		return model.Delivery{}, false, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -242,7 +257,7 @@ func (c *conn) reserveAny(ctx context.Context, tubes []string, wait time.Duratio
 	results := make(chan result, len(tubes))
 	for _, t := range tubes {
 		go func() {
-			d, ok, err := c.s.reserveOne(ctx, t, wait)
+			d, ok, err := c.s.reserveOne(ctx, t, until)
 			results <- result{d, ok, err}
 		}()
 	}

@@ -45,6 +45,10 @@ type Config struct {
 	MaxAttempts int32
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// At returns a channel that receives once Now reads t or later: what
+	// a waiting reserve waits on. When nil, a wall-clock timer for the
+	// span from Now's reading to t.
+	At func(t time.Time) <-chan time.Time
 }
 
 // DefaultConfig returns the default configuration.
@@ -65,6 +69,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = d.Now
+	}
+	if c.At == nil {
+		now := c.Now
+		c.At = func(t time.Time) <-chan time.Time { return time.After(t.Sub(now())) }
 	}
 	for _, f := range []struct{ v, def *int }{{&c.MaxJobSize, &d.MaxJobSize}, {&c.MaxConns, &d.MaxConns}, {&c.MaxWatched, &d.MaxWatched}} {
 		if *f.v <= 0 {
