@@ -25,6 +25,9 @@ import (
 type leadershipLease struct {
 	n     *Node
 	clock wheel.Clock
+	// verify runs one round of heartbeats: nil when a quorum followed this
+	// leader at some instant after the call.
+	verify func() error
 
 	// confirmedNs is the latest instant (clock nanoseconds) at which a
 	// quorum is known to have followed this leader; revoked turns the lease
@@ -37,7 +40,7 @@ type leadershipLease struct {
 }
 
 func newLeadershipLease(n *Node) *leadershipLease {
-	return &leadershipLease{n: n, clock: n.clock}
+	return &leadershipLease{n: n, clock: n.clock, verify: func() error { return n.raft.VerifyLeader().Error() }}
 }
 
 // held reports whether a quorum confirmed this leader recently enough that
@@ -99,19 +102,27 @@ func (l *leadershipLease) stop() {
 }
 
 // confirmLoop keeps the lease fresh while the log is idle, with a round of
-// heartbeats every fifth of a heartbeat timeout.
+// heartbeats every fifth of a heartbeat timeout. Rounds start at multiples
+// of that period from the loop's start: a slow round delays no later one,
+// and one that outlasts the period skips the instants it ran past rather
+// than running rounds back to back to catch up.
 func (l *leadershipLease) confirmLoop(ctx context.Context) {
 	defer l.wg.Done()
 	every := max(l.n.cfg.HeartbeatTimeout/5, time.Millisecond)
-	for {
+	origin := l.clock.Now()
+	for slot := int64(0); ; {
 		start := l.clock.Now()
-		if err := l.n.raft.VerifyLeader().Error(); err == nil {
+		if err := l.verify(); err == nil {
 			l.confirmed(start)
+		}
+		slot++
+		if past := l.clock.Now().Sub(origin); past > time.Duration(slot)*every {
+			slot = int64((past + every - 1) / every) // the first instant not yet past
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.clock.After(every):
+		case <-l.clock.At(origin.Add(time.Duration(slot) * every)):
 		}
 	}
 }

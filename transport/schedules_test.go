@@ -83,6 +83,46 @@ func TestScheduleOccurrenceDelivered(t *testing.T) {
 	}
 }
 
+// Each cron descriptor API.md and the OpenAPI document name is accepted
+// and fires at the start of its period; another is a 400 naming cron.
+func TestScheduleCronDescriptors(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	// The clock reads Friday 2024-11-22 03:20 UTC.
+	day := func(y int, m time.Month, d, h int) int64 { return time.Date(y, m, d, h, 0, 0, 0, time.UTC).UnixMilli() }
+	for _, tc := range []struct {
+		cron string
+		next int64
+	}{
+		{"@yearly", day(2025, 1, 1, 0)},
+		{"@annually", day(2025, 1, 1, 0)},
+		{"@monthly", day(2024, 12, 1, 0)},
+		{"@weekly", day(2024, 11, 24, 0)}, // Sunday
+		{"@daily", day(2024, 11, 23, 0)},
+		{"@midnight", day(2024, 11, 23, 0)},
+		{"@hourly", day(2024, 11, 22, 4)},
+	} {
+		t.Run(tc.cron, func(t *testing.T) {
+			s, err := e.c.SetSchedule(ctx, "d", api.ScheduleRequest{Topic: "t", Cron: tc.cron})
+			check(t, "set", err)
+			if s.Cron != tc.cron || s.NextAtMs == nil || *s.NextAtMs != tc.next {
+				t.Fatalf("set: %+v; want next %d", s, tc.next)
+			}
+		})
+	}
+	for _, bad := range []string{"@fortnightly", "@every 1h"} {
+		t.Run(bad, func(t *testing.T) {
+			a := e.do(http.MethodPut, "/v1/schedules/d", `{"topic":"t","cron":"`+bad+`"}`, "Content-Type", "application/json")
+			if a.status != http.StatusBadRequest {
+				t.Fatalf("status %d: %s", a.status, a.body)
+			}
+			if msg := a.errBody(t).Message; !strings.HasPrefix(msg, "cron: ") {
+				t.Fatalf("message %q does not name cron", msg)
+			}
+		})
+	}
+}
+
 // Bad input is answered 400 naming the field, and nothing is stored.
 func TestScheduleBadInput(t *testing.T) {
 	e := newEnv(t)

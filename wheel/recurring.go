@@ -41,8 +41,14 @@ func OccurrenceKey(name string, ms int64) string {
 	return fmt.Sprintf("schedule:%s:%d", name, ms)
 }
 
+// cronDescriptors are the shorthands the parser takes for a whole
+// expression, written exactly so (lowercase, alone): each fires at the
+// start of its period in the schedule's time zone, @weekly on Sundays.
+// @every is refused: every_ms sets a fixed interval.
+var cronDescriptors = [...]string{"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+
 // cronParser takes five fields, or six with seconds first, and the
-// descriptors (@daily, @hourly, …) but not @every, which every_ms covers.
+// descriptors (cronDescriptors) but not @every, which every_ms covers.
 func cronParser() cron.Parser {
 	return cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 }
@@ -155,7 +161,7 @@ func newRecurrence(zs zoneSource, sp *command.ScheduleSpec, start int64) (*recur
 	}
 	spec, err := zs.cron(sp.Cron)
 	if err != nil {
-		return nil, bad("cron: %q: %v (want five fields, minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; or six with seconds 0-59 first; or @yearly, @monthly, @weekly, @daily, @hourly)", sp.Cron, err)
+		return nil, bad("cron: %q: %v (want five fields, minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; or six with seconds 0-59 first; or one of %s)", sp.Cron, err, strings.Join(cronDescriptors[:], ", "))
 	}
 	r.spec, r.loc = spec, loc
 	return r, nil

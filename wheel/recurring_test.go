@@ -101,6 +101,63 @@ func TestCronParsing(t *testing.T) {
 	}
 }
 
+// Each descriptor the API documents is accepted as a whole cron
+// expression and fires at the start of its period in the schedule's time
+// zone; any other word after @ is refused naming the cron field, with the
+// list of those accepted.
+func TestCronDescriptors(t *testing.T) {
+	from := at(t, "UTC", "2026-11-27 10:00:00") // a Friday; 11:00 in Berlin
+	documented := map[string]string{            // the first occurrence after from, Europe/Berlin (UTC+1)
+		"@yearly":   "2026-12-31 23:00:00.000Z",
+		"@annually": "2026-12-31 23:00:00.000Z",
+		"@monthly":  "2026-11-30 23:00:00.000Z",
+		"@weekly":   "2026-11-28 23:00:00.000Z", // Sunday's midnight
+		"@daily":    "2026-11-27 23:00:00.000Z",
+		"@midnight": "2026-11-27 23:00:00.000Z",
+		"@hourly":   "2026-11-27 11:00:00.000Z",
+	}
+	if len(documented) != len(cronDescriptors) {
+		t.Fatalf("documented %d descriptors, the parser takes %v", len(documented), cronDescriptors)
+	}
+	for _, d := range cronDescriptors {
+		want, ok := documented[d]
+		if !ok {
+			t.Fatalf("%s is taken but not documented", d)
+		}
+		t.Run(d, func(t *testing.T) {
+			sp := command.ScheduleSpec{Name: "s", Topic: "t", Cron: d, Timezone: "Europe/Berlin"}
+			if err := ValidateSchedule(&sp, from); err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if got := occurrences(mustRecurrence(t, sp), from, 1); len(got) != 1 || got[0] != want {
+				t.Fatalf("first occurrence %v, want %s", got, want)
+			}
+		})
+	}
+	for _, tc := range []struct{ expr, err string }{
+		{"@fortnightly", "unrecognized descriptor"},
+		{"@Daily", "unrecognized descriptor"},
+		{"@daily 9", "unrecognized descriptor"},
+		{"@every 1h", "use every_ms"},
+	} {
+		t.Run(tc.expr, func(t *testing.T) {
+			sp := command.ScheduleSpec{Name: "s", Topic: "t", Cron: tc.expr}
+			err := ValidateSchedule(&sp, from)
+			if !errors.Is(err, model.ErrInvalid) || !strings.HasPrefix(err.Error(), model.ErrInvalid.Error()+": cron: ") || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("err = %v; want ErrInvalid naming cron, containing %q", err, tc.err)
+			}
+			if tc.err == "use every_ms" {
+				return
+			}
+			for _, d := range cronDescriptors {
+				if !strings.Contains(err.Error(), d) {
+					t.Errorf("err = %v; it does not list %s", err, d)
+				}
+			}
+		})
+	}
+}
+
 // TestCronDaylightSaving checks both transitions in two zones: a wall-clock
 // time the clocks spring over is skipped that day (the library does so),
 // and one that happens twice as they fall back fires once, at its first

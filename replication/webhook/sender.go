@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,16 @@ const (
 	HeaderDeliverAt = "Delaywheel-Deliver-At"
 	HeaderSignature = "Delaywheel-Signature"
 )
+
+// senderPrefix begins the name of every header the sender sets; a
+// message header so named is left out of the request.
+const senderPrefix = "Delaywheel-"
+
+// hasSenderPrefix reports whether name begins with senderPrefix, in any
+// letter case.
+func hasSenderPrefix(name string) bool {
+	return len(name) >= len(senderPrefix) && strings.EqualFold(name[:len(senderPrefix)], senderPrefix)
+}
 
 // Outcomes of a request, as the metrics count them.
 const (
@@ -423,10 +434,20 @@ func (ts *topicSender) post(d model.Delivery) string {
 		}
 	}
 	for k, v := range d.Headers {
-		// The enqueue refuses such a header; one stored before the rule is
-		// left out, as the client would refuse the whole request for it.
-		if err := api.CheckHeader(k, v); err != nil {
-			why := err.Error()
+		var why string
+		switch err := api.CheckHeader(k, v); {
+		case err != nil:
+			// The enqueue refuses such a header; one stored before the
+			// rule is left out, as the client would refuse the whole
+			// request for it.
+			why = err.Error()
+		case hasSenderPrefix(k):
+			// The sender's headers are its own: a message's
+			// Delaywheel-Signature would pass for the sender's when the
+			// webhook has no secret.
+			why = "name is reserved: the sender sets " + senderPrefix + "* headers itself"
+		}
+		if why != "" {
 			ts.s.repeats.Log(ts.s.cfg.Logger, slog.LevelWarn, "header\x00"+h.Topic+"\x00"+k+"\x00"+why,
 				"webhook: a message header is left out of the request", "topic", h.Topic,
 				"id", d.ID.String(), "header", k, "why", why)

@@ -367,6 +367,58 @@ func TestUnsendableHeadersAreLeftOut(t *testing.T) {
 	}
 }
 
+// A message header named like the sender's own (Delaywheel-*, in any
+// letter case) is left out of the request, with a warning: the receiver
+// sees the sender's Delaywheel-Id and Delaywheel-Signature, or none when
+// the webhook has no secret, never the message's forged ones.
+func TestMessageCannotSetSenderHeaders(t *testing.T) {
+	for _, secret := range []string{"", "s3cret"} {
+		t.Run("secret="+secret, func(t *testing.T) {
+			got := make(chan http.Header, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+			defer srv.Close()
+			var logged strings.Builder
+			var logMu sync.Mutex
+			n := newFake()
+			s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
+			defer s.Stop()
+			s.Reconcile(func() []command.Webhook {
+				return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1, Secret: secret}}
+			})
+			d := delivery(1)
+			d.Headers = map[string]string{"delaywheel-signature": "forged", "Delaywheel-Id": "x", "DELAYWHEEL-EXTRA": "y", "X-Ok": "yes"}
+			n.st.ch <- []model.Delivery{d}
+			n.settled(t)
+			var h http.Header
+			select {
+			case h = <-got:
+			default:
+				t.Fatal("the message was settled without a request reaching the receiver")
+			}
+			wantSig := ""
+			if secret != "" {
+				wantSig = Sign(secret, d.ID.String(), d.DeliverAtMs, d.Body)
+			}
+			if ids := h.Values(HeaderID); len(ids) != 1 || ids[0] != d.ID.String() {
+				t.Errorf("%s %q, want [%s]", HeaderID, ids, d.ID)
+			}
+			if sigs := h.Values(HeaderSignature); (wantSig == "" && len(sigs) != 0) || (wantSig != "" && (len(sigs) != 1 || sigs[0] != wantSig)) {
+				t.Errorf("%s %q, want %q", HeaderSignature, sigs, wantSig)
+			}
+			if h.Get("Delaywheel-Extra") != "" || h.Get("X-Ok") != "yes" {
+				t.Errorf("request headers %v", h)
+			}
+			logMu.Lock()
+			defer logMu.Unlock()
+			for _, name := range []string{"header=delaywheel-signature", "header=Delaywheel-Id", "header=DELAYWHEEL-EXTRA"} {
+				if !strings.Contains(logged.String(), name) {
+					t.Errorf("no warning naming %s in %q", name, logged.String())
+				}
+			}
+		})
+	}
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  io.Writer

@@ -1,8 +1,8 @@
 package api
 
 // ScheduleRequest is the body of PUT /v1/schedules/{name}: set cron (five
-// fields, or six with seconds first) with an optional IANA timezone, or
-// every_ms, not both.
+// fields, or six with seconds first, or a descriptor such as @daily; see
+// API.md) with an optional IANA timezone, or every_ms, not both.
 type ScheduleRequest struct {
 	Topic    string `json:"topic"`
 	Cron     string `json:"cron,omitempty"`
