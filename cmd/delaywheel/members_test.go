@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,10 +71,17 @@ func TestRemovedWhileDownRejoins(t *testing.T) {
 }
 
 func testRemovedWhileDownRejoins(t *testing.T, groups int) {
+	// Each node's addresses are held from their choice until the node
+	// binds them, and n3's again while it is down: the servers start one
+	// after another, seconds apart on a busy machine, and a port left free
+	// meanwhile may be taken by another process.
 	var raftAddrs, httpAddrs, dirs, members []string
+	var held []*heldAddrs
 	for i := range 3 {
-		raftAddrs = append(raftAddrs, nettest.FreeAddr(t))
-		httpAddrs = append(httpAddrs, nettest.FreeAddr(t))
+		h := holdFreeAddrs(t, 2)
+		held = append(held, h)
+		raftAddrs = append(raftAddrs, h.addrs[0])
+		httpAddrs = append(httpAddrs, h.addrs[1])
 		dirs = append(dirs, t.TempDir())
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raftAddrs[i]))
 	}
@@ -82,6 +91,7 @@ func testRemovedWhileDownRejoins(t *testing.T, groups int) {
 	}
 	var stops []func()
 	for i := range 3 {
+		held[i].release()
 		stops = append(stops, startServer(t, httpAddrs[i], args(i, "--initial-cluster", strings.Join(members, ","))...))
 	}
 	ctx := t.Context()
@@ -97,10 +107,12 @@ func testRemovedWhileDownRejoins(t *testing.T, groups int) {
 		return err == nil && slices.ContainsFunc(v.Nodes, func(m api.NodeStatus) bool { return m.ID == "n3" && m.HTTPAddr == httpAddrs[2] })
 	})
 	stops[2]()
+	down := holdAddrs(t, raftAddrs[2], httpAddrs[2])
 	nettest.WaitFor(t, 30*time.Second, "n3 to be removed while it is down", func() bool {
 		_, err := run(t, "remove-node", "--addr", "http://"+httpAddrs[0], "n3")
 		return err == nil
 	})
+	down.release()
 	startServer(t, httpAddrs[2], args(2, "--join", httpAddrs[0])...)
 	nettest.WaitFor(t, 30*time.Second, "n3 to be added back and ready", func() bool { return n3.Readyz(ctx) == nil })
 	v, err := cl.Cluster(ctx)
@@ -110,4 +122,76 @@ func testRemovedWhileDownRejoins(t *testing.T, groups int) {
 	if !slices.ContainsFunc(v.Nodes, func(m api.NodeStatus) bool { return m.ID == "n3" }) {
 		t.Fatalf("members after n3 rejoined: %+v, want n3", v.Nodes)
 	}
+}
+
+// heldAddrs are loopback addresses held for a server that has not bound
+// them yet: each is listened on, and a connection to it is reset at once,
+// as one to a stopped node is refused, until release.
+type heldAddrs struct {
+	addrs []string
+	lns   []net.Listener
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// holdFreeAddrs chooses n free loopback addresses (nettest.FreeAddr) and
+// holds them until release or the end of the test. An address another
+// process takes between its choice and its hold is chosen again.
+func holdFreeAddrs(t *testing.T, n int) *heldAddrs {
+	t.Helper()
+	h := &heldAddrs{}
+	t.Cleanup(h.release)
+	for len(h.addrs) < n {
+		addr := nettest.FreeAddr(t)
+		if err := h.listen(addr); err != nil {
+			continue
+		}
+		h.addrs = append(h.addrs, addr)
+	}
+	return h
+}
+
+// holdAddrs holds addrs, those of a stopped server, until release or the
+// end of the test.
+func holdAddrs(t *testing.T, addrs ...string) *heldAddrs {
+	t.Helper()
+	h := &heldAddrs{addrs: addrs}
+	t.Cleanup(h.release)
+	for _, addr := range addrs {
+		if err := h.listen(addr); err != nil {
+			t.Fatalf("hold the address of a stopped server: %v", err)
+		}
+	}
+	return h
+}
+
+func (h *heldAddrs) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("hold %s: %w", addr, err)
+	}
+	h.lns = append(h.lns, ln)
+	h.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // released
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // reset, as a node that is not there
+			}
+			c.Close()
+		}
+	})
+	return nil
+}
+
+// release lets the addresses go, for the server about to bind them.
+func (h *heldAddrs) release() {
+	h.once.Do(func() {
+		for _, ln := range h.lns {
+			ln.Close()
+		}
+		h.wg.Wait()
+	})
 }

@@ -31,6 +31,14 @@ type groupsGRPC struct {
 
 // startGroupsGRPC starts 3 nodes of groups Raft groups, each led by its
 // preferred node (GroupsCluster.Spread), with a gRPC server a node.
+//
+// The tests send each call once and name the leaders Spread left, so the
+// leaderships must hold for the whole test. All the nodes share one
+// process: on a busy machine it can stall for half a second, past the
+// default timeouts (a leader steps down once a quorum has not answered
+// for half a heartbeat timeout), and every group would elect again,
+// answering meanwhile that it knows no leader. The timeouts here outlast
+// such a stall.
 func startGroupsGRPC(t *testing.T, groups int) *groupsGRPC {
 	t.Helper()
 	lns := map[string]net.Listener{}
@@ -39,6 +47,7 @@ func startGroupsGRPC(t *testing.T, groups int) *groupsGRPC {
 	}
 	c := transporttest.StartGroups(t, 3, groups, transporttest.Options{Replication: func(cfg *replication.Config) {
 		cfg.GRPCAddr = lns[cfg.ID].Addr().String()
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 2*time.Second, 2*time.Second
 	}})
 	c.Spread(t)
 	gg := &groupsGRPC{c: c}
