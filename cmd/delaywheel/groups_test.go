@@ -148,13 +148,18 @@ func TestAddrListNoneAnswers(t *testing.T) {
 // returns their HTTP addresses and clients.
 func startCluster(t *testing.T, n, groups int) (httpAddrs []string, cls []*client.Client) {
 	t.Helper()
+	// Each node's addresses are held until it binds them (holdFreeAddrs).
 	var raft, members []string
+	var held []*heldAddrs
 	for i := range n {
-		raft = append(raft, nettest.FreeAddr(t))
-		httpAddrs = append(httpAddrs, nettest.FreeAddr(t))
+		h := holdFreeAddrs(t, 2)
+		held = append(held, h)
+		raft = append(raft, h.addrs[0])
+		httpAddrs = append(httpAddrs, h.addrs[1])
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
 	}
 	for i := range n {
+		held[i].release()
 		startServer(t, httpAddrs[i], "--node-id", fmt.Sprintf("n%d", i+1), "--data-dir", t.TempDir(), "--raft-addr", raft[i],
 			"--initial-cluster", strings.Join(members, ","), "--groups", fmt.Sprint(groups))
 	}
