@@ -328,27 +328,7 @@ func TestEndedStreamIsReopened(t *testing.T) {
 // refuse the whole request, and every attempt would fail alike until the
 // message went dead.
 func TestUnsendableHeadersAreLeftOut(t *testing.T) {
-	got := make(chan http.Header, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
-	defer srv.Close()
-	var logged strings.Builder
-	var logMu sync.Mutex
-	n := newFake()
-	s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
-	defer s.Stop()
-	s.Reconcile(func() []command.Webhook {
-		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1}}
-	})
-	d := delivery(1)
-	d.Headers = map[string]string{"a b": "v", "X-Injected": "a\r\nEvil: 1", "Content-Length": "99", "X-Ok": "yes"}
-	n.st.ch <- []model.Delivery{d}
-	n.settled(t)
-	var h http.Header
-	select {
-	case h = <-got:
-	default:
-		t.Fatal("the message was settled without a request reaching the receiver")
-	}
+	_, h, n, logged := deliverWithHeaders(t, "", map[string]string{"a b": "v", "X-Injected": "a\r\nEvil: 1", "Content-Length": "99", "X-Ok": "yes"})
 	if h.Get("X-Ok") != "yes" || h.Get("X-Injected") != "" || h.Get("Evil") != "" || h.Get("Content-Length") == "99" {
 		t.Fatalf("request headers %v", h)
 	}
@@ -358,11 +338,9 @@ func TestUnsendableHeadersAreLeftOut(t *testing.T) {
 	if acks != 1 {
 		t.Fatalf("%d acks, want 1", acks)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
 	for _, name := range []string{`header="a b"`, "header=X-Injected", "header=Content-Length"} {
-		if !strings.Contains(logged.String(), name) {
-			t.Errorf("no warning naming %s in %q", name, logged.String())
+		if !strings.Contains(logged(), name) {
+			t.Errorf("no warning naming %s in %q", name, logged())
 		}
 	}
 }
@@ -374,27 +352,7 @@ func TestUnsendableHeadersAreLeftOut(t *testing.T) {
 func TestMessageCannotSetSenderHeaders(t *testing.T) {
 	for _, secret := range []string{"", "s3cret"} {
 		t.Run("secret="+secret, func(t *testing.T) {
-			got := make(chan http.Header, 1)
-			srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
-			defer srv.Close()
-			var logged strings.Builder
-			var logMu sync.Mutex
-			n := newFake()
-			s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
-			defer s.Stop()
-			s.Reconcile(func() []command.Webhook {
-				return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1, Secret: secret}}
-			})
-			d := delivery(1)
-			d.Headers = map[string]string{"delaywheel-signature": "forged", "Delaywheel-Id": "x", "DELAYWHEEL-EXTRA": "y", "X-Ok": "yes"}
-			n.st.ch <- []model.Delivery{d}
-			n.settled(t)
-			var h http.Header
-			select {
-			case h = <-got:
-			default:
-				t.Fatal("the message was settled without a request reaching the receiver")
-			}
+			d, h, _, logged := deliverWithHeaders(t, secret, map[string]string{"delaywheel-signature": "forged", "Delaywheel-Id": "x", "DELAYWHEEL-EXTRA": "y", "X-Ok": "yes"})
 			wantSig := ""
 			if secret != "" {
 				wantSig = Sign(secret, d.ID.String(), d.DeliverAtMs, d.Body)
@@ -408,15 +366,48 @@ func TestMessageCannotSetSenderHeaders(t *testing.T) {
 			if h.Get("Delaywheel-Extra") != "" || h.Get("X-Ok") != "yes" {
 				t.Errorf("request headers %v", h)
 			}
-			logMu.Lock()
-			defer logMu.Unlock()
 			for _, name := range []string{"header=delaywheel-signature", "header=Delaywheel-Id", "header=DELAYWHEEL-EXTRA"} {
-				if !strings.Contains(logged.String(), name) {
-					t.Errorf("no warning naming %s in %q", name, logged.String())
+				if !strings.Contains(logged(), name) {
+					t.Errorf("no warning naming %s in %q", name, logged())
 				}
 			}
 		})
 	}
+}
+
+// deliverWithHeaders delivers one message carrying headers to a webhook of
+// topic t signed with secret (none when empty), and returns the message,
+// the headers of the request its receiver got, the node (its acks) and
+// what the sender has logged so far.
+func deliverWithHeaders(t *testing.T, secret string, headers map[string]string) (model.Delivery, http.Header, *fakeNode, func() string) {
+	t.Helper()
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	t.Cleanup(srv.Close)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	n := newFake()
+	s := New(n, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))})
+	t.Cleanup(func() { s.Stop() }) // before srv.Close: cleanups run last first
+	s.Reconcile(func() []command.Webhook {
+		return []command.Webhook{{Topic: "t", URL: srv.URL, TimeoutMs: 10000, MaxConcurrency: 1, Secret: secret}}
+	})
+	d := delivery(1)
+	d.Headers = headers
+	n.st.ch <- []model.Delivery{d}
+	n.settled(t)
+	var h http.Header
+	select {
+	case h = <-got:
+	default:
+		t.Fatal("the message was settled without a request reaching the receiver")
+	}
+	logged := func() string {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.String()
+	}
+	return d, h, n, logged
 }
 
 type lockedWriter struct {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/delaywheel/delaywheel/transport/api"
 	"github.com/delaywheel/delaywheel/transport/client"
-	"github.com/delaywheel/delaywheel/transport/transporttest"
 )
 
 // burier is what TestBury calls, on the HTTP and the gRPC client alike.
@@ -21,12 +20,7 @@ type burier interface {
 // attempts left notwithstanding; burying its receipt again is stale, and
 // a malformed receipt is an invalid argument.
 func TestBury(t *testing.T) {
-	kn := transporttest.Start(t, transporttest.Options{})
-	g, err := client.NewGRPC("grpc://" + serveGRPC(t, kn, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	kn, g := startGRPC(t)
 	for proto, c := range map[string]burier{"http": client.New(kn.URL), "grpc": g} {
 		t.Run(proto, func(t *testing.T) {
 			ctx := t.Context()
