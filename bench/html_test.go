@@ -122,6 +122,22 @@ func TestHTMLReportFire(t *testing.T) {
 	}
 }
 
+// TestComparisonsServerCPU: the comparisons give delaywheel's server CPU
+// per message as a ratio of each alternative's that measured one, and name
+// none for an alternative without it.
+func TestComparisonsServerCPU(t *testing.T) {
+	r := fireReport()
+	r.Results[0].Fire.CPU = &ServerCPU{PerMsgUs: 92.7}
+	r.Results[1].Fire.CPU = &ServerCPU{PerMsgUs: 17.5}
+	got := strings.Join(r.Comparisons(), "\n")
+	if !strings.Contains(got, "server CPU per message: delaywheel = 5.30× redis") {
+		t.Fatalf("comparisons lack the CPU ratio to redis:\n%s", got)
+	}
+	if n := strings.Count(got, "server CPU"); n != 1 {
+		t.Fatalf("a CPU ratio for an alternative that measured none:\n%s", got)
+	}
+}
+
 func TestHTMLReportBacklog(t *testing.T) {
 	r := &Report{Workload: WorkloadBacklog, Params: Params{Messages: 100}, Results: []Result{
 		{Target: "delaywheel", Backlog: &BacklogResult{Pending: 100, RSSPerMsg: 3.5, RSSSettledPerMsg: 3, RSSRestartedPerMsg: 2, DiskPerMsg: 150}},

@@ -252,6 +252,9 @@ func (r *Report) Comparisons() []string {
 		if alt.Target == dw.Target || alt.Error != "" {
 			continue
 		}
+		if d, a := dw.serverCPU(), alt.serverCPU(); d != nil && a != nil && d.PerMsgUs > 0 && a.PerMsgUs > 0 {
+			out = append(out, fmt.Sprintf("server CPU per message: delaywheel = %s× %s", times(d.PerMsgUs/a.PerMsgUs, 2), alt.Target))
+		}
 		switch r.Workload {
 		case WorkloadEnqueue:
 			if alt.Enqueue.PerSec > 0 {
