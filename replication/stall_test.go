@@ -25,10 +25,11 @@ import (
 // long as the connection lives, and it can neither vote nor start an
 // election.
 func TestSnapshotStreamStallFreesRaft(t *testing.T) {
+	addrs := nettest.FreeAddrs(t, 3)
 	members := []model.Member{
-		{ID: "n1", RaftAddr: nettest.FreeAddr(t)},
-		{ID: "n2", RaftAddr: nettest.FreeAddr(t)}, // nobody listens on n2 and n3
-		{ID: "n3", RaftAddr: nettest.FreeAddr(t)},
+		{ID: "n1", RaftAddr: addrs[0]},
+		{ID: "n2", RaftAddr: addrs[1]}, // nobody listens on n2 and n3
+		{ID: "n3", RaftAddr: addrs[2]},
 	}
 	n, err := Open(Config{
 		ID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), RaftAddr: members[0].RaftAddr,

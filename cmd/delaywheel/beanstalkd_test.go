@@ -183,11 +183,10 @@ func TestBeanstalkdGoClient(t *testing.T) {
 // through another, and kicked through the third.
 func TestBeanstalkdThroughFollowers(t *testing.T) {
 	const n = 3
-	var raft, httpAddrs, bsAddrs, members []string
+	addrs := nettest.FreeAddrs(t, 3*n) // distinct
+	raft, httpAddrs, bsAddrs := addrs[:n], addrs[n:2*n], addrs[2*n:]
+	var members []string
 	for i := range n {
-		raft = append(raft, nettest.FreeAddr(t))
-		httpAddrs = append(httpAddrs, nettest.FreeAddr(t))
-		bsAddrs = append(bsAddrs, nettest.FreeAddr(t))
 		members = append(members, fmt.Sprintf("n%d=%s", i+1, raft[i]))
 	}
 	for i := range n {

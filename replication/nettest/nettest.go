@@ -24,6 +24,22 @@ func FreeAddr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
 
+// FreeAddrs returns n distinct loopback addresses with ports free at the
+// time of the call (FreePorts): the addresses of one cluster's members,
+// which separate calls of FreeAddr could repeat.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	ports, err := FreePorts("127.0.0.1", n)
+	if err != nil {
+		t.Fatalf("free ports: %v", err)
+	}
+	addrs := make([]string, n)
+	for i, p := range ports {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	}
+	return addrs
+}
+
 // FreePorts returns n distinct TCP ports free on ip at the time of the
 // call. They are taken below the system's ephemeral range where there is
 // one: a port of that range may be handed, between this call and the

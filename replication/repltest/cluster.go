@@ -51,8 +51,9 @@ func NewCluster(t testing.TB, n int, configure func(*replication.Config)) *Clust
 // often.
 func newTestConfigs(t testing.TB, n int) []replication.Config {
 	var members []model.Member
+	addrs := nettest.FreeAddrs(t, 2*n) // distinct: a repeat fails the bootstrap
 	for i := range n {
-		members = append(members, model.Member{ID: fmt.Sprintf("n%d", i+1), RaftAddr: nettest.FreeAddr(t), HTTPAddr: nettest.FreeAddr(t)})
+		members = append(members, model.Member{ID: fmt.Sprintf("n%d", i+1), RaftAddr: addrs[2*i], HTTPAddr: addrs[2*i+1]})
 	}
 	base := t.TempDir()
 	var cfgs []replication.Config
