@@ -67,6 +67,11 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	}
 	rc := repltest.StartCluster(t, Config{ID: "r1", DataDir: dir, RaftAddr: raftAddr, RedeliveryBackoff: -1})
 	rn := rc.Leader().Node
+	// The restored node's store is new: it takes the snapshot, and no
+	// store is set aside as damaged.
+	if aside, _ := filepath.Glob(filepath.Join(dir, "fsm.damaged-*")); len(aside) > 0 {
+		t.Fatalf("a restored node set a store aside as damaged: %v", aside)
+	}
 	for _, id := range ids {
 		v, err := rn.Get(ctx, id)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -130,9 +131,16 @@ func Open(cfg Config) (*Node, error) {
 	if len(latest) > 0 {
 		snapIndex = latest[0].Index
 	}
+	_, statErr := os.Stat(f.dir)
+	fresh := errors.Is(statErr, fs.ErrNotExist) // a new node, or a data dir a restore seeded
 	st, err := wheel.Open(f.dir, sopts)
 	switch {
 	case err == nil && storeCovers(logs, st.AppliedIndex(), snapIndex):
+	case err == nil && fresh && len(latest) > 0:
+		// A store made just now holds nothing to set aside: it takes the
+		// snapshot as Raft starts.
+		n.log.Info("restoring the latest snapshot into a new store", "snapshot", snapIndex)
+		snapIndex = 0
 	case err == nil || errors.Is(err, wheel.ErrInconsistent):
 		if err == nil {
 			n.log.Warn("store is behind the latest snapshot; restoring the snapshot", "applied", st.AppliedIndex(), "snapshot", snapIndex)
