@@ -78,8 +78,8 @@
 //
 // # Groups
 //
-// A backend that implements [Grouped] with more than one group (--groups
-// N) is served one group per request (groups.go): the group of the path's
+// A server of more than one group (NewServer's groups, --groups N) serves
+// one group per request (groups.go): the group of the path's
 // topic, the group the path's message id names, or the one ?group= names
 // (the wheel's views and backups: default 0; out of range: 400 naming
 // group). A message route is served by the service's router (routed, in

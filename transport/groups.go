@@ -9,37 +9,6 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// Grouped is implemented by a backend that runs many Raft groups
-// (--groups N). The backend's own methods are group 0's. The server picks
-// one group's backend for each request (see pick); requests that
-// span the groups (groupspan.go) are answered from every group. A backend
-// that does not implement it, or whose GroupCount is 1, is served exactly
-// as a backend of one group.
-type Grouped interface {
-	// GroupCount is the number of groups, fixed when the cluster was
-	// created.
-	GroupCount() int
-	// Group returns group g's backend, g in [0, GroupCount()).
-	Group(g int) Backend
-}
-
-// GroupsOf is the Grouped half of a backend of many groups, over the
-// node's groups as a list of B (replication's Groups: Count, and Node for
-// each). Embedded beside group 0's backend, it makes the backend a server
-// of many groups serves.
-type GroupsOf[B Backend] struct {
-	Groups interface {
-		Count() int
-		Node(g int) B
-	}
-}
-
-// GroupCount is the number of groups.
-func (o GroupsOf[B]) GroupCount() int { return o.Groups.Count() }
-
-// Group returns group g's backend.
-func (o GroupsOf[B]) Group(g int) Backend { return o.Groups.Node(g) }
-
 // scope says how a route finds its group on a node of many groups.
 type scope int
 
@@ -197,19 +166,4 @@ func groupQuery(n int, sep string, g int) string {
 		return ""
 	}
 	return sep + "group=" + strconv.Itoa(g)
-}
-
-// GroupsOfBackend lists the groups b serves, group g at g: b alone, or,
-// when b is Grouped with more than one group, each group's backend.
-func GroupsOfBackend(b Backend) []Backend {
-	g, ok := b.(Grouped)
-	if !ok || g.GroupCount() <= 1 {
-		return []Backend{b}
-	}
-	out := make([]Backend, g.GroupCount())
-	for i := range out {
-		out[i] = g.Group(i)
-	}
-	out[0] = b
-	return out
 }

@@ -25,6 +25,7 @@ type leadingGroup struct {
 func (leadingGroup) Leader() (model.Member, bool, bool) { return model.Member{}, true, true }
 func (leadingGroup) LeaderHTTP() (string, bool, bool)   { return "", true, true }
 func (leadingGroup) Indexes() (uint64, uint64)          { return 1, 1 }
+func (leadingGroup) LeaderCommit() uint64               { return 1 }
 func (l leadingGroup) Ready() error                     { return l.ready }
 func (l leadingGroup) Removed() error                   { return l.removed }
 func (leadingGroup) Schedule(_ context.Context, name string) (wheel.ScheduleInfo, error) {
@@ -39,17 +40,15 @@ func (leadingGroup) RemoveNode(_ context.Context, id string, _ func(context.Cont
 }
 
 // leadingGroups is a node of the groups in gs, group 0 first.
-type leadingGroups struct {
-	leadingGroup
-	gs []leadingGroup
-}
+type leadingGroups struct{ gs []leadingGroup }
 
-func (l leadingGroups) GroupCount() int               { return len(l.gs) }
-func (l leadingGroups) Group(g int) transport.Backend { return l.gs[g] }
 func (l leadingGroups) serve(t *testing.T) *httptest.Server {
 	t.Helper()
-	l.leadingGroup = l.gs[0]
-	srv := httptest.NewServer(transport.NewServer(transport.Config{AuthToken: "tok"}, l).Handler())
+	groups := make([]transport.Backend, len(l.gs))
+	for g, b := range l.gs {
+		groups[g] = b
+	}
+	srv := httptest.NewServer(transport.NewServer(transport.Config{AuthToken: "tok"}, groups...).Handler())
 	t.Cleanup(srv.Close)
 	return srv
 }

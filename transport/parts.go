@@ -47,14 +47,15 @@ func newParts(cfg Config, groups []Backend) parts {
 	return parts{groups: groups, scheme: cfg.LeaderScheme, client: &http.Client{Transport: cfg.LeaderTransport}}
 }
 
-// NewForwarder returns the Forwarder of a front end of b other than the
+// NewForwarder returns the Forwarder of a front end of the node's groups
+// (group g's backend at groups[g], as NewServer's) other than the
 // HTTP API, for its router (service.NewRouter): the one the HTTP API
 // forwards with, configured as the HTTP server by cfg (its leader scheme
 // and transport), which passes the caller's Authorization on (WithCaller),
 // else cfg's token.
-func NewForwarder(cfg Config, b Backend) service.Forwarder {
+func NewForwarder(cfg Config, groups ...Backend) service.Forwarder {
 	cfg = cfg.WithDefaults()
-	p := newParts(cfg, GroupsOfBackend(b))
+	p := newParts(cfg, groups)
 	if cfg.AuthToken != "" {
 		p.auth = "Bearer " + cfg.AuthToken
 	}

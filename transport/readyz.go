@@ -16,20 +16,13 @@ func (s *Server) readyz(r *http.Request) (any, error) {
 	return readyGroup(s.be(r))
 }
 
-// leaderCommitter is a backend that knows the leader's commit index as
-// its Raft traffic last told it.
-type leaderCommitter interface{ LeaderCommit() uint64 }
-
 // readyGroup answers readyz for a group, of backend b.
 func readyGroup(b Backend) (api.Status, error) {
 	if err := b.Ready(); err != nil {
 		return api.Status{}, notReady(err)
 	}
-	applied, commit := b.Indexes()
-	if lc, ok := b.(leaderCommitter); ok {
-		commit = max(commit, lc.LeaderCommit())
-	}
-	return api.Status{Status: "ready", AppliedIndex: applied, LeaderCommitIndex: commit}, nil
+	applied, _ := b.Indexes()
+	return api.Status{Status: "ready", AppliedIndex: applied, LeaderCommitIndex: b.LeaderCommit()}, nil
 }
 
 // notReady is readyz's 503 saying why: err, what the node said.

@@ -69,8 +69,10 @@ type route struct {
 // node's other API.
 func (s *Server) Slots() *Slots { return s.cfg.Slots }
 
-// NewServer returns a server for b; unset fields of cfg take their defaults.
-func NewServer(cfg Config, b Backend) *Server {
+// NewServer returns a server of a node's Raft groups, group g's backend
+// at groups[g] (at least one; --groups N gives N); unset fields of cfg
+// take their defaults.
+func NewServer(cfg Config, groups ...Backend) *Server {
 	cfg = cfg.WithDefaults()
 	s := &Server{
 		cfg:      cfg,
@@ -78,7 +80,7 @@ func NewServer(cfg Config, b Backend) *Server {
 		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
 		metrics:  newHTTPMetrics(cfg.Registerer, cfg.Logger),
 	}
-	s.parts = newParts(cfg, GroupsOfBackend(b))
+	s.parts = newParts(cfg, groups)
 	s.svc = service.NewRouter(s.parts.groups, s.parts).NamingGroups()
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.handler = s.newMux()

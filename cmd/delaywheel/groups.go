@@ -12,15 +12,6 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// groupsBackend serves a node of many Raft groups through one HTTP and
-// one gRPC server: it is group 0's node (embedded), and transport.Grouped over every group, so the server
-// picks each request's group. It lives here because replication must not
-// import transport.
-type groupsBackend struct {
-	*replication.Node
-	transport.GroupsOf[*replication.Node]
-}
-
 // checkGroups validates --groups.
 func checkGroups(n int) error {
 	if n < 1 || n > model.MaxGroups {
@@ -29,13 +20,15 @@ func checkGroups(n int) error {
 	return nil
 }
 
-// backendOf is what the servers serve: with one group its node, exactly
-// as a node of one group always was; else a groupsBackend.
-func backendOf(gs *replication.Groups) transport.Backend {
-	if gs.Count() == 1 {
-		return gs.Node(0)
+// backendsOf are what the front ends serve: the node's groups, group g's
+// node at g, through one HTTP, one gRPC and one beanstalkd server, which
+// pick each request's group.
+func backendsOf(gs *replication.Groups) []transport.Backend {
+	bs := make([]transport.Backend, gs.Count())
+	for g := range bs {
+		bs[g] = gs.Node(g)
 	}
-	return groupsBackend{gs.Node(0), transport.GroupsOf[*replication.Node]{Groups: gs}}
+	return bs
 }
 
 // registerGroups registers each group's node collectors with reg: with

@@ -34,7 +34,7 @@ func listenGRPC(addr string) (ln net.Listener, advertised string, err error) {
 // srv, with its token, limits and TLS, until ctx ends; a follower forwards
 // the leader's calls to the gRPC address the leader's member record holds,
 // with the TLS the HTTP API forwards with. wait returns once it stopped.
-func serveGRPC(ctx context.Context, ln net.Listener, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, b transport.Backend) (wait func() error) {
+func serveGRPC(ctx context.Context, ln net.Listener, tcfg transport.Config, serverTLS *tls.Config, srv *transport.Server, groups ...transport.Backend) (wait func() error) {
 	if ln == nil {
 		return func() error { return nil }
 	}
@@ -43,7 +43,7 @@ func serveGRPC(ctx context.Context, ln net.Listener, tcfg transport.Config, serv
 	if tr, ok := tcfg.LeaderTransport.(*http.Transport); ok && serverTLS != nil {
 		cfg.LeaderTLS = tr.TLSClientConfig // nil: the system's roots
 	}
-	gs := grpcserver.New(cfg, b)
+	gs := grpcserver.New(cfg, groups...)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(ctx, ln) }()
 	return func() error { return <-done }

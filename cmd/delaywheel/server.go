@@ -213,7 +213,7 @@ func runServer(c *cli.Context) error {
 		return err
 	}
 	registerGroups(reg, gs)
-	node := backendOf(gs)
+	groups := backendsOf(gs)
 	limits := transport.DefaultLimits()
 	limits.MaxBodyBytes = c.Int("max-body-bytes")
 	limits.MaxBatch = c.Int("max-batch")
@@ -221,7 +221,7 @@ func runServer(c *cli.Context) error {
 	limits.MaxDelayMs = c.Duration("max-delay").Milliseconds()
 	limits.MaxWaiters = c.Int("max-waiters")
 	tcfg.Gatherer, tcfg.Registerer, tcfg.Limits = reg, reg, limits
-	srv := transport.NewServer(tcfg, node)
+	srv := transport.NewServer(tcfg, groups...)
 
 	sigCtx := c.Context // ends at SIGINT or SIGTERM (main)
 	if addr := c.String("debug-addr"); addr != "" {
@@ -235,8 +235,8 @@ func runServer(c *cli.Context) error {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpCtx, ln) }()
-	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, node)
-	waitBeanstalkd := serveBeanstalkd(httpCtx, bln, logger, id, limits, newBeanstalkdBackend(gs, transport.NewForwarder(tcfg, node)))
+	waitGRPC := serveGRPC(httpCtx, gln, tcfg, serverTLS, srv, groups...)
+	waitBeanstalkd := serveBeanstalkd(httpCtx, bln, logger, id, limits, newBeanstalkdBackend(gs, transport.NewForwarder(tcfg, groups...)))
 	self := api.Node{ID: id, RaftAddr: c.String("raft-addr"), HTTPAddr: httpAddr, GRPCAddr: memberGRPC}
 	if adv := c.String("raft-advertise"); adv != "" {
 		self.RaftAddr = adv

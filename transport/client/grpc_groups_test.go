@@ -32,8 +32,8 @@ func TestGRPCSplitEnqueueNotRepeated(t *testing.T) {
 	c := transporttest.StartGroups(t, 2, 2, transporttest.Options{})
 	c.Spread(t)
 	serve := func(kn *transporttest.Node, forward bool) string {
-		addr, _ := transporttest.ServeGRPC(t, transporttest.GroupsBackend(kn.Groups),
-			grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}, Forward: forward})
+		addr, _ := transporttest.ServeGRPC(t, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}, Forward: forward},
+			transporttest.Backends(kn.Groups)...)
 		return addr
 	}
 	l0 := c.Leader(0)

@@ -19,7 +19,7 @@ import (
 // serveGRPC serves the gRPC API of kn's node and returns its address.
 func serveGRPC(t *testing.T, kn *transporttest.Node, token string) string {
 	t.Helper()
-	addr, _ := transporttest.ServeGRPC(t, kn.Node, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}})
+	addr, _ := transporttest.ServeGRPC(t, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}}, kn.Node)
 	return addr
 }
 
@@ -236,7 +236,7 @@ func TestContextErrorsOverBothProtocols(t *testing.T) {
 func TestGRPCTooLargeIs413(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
 	limits := transport.Limits{MaxBatch: 2, MaxRequestBytes: 4096}
-	addr, _ := transporttest.ServeGRPC(t, kn.Node, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, Limits: limits}})
+	addr, _ := transporttest.ServeGRPC(t, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, Limits: limits}}, kn.Node)
 	g, err := client.NewGRPC("grpc://" + addr)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@
 //
 // # Groups
 //
-// A backend of many Raft groups (transport.Grouped, --groups N) is served
+// A node of many Raft groups (New's groups, --groups N) is served
 // as the HTTP API serves it, by the service's router. A call about a topic (Reserve,
 // Subscribe, Cancel by key, DeadLetters, Redrive) is answered in the
 // topic's group, a call about a message id (Get, Cancel, Reschedule) in

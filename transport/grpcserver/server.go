@@ -77,8 +77,9 @@ type Server struct {
 	stopDrain context.CancelFunc
 }
 
-// New returns the gRPC server of b.
-func New(cfg Config, b transport.Backend) *Server {
+// New returns the gRPC server of a node's Raft groups, group g's backend
+// at groups[g] (at least one), as transport.NewServer takes them.
+func New(cfg Config, groups ...transport.Backend) *Server {
 	hc := cfg.HTTP.WithDefaults()
 	s := &Server{
 		cfg:      hc,
@@ -96,14 +97,14 @@ func New(cfg Config, b transport.Backend) *Server {
 		if cfg.TLS != nil && cfg.LeaderTLS == nil {
 			s.fwd.creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}) // the system's roots
 		}
-		fwd = transport.NewForwarder(hc, b)
+		fwd = transport.NewForwarder(hc, groups...)
 	}
-	s.svc = service.NewRouter(transport.GroupsOfBackend(b), fwd)
+	s.svc = service.NewRouter(groups, fwd)
 	if s.every <= 0 {
 		s.every = time.Second
 	}
 	if s.cluster == nil {
-		s.cluster = func(ctx context.Context, _ string) (api.Cluster, error) { return b.Cluster(ctx) }
+		s.cluster = func(ctx context.Context, _ string) (api.Cluster, error) { return groups[0].Cluster(ctx) }
 	}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	opts := []grpc.ServerOption{

@@ -36,16 +36,16 @@ const token = "s3cret"
 
 // serveGRPC starts the gRPC API of kn's node (on b when set) and returns a
 // connection to it; the server stops at the end of the test.
-func serveGRPC(t *testing.T, kn *transporttest.Node, b transport.Backend, edit func(*grpcserver.Config)) *grpc.ClientConn {
+func serveGRPC(t *testing.T, kn *transporttest.Node, groups []transport.Backend, edit func(*grpcserver.Config)) *grpc.ClientConn {
 	t.Helper()
-	if b == nil {
-		b = kn.Node
+	if groups == nil {
+		groups = []transport.Backend{kn.Node}
 	}
 	cfg := grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond}
 	if edit != nil {
 		edit(&cfg)
 	}
-	addr, _ := transporttest.ServeGRPC(t, b, cfg)
+	addr, _ := transporttest.ServeGRPC(t, cfg, groups...)
 	return dial(t, addr)
 }
 
@@ -222,7 +222,7 @@ func TestErrorCodes(t *testing.T) {
 	wantCode(t, "reschedule a reserved message", err, codes.FailedPrecondition, "reserved")
 
 	// A backend that is overloaded answers RESOURCE_EXHAUSTED with a retry delay.
-	oc := pb.NewDelaywheelClient(serveGRPC(t, kn, overloaded{kn.Node}, nil))
+	oc := pb.NewDelaywheelClient(serveGRPC(t, kn, []transport.Backend{overloaded{kn.Node}}, nil))
 	_, err = oc.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "t"}}})
 	st = wantCode(t, "overloaded", err, codes.ResourceExhausted, "")
 	var retry *errdetails.RetryInfo
@@ -402,8 +402,8 @@ func TestFollower(t *testing.T) {
 		c.GRPCAddr = lns[c.ID].Addr().String()
 	}})
 	leader, f := cl.Leader(), cl.Follower()
-	laddr, _ := transporttest.ServeGRPCOn(t, lns[leader.ID], leader.Node, grpcserver.Config{
-		HTTP: transport.Config{Clock: leader.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond})
+	laddr, _ := transporttest.ServeGRPCOn(t, lns[leader.ID], grpcserver.Config{
+		HTTP: transport.Config{Clock: leader.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond}, leader.Node)
 	lc := pb.NewDelaywheelClient(dial(t, laddr))
 	fc := pb.NewDelaywheelClient(serveGRPC(t, f, nil, nil))
 	ctx := authed(t.Context(), token)
@@ -515,7 +515,7 @@ func TestShutdownEndsLongPolls(t *testing.T) {
 // Serve returned.
 func serveStoppable(t *testing.T, kn *transporttest.Node, b transport.Backend) (c pb.DelaywheelClient, stop func() error) {
 	t.Helper()
-	addr, stop := transporttest.ServeGRPC(t, b, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}})
+	addr, stop := transporttest.ServeGRPC(t, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}}, b)
 	return pb.NewDelaywheelClient(dial(t, addr)), stop
 }
 
@@ -591,7 +591,7 @@ func TestSubscribeAckFreesTheWindowAsRead(t *testing.T) {
 	b := heldAcks{Backend: kn.Node, release: make(chan struct{}), calls: make(chan struct{}, 4)}
 	release := sync.OnceFunc(func() { close(b.release) })
 	t.Cleanup(release)
-	c := pb.NewDelaywheelClient(serveGRPC(t, kn, b, nil))
+	c := pb.NewDelaywheelClient(serveGRPC(t, kn, []transport.Backend{b}, nil))
 	ctx, cancel := context.WithTimeout(authed(t.Context(), token), 10*time.Second)
 	defer cancel()
 	get(c.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: "w", Body: []byte("1")}, {Topic: "w", Body: []byte("2")}}}))(t, "enqueue")

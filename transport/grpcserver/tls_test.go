@@ -54,7 +54,7 @@ func TestTLS(t *testing.T) {
 	kn := transporttest.Start(t, transporttest.Options{})
 	cert, pool := selfSigned(t)
 	cfg := grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}, TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}}
-	addr, _ := transporttest.ServeGRPC(t, kn.Node, cfg)
+	addr, _ := transporttest.ServeGRPC(t, cfg, kn.Node)
 	for _, tc := range []struct {
 		name  string
 		creds credentials.TransportCredentials

@@ -35,6 +35,10 @@ type Backend interface {
 	// Indexes returns the highest log index the node has applied and the
 	// commit index it knows of (a follower's may lag the leader's).
 	Indexes() (applied, commit uint64)
+	// LeaderCommit returns the highest commit index this node knows the
+	// leader to have: its own while it leads, else the one the leader
+	// last sent, or its own where that is higher.
+	LeaderCommit() uint64
 	// Settled waits until this node has applied every entry it answered
 	// ahead of its apply (enqueues answered at commit, leases handed out
 	// before their entry) and returns its applied index.

@@ -10,8 +10,8 @@
 // not joined, a closed listener) or from a test's own wrapper of the
 // transport.Backend that overrides one method.
 //
-// StartGroups starts nodes of many Raft groups (--groups N), each behind
-// one server through GroupsBackend, as the delaywheel server runs them.
+// StartGroups starts nodes of many Raft groups (--groups N), each node's
+// groups behind one server (Backends), as the delaywheel server runs them.
 //
 // Only tests import this package; transport's own code must not (its
 // tests that use the kit are in package transport_test).

@@ -12,14 +12,14 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 )
 
-// GroupsBackend serves a node's many Raft groups through one server, as
-// the delaywheel server does: group 0's node (embedded, with its optional
-// capabilities), and transport.Grouped over every group.
-func GroupsBackend(gs *replication.Groups) transport.Backend {
-	return struct {
-		*replication.Node
-		transport.GroupsOf[*replication.Node]
-	}{gs.Node(0), transport.GroupsOf[*replication.Node]{Groups: gs}}
+// Backends are the backends of a node's Raft groups, group g's at g, as
+// the servers take them (transport.NewServer, grpcserver.New).
+func Backends(gs *replication.Groups) []transport.Backend {
+	bs := make([]transport.Backend, gs.Count())
+	for g := range bs {
+		bs[g] = gs.Node(g)
+	}
+	return bs
 }
 
 // GroupsCluster is a set of nodes that run the same Raft groups, each
@@ -64,7 +64,7 @@ func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 // serve puts kn's groups behind its server.
 func (c *GroupsCluster) serve(kn *Node, gs *replication.Groups) {
 	kn.Node, kn.Groups = gs.Node(0), gs
-	serve(c.t, kn, GroupsBackend(gs), c.o)
+	serve(c.t, kn, c.o, Backends(gs)...)
 }
 
 // Leader waits for a ready leader of group g and returns its node.

@@ -10,12 +10,13 @@ import (
 	"github.com/delaywheel/delaywheel/transport/grpcserver"
 )
 
-// ServeGRPC serves the gRPC API of b with cfg on a free loopback port
-// until stop or the end of the test, and returns its address. stop returns
-// what Serve returned; at the end of the test an error fails it.
-func ServeGRPC(t testing.TB, b transport.Backend, cfg grpcserver.Config) (addr string, stop func() error) {
+// ServeGRPC serves the gRPC API of a node's groups (group g's backend at
+// groups[g]) with cfg on a free loopback port until stop or the end of the
+// test, and returns its address. stop returns what Serve returned; at the
+// end of the test an error fails it.
+func ServeGRPC(t testing.TB, cfg grpcserver.Config, groups ...transport.Backend) (addr string, stop func() error) {
 	t.Helper()
-	return ServeGRPCOn(t, ListenGRPC(t), b, cfg)
+	return ServeGRPCOn(t, ListenGRPC(t), cfg, groups...)
 }
 
 // ListenGRPC listens on a free loopback port until the end of the test:
@@ -31,11 +32,11 @@ func ListenGRPC(t testing.TB) net.Listener {
 }
 
 // ServeGRPCOn is ServeGRPC on ln.
-func ServeGRPCOn(t testing.TB, ln net.Listener, b transport.Backend, cfg grpcserver.Config) (addr string, stop func() error) {
+func ServeGRPCOn(t testing.TB, ln net.Listener, cfg grpcserver.Config, groups ...transport.Backend) (addr string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- grpcserver.New(cfg, b).Serve(ctx, ln) }()
+	go func() { done <- grpcserver.New(cfg, groups...).Serve(ctx, ln) }()
 	var once sync.Once
 	var serr error
 	stop = func() error {

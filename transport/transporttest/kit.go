@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,8 +29,8 @@ type Options struct {
 	Clock *wheeltest.FakeClock
 	// Server edits each node's server config (token, limits, metrics).
 	Server func(*transport.Config)
-	// Backend, when set, stands between a node and its server, for a test
-	// that fails one method of the real node.
+	// Backend, when set, stands between a node (each of its groups) and
+	// its server, for a test that fails one method of the real node.
 	Backend func(transport.Backend) transport.Backend
 	// Handler, when set, wraps the handler of the server of node id.
 	Handler func(id string, h http.Handler) http.Handler
@@ -114,7 +115,7 @@ func (c *Cluster) Restart(i int) {
 	c.tc.Start(i)
 	kn := c.Nodes[i]
 	kn.Node = c.tc.Nodes[i].Node
-	serve(c.t, kn, kn.Node, c.o)
+	serve(c.t, kn, c.o, kn.Node)
 }
 
 // Start starts a one-node cluster and returns its node once it leads and
@@ -142,7 +143,7 @@ func StartCluster(t testing.TB, n int, o Options) *Cluster {
 	for i, tn := range c.tc.Nodes {
 		kn := c.Nodes[i]
 		kn.Node = tn.Node
-		serve(t, kn, tn.Node, o)
+		serve(t, kn, o, tn.Node)
 	}
 	leader := c.Leader()
 	nettest.WaitFor(t, nettest.Patience, "every node to know the leader's address", func() bool {
@@ -215,21 +216,24 @@ func StartJoiner(t testing.TB, id string, o Options) *Node {
 		}
 	})
 	kn.Node = node
-	serve(t, kn, node, o)
+	serve(t, kn, o, node)
 	return kn
 }
 
-// serve starts kn's HTTP server in front of node.
-func serve(t testing.TB, kn *Node, node transport.Backend, o Options) {
+// serve starts kn's HTTP server in front of its groups, group g's backend
+// at groups[g].
+func serve(t testing.TB, kn *Node, o Options, groups ...transport.Backend) {
 	cfg := transport.Config{Clock: o.Clock.Now, Logger: nettest.Logger(t)}
 	if o.Server != nil {
 		o.Server(&cfg)
 	}
-	var b transport.Backend = node
 	if o.Backend != nil {
-		b = o.Backend(b)
+		groups = slices.Clone(groups)
+		for g, b := range groups {
+			groups[g] = o.Backend(b)
+		}
 	}
-	h := transport.NewServer(cfg, b).Handler()
+	h := transport.NewServer(cfg, groups...).Handler()
 	if o.Handler != nil {
 		h = o.Handler(kn.ID, h)
 	}
