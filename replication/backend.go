@@ -169,7 +169,7 @@ func (n *Node) readable(ctx context.Context) error {
 // noLeader says that this node knows no leader, or returns nil.
 func (n *Node) noLeader() error {
 	if _, id := n.raft.LeaderWithID(); id == "" {
-		return errors.New("no leader is known (an election is in progress, or this node is cut off)")
+		return errors.New("no leader is known yet (an election is in progress, or this node is cut off)")
 	}
 	return nil
 }

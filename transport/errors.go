@@ -72,7 +72,7 @@ func overloaded(format string, args ...any) *Error {
 // answer of a leader that leads no more (parts.do).
 const (
 	msgMovedOn  = "this request was forwarded to a node that is not the leader (leadership is changing); retry shortly"
-	msgNoLeader = "no leader is known yet (election in progress?); retry shortly"
+	msgNoLeader = "no leader is known yet (an election is in progress, or this node is cut off); retry shortly"
 )
 
 // ToError maps any error to the answer the HTTP API gives it: an *Error

@@ -40,7 +40,7 @@ func (e *NotLeaderError) Error() string {
 	if e.Known && e.Leader.HTTPAddr != "" {
 		return "this node is not the leader; call the leader, whose HTTP API is at " + e.Leader.HTTPAddr
 	}
-	return "no leader is known yet (election in progress?); retry shortly"
+	return "no leader is known yet (an election is in progress, or this node is cut off); retry shortly"
 }
 
 // Unwrap returns model.ErrNotLeader.
