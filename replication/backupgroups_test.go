@@ -61,7 +61,8 @@ func TestGroupsBackupRestore(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	cfg := Config{ID: "r1", DataDir: dir, RaftAddr: nettest.FreeAddr(t), HTTPAddr: nettest.FreeAddr(t), RedeliveryBackoff: -1}
+	addrs := nettest.FreeAddrs(t, 2)
+	cfg := Config{ID: "r1", DataDir: dir, RaftAddr: addrs[0], HTTPAddr: addrs[1], RedeliveryBackoff: -1}
 	res, err := Restore(bytes.NewReader(data), dir, cfg.ID, cfg.RaftAddr)
 	if err != nil {
 		t.Fatalf("restore: %v", err)

@@ -171,7 +171,8 @@ func TestDataDirLockedFailsFast(t *testing.T) {
 	c := repltest.NewCluster(t, 1, nil)
 	tn := c.Nodes[0]
 	cfg := tn.Cfg
-	cfg.RaftAddr, cfg.HTTPAddr = nettest.FreeAddr(t), nettest.FreeAddr(t)
+	addrs := nettest.FreeAddrs(t, 2)
+	cfg.RaftAddr, cfg.HTTPAddr = addrs[0], addrs[1]
 	_, err := Open(cfg)
 	if !errors.Is(err, ErrDataDirLocked) {
 		t.Fatalf("second Open on %s: %v; want ErrDataDirLocked", cfg.DataDir, err)

@@ -21,7 +21,8 @@ import (
 // from the node or from its stopped data dir.
 func TestGroupsBackupRestore(t *testing.T) {
 	const groups = 3
-	dataDir, raftAddr, httpAddr := t.TempDir(), nettest.FreeAddr(t), nettest.FreeAddr(t)
+	addrs := nettest.FreeAddrs(t, 2)
+	dataDir, raftAddr, httpAddr := t.TempDir(), addrs[0], addrs[1]
 	stop := startServer(t, httpAddr, "--node-id", "n1", "--data-dir", dataDir, "--raft-addr", raftAddr, "--groups", fmt.Sprint(groups))
 	addr := "http://" + httpAddr
 	ctx := t.Context()
@@ -109,7 +110,8 @@ func TestGroupsBackupRestore(t *testing.T) {
 	}
 	t.Logf("offline wheel of group 3: %v", err)
 
-	restored, raft2, http2 := filepath.Join(t.TempDir(), "restored"), nettest.FreeAddr(t), nettest.FreeAddr(t)
+	addrs = nettest.FreeAddrs(t, 2)
+	restored, raft2, http2 := filepath.Join(t.TempDir(), "restored"), addrs[0], addrs[1]
 	args := []string{"restore", file, "--data-dir", restored, "--node-id", "n1", "--raft-addr", raft2}
 	out, err = run(t, args...)
 	if err != nil {

@@ -57,8 +57,9 @@ func TestBeanstalkdOtherClients(t *testing.T) {
 // address once the node is ready.
 func startBeanstalkdNode(ctx context.Context, t *testing.T) string {
 	t.Helper()
-	httpAddr, bsAddr := nettest.FreeAddr(t), nettest.FreeAddr(t)
-	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", nettest.FreeAddr(t),
+	addrs := nettest.FreeAddrs(t, 3)
+	httpAddr, bsAddr := addrs[0], addrs[1]
+	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", addrs[2],
 		"--groups", "2", "--beanstalkd-addr", bsAddr)
 	cl := client.New("http://" + httpAddr)
 	nettest.WaitFor(t, 30*time.Second, "the node to be ready", func() bool { return cl.Readyz(ctx) == nil })

@@ -37,8 +37,9 @@ func messageID(job uint64) string { return beanstalkd.MessageID(job).String() }
 // message of topic = tube, and a message enqueued over HTTP reserved as
 // a job.
 func TestBeanstalkdGoClient(t *testing.T) {
-	httpAddr, bsAddr := nettest.FreeAddr(t), nettest.FreeAddr(t)
-	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", nettest.FreeAddr(t),
+	addrs := nettest.FreeAddrs(t, 3)
+	httpAddr, bsAddr := addrs[0], addrs[1]
+	startServer(t, httpAddr, "--node-id", "n1", "--data-dir", t.TempDir(), "--raft-addr", addrs[2],
 		"--groups", "2", "--beanstalkd-addr", bsAddr)
 	ctx := t.Context()
 	cl := client.New("http://" + httpAddr)

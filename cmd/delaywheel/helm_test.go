@@ -487,9 +487,10 @@ func TestHelmChartServes(t *testing.T) {
 	if err := os.WriteFile(token, []byte("probe-test"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	httpAddr := nettest.FreeAddr(t)
+	addrs := nettest.FreeAddrs(t, 3)
+	httpAddr := addrs[0]
 	moved := map[string]string{
-		"http-addr": httpAddr, "grpc-addr": nettest.FreeAddr(t), "raft-addr": nettest.FreeAddr(t),
+		"http-addr": httpAddr, "grpc-addr": addrs[1], "raft-addr": addrs[2],
 		"data-dir": filepath.Join(dir, "data"), "auth-token-file": token,
 	}
 	var args []string
