@@ -131,6 +131,10 @@ func TestGroupsBackupRestore(t *testing.T) {
 			t.Fatalf("restored %s: %+v (%v), want %+v", id, got, err, v)
 		}
 	}
+	// Each group's new store took its snapshot: none was set aside.
+	if aside, _ := filepath.Glob(filepath.Join(restored, "*", "fsm.damaged-*")); len(aside) > 0 {
+		t.Fatalf("the restored node set stores aside as damaged: %v", aside)
+	}
 }
 
 // mustRunArgs runs the app with args and fails on error.
