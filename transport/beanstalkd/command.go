@@ -2,6 +2,7 @@ package beanstalkd
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -60,7 +61,9 @@ type Command struct {
 	Delay   uint32 // seconds: put, release, pause-tube
 	TTR     uint32 // seconds: put
 	Bytes   int    // put: the body's length
+	Trailer bool   // put: its length is followed by more (JOB_TOO_BIG when over the limit, else BAD_FORMAT)
 	Timeout uint32 // seconds: reserve-with-timeout
+	NoLimit bool   // reserve-with-timeout: a negative timeout, which waits as reserve does
 	Bound   uint32 // kick
 }
 
@@ -138,16 +141,25 @@ func grammar(name string) (Op, []argKind, bool) {
 // ParseCommand parses one command line without its CRLF. An unknown
 // command name is ErrUnknownCommand; a known one with the wrong number of
 // arguments, a number out of its range, or a bad tube name is
-// ErrBadFormat. Arguments are separated by single spaces. A line that
-// names no command is answered as beanstalkd answers it (byPrefix).
+// ErrBadFormat, as is a line that holds a NUL byte (beanstalkd reads the
+// line as a C string). Arguments are separated by single spaces, but for
+// the numbers of kick and reserve-with-timeout, read as beanstalkd reads
+// them (cNumber). A line that names no command is answered as beanstalkd
+// answers it (byPrefix).
 func ParseCommand(line string) (Command, error) {
-	if len(line)+2 > MaxLine {
+	if len(line)+2 > MaxLine || strings.IndexByte(line, 0) >= 0 {
 		return Command{}, ErrBadFormat
 	}
 	fields := strings.Split(line, " ")
 	op, args, ok := grammar(fields[0])
 	if !ok || op == OpQuit || len(args) > 0 && len(fields) == 1 {
 		return byPrefix(line)
+	}
+	if op == OpKick || op == OpReserveWithTimeout {
+		return parseCNumber(op, line[len(fields[0])+1:])
+	}
+	if op == OpPut && len(fields) >= len(args)+1 {
+		return parsePut(fields[1:])
 	}
 	if len(fields)-1 != len(args) {
 		return Command{}, ErrBadFormat
@@ -179,6 +191,80 @@ func byPrefix(line string) (Command, error) {
 	return Command{}, ErrUnknownCommand
 }
 
+// parsePut parses put's arguments. As beanstalkd, which reads the body's
+// length before it looks at what follows, it takes a length followed by
+// more than the line's end (Trailer), which is answered JOB_TOO_BIG, its
+// body skipped, when it is over the limit, else BAD_FORMAT.
+func parsePut(args []string) (Command, error) {
+	c := Command{Op: OpPut}
+	for i, kind := range []argKind{argPri, argDelay, argTTR} {
+		if err := c.set(kind, args[i]); err != nil {
+			return Command{}, err
+		}
+	}
+	size := strings.Join(args[3:], " ")
+	digits := len(size) - len(strings.TrimLeft(size, "0123456789"))
+	if digits == 0 {
+		return Command{}, ErrBadFormat
+	}
+	if err := c.set(argBytes, size[:digits]); err != nil {
+		return Command{}, err
+	}
+	c.Trailer = digits < len(size)
+	return c, nil
+}
+
+// parseCNumber parses the argument of kick or reserve-with-timeout, the
+// rest of the line, as beanstalkd does with C's strtoul and strtol: a
+// number, after white space and a sign, followed by anything. kick's bound
+// wraps to 32 bits as beanstalkd's unsigned int does (kick -1 kicks every
+// job it may); a timeout without digits is 0, and one that wraps to a
+// negative int waits with no limit, as reserve does.
+func parseCNumber(op Op, arg string) (Command, error) {
+	neg, n, digits, ok := cNumber(arg)
+	if op == OpKick {
+		if !digits || !ok {
+			return Command{}, ErrBadFormat
+		}
+		if neg {
+			n = -n
+		}
+		return Command{Op: OpKick, Bound: uint32(n)}, nil
+	}
+	if !ok || !neg && n > math.MaxInt64 || neg && n > -math.MinInt64 {
+		return Command{}, ErrBadFormat // out of a long's range
+	}
+	if neg {
+		n = -n
+	}
+	t := int32(n)
+	if t < 0 {
+		return Command{Op: OpReserveWithTimeout, NoLimit: true}, nil
+	}
+	return Command{Op: OpReserveWithTimeout, Timeout: uint32(t)}, nil
+}
+
+// cNumber reads s as C's strtoul and strtol read a decimal number: white
+// space, an optional sign, then the longest run of digits, whatever
+// follows. It returns the sign, the digits' value, whether there were
+// any, and whether that value fits in 64 bits.
+func cNumber(s string) (neg bool, n uint64, digits, ok bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	ok = true
+	for ; s != "" && s[0] >= '0' && s[0] <= '9'; s = s[1:] {
+		digits = true
+		d := uint64(s[0] - '0')
+		if n > (math.MaxUint64-d)/10 {
+			ok = false
+		}
+		n = n*10 + d
+	}
+	return neg, n, digits, ok
+}
+
 // set parses one argument into c.
 func (c *Command) set(kind argKind, s string) error {
 	if kind == argTube {
@@ -189,7 +275,7 @@ func (c *Command) set(kind argKind, s string) error {
 		return nil
 	}
 	bits := 32
-	if kind == argID || kind == argBytes {
+	if kind == argID {
 		bits = 64
 	}
 	n, ok := parseUint(s, bits)
@@ -206,9 +292,6 @@ func (c *Command) set(kind argKind, s string) error {
 	case argTTR:
 		c.TTR = uint32(n)
 	case argBytes:
-		if n > 1<<40 {
-			return ErrBadFormat
-		}
 		c.Bytes = int(n)
 	case argTimeout:
 		c.Timeout = uint32(n)

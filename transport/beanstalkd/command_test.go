@@ -19,12 +19,17 @@ func TestParseCommand(t *testing.T) {
 		{"put 4294967295 0 0 0", Command{Op: OpPut, Pri: 4294967295}, nil},
 		{"put 4294967296 0 0 0", Command{}, ErrBadFormat},
 		{"put 1 2 3", Command{}, ErrBadFormat},
-		{"put 1 2 3 4 5", Command{}, ErrBadFormat},
+		{"put 1 2 3 4 5", Command{Op: OpPut, Pri: 1, Delay: 2, TTR: 3, Bytes: 4, Trailer: true}, nil}, // answered BAD_FORMAT
+		{"put 1 2 3 70000x", Command{Op: OpPut, Pri: 1, Delay: 2, TTR: 3, Bytes: 70000, Trailer: true}, nil},
+		{"put 1 2 3 4294967295", Command{Op: OpPut, Pri: 1, Delay: 2, TTR: 3, Bytes: 4294967295}, nil},
+		{"put 1 2 3 4294967296", Command{}, ErrBadFormat},
+		{"put 1 2 3 x4", Command{}, ErrBadFormat},
+		{"put 1 2 3 4 ", Command{Op: OpPut, Pri: 1, Delay: 2, TTR: 3, Bytes: 4, Trailer: true}, nil},
+		{"put 1 2 3  4", Command{}, ErrBadFormat},
 		{"put -1 0 0 1", Command{}, ErrBadFormat},
 		{"put +1 0 0 1", Command{}, ErrBadFormat},
 		{"put 1 0 0 x", Command{}, ErrBadFormat},
 		{"put 1  0 0 1", Command{}, ErrBadFormat},
-		{"put 1 0 0 1 ", Command{}, ErrBadFormat},
 		{"use foo", Command{Op: OpUse, Tube: "foo"}, nil},
 		{"use " + long, Command{Op: OpUse, Tube: long}, nil},
 		{"use " + long + "a", Command{}, ErrBadFormat},
@@ -37,7 +42,17 @@ func TestParseCommand(t *testing.T) {
 		{"reserve-with-timeout 0", Command{Op: OpReserveWithTimeout}, nil},
 		{"reserve-with-timeout 30", Command{Op: OpReserveWithTimeout, Timeout: 30}, nil},
 		{"reserve-with-timeout", Command{}, ErrBadFormat},
-		{"reserve-with-timeout -1", Command{}, ErrBadFormat},
+		{"reserve-with-timeout -1", Command{Op: OpReserveWithTimeout, NoLimit: true}, nil},
+		{"reserve-with-timeout x", Command{Op: OpReserveWithTimeout}, nil}, // strtol: no digits is 0
+		{"reserve-with-timeout ", Command{Op: OpReserveWithTimeout}, nil},
+		{"reserve-with-timeout  +7 x", Command{Op: OpReserveWithTimeout, Timeout: 7}, nil},
+		{"reserve-with-timeout 2147483647", Command{Op: OpReserveWithTimeout, Timeout: 2147483647}, nil},
+		{"reserve-with-timeout 2147483648", Command{Op: OpReserveWithTimeout, NoLimit: true}, nil}, // an int's wrap
+		{"reserve-with-timeout 4294967296", Command{Op: OpReserveWithTimeout}, nil},
+		{"reserve-with-timeout 9223372036854775807", Command{Op: OpReserveWithTimeout, NoLimit: true}, nil},
+		{"reserve-with-timeout 9223372036854775808", Command{}, ErrBadFormat},
+		{"reserve-with-timeout -9223372036854775808", Command{Op: OpReserveWithTimeout}, nil},
+		{"reserve-with-timeout -9223372036854775809", Command{}, ErrBadFormat},
 		{"reserve-job 262144", Command{Op: OpReserveJob, ID: 262144}, nil},
 		{"reserve-job", Command{}, ErrBadFormat},
 		{"delete 18446744073709551615", Command{Op: OpDelete, ID: 18446744073709551615}, nil},
@@ -63,6 +78,17 @@ func TestParseCommand(t *testing.T) {
 		{"peek-buried 1", Command{}, ErrBadFormat},
 		{"kick 10", Command{Op: OpKick, Bound: 10}, nil},
 		{"kick", Command{}, ErrUnknownCommand}, // beanstalkd knows "kick " only
+		{"kick ", Command{}, ErrBadFormat},
+		{"kick x", Command{}, ErrBadFormat},
+		{"kick -", Command{}, ErrBadFormat},
+		{"kick 1 ", Command{Op: OpKick, Bound: 1}, nil}, // strtoul: anything may follow
+		{"kick  \t+3x", Command{Op: OpKick, Bound: 3}, nil},
+		{"kick 0x10", Command{Op: OpKick}, nil},
+		{"kick -1", Command{Op: OpKick, Bound: 4294967295}, nil},
+		{"kick 4294967296", Command{Op: OpKick}, nil}, // an unsigned int's wrap
+		{"kick 18446744073709551615", Command{Op: OpKick, Bound: 4294967295}, nil},
+		{"kick 18446744073709551616", Command{}, ErrBadFormat},
+		{"kick -18446744073709551616", Command{}, ErrBadFormat},
 		{"kick-job 3", Command{Op: OpKickJob, ID: 3}, nil},
 		{"kick-job", Command{}, ErrUnknownCommand}, // beanstalkd knows "kick-job " only
 		{"stats-job 3", Command{Op: OpStatsJob, ID: 3}, nil},
@@ -96,6 +122,9 @@ func TestParseCommand(t *testing.T) {
 		{"", Command{}, ErrUnknownCommand},
 		{"PUT 1 0 0 1", Command{}, ErrUnknownCommand},
 		{"frobnicate", Command{}, ErrUnknownCommand},
+		{"\x00", Command{}, ErrBadFormat}, // beanstalkd's lines are C strings
+		{"quit\x00", Command{}, ErrBadFormat},
+		{"frob\x00", Command{}, ErrBadFormat},
 		{" put 1 0 0 1", Command{}, ErrUnknownCommand},
 		{"use " + strings.Repeat("a", MaxLine), Command{}, ErrBadFormat},
 	}

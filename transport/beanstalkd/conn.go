@@ -209,6 +209,7 @@ func (c *conn) readLine() (string, error) {
 // come without the line ending within them.
 func (c *conn) scanLine() (int, error) {
 	for n := 1; ; {
+		c.flushBeforeRead(n)
 		b, err := c.r.Peek(n)
 		if err != nil {
 			return 0, err
@@ -220,6 +221,20 @@ func (c *conn) scanLine() (int, error) {
 			return 0, nil
 		}
 		n = min(max(len(b)+1, c.r.Buffered()), MaxLine)
+	}
+}
+
+// flushBeforeRead sends the replies written and not yet sent when fewer
+// than n bytes are left to read, before the read waits for more: as
+// beanstalkd, which answers each command before it reads the next, a
+// client that has sent part of a line or body (a put's body shorter than
+// its length says, answered EXPECTED_CRLF once the rest comes) has the
+// answers to what came before. A failed send ends the connection at its
+// next flush.
+func (c *conn) flushBeforeRead(n int) {
+	if c.r.Buffered() < n && c.w.Buffered() > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.CommandTimeout))
+		c.w.Flush()
 	}
 }
 

@@ -95,7 +95,8 @@ func runScript(t *testing.T, addr string, steps []diffStep) []string {
 }
 
 // readReply reads one reply line and its data, or "EOF", with its job id
-// named by its place in ids (an INSERTED one added).
+// named by its place in ids (an INSERTED one added), also in stats-job's
+// "id:" line.
 func readReply(c *client, ids *[]string) string {
 	l, err := c.r.ReadString('\n')
 	if err == io.EOF && l == "" {
@@ -117,7 +118,17 @@ func readReply(c *client, ids *[]string) string {
 		if _, err := io.ReadFull(c.r, b); err != nil {
 			c.t.Fatalf("read data: %v", err)
 		}
-		f = append(f, string(b))
+		data := string(b)
+		if f[0] == "OK" {
+			if rest, ok := strings.CutPrefix(data, "---\nid: "); ok {
+				id, rest, _ := strings.Cut(rest, "\n")
+				if i := slices.Index(*ids, id); i >= 0 {
+					data = "---\nid: $" + strconv.Itoa(i) + "\n" + rest
+					f[1] = strconv.Itoa(len(data) - 2)
+				}
+			}
+		}
+		f = append(f, data)
 	}
 	if f[0] != "OK" && f[0] != "KICKED" && f[0] != "WATCHING" {
 		if i := slices.Index(*ids, f[1]); i >= 0 {
@@ -147,7 +158,21 @@ func TestAnswersAsBeanstalkd(t *testing.T) {
 			"use", "watch", "ignore", "delete", "kick", "kick-job", "peek", "touch", "release", "bury", "put", "statsx",
 			"stats-jobx 1", "reservex", "reserve-jobx 1", "list-tubesx", "list-tube-usedx", "list-tubex", "peek-readyx",
 			"pause-tubex", "deletex 1"),
-		"quit": {{0, "quit now\r\n", 1}, {1, "quitx\r\n", 1}},
+		"numbers": cmds("kick -1", "kick 4294967296", "kick 18446744073709551615", "kick 18446744073709551616",
+			"kick -18446744073709551616", "kick 1 ", "kick  2", "kick +1", "kick 0x10", "kick 1x", "kick ", "kick -",
+			"reserve-with-timeout ", "reserve-with-timeout x", "reserve-with-timeout -", "reserve-with-timeout 0 0",
+			"reserve-with-timeout  +0", "reserve-with-timeout 4294967296", "reserve-with-timeout 9223372036854775808",
+			"reserve-with-timeout -9223372036854775809", "put 1 0 1 4294967296", "put 1 0 1 -1", "put 1 0 -1 1",
+			"delete -1", "peek -5", "release -1 1 1", "bury 1 4294967296", "release 1 4294967296 0",
+			"release 1 0 4294967296", "pause-tube default 4294967296", "pause-tube default -1",
+			"stats-job 18446744073709551616", "peek 0", "delete 0", "stats-job 0", "kick-job 0", "reserve-job 0",
+			"touch 0", "peek 0 0", "delete 1 1"),
+		"nul": cmds("\x00", "quit\x00", "stats\x00", "use a\x00b", "frob\x00", "list-tube-used"),
+		"names": cmds("use a*b", "use a b c", "use -", "use a-", "use _x", "use .", "use ..", "use é",
+			"watch -x", "ignore -x", "stats-tube -x", "pause-tube -x 1", "stats-tube "+strings.Repeat("a", MaxTubeLen+1),
+			"watch "+strings.Repeat("a", MaxTubeLen+1), "ignore "+strings.Repeat("b", MaxTubeLen), "stats-tube "+strings.Repeat("c", MaxTubeLen)),
+		"quit":           {{0, "quit now\r\n", 1}, {1, "quitx\r\n", 1}},
+		"quit pipelined": {{0, "list-tube-used\r\nquit\r\nlist-tube-used\r\n", 2}},
 		"tubes": cmds("watch default", "watch a", "watch a", "watch b", "ignore a", "ignore a", "ignore default",
 			"ignore b", "ignore nosuch", "list-tubes-watched", "use x", "list-tube-used", "use default"),
 		"jobs": append(cmds("use d1", "watch d1", "ignore default"),
@@ -158,7 +183,24 @@ func TestAnswersAsBeanstalkd(t *testing.T) {
 		"others": {{0, "use d2\r\n", 1}, putStep(0, 1, 0, 60, "x"), {0, "watch d2\r\nreserve-with-timeout 0\r\n", 2},
 			{1, "release $0 1 0\r\nbury $0 1\r\ntouch $0\r\ndelete $0\r\nkick-job $0\r\nreserve-job $0\r\npeek $0\r\n", 7},
 			{0, "delete $0\r\n", 1}},
+		"empty tube": cmds("use e2", "peek-ready", "peek-delayed", "peek-buried", "kick 0", "kick 5", "stats-job 12345",
+			"peek 12345", "kick-job 12345", "delete 12345", "touch 12345", "release 12345 1 1", "bury 12345 1",
+			"reserve-job 12345", "stats-tube e2", "pause-tube e2 0", "pause-tube nosuch 0", "list-tube-used"),
+		"watch and ignore": cmds("ignore default", "watch w1", "ignore default", "ignore w1", "list-tubes-watched",
+			"ignore nosuch", "watch w1", "watch default", "list-tubes-watched", "ignore w1", "list-tubes-watched"),
+		"states": {{0, "use st\r\nwatch st\r\nignore default\r\n", 3}, putStep(0, 4294967295, 0, 0, "a"), putStep(0, 3, 0, 60, "b"),
+			{0, "stats-job $0\r\nreserve-with-timeout 0\r\nbury $1 2\r\ndelete $1\r\npeek $1\r\npeek-buried\r\n" +
+				"reserve-with-timeout 0\r\nrelease $0 3 0\r\nrelease $0 3 0\r\ntouch $0\r\nbury $0 1\r\n", 11},
+			{0, "peek-ready\r\ndelete $0\r\nkick 0\r\nlist-tubes-watched\r\nlist-tube-used\r\n", 5}},
+		"paused": {{0, "use pz\r\n", 1}, putStep(0, 1, 0, 60, "x"), {0, "pause-tube pz 100\r\nwatch pz\r\nignore default\r\n" +
+			"reserve-with-timeout 0\r\npeek-ready\r\npause-tube pz 0\r\npause-tube nosuch 1\r\ndelete $0\r\n", 8}},
+		"kicks": {{0, "use k0\r\nwatch k0\r\n", 2}, putStep(0, 1, 0, 60, "x"), {0, "kick-job $0\r\nreserve-with-timeout 0\r\n" +
+			"bury $0 1\r\nkick 0\r\npeek-buried\r\nkick -1\r\nkick-job $0\r\ndelete $0\r\n", 8}},
+		"no time limit": {{0, "watch rn\r\nignore default\r\nreserve-with-timeout -1\r\n", 2}, {1, "use rn\r\n", 1},
+			putStep(1, 1, 0, 60, "z"), {0, "delete $0\r\n", 2}},
 		"bodies": {{0, "put 1 0 1 2\r\nabXY\r\n", 2}, {0, "put 1 0 1 65536\r\n" + strings.Repeat("x", 1<<16) + "\r\n", 1},
+			{0, "list-tube-used\r\n", 1}, {0, "put 1 0 1 70000x\r\n" + strings.Repeat("y", 70000) + "\r\nlist-tube-used\r\n", 2},
+			{0, "put 1 0 1 5 x\r\nhello\r\nlist-tube-used\r\n", 3}, {0, "put 1 0 1 5\r\nab\r\n", 0}, {0, "cd\r\n", 1},
 			{0, "list-tube-used\r\n", 1}},
 		"split": {{0, "us", 0}, {0, "e d3\r", 0}, {0, "\n", 1}, {0, "put 1 0 60 5\r\nhe", 0}, {0, "llo\r\n", 1},
 			{0, "peek $0\r\ndelete $0\r\n", 2}},

@@ -62,6 +62,10 @@ func (c *conn) putFollows() bool {
 
 // readPut reads a put's body and makes its message.
 func (c *conn) readPut(cmd Command) (pendingPut, error) {
+	if cmd.Trailer && cmd.Bytes <= c.s.cfg.MaxJobSize {
+		return pendingPut{reply: "BAD_FORMAT"}, nil // no body is read, as beanstalkd reads none
+	}
+	c.flushBeforeRead(cmd.Bytes + 2)
 	if cmd.Bytes > c.s.cfg.MaxJobSize {
 		if _, err := io.CopyN(io.Discard, c.r, int64(cmd.Bytes)+2); err != nil {
 			return pendingPut{}, err

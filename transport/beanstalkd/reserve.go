@@ -19,9 +19,10 @@ import (
 // configured clock: each wait lasts until the deadline at most, and the
 // reserve answers TIMED_OUT once the clock reads the deadline, whatever
 // the work done between the waits and however early they end. A timeout
-// of 0 tries once and answers at once.
+// of 0 tries once and answers at once; a negative one (NoLimit) waits as
+// reserve does.
 func (c *conn) reserve(cmd Command) {
-	timed := cmd.Op == OpReserveWithTimeout
+	timed := cmd.Op == OpReserveWithTimeout && !cmd.NoLimit
 	var deadline time.Time
 	if timed {
 		deadline = c.s.cfg.Now().Add(time.Duration(cmd.Timeout) * time.Second)
