@@ -17,11 +17,7 @@ import (
 // call, chosen as FreePorts chooses it.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ports, err := FreePorts("127.0.0.1", 1)
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	return FreeAddrs(t, 1)[0]
 }
 
 // FreeAddrs returns n distinct loopback addresses with ports free at the
