@@ -167,3 +167,17 @@ func groupQuery(n int, sep string, g int) string {
 	}
 	return sep + "group=" + strconv.Itoa(g)
 }
+
+// GroupBackends lists the backends of a node's Raft groups, group g's at
+// g, as NewServer and the other front ends take them; gs is the node's
+// groups (replication's Groups).
+func GroupBackends[B Backend](gs interface {
+	Count() int
+	Node(g int) B
+}) []Backend {
+	bs := make([]Backend, gs.Count())
+	for g := range bs {
+		bs[g] = gs.Node(g)
+	}
+	return bs
+}

@@ -13,7 +13,7 @@
 // beanstalkd.go, which routes each call to its group's leader), or with
 // --groups N > 1 a node's Raft
 // groups (replication.OpenGroups), each group's node at its index
-// (groups.go: backendsOf; each group's metrics labelled group="<g>",
+// (transport.GroupBackends; groups.go: each group's metrics labelled group="<g>",
 // --join adding the node to every group), signals and a clean shutdown, the
 // process's memory settings, and the admin commands' tables and their
 // command line: flags before or after the arguments, and every error,

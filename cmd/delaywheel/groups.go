@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaywheel/delaywheel/replication"
-	"github.com/delaywheel/delaywheel/transport"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -18,17 +17,6 @@ func checkGroups(n int) error {
 		return fmt.Errorf("--groups %d: want 1 to %d Raft groups", n, model.MaxGroups)
 	}
 	return nil
-}
-
-// backendsOf are what the front ends serve: the node's groups, group g's
-// node at g, through one HTTP, one gRPC and one beanstalkd server, which
-// pick each request's group.
-func backendsOf(gs *replication.Groups) []transport.Backend {
-	bs := make([]transport.Backend, gs.Count())
-	for g := range bs {
-		bs[g] = gs.Node(g)
-	}
-	return bs
 }
 
 // registerGroups registers each group's node collectors with reg: with

@@ -213,7 +213,7 @@ func runServer(c *cli.Context) error {
 		return err
 	}
 	registerGroups(reg, gs)
-	groups := backendsOf(gs)
+	groups := transport.GroupBackends(gs) // served by one HTTP, one gRPC and one beanstalkd server
 	limits := transport.DefaultLimits()
 	limits.MaxBodyBytes = c.Int("max-body-bytes")
 	limits.MaxBatch = c.Int("max-batch")

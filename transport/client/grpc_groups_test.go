@@ -33,7 +33,7 @@ func TestGRPCSplitEnqueueNotRepeated(t *testing.T) {
 	c.Spread(t)
 	serve := func(kn *transporttest.Node, forward bool) string {
 		addr, _ := transporttest.ServeGRPC(t, grpcserver.Config{HTTP: transport.Config{Clock: kn.Clock.Now}, Forward: forward},
-			transporttest.Backends(kn.Groups)...)
+			transport.GroupBackends(kn.Groups)...)
 		return addr
 	}
 	l0 := c.Leader(0)

@@ -52,7 +52,7 @@ func startGroupsGRPC(t *testing.T, groups int) *groupsGRPC {
 	c.Spread(t)
 	gg := &groupsGRPC{c: c}
 	for _, kn := range c.Nodes {
-		groups := transporttest.Backends(kn.Groups)
+		groups := transport.GroupBackends(kn.Groups)
 		view := transport.NewServer(transport.Config{Clock: kn.Clock.Now}, groups...)
 		addr, _ := transporttest.ServeGRPCOn(t, lns[kn.ID], grpcserver.Config{
 			HTTP: transport.Config{Clock: kn.Clock.Now, AuthToken: token}, ReadyInterval: 10 * time.Millisecond,
@@ -327,7 +327,7 @@ func TestGroupsOutOfRange(t *testing.T) {
 	leaders := gg.c.Leaders()
 	at := gg.index(t, leaders[0])
 	kn := gg.c.Nodes[at]
-	lone := pb.NewDelaywheelClient(serveGRPC(t, kn, transporttest.Backends(kn.Groups), nil))
+	lone := pb.NewDelaywheelClient(serveGRPC(t, kn, transport.GroupBackends(kn.Groups), nil))
 	_, err = lone.Enqueue(ctx, &pb.EnqueueRequest{Messages: []*pb.Message{{Topic: topicOf(0, groups), Key: "done"}, {Topic: topicOf(1, groups)}}})
 	st := wantCode(t, "a part this node cannot forward", err, codes.Unavailable, "group 1: this node is not the leader")
 	if info := errorInfo(st); info == nil || info.Metadata[grpcserver.MetaLeaderHTTP] != gg.c.Nodes[gg.index(t, leaders[1])].Addr {

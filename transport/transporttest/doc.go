@@ -11,7 +11,7 @@
 // transport.Backend that overrides one method.
 //
 // StartGroups starts nodes of many Raft groups (--groups N), each node's
-// groups behind one server (Backends), as the delaywheel server runs them.
+// groups behind one server (transport.GroupBackends), as the delaywheel server runs them.
 //
 // Only tests import this package; transport's own code must not (its
 // tests that use the kit are in package transport_test).

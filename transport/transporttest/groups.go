@@ -12,16 +12,6 @@ import (
 	"github.com/delaywheel/delaywheel/transport"
 )
 
-// Backends are the backends of a node's Raft groups, group g's at g, as
-// the servers take them (transport.NewServer, grpcserver.New).
-func Backends(gs *replication.Groups) []transport.Backend {
-	bs := make([]transport.Backend, gs.Count())
-	for g := range bs {
-		bs[g] = gs.Node(g)
-	}
-	return bs
-}
-
 // GroupsCluster is a set of nodes that run the same Raft groups, each
 // node behind its own HTTP server at the HTTP address its groups record.
 type GroupsCluster struct {
@@ -64,7 +54,7 @@ func StartGroups(t testing.TB, n, groups int, o Options) *GroupsCluster {
 // serve puts kn's groups behind its server.
 func (c *GroupsCluster) serve(kn *Node, gs *replication.Groups) {
 	kn.Node, kn.Groups = gs.Node(0), gs
-	serve(c.t, kn, c.o, Backends(gs)...)
+	serve(c.t, kn, c.o, transport.GroupBackends(gs)...)
 }
 
 // Leader waits for a ready leader of group g and returns its node.
