@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/segment"
 	"github.com/delaywheel/delaywheel/transport/api"
+	"github.com/delaywheel/delaywheel/transport/client"
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
@@ -358,7 +360,7 @@ func (e *chaosEnv) converged() {
 	parked:
 		for _, ps := range e.parked {
 			for _, p := range ps {
-				v, err := n.Client.Get(ctx, p.ID)
+				v, err := getReadable(ctx, n, p.ID)
 				if err != nil || v.State != api.StateDelayed || v.DeliverAtMs != p.DeliverAtMs {
 					t.Errorf("%s: parked message %s: %+v, %v", n.ID, p.ID, v, err)
 					break parked
@@ -366,6 +368,24 @@ func (e *chaosEnv) converged() {
 			}
 		}
 	}
+}
+
+// getReadable reads message id on n, asking again while n answers 503: a
+// node reads only while it knows a leader, and on a loaded machine one of
+// its groups may be electing one as the test reads. Any other answer is
+// returned as it is.
+func getReadable(ctx context.Context, n *Server, id string) (api.MessageView, error) {
+	var v api.MessageView
+	var err error
+	_ = Eventually(ctx, 100*time.Millisecond, func() error {
+		v, err = n.Client.Get(ctx, id)
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status == http.StatusServiceUnavailable {
+			return err
+		}
+		return nil
+	})
+	return v, err
 }
 
 // leadershipLeaseMs bounds how long after losing its quorum a leader may
