@@ -378,9 +378,9 @@ func (n *Node) Redrive(ctx context.Context, topic string, ids []model.ID) (int, 
 }
 
 // Wheel describes the local wheel.
-func (n *Node) Wheel(ctx context.Context) (wheel.WheelInfo, error) {
+func (n *Node) Wheel(ctx context.Context) (wheel.Info, error) {
 	if err := n.caughtUp(ctx); err != nil {
-		return wheel.WheelInfo{}, err
+		return wheel.Info{}, err
 	}
 	return n.store().Wheel()
 }

@@ -60,7 +60,7 @@ func slotSummaryOf(s wheel.SlotSummary) api.SlotSummary {
 
 // WheelView converts a wheel description to its wire form (GET /v1/wheel).
 // The admin command uses it for data directories read offline.
-func WheelView(w wheel.WheelInfo) api.Wheel {
+func WheelView(w wheel.Info) api.Wheel {
 	out := api.Wheel{
 		Slots:            wheel.Slots,
 		TickMs:           wheel.TickMs,

@@ -37,7 +37,7 @@ func groupError(g int, e *Error) *Error {
 // answer the request gets, naming no group: a schedule lives in one group
 // the caller never names, and a request over every group names the group
 // only where it needs to (partOf).
-func inGroup[T any](s *Server, ctx context.Context, g int, local func(b Backend) (T, error), method, path string, body any) (T, error) {
+func inGroup[T any](ctx context.Context, s *Server, g int, local func(b Backend) (T, error), method, path string, body any) (T, error) {
 	v, err := service.Call(ctx, s.svc, g, local, func(_ service.Forwarder, to model.Member) (T, uint64, error) {
 		var v T
 		index, err := s.parts.do(ctx, to, g, method, path, body, &v)
@@ -91,7 +91,7 @@ func (s *Server) addNode(r *http.Request) (any, error) {
 		return nil, err
 	}
 	for _, g := range s.routerOf(r).Groups() {
-		_, err := inGroup(s, r.Context(), g, func(b Backend) (api.Node, error) { return n, b.AddNode(r.Context(), memberOf(n)) },
+		_, err := inGroup(r.Context(), s, g, func(b Backend) (api.Node, error) { return n, b.AddNode(r.Context(), memberOf(n)) },
 			http.MethodPost, "/v1/cluster/nodes", n)
 		if err != nil {
 			return nil, partOf(r, g, err)
@@ -120,7 +120,7 @@ func (s *Server) removeNode(r *http.Request) (any, error) {
 			return api.NodeRemoved{ID: id, Removed: true}, b.RemoveNode(r.Context(), id, confirm)
 		}
 		for retried := false; ; retried = true {
-			_, err := inGroup(s, r.Context(), g, remove, http.MethodDelete, "/v1/cluster/nodes/"+api.PathSegment(id), nil)
+			_, err := inGroup(r.Context(), s, g, remove, http.MethodDelete, "/v1/cluster/nodes/"+api.PathSegment(id), nil)
 			var e *Error
 			switch {
 			case err == nil:

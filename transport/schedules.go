@@ -31,7 +31,7 @@ func (s *Server) putSchedule(r *http.Request) (any, error) {
 // putScheduleIn stores schedule name, as body data gives it, in group g:
 // the body goes on as it came to a leader elsewhere, which validates it.
 func (s *Server) putScheduleIn(ctx context.Context, g int, name string, data []byte) (api.Schedule, error) {
-	return inGroup(s, ctx, g, func(b Backend) (api.Schedule, error) {
+	return inGroup(ctx, s, g, func(b Backend) (api.Schedule, error) {
 		var req api.ScheduleRequest
 		if err := decodeData(data, &req, false); err != nil {
 			return api.Schedule{}, err
@@ -97,7 +97,7 @@ func (s *Server) deleteSchedule(r *http.Request) (any, error) {
 
 // deleteScheduleIn deletes schedule name in group g.
 func (s *Server) deleteScheduleIn(ctx context.Context, g int, name string) (api.ScheduleDeleted, error) {
-	return inGroup(s, ctx, g, func(b Backend) (api.ScheduleDeleted, error) {
+	return inGroup(ctx, s, g, func(b Backend) (api.ScheduleDeleted, error) {
 		return api.ScheduleDeleted{Name: name, Deleted: true}, b.DeleteSchedule(ctx, name)
 	}, http.MethodDelete, "/v1/schedules/"+api.PathSegment(name), nil)
 }

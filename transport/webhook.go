@@ -36,7 +36,7 @@ func (s *Server) putWebhook(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return inGroup(s, r.Context(), groupOf(r), func(b Backend) (api.Webhook, error) {
+	return inGroup(r.Context(), s, groupOf(r), func(b Backend) (api.Webhook, error) {
 		var req api.WebhookRequest
 		if err := decodeData(data, &req, true); err != nil {
 			return api.Webhook{}, err
@@ -63,7 +63,7 @@ func (s *Server) deleteWebhook(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return inGroup(s, r.Context(), groupOf(r), func(b Backend) (api.WebhookDeleted, error) {
+	return inGroup(r.Context(), s, groupOf(r), func(b Backend) (api.WebhookDeleted, error) {
 		return api.WebhookDeleted{Topic: topic, Deleted: true}, b.DeleteWebhook(r.Context(), topic)
 	}, r.Method, r.URL.EscapedPath(), nil)
 }

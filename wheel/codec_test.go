@@ -98,7 +98,7 @@ func codecFilled(c command.Command, n *int) command.Command {
 }
 
 func TestCodecEveryKindCovered(t *testing.T) {
-	seen := map[command.CommandKind]string{}
+	seen := map[command.Kind]string{}
 	for _, c := range codecCommandTypes {
 		k := c.Kind()
 		if prev, ok := seen[k]; ok {
@@ -309,7 +309,7 @@ func TestCodecEncodeUnknownCommandPanics(t *testing.T) {
 
 type codecForeignCommand struct{}
 
-func (codecForeignCommand) Kind() command.CommandKind { return 200 }
+func (codecForeignCommand) Kind() command.Kind { return 200 }
 
 // codecSampleEntry is an encoded entry holding every command type with every
 // field set.

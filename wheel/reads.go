@@ -267,17 +267,17 @@ func (s *Store) OpenSegments() int {
 }
 
 // Wheel describes the cursor, the horizon and the non-empty slots.
-func (s *Store) Wheel() (WheelInfo, error) {
+func (s *Store) Wheel() (Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkOpen(); err != nil {
-		return WheelInfo{}, err
+		return Info{}, err
 	}
 	lens, err := s.segLens()
 	if err != nil {
-		return WheelInfo{}, err
+		return Info{}, err
 	}
-	info := WheelInfo{CursorMs: s.cursor * TickMs, HorizonMs: (s.cursor + HorizonSecs) * TickMs,
+	info := Info{CursorMs: s.cursor * TickMs, HorizonMs: (s.cursor + HorizonSecs) * TickMs,
 		OpenSegments: s.segs.OpenHandles(), OverflowMessages: s.overflow}
 	for sec, l := range lens {
 		info.NonEmpty = append(info.NonEmpty, SlotSummary{Slot: SlotOf(sec), Second: sec, Messages: int(l.Live), Bytes: l.Length})

@@ -170,7 +170,7 @@ func (k *storeKit) fileExists(second int64) bool {
 	return err == nil
 }
 
-func (k *storeKit) wheel() WheelInfo {
+func (k *storeKit) wheel() Info {
 	k.t.Helper()
 	w, err := k.s.Wheel()
 	if err != nil {

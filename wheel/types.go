@@ -91,8 +91,8 @@ type SlotSummary struct {
 	Bytes    int64
 }
 
-// WheelInfo describes the wheel.
-type WheelInfo struct {
+// Info describes the wheel.
+type Info struct {
 	CursorMs         int64
 	HorizonMs        int64
 	OpenSegments     int

@@ -309,8 +309,8 @@ func TestWheelSlotCluster(t *testing.T) {
 // fakeOffline is an offline reader of a made-up directory.
 type fakeOffline struct{ closed *bool }
 
-func (f fakeOffline) Wheel() (wheel.WheelInfo, error) {
-	return wheel.WheelInfo{CursorMs: startMs, HorizonMs: startMs + 7200*1000, OpenSegments: 2,
+func (f fakeOffline) Wheel() (wheel.Info, error) {
+	return wheel.Info{CursorMs: startMs, HorizonMs: startMs + 7200*1000, OpenSegments: 2,
 		NonEmpty: []wheel.SlotSummary{{Slot: 4, Second: 1732245604, Messages: 3, Bytes: 99}}}, nil
 }
 

@@ -23,7 +23,7 @@ import (
 
 // offlineReader reads the wheel of a stopped node's data directory.
 type offlineReader interface {
-	Wheel() (wheel.WheelInfo, error)
+	Wheel() (wheel.Info, error)
 	Slot(slot int, records bool) (wheel.SlotInfo, error)
 	Close() error
 }

@@ -130,7 +130,7 @@ func (c *conn) enqueue(msgs []command.NewMessage) []string {
 	}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	ids, err := retrying(c, ctx, func() ([]model.ID, error) { return c.s.be.Put(ctx, msgs) })
+	ids, err := retrying(ctx, c, func() ([]model.ID, error) { return c.s.be.Put(ctx, msgs) })
 	if err == nil && len(ids) != len(msgs) {
 		err = fmt.Errorf("beanstalkd: %d ids for %d puts", len(ids), len(msgs))
 	}

@@ -178,7 +178,7 @@ func (c *conn) flushLater() (stop func()) {
 
 // retrying runs call again while it fails with ErrNotSent, until ctx
 // ends or the server drains.
-func retrying[T any](c *conn, ctx context.Context, call func() (T, error)) (T, error) {
+func retrying[T any](ctx context.Context, c *conn, call func() (T, error)) (T, error) {
 	for {
 		v, err := call()
 		if !errors.Is(err, ErrNotSent) || ctx.Err() != nil || c.ctx.Err() != nil {
@@ -352,7 +352,7 @@ func (c *conn) deleteUnheld(job uint64) {
 			c.reply("NOT_FOUND") // another connection holds it
 			return
 		}
-		d, err := retrying(c, ctx, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, id) })
+		d, err := retrying(ctx, c, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, id) })
 		if err != nil {
 			c.fail("delete", err)
 			return
@@ -361,7 +361,7 @@ func (c *conn) deleteUnheld(job uint64) {
 		c.settled("delete", done, err, "DELETED", v.Topic)
 		return
 	}
-	if _, err := retrying(c, ctx, func() (bool, error) { return true, c.s.be.Cancel(ctx, id) }); err != nil {
+	if _, err := retrying(ctx, c, func() (bool, error) { return true, c.s.be.Cancel(ctx, id) }); err != nil {
 		c.fail("delete", err)
 		return
 	}
@@ -409,14 +409,14 @@ func (c *conn) settle(cmd Command) {
 			return
 		}
 		delete(c.held, cmd.ID)
-		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Nack(ctx, h.r, delay.Milliseconds()) })
+		done, err := retrying(ctx, c, func() (bool, error) { return c.s.be.Nack(ctx, h.r, delay.Milliseconds()) })
 		c.settled("release", done, err, "RELEASED", h.topic)
 	case OpBury:
 		delete(c.held, cmd.ID)
-		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Bury(ctx, h.r) })
+		done, err := retrying(ctx, c, func() (bool, error) { return c.s.be.Bury(ctx, h.r) })
 		c.settled("bury", done, err, "BURIED", h.topic)
 	case OpTouch:
-		done, err := retrying(c, ctx, func() (bool, error) { return c.s.be.Touch(ctx, h.r) })
+		done, err := retrying(ctx, c, func() (bool, error) { return c.s.be.Touch(ctx, h.r) })
 		if err == nil && done {
 			h.leaseEnd = c.s.cfg.Now().Add(h.lease)
 			c.held[cmd.ID] = h

@@ -15,7 +15,7 @@ func (c *conn) reserveJob(job uint64) {
 	}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	d, err := retrying(c, ctx, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, MessageID(job)) })
+	d, err := retrying(ctx, c, func() (model.Delivery, error) { return c.s.be.ReserveID(ctx, MessageID(job)) })
 	if err != nil {
 		c.fail("reserve-job", err)
 		return

@@ -77,7 +77,7 @@ func (f *forwarder) client(ctx context.Context, to model.Member) (pb.DelaywheelC
 // passed on, so the leader settles what was sent and ends OK. It returns
 // service.ErrNoForward, having sent nothing, when the stream cannot be
 // forwarded.
-func (f *forwarder) subscribe(ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, to model.Member, drain context.Context) error {
+func (f *forwarder) subscribe(drain context.Context, ss pb.Delaywheel_SubscribeServer, first *pb.SubscribeRequest, to model.Member) error {
 	if f == nil {
 		return service.ErrNoForward
 	}

@@ -56,7 +56,7 @@ func (s *Server) Subscribe(ss pb.Delaywheel_SubscribeServer) error {
 		if !known {
 			return &service.NotLeaderError{Leader: m}
 		}
-		err := s.fwd.subscribe(ss, first, m, s.drain)
+		err := s.fwd.subscribe(s.drain, ss, first, m)
 		switch {
 		case errors.Is(err, service.ErrNoForward):
 			return &service.NotLeaderError{Leader: m, Known: true}

@@ -92,7 +92,7 @@ type Backend interface {
 	// empty) and returns how many moved.
 	Redrive(ctx context.Context, topic string, ids []model.ID) (int, error)
 	// Wheel describes the timing wheel.
-	Wheel(ctx context.Context) (wheel.WheelInfo, error)
+	Wheel(ctx context.Context) (wheel.Info, error)
 	// Slot describes one slot and, when records is set, its records.
 	Slot(ctx context.Context, slot int, records bool) (wheel.SlotInfo, error)
 	// Overflow groups the overflow into buckets of bucketMs (a positive

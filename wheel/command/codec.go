@@ -122,7 +122,7 @@ func DecodeCommands(b []byte) ([]Command, error) {
 	n := d.Count(1)
 	cmds := make([]Command, 0, n)
 	for i := 0; i < n && d.Err == nil; i++ {
-		switch k := CommandKind(d.Byte()); k {
+		switch k := Kind(d.Byte()); k {
 		case KindSchedule:
 			c := Schedule{NowMs: d.Varint()}
 			m := d.Count(4)

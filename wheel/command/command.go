@@ -4,46 +4,46 @@ import (
 	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
-// CommandKind tags a command in its encoding.
-type CommandKind uint8
+// Kind tags a command in its encoding.
+type Kind uint8
 
 // Command kinds. The values are part of the log format: never reuse one.
 const (
-	KindSchedule   CommandKind = 1
-	KindCancel     CommandKind = 2
-	KindReschedule CommandKind = 3
-	KindLease      CommandKind = 4
-	KindAck        CommandKind = 5
-	KindNack       CommandKind = 6
-	KindTouch      CommandKind = 7
-	KindExpire     CommandKind = 8
-	KindPromote    CommandKind = 9
-	KindRedrive    CommandKind = 10
-	KindSetNode    CommandKind = 11
-	KindRemoveNode CommandKind = 12
-	KindBury       CommandKind = 13
+	KindSchedule   Kind = 1
+	KindCancel     Kind = 2
+	KindReschedule Kind = 3
+	KindLease      Kind = 4
+	KindAck        Kind = 5
+	KindNack       Kind = 6
+	KindTouch      Kind = 7
+	KindExpire     Kind = 8
+	KindPromote    Kind = 9
+	KindRedrive    Kind = 10
+	KindSetNode    Kind = 11
+	KindRemoveNode Kind = 12
+	KindBury       Kind = 13
 	// 14 is taken.
-	KindSetWebhook    CommandKind = 15
-	KindDeleteWebhook CommandKind = 16
+	KindSetWebhook    Kind = 15
+	KindDeleteWebhook Kind = 16
 
-	KindSetSchedule      CommandKind = 17
-	KindDeleteSchedule   CommandKind = 18
-	KindAdvanceSchedules CommandKind = 19
+	KindSetSchedule      Kind = 17
+	KindDeleteSchedule   Kind = 18
+	KindAdvanceSchedules Kind = 19
 	// KindSetNodeGRPC is a SetNode whose node has a gRPC address: the
 	// fields of KindSetNode and then that address. A SetNode without one
 	// keeps KindSetNode, so that its entry reads as it always did.
-	KindSetNodeGRPC CommandKind = 20
+	KindSetNodeGRPC Kind = 20
 	// KindDeadLetter moves a reserved message to its topic's dead letters.
-	KindDeadLetter CommandKind = 21
+	KindDeadLetter Kind = 21
 	// KindLeaseBuried redrives one dead message and leases it, in one
 	// apply. A binary older than it cannot decode it.
-	KindLeaseBuried CommandKind = 22
+	KindLeaseBuried Kind = 22
 )
 
 // Command is one change to the store. Commands are pure data: applying one
 // depends only on the store's state and the command, never on the clock.
 type Command interface {
-	Kind() CommandKind
+	Kind() Kind
 }
 
 // NewMessage is a message to schedule. DeliverAtMs is absolute: the leader
@@ -180,28 +180,54 @@ type SetNode struct{ Node model.Member }
 type RemoveNode struct{ ID string }
 
 // Kind implements Command.
-func (Schedule) Kind() CommandKind   { return KindSchedule }
-func (Cancel) Kind() CommandKind     { return KindCancel }
-func (Reschedule) Kind() CommandKind { return KindReschedule }
-func (Lease) Kind() CommandKind      { return KindLease }
-func (Ack) Kind() CommandKind        { return KindAck }
-func (Nack) Kind() CommandKind       { return KindNack }
-func (Touch) Kind() CommandKind      { return KindTouch }
-func (Expire) Kind() CommandKind     { return KindExpire }
-func (Promote) Kind() CommandKind    { return KindPromote }
-func (Redrive) Kind() CommandKind    { return KindRedrive }
-func (c SetNode) Kind() CommandKind {
+func (Schedule) Kind() Kind { return KindSchedule }
+
+// Kind implements Command.
+func (Cancel) Kind() Kind { return KindCancel }
+
+// Kind implements Command.
+func (Reschedule) Kind() Kind { return KindReschedule }
+
+// Kind implements Command.
+func (Lease) Kind() Kind { return KindLease }
+
+// Kind implements Command.
+func (Ack) Kind() Kind { return KindAck }
+
+// Kind implements Command.
+func (Nack) Kind() Kind { return KindNack }
+
+// Kind implements Command.
+func (Touch) Kind() Kind { return KindTouch }
+
+// Kind implements Command.
+func (Expire) Kind() Kind { return KindExpire }
+
+// Kind implements Command.
+func (Promote) Kind() Kind { return KindPromote }
+
+// Kind implements Command.
+func (Redrive) Kind() Kind { return KindRedrive }
+
+// Kind implements Command.
+func (c SetNode) Kind() Kind {
 	if c.Node.GRPCAddr != "" {
 		return KindSetNodeGRPC
 	}
 	return KindSetNode
 }
-func (RemoveNode) Kind() CommandKind { return KindRemoveNode }
-func (Bury) Kind() CommandKind       { return KindBury }
-func (DeadLetter) Kind() CommandKind { return KindDeadLetter }
 
 // Kind implements Command.
-func (LeaseBuried) Kind() CommandKind { return KindLeaseBuried }
+func (RemoveNode) Kind() Kind { return KindRemoveNode }
+
+// Kind implements Command.
+func (Bury) Kind() Kind { return KindBury }
+
+// Kind implements Command.
+func (DeadLetter) Kind() Kind { return KindDeadLetter }
+
+// Kind implements Command.
+func (LeaseBuried) Kind() Kind { return KindLeaseBuried }
 
 // Webhook is a topic's push endpoint: while a topic has one, the leader
 // POSTs its due messages to URL instead of handing them to consumers.
@@ -222,10 +248,10 @@ type SetWebhook struct{ Webhook Webhook }
 type DeleteWebhook struct{ Topic string }
 
 // Kind implements Command.
-func (SetWebhook) Kind() CommandKind { return KindSetWebhook }
+func (SetWebhook) Kind() Kind { return KindSetWebhook }
 
 // Kind implements Command.
-func (DeleteWebhook) Kind() CommandKind { return KindDeleteWebhook }
+func (DeleteWebhook) Kind() Kind { return KindDeleteWebhook }
 
 // ScheduleSpec is a recurring schedule as a client sets it: when it fires
 // (Cron in Timezone, or every EveryMs from StartAtMs) and the message each
@@ -308,9 +334,13 @@ type AdvanceResult struct {
 }
 
 // Kind implements Command.
-func (SetSchedule) Kind() CommandKind      { return KindSetSchedule }
-func (DeleteSchedule) Kind() CommandKind   { return KindDeleteSchedule }
-func (AdvanceSchedules) Kind() CommandKind { return KindAdvanceSchedules }
+func (SetSchedule) Kind() Kind { return KindSetSchedule }
+
+// Kind implements Command.
+func (DeleteSchedule) Kind() Kind { return KindDeleteSchedule }
+
+// Kind implements Command.
+func (AdvanceSchedules) Kind() Kind { return KindAdvanceSchedules }
 
 // Result is what applying one command produced: a value (for Schedule,
 // []Enqueued; for Cancel, ID; for Reschedule, int64; for Lease and

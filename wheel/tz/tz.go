@@ -3,7 +3,7 @@ package tz
 import (
 	"archive/zip"
 	"bytes"
-	_ "embed"
+	_ "embed" // the zone database, below
 	"errors"
 	"fmt"
 	"io"
