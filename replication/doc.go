@@ -2,7 +2,8 @@
 //
 //   - the node (node.go, config.go, leader.go, proposal.go, backend.go): its
 //     lifecycle, the start-up decision between resuming from the on-disk
-//     state and restoring a snapshot, proposals and their answers,
+//     state and restoring a snapshot, proposals and their answers (and the
+//     entries that ride with the next one, rider.go),
 //     membership, the leadership lease (lease.go), and the methods the
 //     HTTP API calls (transport.Backend);
 //   - what a node knows of the members (members.go): which peers the

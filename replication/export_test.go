@@ -154,3 +154,8 @@ func (l LeadershipLease) Ended() <-chan struct{} {
 	go func() { l.l.wg.Wait(); close(ch) }()
 	return ch
 }
+
+// SubmitRider is submitRider.
+func (n *Node) SubmitRider(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), flush func()) {
+	return n.submitRider(ctx, cmds...)
+}

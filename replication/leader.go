@@ -161,4 +161,16 @@ func (a dispatchReplica) Submit(ctx context.Context, cmds ...command.Command) (f
 	return p.result, nil
 }
 
+func (a dispatchReplica) SubmitRider(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), func(), error) {
+	n := a.n
+	if n.raft.State() != raft.Leader || n.pending.Load() >= int64(n.cfg.MaxPendingApply) {
+		// Refused now, as Submit refuses it, not after its hand-off is
+		// answered.
+		wait, err := a.Submit(ctx, cmds...)
+		return wait, func() {}, err
+	}
+	wait, flush := n.submitRider(ctx, cmds...)
+	return wait, flush, nil
+}
+
 func (a dispatchReplica) LeaseHeld() bool { return a.n.lease.Load().held() }

@@ -57,6 +57,7 @@ type Node struct {
 	hooks     *webhook.Sender                 // non-nil while leader
 	schedStop func()                          // ends the scheduler, while leader (schedules.go)
 	lease     atomic.Pointer[leadershipLease] // this term's, while leader
+	riders    riders                          // entries riding with the next one (rider.go)
 	closed    bool
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -314,6 +315,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.cancel()
 	}
 	n.wg.Wait()
+	n.flushRiders() // the dispatcher's last riders, before Raft stops
 	var errs []error
 	if n.raft != nil {
 		errs = append(errs, n.raft.Shutdown().Error())

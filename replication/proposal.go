@@ -41,6 +41,17 @@ type proposal struct {
 // before any entry submitted later. The caller must wait on the proposal;
 // with watch, it may wait for the commit alone (waitCommit).
 func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) (*proposal, error) {
+	if n.riders.queued.Load() > 0 {
+		// The riders queued before this entry go ahead of it (riders).
+		n.riders.mu.Lock()
+		defer n.riders.mu.Unlock()
+		n.flushRidersLocked()
+	}
+	return n.submitNow(ctx, watch, cmds...)
+}
+
+// submitNow is submit without the riders.
+func (n *Node) submitNow(ctx context.Context, watch bool, cmds ...command.Command) (*proposal, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, model.ErrNotLeader
 	}

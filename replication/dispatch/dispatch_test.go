@@ -51,6 +51,11 @@ func (f *fakeNode) Propose(_ context.Context, cmds ...command.Command) ([]comman
 	return res, err
 }
 
+func (f *fakeNode) SubmitRider(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), func(), error) {
+	wait, err := f.Submit(ctx, cmds...)
+	return wait, func() {}, err
+}
+
 func (f *fakeNode) Submit(_ context.Context, cmds ...command.Command) (func() ([]command.Result, error), error) {
 	if f.overload.Add(-1) >= 0 {
 		return nil, fmt.Errorf("%w: test back-pressure", model.ErrOverloaded)

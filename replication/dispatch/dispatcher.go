@@ -25,6 +25,12 @@ type Replica interface {
 	// before any entry submitted later. wait blocks until the entry
 	// commits and returns its results; it must be called once.
 	Submit(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), err error)
+	// SubmitRider is Submit for an entry whose hand-off is answered before
+	// it commits: it is in the log order at once, before every entry
+	// submitted later, but may reach Raft only with the node's next entry
+	// (within a millisecond), so that the two share a write. flush hands
+	// it to Raft at once.
+	SubmitRider(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), flush func(), err error)
 	// LeaseHeld reports whether the node holds the leadership lease: no
 	// other leader can exist yet, so nothing but this node can deliver.
 	LeaseHeld() bool

@@ -20,9 +20,13 @@
 // heard from the leader for a whole heartbeat timeout, so within that
 // window no other leader can exist, and a deposed leader (paused,
 // partitioned) cannot deliver. An ack the consumer sends afterwards is
-// ordered after the Lease. If the leader dies before the Lease commits, the
-// next leader delivers the message again (at-least-once, a duplicate only
-// where the leader changed). If the entry fails while the node stays
+// ordered after the Lease. Such a Lease rides with the node's next entry
+// (Replica.SubmitRider): it reaches Raft just before the next entry the
+// node submits, most often an ack, or within a millisecond, and shares its
+// write and fsync; it is in the log order from the moment it is queued.
+// If the leader dies before the Lease commits, the next leader delivers
+// the message again (at-least-once, a duplicate only where the leader
+// changed). If the entry fails while the node stays
 // leader (back-pressure, a leadership transfer under way), the dispatcher
 // holds the message back until the lease it was answered with ends, as a
 // committed lease would, and only then hands it out again. Without the

@@ -72,7 +72,18 @@ func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.D
 		}
 		items[i] = command.LeaseItem{ID: m.ID, Nonce: rand.Uint64() | 1, ExpiresMs: exp, RedeliverMs: redeliver}
 	}
-	wait, err := d.n.Submit(d.ctx, entry(now, items))
+	// An entry that may be answered early rides with the node's next
+	// entry (an ack, most often), sharing its write, unless the leadership
+	// lease is not held after all: then its commit is awaited, and it is
+	// handed over at once.
+	var wait func() ([]command.Result, error)
+	var err error
+	flush := func() {}
+	if early {
+		wait, flush, err = d.n.SubmitRider(d.ctx, entry(now, items))
+	} else {
+		wait, err = d.n.Submit(d.ctx, entry(now, items))
+	}
 	if err != nil {
 		d.release(msgs, nil, true)
 		return nil, err
@@ -88,6 +99,8 @@ func (d *Dispatcher) lease(ctx context.Context, msgs []model.Message, ttr time.D
 		d.mu.Lock()
 		d.early[c] = struct{}{}
 		d.mu.Unlock()
+	} else {
+		flush() // answered at its commit: it rides no longer
 	}
 	go d.finishLease(c)
 	if early {
