@@ -159,3 +159,6 @@ func (l LeadershipLease) Ended() <-chan struct{} {
 func (n *Node) SubmitRider(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), flush func()) {
 	return n.submitRider(ctx, cmds...)
 }
+
+// DispatchReplica is n as its dispatcher sees it.
+func (n *Node) DispatchReplica() dispatch.Replica { return dispatchReplica{n} }

@@ -132,6 +132,7 @@ func (n *Node) StepDown() {
 	// The follower taking over is elected at once, so hand-offs from here
 	// on are answered only once their Lease commits.
 	n.lease.Load().revoke()
+	n.flushRiders() // the Leases answered under the lease reach the log before the transfer
 	if n.raft.State() == raft.Leader && n.multiVoter() {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer failed", "err", err)
@@ -163,7 +164,7 @@ func (a dispatchReplica) Submit(ctx context.Context, cmds ...command.Command) (f
 
 func (a dispatchReplica) SubmitRider(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), func(), error) {
 	n := a.n
-	if n.raft.State() != raft.Leader || n.pending.Load() >= int64(n.cfg.MaxPendingApply) {
+	if n.raft.State() != raft.Leader || n.reservePending() != nil {
 		// Refused now, as Submit refuses it, not after its hand-off is
 		// answered.
 		wait, err := a.Submit(ctx, cmds...)

@@ -305,6 +305,10 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Unlock()
 	n.Stopping()
 	if n.raft != nil && n.raft.State() == raft.Leader && n.multiVoter() {
+		// As StepDown: no hand-off is answered early from here on, and
+		// those that were reach the log before the transfer.
+		n.lease.Load().revoke()
+		n.flushRiders()
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
@@ -315,7 +319,7 @@ func (n *Node) Close(ctx context.Context) error {
 		n.cancel()
 	}
 	n.wg.Wait()
-	n.flushRiders() // the dispatcher's last riders, before Raft stops
+	n.flushRiders() // the dispatcher's last riders, before Raft stops (one node)
 	var errs []error
 	if n.raft != nil {
 		errs = append(errs, n.raft.Shutdown().Error())

@@ -47,13 +47,21 @@ func (n *Node) submit(ctx context.Context, watch bool, cmds ...command.Command) 
 		defer n.riders.mu.Unlock()
 		n.flushRidersLocked()
 	}
-	return n.submitNow(ctx, watch, cmds...)
+	return n.submitNow(ctx, watch, false, cmds...)
 }
 
-// submitNow is submit without the riders.
-func (n *Node) submitNow(ctx context.Context, watch bool, cmds ...command.Command) (*proposal, error) {
+// submitNow is submit without the riders. reserved says that the caller
+// has counted the proposal as pending already (reservePending); a refusal
+// then gives that count back.
+func (n *Node) submitNow(ctx context.Context, watch, reserved bool, cmds ...command.Command) (*proposal, error) {
+	refuse := func(err error) (*proposal, error) {
+		if reserved {
+			n.pending.Add(-1)
+		}
+		return nil, err
+	}
 	if n.raft.State() != raft.Leader {
-		return nil, model.ErrNotLeader
+		return refuse(model.ErrNotLeader)
 	}
 	// Raft's wait to take the entry is bounded only by a timeout above
 	// zero: a caller whose deadline has passed is refused instead.
@@ -62,11 +70,12 @@ func (n *Node) submitNow(ctx context.Context, watch bool, cmds ...command.Comman
 		timeout = min(timeout, time.Until(dl))
 	}
 	if timeout <= 0 {
-		return nil, fmt.Errorf("%w: not proposed: %w", model.ErrUnavailable, cmp.Or(context.Cause(ctx), context.DeadlineExceeded))
+		return refuse(fmt.Errorf("%w: not proposed: %w", model.ErrUnavailable, cmp.Or(context.Cause(ctx), context.DeadlineExceeded)))
 	}
-	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
-		n.pending.Add(-1)
-		return nil, fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
+	if !reserved {
+		if err := n.reservePending(); err != nil {
+			return nil, err
+		}
 	}
 	p := &proposal{n: n, cmds: len(cmds), start: time.Now(), id: n.ids.next(), lease: n.lease.Load(), at: n.clock.Now()}
 	if watch {
@@ -74,6 +83,16 @@ func (n *Node) submitNow(ctx context.Context, watch bool, cmds ...command.Comman
 	}
 	p.f = n.raft.ApplyLog(raft.Log{Data: command.EncodeCommands(cmds), Extensions: p.id[:]}, timeout)
 	return p, nil
+}
+
+// reservePending counts one more proposal in flight, or refuses it when
+// MaxPendingApply are.
+func (n *Node) reservePending() error {
+	if n.pending.Add(1) > int64(n.cfg.MaxPendingApply) {
+		n.pending.Add(-1)
+		return fmt.Errorf("%w: %d proposals waiting for the log", model.ErrOverloaded, n.cfg.MaxPendingApply)
+	}
+	return nil
 }
 
 // outcome is what Raft settled a proposal with.

@@ -42,9 +42,10 @@ type rider struct {
 }
 
 // submitRider queues cmds as one entry that rides with the next entry this
-// node submits (riders). wait blocks until the entry is settled and
-// returns its results; flush hands it (and every rider before it) to Raft
-// at once.
+// node submits (riders). The caller has counted it as pending
+// (reservePending): a rider is refused before its hand-off is answered,
+// not after. wait blocks until the entry is settled and returns its
+// results; flush hands it (and every rider before it) to Raft at once.
 func (n *Node) submitRider(ctx context.Context, cmds ...command.Command) (wait func() ([]command.Result, error), flush func()) {
 	r := &rider{ctx: context.WithoutCancel(ctx), cmds: cmds, ready: make(chan struct{})}
 	rs := &n.riders
@@ -85,7 +86,7 @@ func (n *Node) flushRidersLocked() {
 	}
 	rs.timer.Stop()
 	for _, r := range rs.q {
-		r.p, r.err = n.submitNow(r.ctx, false, r.cmds...)
+		r.p, r.err = n.submitNow(r.ctx, false, true, r.cmds...)
 		close(r.ready)
 	}
 	clear(rs.q)

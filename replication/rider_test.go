@@ -2,12 +2,16 @@ package replication_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/delaywheel/delaywheel/replication"
 	"github.com/delaywheel/delaywheel/replication/repltest"
 	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
+	"github.com/delaywheel/delaywheel/wheel/wheeltest"
 )
 
 // enqueueIndex is the log index of the entry that enqueued one message, as
@@ -70,5 +74,48 @@ func TestRiderFailsOffLeader(t *testing.T) {
 	flush()
 	if _, err := wait(); err == nil {
 		t.Fatal("a rider on a follower committed")
+	}
+}
+
+// A rider counts as a pending proposal from the moment it is queued, so
+// back-pressure refuses it before its hand-off is answered, never after.
+func TestRiderRefusedUnderBackPressure(t *testing.T) {
+	// A clock that stands still: no tick proposes anything meanwhile.
+	c := repltest.NewCluster(t, 1, func(cfg *replication.Config) {
+		cfg.MaxPendingApply = 1
+		cfg.Clock = wheeltest.NewFakeClock(time.Now())
+	})
+	n := c.Leader().Node
+	r := n.DispatchReplica()
+	ctx := context.Background()
+	// The leader's own record is its last proposal of its own.
+	deadline := time.Now().Add(time.Minute)
+	for !n.HasSelf() || n.Pending().Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader did not settle its own proposals")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	n.Pending().Add(1) // one proposal in flight: the limit
+	if _, _, err := r.SubmitRider(ctx, oneMessage("refused")); !errors.Is(err, model.ErrOverloaded) {
+		t.Fatalf("SubmitRider at the limit = %v, want ErrOverloaded", err)
+	}
+	n.Pending().Add(-1)
+
+	wait, flush, err := r.SubmitRider(ctx, oneMessage("taken"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Pending().Load(); got != 1 {
+		t.Fatalf("pending with a rider queued = %d, want 1", got)
+	}
+	if _, _, err := r.SubmitRider(ctx, oneMessage("second")); !errors.Is(err, model.ErrOverloaded) {
+		t.Fatalf("a second rider past the limit = %v, want ErrOverloaded", err)
+	}
+	flush()
+	enqueueIndex(t)(wait())
+	if got := n.Pending().Load(); got != 0 {
+		t.Fatalf("pending after the rider settled = %d, want 0", got)
 	}
 }
