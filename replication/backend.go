@@ -440,7 +440,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, confirm func(ctx conte
 		// instead, and the next leader removes it as any other member.
 		// The follower taking over is elected at once: as in StepDown,
 		// hand-offs from here on wait for their Lease to commit.
-		n.lease.Load().revoke()
+		n.beforeTransfer(n.lease.Load())
 		if err := waitFuture(ctx, n.raft.LeadershipTransfer()); err != nil {
 			return fmt.Errorf("%w: hand the leadership on before this node's removal: %w", model.ErrUnavailable, err)
 		}

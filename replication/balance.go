@@ -161,8 +161,7 @@ func (n *Node) transferLeadership(ctx context.Context, to raft.Server) error {
 	}
 	term := n.raft.CurrentTerm()
 	old := n.lease.Load()
-	old.revoke()
-	n.flushRiders() // the Leases answered under the lease reach the log before the transfer
+	n.beforeTransfer(old)
 	err := n.raft.LeadershipTransferToServer(to.ID, to.Address).Error()
 	if err == nil || old == nil {
 		return err

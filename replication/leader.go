@@ -131,8 +131,7 @@ func (n *Node) onRestore(st *wheel.Store) {
 func (n *Node) StepDown() {
 	// The follower taking over is elected at once, so hand-offs from here
 	// on are answered only once their Lease commits.
-	n.lease.Load().revoke()
-	n.flushRiders() // the Leases answered under the lease reach the log before the transfer
+	n.beforeTransfer(n.lease.Load())
 	if n.raft.State() == raft.Leader && n.multiVoter() {
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer failed", "err", err)
@@ -141,6 +140,15 @@ func (n *Node) StepDown() {
 		}
 	}
 	n.stopDispatcher()
+}
+
+// beforeTransfer readies the leader for a transfer of its leadership, as
+// l's holder: it revokes l, so that hand-offs from here on are answered
+// only once their Lease commits, and hands the Leases of those answered
+// before to Raft now, while this node leads (riders).
+func (n *Node) beforeTransfer(l *leadershipLease) {
+	l.revoke()
+	n.flushRiders()
 }
 
 // dispatchReplica is the node as its dispatcher sees it (dispatch.Replica).

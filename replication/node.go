@@ -305,10 +305,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Unlock()
 	n.Stopping()
 	if n.raft != nil && n.raft.State() == raft.Leader && n.multiVoter() {
-		// As StepDown: no hand-off is answered early from here on, and
-		// those that were reach the log before the transfer.
-		n.lease.Load().revoke()
-		n.flushRiders()
+		n.beforeTransfer(n.lease.Load()) // as StepDown
 		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
