@@ -9,6 +9,7 @@ import (
 	"github.com/delaywheel/delaywheel/replication/dispatch"
 	"github.com/delaywheel/delaywheel/wheel"
 	"github.com/delaywheel/delaywheel/wheel/command"
+	"github.com/delaywheel/delaywheel/wheel/model"
 )
 
 // watchLeadership starts the dispatcher when this node becomes leader and
@@ -171,12 +172,14 @@ func (a dispatchReplica) Submit(ctx context.Context, cmds ...command.Command) (f
 }
 
 func (a dispatchReplica) SubmitRider(ctx context.Context, cmds ...command.Command) (func() ([]command.Result, error), func(), error) {
+	// Refused now, as Submit refuses it, not after its hand-off is
+	// answered.
 	n := a.n
-	if n.raft.State() != raft.Leader || n.reservePending() != nil {
-		// Refused now, as Submit refuses it, not after its hand-off is
-		// answered.
-		wait, err := a.Submit(ctx, cmds...)
-		return wait, func() {}, err
+	if n.raft.State() != raft.Leader {
+		return nil, nil, model.ErrNotLeader
+	}
+	if err := n.reservePending(); err != nil {
+		return nil, nil, err
 	}
 	wait, flush := n.submitRider(ctx, cmds...)
 	return wait, flush, nil
